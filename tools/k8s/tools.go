@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package k8s pins the Kubernetes commands the test harness builds.
+package k8s
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
