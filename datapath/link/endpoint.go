@@ -15,6 +15,7 @@ import (
 // Steps of SetupEndpoint, in order; tests inject failures by name.
 const (
 	stepCreateVeth  = "create veth"
+	stepLabelHost   = "label host link"
 	stepHostSysctls = "host sysctls"
 	stepMovePeer    = "move peer"
 	stepRenamePeer  = "rename peer"
@@ -27,7 +28,7 @@ const (
 )
 
 var setupSteps = []string{
-	stepCreateVeth, stepHostSysctls, stepMovePeer, stepRenamePeer, stepPodSysctls,
+	stepCreateVeth, stepLabelHost, stepHostSysctls, stepMovePeer, stepRenamePeer, stepPodSysctls,
 	stepPodUp, stepHostUp, stepPodAddress, stepPodRoutes, stepReadBack,
 }
 
@@ -147,7 +148,6 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 		return hostH.LinkAdd(&netlink.Veth{
 			LinkAttrs: netlink.LinkAttrs{
 				Name:         s.HostIfName,
-				Alias:        hostAlias(s.ContainerID, s.IfName),
 				MTU:          s.MTU,
 				TxQLen:       txQueueLen,
 				HardwareAddr: hostMAC,
@@ -171,6 +171,16 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 	}()
 
 	var hostLink, podLink netlink.Link
+	if err := step(stepLabelHost, func() error {
+		// The kernel ignores IFLA_IFALIAS when it creates a link.
+		var err error
+		if hostLink, err = hostH.LinkByName(s.HostIfName); err != nil {
+			return err
+		}
+		return hostH.LinkSetAlias(hostLink, hostAlias(s.ContainerID, s.IfName))
+	}); err != nil {
+		return Result{}, err
+	}
 	if err := step(stepHostSysctls, func() error {
 		return writeSysctls(hostNS, hostSysctls(s.HostIfName)...)
 	}); err != nil {
@@ -208,10 +218,6 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 		return Result{}, err
 	}
 	if err := step(stepHostUp, func() error {
-		var err error
-		if hostLink, err = hostH.LinkByName(s.HostIfName); err != nil {
-			return err
-		}
 		return hostH.LinkSetUp(hostLink)
 	}); err != nil {
 		return Result{}, err

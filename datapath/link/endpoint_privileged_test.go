@@ -1,0 +1,875 @@
+package link
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+)
+
+// Every address below lives only inside network namespaces the tests make:
+// a "node" namespace plays the host (forwarding on, the router IP on a
+// dummy device like cilium_host) and each pod gets its own namespace. The
+// real host's links and routes are never touched.
+var testGateway = net.IPv4(10, 200, 0, 1).To4()
+
+// podIP is the address of the i-th test pod, 10.200.x.y with y in 10..209.
+func podIP(i int) net.IP {
+	return net.IPv4(10, 200, byte(i/200), byte(10+i%200)).To4()
+}
+
+func podSpec(i int, netnsPath string) Spec {
+	return Spec{
+		ContainerID: fmt.Sprintf("container-%03d", i),
+		NetnsPath:   netnsPath,
+		MTU:         1450,
+		RouteMTU:    1400,
+		IPv4:        podIP(i),
+		Gateway:     testGateway,
+	}
+}
+
+// newTestNS makes a network namespace that is removed when tb ends.
+func newTestNS(tb testing.TB) ns.NetNS {
+	tb.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		tb.Fatalf("create netns: %v", err)
+	}
+	tb.Cleanup(func() { removeTestNS(tb, n) })
+	return n
+}
+
+func removeTestNS(tb testing.TB, n ns.NetNS) {
+	_ = n.Close()
+	if _, err := os.Stat(n.Path()); err != nil {
+		return // already removed by the test
+	}
+	if err := testutils.UnmountNS(n); err != nil {
+		tb.Errorf("remove netns %s: %v", n.Path(), err)
+	}
+}
+
+// testHandle is a netlink handle in n, closed when tb ends.
+func testHandle(tb testing.TB, n ns.NetNS) *netlink.Handle {
+	tb.Helper()
+	h, err := newHandle(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(h.Close)
+	return h
+}
+
+type testNode struct {
+	ns   ns.NetNS
+	nl   *netlink.Handle
+	host Host
+}
+
+// newTestNode makes a namespace that acts as the node: IPv4 forwarding on
+// and the router IP on cellium_host, one end of a veth pair as Cilium's
+// cilium_host/cilium_net (the test kernel has no dummy driver).
+func newTestNode(tb testing.TB) *testNode {
+	tb.Helper()
+	n := newTestNS(tb)
+	nh := testHandle(tb, n)
+	if err := writeSysctls(n, sysctl{path: "net/ipv4/ip_forward", value: "1"}); err != nil {
+		tb.Fatal(err)
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = "cellium_host"
+	router := &netlink.Veth{LinkAttrs: attrs, PeerName: "cellium_net", PeerTxQLen: -1}
+	if err := nh.LinkAdd(router); err != nil {
+		tb.Fatalf("add router device: %v", err)
+	}
+	gw := hostNet(testGateway)
+	if err := nh.AddrAdd(router, &netlink.Addr{IPNet: &gw}); err != nil {
+		tb.Fatalf("add router IP: %v", err)
+	}
+	for _, name := range []string{"cellium_host", "cellium_net"} {
+		l, err := nh.LinkByName(name)
+		if err == nil {
+			err = nh.LinkSetUp(l)
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return &testNode{ns: n, nl: nh, host: Host{NetnsPath: n.Path()}}
+}
+
+// addBridge adds a bridge, a link kind that is not an endpoint veth.
+func addBridge(tb testing.TB, nh *netlink.Handle, name, alias string) {
+	tb.Helper()
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = name
+	br := &netlink.Bridge{LinkAttrs: attrs}
+	if err := nh.LinkAdd(br); err != nil {
+		tb.Fatalf("add bridge %s: %v", name, err)
+	}
+	if alias != "" {
+		if err := nh.LinkSetAlias(br, alias); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// setupPod runs SetupEndpoint and removes the endpoint when tb ends.
+func (node *testNode) setupPod(tb testing.TB, spec Spec) Result {
+	tb.Helper()
+	res, err := node.host.SetupEndpoint(context.Background(), spec)
+	if err != nil {
+		tb.Fatalf("SetupEndpoint: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := node.host.RemoveEndpoint(context.Background(), res.HostIfName, res.NetnsPath); err != nil {
+			tb.Errorf("RemoveEndpoint: %v", err)
+		}
+	})
+	return res
+}
+
+// linkNames lists the names of the links in a namespace.
+func linkNames(tb testing.TB, nh *netlink.Handle) []string {
+	tb.Helper()
+	links, err := retryDump(nh.LinkList)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var names []string
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// assertNoEndpointLinks fails tb if the node holds any lxc* or tmp* link
+// or the pod any link but lo.
+func assertNoEndpointLinks(tb testing.TB, node *testNode, podNL *netlink.Handle) {
+	tb.Helper()
+	for _, name := range linkNames(tb, node.nl) {
+		if strings.HasPrefix(name, HostIfPrefix) || strings.HasPrefix(name, tmpPeerPrefix) {
+			tb.Errorf("link %s left in the node namespace", name)
+		}
+	}
+	if podNL != nil {
+		if names := linkNames(tb, podNL); !slices.Equal(names, []string{"lo"}) {
+			tb.Errorf("pod namespace holds links %v, want only lo", names)
+		}
+	}
+}
+
+func TestPrivilegedSetupEndpointTraffic(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	podA, podB := newTestNS(t), newTestNS(t)
+	specA, specB := podSpec(0, podA.Path()), podSpec(1, podB.Path())
+	resA := node.setupPod(t, specA)
+	resB := node.setupPod(t, specB)
+
+	t.Run("result", func(t *testing.T) {
+		want := Result{
+			HostIfName: HostInterfaceName(specA.ContainerID, "eth0"),
+			PodIfName:  "eth0",
+			NetnsPath:  podA.Path(),
+			MTU:        1450,
+			IPv4:       hostNet(specA.IPv4),
+			Gateway:    testGateway,
+			Routes: []Route{
+				{Dst: hostNet(testGateway)},
+				{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Via: testGateway, MTU: 1400},
+			},
+		}
+		got := resA
+		got.HostIfIndex, got.HostMAC, got.PodIfIndex, got.PodMAC = 0, nil, 0, nil
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Result =\n%+v\nwant\n%+v", got, want)
+		}
+		if resA.HostIfIndex == 0 || resA.PodIfIndex == 0 || len(resA.HostMAC) != 6 || len(resA.PodMAC) != 6 {
+			t.Errorf("Result lacks indexes or MACs: %+v", resA)
+		}
+		if resA.HostIfName == resB.HostIfName {
+			t.Errorf("both pods got host link %s", resA.HostIfName)
+		}
+	})
+
+	t.Run("kernel state", func(t *testing.T) {
+		podNL := testHandle(t, podA)
+		hostLink, err := node.nl.LinkByName(resA.HostIfName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		podLink, err := podNL.LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []netlink.Link{hostLink, podLink} {
+			a := l.Attrs()
+			if l.Type() != "veth" || a.MTU != 1450 || a.Flags&net.FlagUp == 0 || a.TxQLen != txQueueLen {
+				t.Errorf("link %s: type %s MTU %d flags %v txqlen %d; want veth, 1450, up, %d",
+					a.Name, l.Type(), a.MTU, a.Flags, a.TxQLen, txQueueLen)
+			}
+		}
+		if hostLink.Attrs().Index != resA.HostIfIndex || hostLink.Attrs().HardwareAddr.String() != resA.HostMAC.String() {
+			t.Errorf("host link index/MAC %d %s, Result says %d %s", hostLink.Attrs().Index, hostLink.Attrs().HardwareAddr, resA.HostIfIndex, resA.HostMAC)
+		}
+		if podLink.Attrs().Index != resA.PodIfIndex || podLink.Attrs().HardwareAddr.String() != resA.PodMAC.String() {
+			t.Errorf("pod link index/MAC %d %s, Result says %d %s", podLink.Attrs().Index, podLink.Attrs().HardwareAddr, resA.PodIfIndex, resA.PodMAC)
+		}
+		if hostLink.Attrs().ParentIndex != podLink.Attrs().Index {
+			t.Errorf("host link's peer is ifindex %d, pod link is %d", hostLink.Attrs().ParentIndex, podLink.Attrs().Index)
+		}
+
+		addrs, err := podNL.AddrList(podLink, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "10.200.0.10/32" {
+			t.Errorf("pod addresses %v, want only 10.200.0.10/32", addrs)
+		}
+		routes, err := podNL.RouteList(podLink, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range routes {
+			got = append(got, fmt.Sprintf("%s gw=%v scope=%s mtu=%d", r.Dst, r.Gw, r.Scope, r.MTU))
+		}
+		want := []string{
+			"0.0.0.0/0 gw=10.200.0.1 scope=universe mtu=1400",
+			"10.200.0.1/32 gw=<nil> scope=link mtu=0",
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("pod routes\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+
+		sysctls := []struct {
+			n     ns.NetNS
+			path  string
+			value string
+		}{
+			{node.ns, rpFilter(resA.HostIfName), "0"},
+			{node.ns, disableIPv6(resA.HostIfName), "1"},
+			{podA, disableIPv6("eth0"), "1"},
+		}
+		for _, s := range sysctls {
+			if v, err := readSysctl(s.n, s.path); err != nil || v != s.value {
+				t.Errorf("sysctl %s = %q (%v), want %q", s.path, v, err, s.value)
+			}
+		}
+	})
+
+	t.Run("check and list", func(t *testing.T) {
+		for _, s := range []Spec{specA, specB} {
+			if err := node.host.CheckEndpoint(ctx, s); err != nil {
+				t.Error(err)
+			}
+		}
+		links, err := node.host.ListHostInterfaces()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range links {
+			got = append(got, fmt.Sprintf("%s %s %s/%s up=%v mtu=%d", l.Name, l.Kind, l.ContainerID, l.IfName, l.Up, l.MTU))
+		}
+		want := []string{
+			fmt.Sprintf("%s veth container-000/eth0 up=true mtu=1450", resA.HostIfName),
+			fmt.Sprintf("%s veth container-001/eth0 up=true mtu=1450", resB.HostIfName),
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("ListHostInterfaces:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+
+	// The node routes to each pod through its host link.
+	for _, r := range []struct {
+		res Result
+		ip  net.IP
+	}{{resA, specA.IPv4}, {resB, specB.IPv4}} {
+		if err := node.host.EnsurePodRoute(ctx, r.res.HostIfName, r.ip); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := node.host.DeletePodRoute(ctx, r.res.HostIfName, r.ip); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+
+	t.Run("ping", func(t *testing.T) {
+		ttl, err := ping(podA, specB.IPv4)
+		if err != nil {
+			t.Fatalf("ping %s from pod A: %v", specB.IPv4, err)
+		}
+		// Pod B answers with TTL 64; one routed hop (the node) leaves 63.
+		if ttl != 63 {
+			t.Errorf("echo reply TTL %d, want 63 (one hop through the node)", ttl)
+		}
+		if _, err := ping(podB, specA.IPv4); err != nil {
+			t.Fatalf("ping %s from pod B: %v", specA.IPv4, err)
+		}
+		if _, err := ping(podA, testGateway); err != nil {
+			t.Fatalf("ping the router IP from pod A: %v", err)
+		}
+	})
+
+	t.Run("tcp", func(t *testing.T) {
+		peer, err := tcpEcho(podB, specB.IPv4, podA, []byte("hello from pod A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !peer.Equal(specA.IPv4) {
+			t.Errorf("server saw the connection come from %s, want pod A's %s", peer, specA.IPv4)
+		}
+	})
+}
+
+// ping sends ICMP echo requests to dst from inside from, over a raw socket,
+// until a reply comes back (at most 5 s), and returns the reply's TTL.
+func ping(from ns.NetNS, dst net.IP) (ttl int, err error) {
+	err = from.Do(func(ns.NetNS) error {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.IPPROTO_ICMP)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer syscall.Close(fd)
+		tv := syscall.Timeval{Usec: 200_000}
+		if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		id := uint16(os.Getpid()) ^ binary.BigEndian.Uint16(dst.To4()[2:])
+		to := &syscall.SockaddrInet4{Addr: [4]byte(dst.To4())}
+		buf := make([]byte, 1500)
+		deadline := time.Now().Add(5 * time.Second)
+		for seq := uint16(1); time.Now().Before(deadline); seq++ {
+			if err := syscall.Sendto(fd, echoRequest(id, seq), 0, to); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			for sent := time.Now(); time.Since(sent) < time.Second; {
+				n, _, err := syscall.Recvfrom(fd, buf, 0)
+				if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("receive: %w", err)
+				}
+				// A raw IPv4 socket delivers the IP header too.
+				pkt := buf[:n]
+				if len(pkt) < 20 {
+					continue
+				}
+				ihl := int(pkt[0]&0x0f) * 4
+				if len(pkt) < ihl+8 || !net.IP(pkt[12:16]).Equal(dst) {
+					continue
+				}
+				icmp := pkt[ihl:]
+				if icmp[0] == 0 && binary.BigEndian.Uint16(icmp[4:]) == id {
+					ttl = int(pkt[8])
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no echo reply from %s within 5s", dst)
+	})
+	return ttl, err
+}
+
+func echoRequest(id, seq uint16) []byte {
+	msg := make([]byte, 8+16)
+	msg[0] = 8 // echo request
+	binary.BigEndian.PutUint16(msg[4:], id)
+	binary.BigEndian.PutUint16(msg[6:], seq)
+	copy(msg[8:], "cellium-link-test")
+	var sum uint32
+	for i := 0; i < len(msg); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(msg[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	binary.BigEndian.PutUint16(msg[2:], ^uint16(sum))
+	return msg
+}
+
+// tcpEcho listens on serverIP inside server, connects from inside client,
+// sends msg and reads it back; it returns the client address the server
+// saw.
+func tcpEcho(server ns.NetNS, serverIP net.IP, client ns.NetNS, msg []byte) (net.IP, error) {
+	var ln net.Listener
+	if err := server.Do(func(ns.NetNS) error {
+		var err error
+		ln, err = net.Listen("tcp4", net.JoinHostPort(serverIP.String(), "0"))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	type accepted struct {
+		peer net.IP
+		err  error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- accepted{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.CopyN(c, c, int64(len(msg)))
+		done <- accepted{peer: c.RemoteAddr().(*net.TCPAddr).IP, err: err}
+	}()
+
+	var conn net.Conn
+	err := client.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp4", ln.Addr().String())
+		return err
+	})
+	if err != nil {
+		ln.Close()
+		<-done
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(msg))
+	_, werr := conn.Write(msg)
+	_, rerr := io.ReadFull(conn, got)
+	ln.Close()
+	a := <-done
+	if err := errors.Join(werr, rerr, a.err); err != nil {
+		return nil, err
+	}
+	if string(got) != string(msg) {
+		return nil, fmt.Errorf("echo returned %q, want %q", got, msg)
+	}
+	return a.peer, nil
+}
+
+var errInjected = errors.New("injected failure")
+
+func TestPrivilegedSetupRollback(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	pod := newTestNS(t)
+	podNL := testHandle(t, pod)
+	spec := podSpec(0, pod.Path())
+
+	for _, step := range setupSteps {
+		t.Run("fail at "+step, func(t *testing.T) {
+			h := node.host
+			h.fail = func(s string) error {
+				if s == step {
+					return errInjected
+				}
+				return nil
+			}
+			_, err := h.SetupEndpoint(ctx, spec)
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("SetupEndpoint = %v, want the injected failure", err)
+			}
+			assertNoEndpointLinks(t, node, podNL)
+		})
+	}
+
+	t.Run("host link vanishes midway", func(t *testing.T) {
+		h := node.host
+		h.fail = func(s string) error {
+			if s == stepRenamePeer {
+				// Someone else deletes the pair after the peer moved.
+				return deleteLink(node.nl, HostInterfaceName(spec.ContainerID, "eth0"))
+			}
+			return nil
+		}
+		if _, err := h.SetupEndpoint(ctx, spec); err == nil {
+			t.Fatal("SetupEndpoint succeeded without its links")
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
+	t.Run("unreachable route next hop", func(t *testing.T) {
+		bad := spec
+		// 192.0.2.1 (TEST-NET-1) is on no link of the pod: the kernel
+		// refuses the route, after the pair was made and configured.
+		bad.Routes = []Route{{Dst: net.IPNet{IP: net.IPv4(10, 0, 0, 0).To4(), Mask: net.CIDRMask(8, 32)}, Via: net.IPv4(192, 0, 2, 1)}}
+		_, err := node.host.SetupEndpoint(ctx, bad)
+		if err == nil || !strings.Contains(err.Error(), stepPodRoutes) {
+			t.Fatalf("SetupEndpoint = %v, want a failure adding pod routes", err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
+	t.Run("missing netns", func(t *testing.T) {
+		bad := spec
+		bad.NetnsPath = filepath.Join(t.TempDir(), "no-such-netns")
+		if _, err := node.host.SetupEndpoint(ctx, bad); !errors.Is(err, ErrNetnsNotFound) {
+			t.Fatalf("SetupEndpoint = %v, want ErrNetnsNotFound", err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
+	t.Run("netns path is a plain file", func(t *testing.T) {
+		bad := spec
+		bad.NetnsPath = filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(bad.NetnsPath, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := node.host.SetupEndpoint(ctx, bad); !errors.Is(err, ErrNetnsNotFound) {
+			t.Fatalf("SetupEndpoint = %v, want ErrNetnsNotFound", err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
+	t.Run("cancelled context", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := node.host.SetupEndpoint(cctx, spec); !errors.Is(err, context.Canceled) {
+			t.Fatalf("SetupEndpoint = %v, want context.Canceled", err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
+	t.Run("name taken by a non-veth", func(t *testing.T) {
+		name := HostInterfaceName(spec.ContainerID, "eth0")
+		addBridge(t, node.nl, name, "")
+		t.Cleanup(func() { _ = deleteLink(node.nl, name) })
+		if _, err := node.host.SetupEndpoint(ctx, spec); !errors.Is(err, ErrHostLinkInUse) {
+			t.Fatalf("SetupEndpoint = %v, want ErrHostLinkInUse", err)
+		}
+		if l, err := linkByName(node.nl, name); err != nil || l == nil || l.Type() != "bridge" {
+			t.Fatalf("the bridge was not left alone: %v %v", l, err)
+		}
+		if err := node.host.RemoveEndpoint(ctx, name, ""); !errors.Is(err, ErrHostLinkInUse) {
+			t.Fatalf("RemoveEndpoint of a bridge = %v, want ErrHostLinkInUse", err)
+		}
+		if err := deleteLink(node.nl, name); err != nil {
+			t.Fatal(err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
+	t.Run("name taken by another container", func(t *testing.T) {
+		other := newTestNS(t)
+		first := podSpec(1, other.Path())
+		first.HostIfName = HostInterfaceName(spec.ContainerID, "eth0")
+		node.setupPod(t, first)
+		if _, err := node.host.SetupEndpoint(ctx, spec); !errors.Is(err, ErrHostLinkInUse) {
+			t.Fatalf("SetupEndpoint = %v, want ErrHostLinkInUse", err)
+		}
+		if err := node.host.CheckEndpoint(ctx, first); err != nil {
+			t.Errorf("the other container's endpoint was damaged: %v", err)
+		}
+		if names := linkNames(t, podNL); !slices.Equal(names, []string{"lo"}) {
+			t.Errorf("pod namespace holds links %v, want only lo", names)
+		}
+	})
+}
+
+func TestPrivilegedSetupEndpointIdempotent(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	pod := newTestNS(t)
+	spec := podSpec(0, pod.Path())
+	first := node.setupPod(t, spec)
+	second := node.setupPod(t, spec) // a CNI ADD retry
+	if first.HostIfName != second.HostIfName {
+		t.Errorf("retry gave host link %s, first attempt %s", second.HostIfName, first.HostIfName)
+	}
+	if err := node.host.CheckEndpoint(ctx, spec); err != nil {
+		t.Error(err)
+	}
+	links, err := node.host.ListHostInterfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != 1 || links[0].Index != second.HostIfIndex {
+		t.Errorf("after a retry the node has %+v, want only the second link (ifindex %d)", links, second.HostIfIndex)
+	}
+	if names := linkNames(t, testHandle(t, pod)); !slices.Equal(names, []string{"eth0", "lo"}) {
+		t.Errorf("pod links %v, want eth0 and lo", names)
+	}
+}
+
+func TestPrivilegedCheckEndpoint(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	pod := newTestNS(t)
+	podNL := testHandle(t, pod)
+	spec := podSpec(0, pod.Path())
+	spec.MAC = net.HardwareAddr{0x02, 0xce, 0x11, 0x00, 0x00, 0x01}
+	res := node.setupPod(t, spec)
+	if res.PodMAC.String() != spec.MAC.String() {
+		t.Errorf("pod MAC %s, want %s", res.PodMAC, spec.MAC)
+	}
+	if err := node.host.CheckEndpoint(ctx, spec); err != nil {
+		t.Fatalf("CheckEndpoint right after setup: %v", err)
+	}
+
+	// Remove the default route: CheckEndpoint names it.
+	podLink, err := podNL.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := netlinkRoute(podLink.Attrs().Index, res.Routes[1])
+	if err := podNL.RouteDel(def); err != nil {
+		t.Fatal(err)
+	}
+	err = node.host.CheckEndpoint(ctx, spec)
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "pod route 0.0.0.0/0 via 10.200.0.1 mtu 1400 dev eth0 missing") {
+		t.Fatalf("CheckEndpoint = %v, want the missing default route", err)
+	}
+
+	// More damage: every problem is reported.
+	if err := node.nl.LinkSetDown(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Index: res.HostIfIndex}}); err != nil {
+		t.Fatal(err)
+	}
+	addr := hostNet(spec.IPv4)
+	if err := podNL.AddrDel(podLink, &netlink.Addr{IPNet: &addr}); err != nil {
+		t.Fatal(err)
+	}
+	wrongMTU := spec
+	wrongMTU.MTU = 1500
+	wrongMTU.RouteMTU = 0
+	err = node.host.CheckEndpoint(ctx, wrongMTU)
+	for _, want := range []string{
+		"host link " + res.HostIfName + " is down",
+		"host link " + res.HostIfName + " has MTU 1450, want 1500",
+		"pod link eth0 has MTU 1450, want 1500",
+		"pod link eth0 lacks address 10.200.0.10/32",
+		"pod route 0.0.0.0/0 via 10.200.0.1 dev eth0 missing",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckEndpoint = %v; want it to say %q", err, want)
+		}
+	}
+
+	// With the endpoint gone both links are reported missing.
+	if err := node.host.RemoveEndpoint(ctx, res.HostIfName, pod.Path()); err != nil {
+		t.Fatal(err)
+	}
+	err = node.host.CheckEndpoint(ctx, spec)
+	if !errors.Is(err, ErrLinkNotFound) || !strings.Contains(err.Error(), "host link "+res.HostIfName) || !strings.Contains(err.Error(), "pod link eth0") {
+		t.Fatalf("CheckEndpoint after removal = %v, want both links missing", err)
+	}
+
+	missing := spec
+	missing.NetnsPath = filepath.Join(t.TempDir(), "gone")
+	if err := node.host.CheckEndpoint(ctx, missing); !errors.Is(err, ErrNetnsNotFound) {
+		t.Fatalf("CheckEndpoint with a missing netns = %v, want ErrNetnsNotFound", err)
+	}
+}
+
+func TestPrivilegedRemoveEndpoint(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	pod := newTestNS(t)
+	podNL := testHandle(t, pod)
+	res := node.setupPod(t, podSpec(0, pod.Path()))
+
+	for i := range 3 {
+		if err := node.host.RemoveEndpoint(ctx, res.HostIfName, pod.Path()); err != nil {
+			t.Fatalf("RemoveEndpoint call %d: %v", i+1, err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	}
+	if err := node.host.RemoveEndpoint(ctx, res.HostIfName, filepath.Join(t.TempDir(), "gone")); err != nil {
+		t.Errorf("RemoveEndpoint with a missing netns: %v", err)
+	}
+	if err := node.host.RemoveEndpoint(ctx, "bad/name", ""); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("RemoveEndpoint with a bad name = %v, want ErrInvalidSpec", err)
+	}
+
+	t.Run("pod namespace already deleted", func(t *testing.T) {
+		gone := newTestNS(t)
+		res := node.setupPod(t, podSpec(1, gone.Path()))
+		removeTestNS(t, gone)
+		if err := node.host.RemoveEndpoint(ctx, res.HostIfName, gone.Path()); err != nil {
+			t.Fatalf("RemoveEndpoint: %v", err)
+		}
+		assertNoEndpointLinks(t, node, nil)
+	})
+
+	t.Run("leftover in the pod", func(t *testing.T) {
+		// A link SetupEndpoint labelled for this host link is removed even
+		// when the host side is already gone.
+		addBridge(t, podNL, "eth0", podAlias(res.HostIfName))
+		if err := node.host.RemoveEndpoint(ctx, res.HostIfName, pod.Path()); err != nil {
+			t.Fatal(err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+}
+
+func TestPrivilegedPodRoute(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	pod := newTestNS(t)
+	spec := podSpec(0, pod.Path())
+	res := node.setupPod(t, spec)
+
+	routesTo := func() []string {
+		t.Helper()
+		dst := hostNet(spec.IPv4)
+		rs, err := node.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: &dst, Table: syscall.RT_TABLE_MAIN},
+			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rs {
+			out = append(out, fmt.Sprintf("%s dev %d scope %s", r.Dst, r.LinkIndex, r.Scope))
+		}
+		return out
+	}
+	want := []string{fmt.Sprintf("10.200.0.10/32 dev %d scope link", res.HostIfIndex)}
+	for range 2 {
+		if err := node.host.EnsurePodRoute(ctx, res.HostIfName, spec.IPv4); err != nil {
+			t.Fatal(err)
+		}
+		if got := routesTo(); !slices.Equal(got, want) {
+			t.Fatalf("routes to the pod %v, want %v", got, want)
+		}
+	}
+	for range 2 {
+		if err := node.host.DeletePodRoute(ctx, res.HostIfName, spec.IPv4); err != nil {
+			t.Fatal(err)
+		}
+		if got := routesTo(); len(got) != 0 {
+			t.Fatalf("routes to the pod after delete: %v", got)
+		}
+	}
+	if err := node.host.EnsurePodRoute(ctx, "lxcnosuchlink", spec.IPv4); !errors.Is(err, ErrLinkNotFound) {
+		t.Errorf("EnsurePodRoute on a missing link = %v, want ErrLinkNotFound", err)
+	}
+	if err := node.host.DeletePodRoute(ctx, "lxcnosuchlink", spec.IPv4); err != nil {
+		t.Errorf("DeletePodRoute on a missing link = %v, want nil", err)
+	}
+	if err := node.host.EnsurePodRoute(ctx, res.HostIfName, nil); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("EnsurePodRoute without an address = %v, want ErrInvalidSpec", err)
+	}
+}
+
+func TestPrivilegedConcurrentSetup(t *testing.T) {
+	requirePrivileged(t)
+	const pods = 50
+	ctx := context.Background()
+	node := newTestNode(t)
+	specs := make([]Spec, pods)
+	podNS := make([]ns.NetNS, pods)
+	for i := range specs {
+		podNS[i] = newTestNS(t)
+		specs[i] = podSpec(i, podNS[i].Path())
+	}
+	t.Cleanup(func() {
+		// Remove whatever is left if the test failed halfway.
+		for _, s := range specs {
+			_ = node.host.RemoveEndpoint(ctx, HostInterfaceName(s.ContainerID, "eth0"), s.NetnsPath)
+		}
+	})
+
+	results := make([]Result, pods)
+	parallel(t, pods, func(i int) error {
+		var err error
+		results[i], err = node.host.SetupEndpoint(ctx, specs[i])
+		return err
+	})
+	names := map[string]bool{}
+	for _, r := range results {
+		names[r.HostIfName] = true
+	}
+	if len(names) != pods {
+		t.Fatalf("%d distinct host links for %d pods", len(names), pods)
+	}
+	links, err := node.host.ListHostInterfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != pods {
+		t.Fatalf("ListHostInterfaces found %d links, want %d", len(links), pods)
+	}
+	for _, l := range links {
+		if !names[l.Name] || !strings.HasPrefix(l.ContainerID, "container-") {
+			t.Errorf("unexpected host link %+v", l)
+		}
+	}
+	parallel(t, pods, func(i int) error { return node.host.CheckEndpoint(ctx, specs[i]) })
+
+	// First and last pod talk through the node.
+	first, last := 0, pods-1
+	for _, i := range []int{first, last} {
+		if err := node.host.EnsurePodRoute(ctx, results[i].HostIfName, specs[i].IPv4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ping(podNS[first], specs[last].IPv4); err != nil {
+		t.Fatalf("ping from pod %d to pod %d: %v", first, last, err)
+	}
+
+	parallel(t, pods, func(i int) error {
+		return node.host.RemoveEndpoint(ctx, results[i].HostIfName, specs[i].NetnsPath)
+	})
+	assertNoEndpointLinks(t, node, nil)
+}
+
+// parallel runs f(0..n-1) concurrently and fails t for each error.
+func parallel(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = f(i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("#%d: %v", i, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func BenchmarkPrivilegedSetupRemove(b *testing.B) {
+	requirePrivileged(b)
+	ctx := context.Background()
+	node := newTestNode(b)
+	pod := newTestNS(b)
+	spec := podSpec(0, pod.Path())
+	for b.Loop() {
+		res, err := node.host.SetupEndpoint(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := node.host.RemoveEndpoint(ctx, res.HostIfName, res.NetnsPath); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
