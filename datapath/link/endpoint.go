@@ -407,9 +407,9 @@ func removePodLeftovers(hostIfName, netnsPath string) error {
 
 // CheckEndpoint verifies that what SetupEndpoint makes for spec is in
 // place: both links exist, are each other's peers, are up and have
-// spec.MTU (and spec.MAC, if set); the pod has the /32 address and every
-// route; the host side has rp_filter 0. It reports every problem, not
-// only the first.
+// spec.MTU (and spec.MAC, if set); the host link is labelled with this
+// container and has rp_filter 0; the pod has the /32 address and every
+// route. It reports every problem, not only the first.
 //
 // Errors: ErrInvalidSpec; ErrNetnsNotFound for the pod or host namespace;
 // otherwise a join of ErrLinkNotFound (a link is missing) and ErrMismatch
@@ -477,6 +477,14 @@ func (h Host) CheckEndpoint(ctx context.Context, spec Spec) (err error) {
 	}
 	hostLink := checkLink(hostH, s.HostIfName, "host")
 	podLink := checkLink(podH, s.IfName, "pod")
+
+	if hostLink != nil {
+		if cid, ifName, ok := parseHostAlias(hostLink.Attrs().Alias); !ok {
+			mismatch("host link %s has alias %q, want %q", s.HostIfName, hostLink.Attrs().Alias, hostAlias(s.ContainerID, s.IfName))
+		} else if cid != s.ContainerID || ifName != s.IfName {
+			mismatch("host link %s belongs to container %s interface %s", s.HostIfName, cid, ifName)
+		}
+	}
 
 	if hostLink != nil {
 		v, err := readSysctl(hostNS, rpFilter(s.HostIfName))

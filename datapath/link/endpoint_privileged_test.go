@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -652,6 +653,9 @@ func TestPrivilegedCheckEndpoint(t *testing.T) {
 	if err := podNL.AddrDel(podLink, &netlink.Addr{IPNet: &addr}); err != nil {
 		t.Fatal(err)
 	}
+	if err := node.nl.LinkSetAlias(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Index: res.HostIfIndex}}, hostAlias("someone-else", "eth0")); err != nil {
+		t.Fatal(err)
+	}
 	wrongMTU := spec
 	wrongMTU.MTU = 1500
 	wrongMTU.RouteMTU = 0
@@ -662,6 +666,7 @@ func TestPrivilegedCheckEndpoint(t *testing.T) {
 		"pod link eth0 has MTU 1450, want 1500",
 		"pod link eth0 lacks address 10.200.0.10/32",
 		"pod route 0.0.0.0/0 via 10.200.0.1 dev eth0 missing",
+		"host link " + res.HostIfName + " belongs to container someone-else interface eth0",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckEndpoint = %v; want it to say %q", err, want)
@@ -872,4 +877,30 @@ func BenchmarkPrivilegedSetupRemove(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkPrivilegedSetupRemoveParallel runs setup+remove cycles from
+// GOMAXPROCS goroutines, each with its own pod, into one node.
+func BenchmarkPrivilegedSetupRemoveParallel(b *testing.B) {
+	requirePrivileged(b)
+	ctx := context.Background()
+	node := newTestNode(b)
+	workers := runtime.GOMAXPROCS(0)
+	specs := make(chan Spec, workers)
+	for i := range workers {
+		specs <- podSpec(i, newTestNS(b).Path())
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		spec := <-specs
+		for pb.Next() {
+			res, err := node.host.SetupEndpoint(ctx, spec)
+			if err == nil {
+				err = node.host.RemoveEndpoint(ctx, res.HostIfName, res.NetnsPath)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -21,9 +21,10 @@ var (
 	ErrLinkNotFound = errors.New("link not found")
 
 	// ErrHostLinkInUse is returned by SetupEndpoint when the host-side name
-	// is taken by a link this package did not make for the same container:
-	// a link that is not a veth, or a veth labelled with another container's
-	// ID. That link is left untouched.
+	// is taken by a link this package did not make for the same container
+	// (a link that is not a veth, or a veth labelled with another
+	// container's ID), and by RemoveEndpoint when the name is not a veth.
+	// That link is left untouched.
 	ErrHostLinkInUse = errors.New("host link name in use")
 
 	// ErrMismatch is returned (joined, once per problem) by CheckEndpoint

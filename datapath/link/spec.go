@@ -54,7 +54,10 @@ type Spec struct {
 	IPv4 net.IP
 
 	// Gateway is the node's router IP (Cilium's cilium_host address). The
-	// pod reaches it over the veth through a scope-link /32 route. Required.
+	// pod reaches it over the veth through a scope-link /32 route, so the
+	// node must answer ARP for it on the host link: the kernel does when
+	// the address is assigned to any device of the node (arp_ignore=0, the
+	// default), as it is on cilium_host. Required.
 	Gateway net.IP
 
 	// Routes are the routes via Gateway installed in the pod after the
