@@ -74,10 +74,11 @@ func podSysctls(ifName string) []sysctl {
 // host end deletes the pair, wherever the peer is); an error during that
 // clean-up is joined to the returned one.
 //
-// Errors: ErrInvalidSpec (nothing changed); ErrNetnsNotFound for the pod
-// or host namespace (nothing changed); ErrHostLinkInUse when the name is
-// taken by a link that is not this container's veth (left untouched);
-// ctx's error when it ends between steps; netlink and sysctl errors.
+// Errors: ErrInvalidSpec, also when spec.NetnsPath is the host namespace
+// (nothing changed); ErrNetnsNotFound for the pod or host namespace
+// (nothing changed); ErrHostLinkInUse when the name is taken by a link
+// that is not this container's veth (left untouched); ctx's error when it
+// ends between steps; netlink and sysctl errors.
 func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err error) {
 	s, err := spec.normalize()
 	if err != nil {
@@ -102,6 +103,9 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 		return Result{}, err
 	}
 	defer podNS.Close()
+	if err := checkDistinct(hostNS, podNS); err != nil {
+		return Result{}, err
+	}
 	hostH, err := newHandle(hostNS)
 	if err != nil {
 		return Result{}, err
@@ -343,9 +347,10 @@ func deleteLink(h *netlink.Handle, name string) error {
 // A missing link or a missing pod namespace is not an error, so the call
 // can be repeated.
 //
-// Errors: ErrInvalidSpec for a bad name; ErrHostLinkInUse when hostIfName
-// is not a veth (it is left alone); ErrNetnsNotFound for a missing host
-// namespace; ctx's error; netlink errors.
+// Errors: ErrInvalidSpec for a bad name or a netnsPath that is the host
+// namespace; ErrHostLinkInUse when hostIfName is not a veth (it is left
+// alone); ErrNetnsNotFound for a missing host namespace; ctx's error;
+// netlink errors.
 func (h Host) RemoveEndpoint(ctx context.Context, hostIfName, netnsPath string) error {
 	if err := checkIfName(hostIfName); err != nil {
 		return fmt.Errorf("remove endpoint: %w: %v", ErrInvalidSpec, err)
@@ -367,7 +372,7 @@ func (h Host) RemoveEndpoint(ctx context.Context, hostIfName, netnsPath string) 
 		return nil
 	})
 	if err == nil && netnsPath != "" {
-		err = removePodLeftovers(hostIfName, netnsPath)
+		err = h.removePodLeftovers(hostIfName, netnsPath)
 	}
 	if err != nil {
 		return fmt.Errorf("remove endpoint %s: %w", hostIfName, err)
@@ -375,7 +380,7 @@ func (h Host) RemoveEndpoint(ctx context.Context, hostIfName, netnsPath string) 
 	return nil
 }
 
-func removePodLeftovers(hostIfName, netnsPath string) error {
+func (h Host) removePodLeftovers(hostIfName, netnsPath string) error {
 	podNS, err := openNetns(netnsPath)
 	if errors.Is(err, ErrNetnsNotFound) {
 		return nil
@@ -384,6 +389,14 @@ func removePodLeftovers(hostIfName, netnsPath string) error {
 		return err
 	}
 	defer podNS.Close()
+	hostNS, err := h.open()
+	if err != nil {
+		return err
+	}
+	defer hostNS.Close()
+	if err := checkDistinct(hostNS, podNS); err != nil {
+		return err
+	}
 	podH, err := newHandle(podNS)
 	if err != nil {
 		return err
@@ -411,9 +424,10 @@ func removePodLeftovers(hostIfName, netnsPath string) error {
 // container and has rp_filter 0; the pod has the /32 address and every
 // route. It reports every problem, not only the first.
 //
-// Errors: ErrInvalidSpec; ErrNetnsNotFound for the pod or host namespace;
-// otherwise a join of ErrLinkNotFound (a link is missing) and ErrMismatch
-// (anything else) errors, one per problem, each saying what and where.
+// Errors: ErrInvalidSpec (as for SetupEndpoint); ErrNetnsNotFound for the
+// pod or host namespace; otherwise a join of ErrLinkNotFound (a link is
+// missing) and ErrMismatch (anything else) errors, one per problem, each
+// saying what and where.
 func (h Host) CheckEndpoint(ctx context.Context, spec Spec) (err error) {
 	s, err := spec.normalize()
 	if err != nil {
@@ -437,6 +451,9 @@ func (h Host) CheckEndpoint(ctx context.Context, spec Spec) (err error) {
 		return err
 	}
 	defer podNS.Close()
+	if err := checkDistinct(hostNS, podNS); err != nil {
+		return err
+	}
 	hostH, err := newHandle(hostNS)
 	if err != nil {
 		return err

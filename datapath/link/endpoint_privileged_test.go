@@ -544,6 +544,25 @@ func TestPrivilegedSetupRollback(t *testing.T) {
 		assertNoEndpointLinks(t, node, podNL)
 	})
 
+	t.Run("pod netns is the node's", func(t *testing.T) {
+		bad := spec
+		bad.NetnsPath = node.ns.Path()
+		bad.IfName = "cellium_host" // would be deleted as a leftover
+		if _, err := node.host.SetupEndpoint(ctx, bad); !errors.Is(err, ErrInvalidSpec) {
+			t.Fatalf("SetupEndpoint = %v, want ErrInvalidSpec", err)
+		}
+		if err := node.host.CheckEndpoint(ctx, bad); !errors.Is(err, ErrInvalidSpec) {
+			t.Fatalf("CheckEndpoint = %v, want ErrInvalidSpec", err)
+		}
+		if err := node.host.RemoveEndpoint(ctx, "lxcnosuchlink", bad.NetnsPath); !errors.Is(err, ErrInvalidSpec) {
+			t.Fatalf("RemoveEndpoint = %v, want ErrInvalidSpec", err)
+		}
+		if l, err := linkByName(node.nl, "cellium_host"); l == nil || err != nil {
+			t.Fatalf("the node's cellium_host is gone: %v", err)
+		}
+		assertNoEndpointLinks(t, node, podNL)
+	})
+
 	t.Run("cancelled context", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()

@@ -135,3 +135,21 @@ func linkByName(h *netlink.Handle, name string) (netlink.Link, error) {
 	}
 	return l, nil
 }
+
+// checkDistinct refuses a pod namespace that is the host namespace: setup
+// deletes whatever link in the pod has the pod interface's name, which
+// there would be a node interface (a hostNetwork pod sent to the CNI by
+// mistake, a wrong path).
+func checkDistinct(host, pod ns.NetNS) error {
+	var hs, ps syscall.Stat_t
+	if err := syscall.Fstat(int(host.Fd()), &hs); err != nil {
+		return fmt.Errorf("stat netns %s: %w", host.Path(), err)
+	}
+	if err := syscall.Fstat(int(pod.Fd()), &ps); err != nil {
+		return fmt.Errorf("stat netns %s: %w", pod.Path(), err)
+	}
+	if hs.Dev == ps.Dev && hs.Ino == ps.Ino {
+		return fmt.Errorf("%w: pod netns %s is the host network namespace", ErrInvalidSpec, pod.Path())
+	}
+	return nil
+}
