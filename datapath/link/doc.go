@@ -6,8 +6,9 @@
 //
 // The package is plain Go: no cells, no background work, no package-level
 // state. Every netlink operation uses a handle bound to the network namespace
-// it acts on; code that must run inside a namespace (sysctl files) runs on a
-// locked OS thread through [ns.NetNS.Do], so a thread never goes back to the
+// it acts on; code that must run inside a namespace (opening those handles,
+// sysctl files) runs on a locked OS thread through the Do method of
+// containernetworking/plugins' ns.NetNS, so a thread never goes back to the
 // Go scheduler in the wrong namespace.
 //
 // The host side lives in the namespace named by a [Host]; the package-level

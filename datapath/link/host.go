@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -113,6 +114,7 @@ func (h Host) ListHostInterfaces() ([]HostLink, error) {
 			}
 			out = append(out, hl)
 		}
+		slices.SortFunc(out, func(a, b HostLink) int { return a.Index - b.Index })
 		return nil
 	})
 	if err != nil {

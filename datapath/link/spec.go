@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"slices"
 )
 
 const (
@@ -180,7 +181,7 @@ func (s Spec) normalize() (Spec, error) {
 	if ip4 == nil || !ip4.IsGlobalUnicast() {
 		return bad("pod address %q is not a unicast IPv4 address", s.IPv4)
 	}
-	s.IPv4 = ip4
+	s.IPv4 = slices.Clone(ip4)
 	gw := s.Gateway.To4()
 	// A link-local gateway (169.254.x.x) is allowed: the pod only reaches
 	// it through the scope-link route.
@@ -190,7 +191,7 @@ func (s Spec) normalize() (Spec, error) {
 	if gw.Equal(ip4) {
 		return bad("gateway %s is the pod address", gw)
 	}
-	s.Gateway = gw
+	s.Gateway = slices.Clone(gw)
 	routes := s.Routes
 	if len(routes) == 0 {
 		routes = []Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}}
@@ -207,7 +208,7 @@ func (s Spec) normalize() (Spec, error) {
 		}
 		via := s.Gateway
 		if r.Via != nil {
-			if via = r.Via.To4(); via == nil {
+			if via = slices.Clone(r.Via.To4()); via == nil {
 				return bad("route %s: next hop is not IPv4", r)
 			}
 		}
@@ -219,7 +220,7 @@ func (s Spec) normalize() (Spec, error) {
 			return bad("route %s: MTU outside %d..%d", r, minMTU, s.MTU)
 		}
 		s.Routes = append(s.Routes, Route{
-			Dst: net.IPNet{IP: dst, Mask: net.CIDRMask(ones, 32)},
+			Dst: net.IPNet{IP: slices.Clone(dst), Mask: net.CIDRMask(ones, 32)},
 			Via: via,
 			MTU: mtu,
 		})

@@ -131,3 +131,18 @@ func TestRandomMAC(t *testing.T) {
 		}
 	}
 }
+
+func TestSpecDoesNotAliasCaller(t *testing.T) {
+	spec := validSpec()
+	spec.IPv4 = net.IP{10, 0, 1, 5}
+	spec.Routes = []Route{{Dst: net.IPNet{IP: net.IP{10, 0, 0, 0}, Mask: net.CIDRMask(8, 32)}}}
+	s, err := spec.normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.IPv4[3] = 99
+	spec.Routes[0].Dst.IP[0] = 99
+	if s.IPv4.String() != "10.0.1.5" || s.Routes[0].Dst.IP.String() != "10.0.0.0" {
+		t.Errorf("normalized spec changed with the caller's: %v %v", s.IPv4, s.Routes[0].Dst)
+	}
+}
