@@ -1,0 +1,378 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ModulePath is the module path of the cellium repository; [RepoRoot] looks for
+// the go.mod that declares it.
+const ModulePath = "github.com/cellium/cellium"
+
+// Binaries are the absolute paths of the control-plane programs and the versions
+// they were built from.
+type Binaries struct {
+	Etcd                  string
+	KubeAPIServer         string
+	KubeControllerManager string
+
+	EtcdVersion       string // e.g. "v3.6.16", from tools/etcd/go.mod
+	KubernetesVersion string // e.g. "v1.37.2", from tools/k8s/go.mod
+}
+
+// EnsureBinaries returns the cached etcd, kube-apiserver and
+// kube-controller-manager binaries, building those that are missing from the
+// tools modules of the repository that contains the working directory.
+//
+// Binaries live in [CacheDir] under bin/<component>-<version>/, so a version bump
+// in tools/*/go.mod builds afresh. A build goes to a temporary directory beside
+// its destination and is renamed into place, so a cached binary is always
+// complete; a file lock per version makes concurrent callers (parallel test
+// packages) wait for one build instead of running their own. Progress goes to
+// log; a nil log discards it.
+//
+// Errors: the working directory is not inside the cellium checkout, the go
+// command is missing, a build fails (the error carries the tail of its output),
+// or ctx ends while building or waiting for another builder.
+func EnsureBinaries(ctx context.Context, log *slog.Logger) (Binaries, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	builds, bins, err := planBinaries()
+	if err != nil {
+		return Binaries{}, err
+	}
+	for _, b := range builds {
+		if err := b.ensure(ctx, log); err != nil {
+			return Binaries{}, err
+		}
+	}
+	return bins, nil
+}
+
+// binariesCached reports whether every binary [EnsureBinaries] would return is
+// already in the cache (so that calling it does not build).
+func binariesCached() (bool, error) {
+	builds, _, err := planBinaries()
+	if err != nil {
+		return false, err
+	}
+	for _, b := range builds {
+		if len(b.missing()) > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// planBinaries works out where each binary lives and how to build it.
+func planBinaries() ([]toolBuild, Binaries, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, Binaries{}, fmt.Errorf("locate binaries: %w", err)
+	}
+	root, err := RepoRoot(wd)
+	if err != nil {
+		return nil, Binaries{}, err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, Binaries{}, err
+	}
+	k8sMod := filepath.Join(root, "tools", "k8s")
+	k8sVersion, err := requiredVersion(filepath.Join(k8sMod, "go.mod"), "k8s.io/kubernetes")
+	if err != nil {
+		return nil, Binaries{}, err
+	}
+	etcdMod := filepath.Join(root, "tools", "etcd")
+	etcdVersion, err := requiredVersion(filepath.Join(etcdMod, "go.mod"), "go.etcd.io/etcd/server/v3")
+	if err != nil {
+		return nil, Binaries{}, err
+	}
+	k8s := toolBuild{
+		moduleDir: k8sMod,
+		version:   k8sVersion,
+		outDir:    filepath.Join(cache, "bin", "k8s-"+k8sVersion),
+		programs: []program{
+			{name: "kube-apiserver", pkg: "k8s.io/kubernetes/cmd/kube-apiserver", estimate: 10 * time.Minute},
+			{name: "kube-controller-manager", pkg: "k8s.io/kubernetes/cmd/kube-controller-manager", estimate: 3 * time.Minute},
+		},
+	}
+	etcd := toolBuild{
+		moduleDir: etcdMod,
+		version:   etcdVersion,
+		outDir:    filepath.Join(cache, "bin", "etcd-"+etcdVersion),
+		programs:  []program{{name: "etcd", pkg: ".", estimate: 2 * time.Minute}},
+	}
+	bins := Binaries{
+		Etcd:                  filepath.Join(etcd.outDir, "etcd"),
+		KubeAPIServer:         filepath.Join(k8s.outDir, "kube-apiserver"),
+		KubeControllerManager: filepath.Join(k8s.outDir, "kube-controller-manager"),
+		EtcdVersion:           etcdVersion,
+		KubernetesVersion:     k8sVersion,
+	}
+	return []toolBuild{etcd, k8s}, bins, nil
+}
+
+// RepoRoot returns the root of the cellium checkout that contains dir: the
+// closest ancestor (or dir itself) whose go.mod declares [ModulePath]. The
+// go.mod files of nested modules (tools/k8s, ...) are passed over.
+func RepoRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("find repository root: %w", err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		mod, err := modulePathOf(filepath.Join(d, "go.mod"))
+		if err == nil && mod == ModulePath {
+			return d, nil
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("find repository root: %w", err)
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("find repository root: no go.mod of module %s in %s or above it; run from inside the cellium checkout", ModulePath, dir)
+		}
+	}
+}
+
+// CacheDir returns the directory the harness caches binaries in:
+// $CELLIUM_CACHE_DIR if set, else $XDG_CACHE_HOME/cellium, else
+// ~/.cache/cellium.
+func CacheDir() (string, error) {
+	if d := os.Getenv("CELLIUM_CACHE_DIR"); d != "" {
+		return filepath.Abs(d)
+	}
+	d, err := os.UserCacheDir() // $XDG_CACHE_HOME or ~/.cache on Linux
+	if err != nil {
+		return "", fmt.Errorf("find cache directory (set CELLIUM_CACHE_DIR): %w", err)
+	}
+	return filepath.Join(d, "cellium"), nil
+}
+
+// modulePathOf returns the module path declared by a go.mod file.
+func modulePathOf(gomod string) (string, error) {
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(stripComment(line))
+		if len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`), nil
+		}
+	}
+	return "", fmt.Errorf("%s: no module line", gomod)
+}
+
+// requiredVersion returns the version of module mod required by a go.mod file,
+// from a single-line require or a require block.
+func requiredVersion(gomod, mod string) (string, error) {
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", fmt.Errorf("read tool versions: %w", err)
+	}
+	inRequire := false
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(stripComment(line))
+		switch {
+		case len(f) == 0:
+		case inRequire && f[0] == ")":
+			inRequire = false
+		case !inRequire && len(f) == 2 && f[0] == "require" && f[1] == "(":
+			inRequire = true
+		case inRequire && len(f) == 2 && f[0] == mod:
+			return f[1], nil
+		case !inRequire && len(f) == 3 && f[0] == "require" && f[1] == mod:
+			return f[2], nil
+		}
+	}
+	return "", fmt.Errorf("read tool versions: %s does not require %s", gomod, mod)
+}
+
+func stripComment(line string) string {
+	if i := strings.Index(line, "//"); i >= 0 {
+		return line[:i]
+	}
+	return line
+}
+
+// program is one main package of a tools module.
+type program struct {
+	name     string        // binary name
+	pkg      string        // package to build, relative to the module directory
+	estimate time.Duration // rough cold build time on 2 cores, for the progress message
+}
+
+// toolBuild builds programs of one tools module into a directory keyed by
+// version.
+type toolBuild struct {
+	moduleDir string
+	version   string
+	outDir    string
+	programs  []program
+}
+
+func (b toolBuild) missing() []program {
+	var out []program
+	for _, p := range b.programs {
+		if fi, err := os.Stat(filepath.Join(b.outDir, p.name)); err != nil || !fi.Mode().IsRegular() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ensure builds the missing programs, under the version's file lock.
+func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
+	if len(b.missing()) == 0 {
+		return nil
+	}
+	parent := filepath.Dir(b.outDir)
+	key := filepath.Base(b.outDir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("build %s: %w", key, err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(parent, "."+key+".lock"), func() {
+		log.Info(fmt.Sprintf("waiting for another process that is building %s into %s...", key, b.outDir))
+	})
+	if err != nil {
+		return fmt.Errorf("build %s: %w", key, err)
+	}
+	defer unlock()
+
+	missing := b.missing() // another process may have built them while we waited
+	if len(missing) == 0 {
+		return nil
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("build %s: the go command is needed to build the test binaries: %w", key, err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+key+".tmp-")
+	if err != nil {
+		return fmt.Errorf("build %s: %w", key, err)
+	}
+	defer os.RemoveAll(tmp)
+
+	var names, pkgs []string
+	var estimate time.Duration
+	for _, p := range missing {
+		names = append(names, p.name)
+		pkgs = append(pkgs, p.pkg)
+		estimate += p.estimate
+	}
+	what := fmt.Sprintf("%s %s", strings.Join(names, ", "), b.version)
+	log.Info(fmt.Sprintf("building %s (first time, ~%s)...", what, estimate.Round(time.Minute)), "module", b.moduleDir, "into", b.outDir)
+
+	start := time.Now()
+	out, err := runGoBuild(ctx, goCmd, b.moduleDir, tmp, pkgs, func() {
+		log.Info(fmt.Sprintf("still building %s (%s elapsed)...", what, time.Since(start).Round(time.Second)))
+	})
+	if err != nil {
+		return fmt.Errorf("build %s in %s: %w\n%s", what, b.moduleDir, err, tailLines(out, 30))
+	}
+	if err := os.MkdirAll(b.outDir, 0o755); err != nil {
+		return fmt.Errorf("build %s: %w", what, err)
+	}
+	for _, p := range missing {
+		if err := os.Rename(filepath.Join(tmp, p.name), filepath.Join(b.outDir, p.name)); err != nil {
+			return fmt.Errorf("build %s: install: %w", what, err)
+		}
+	}
+	log.Info(fmt.Sprintf("built %s in %s", what, time.Since(start).Round(time.Second)))
+	return nil
+}
+
+// runGoBuild runs `go build -trimpath -o outDir/ pkgs...` in moduleDir and
+// returns its combined output. progress is called every minute.
+func runGoBuild(ctx context.Context, goCmd, moduleDir, outDir string, pkgs []string, progress func()) ([]byte, error) {
+	args := append([]string{"build", "-trimpath", "-o", outDir + string(filepath.Separator)}, pkgs...)
+	cmd := exec.CommandContext(ctx, goCmd, args...)
+	cmd.Dir = moduleDir
+	// The tools modules are not part of any workspace.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	// If the test binary dies (go test's -timeout), take the build with it. The
+	// parent-death signal follows the thread that forked, so hold on to it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return out.Bytes(), err
+		case <-tick.C:
+			progress()
+		}
+	}
+}
+
+// lockFile takes an exclusive flock on path, polling so that ctx can end the
+// wait; waiting is called once if the lock is busy. The returned func releases
+// it.
+func lockFile(ctx context.Context, path string, waiting func()) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	fd := int(f.Fd())
+	told := false
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(fd, syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !told {
+			told = true
+			waiting()
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, context.Cause(ctx))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// tailLines returns the last n lines of b.
+func tailLines(b []byte, n int) string {
+	var lines []string
+	s := bufio.NewScanner(bytes.NewReader(b))
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
