@@ -148,39 +148,36 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 	}
 
 	tmpName := tempPeerName(s.HostIfName)
-	err = step(stepCreateVeth, func() error {
-		return hostH.LinkAdd(&netlink.Veth{
-			LinkAttrs: netlink.LinkAttrs{
-				Name:         s.HostIfName,
-				MTU:          s.MTU,
-				TxQLen:       txQueueLen,
-				HardwareAddr: hostMAC,
-			},
-			PeerName:         tmpName,
-			PeerHardwareAddr: podMAC,
-			PeerMTU:          uint32(s.MTU),
-			PeerTxQLen:       txQueueLen,
-		})
-	})
-	if err != nil {
+	veth := &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{
+			Name:         s.HostIfName,
+			MTU:          s.MTU,
+			TxQLen:       txQueueLen,
+			HardwareAddr: hostMAC,
+		},
+		PeerName:         tmpName,
+		PeerHardwareAddr: podMAC,
+		PeerMTU:          uint32(s.MTU),
+		PeerTxQLen:       txQueueLen,
+	}
+	if err := step(stepCreateVeth, func() error { return hostH.LinkAdd(veth) }); err != nil {
 		return Result{}, err
 	}
-	// From here on the pair exists: undo it on any failure.
+	// From here on the pair exists: undo it on any failure. LinkAdd
+	// looked up the new link's ifindex; deleting by index (and name)
+	// removes exactly the link this call made.
 	defer func() {
 		if err != nil {
-			if rerr := deleteLink(hostH, s.HostIfName); rerr != nil {
+			if rerr := deleteCreated(hostH, veth.Index, s.HostIfName); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("roll back: %w", rerr))
 			}
 		}
 	}()
 
-	var hostLink, podLink netlink.Link
+	hostLink := netlink.Link(veth)
+	var podLink netlink.Link
 	if err := step(stepLabelHost, func() error {
 		// The kernel ignores IFLA_IFALIAS when it creates a link.
-		var err error
-		if hostLink, err = hostH.LinkByName(s.HostIfName); err != nil {
-			return err
-		}
 		return hostH.LinkSetAlias(hostLink, hostAlias(s.ContainerID, s.IfName))
 	}); err != nil {
 		return Result{}, err
@@ -333,6 +330,29 @@ func deleteLink(h *netlink.Handle, name string) error {
 	l, err := linkByName(h, name)
 	if err != nil || l == nil {
 		return err
+	}
+	if err := h.LinkDel(l); err != nil && !isLinkNotFound(err) {
+		return fmt.Errorf("delete link %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteCreated deletes the link with ifindex index if it is still called
+// name, or the link called name when the index is unknown (0). A missing
+// link is not an error.
+func deleteCreated(h *netlink.Handle, index int, name string) error {
+	if index == 0 {
+		return deleteLink(h, name)
+	}
+	l, err := h.LinkByIndex(index)
+	if isLinkNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up link %d: %w", index, err)
+	}
+	if l.Attrs().Name != name {
+		return nil
 	}
 	if err := h.LinkDel(l); err != nil && !isLinkNotFound(err) {
 		return fmt.Errorf("delete link %s: %w", name, err)
