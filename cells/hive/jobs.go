@@ -226,3 +226,31 @@ func (j *tableObserver[Obj]) run(ctx context.Context, h Health, log *slog.Logger
 		}
 	}
 }
+
+type service struct {
+	name  string
+	start func() error
+	runFn func(ctx context.Context, h Health)
+}
+
+// Service runs a long-lived loop: start (may be nil) runs synchronously in
+// the start hook, so that work the loop depends on (a subscription, a
+// listener) exists once the hive has started; run then runs in its own
+// goroutine until ctx is cancelled at stop. Reconcilers run as services.
+func Service(name string, start func() error, run func(ctx context.Context, h Health)) Job {
+	return &service{name: name, start: start, runFn: run}
+}
+
+func (s *service) jobName() string { return s.name }
+
+func (s *service) prepare() error {
+	if s.start == nil {
+		return nil
+	}
+	return s.start()
+}
+
+func (s *service) run(ctx context.Context, h Health, _ *slog.Logger) {
+	s.runFn(ctx, h)
+	h.Stopped("stopped")
+}

@@ -1,0 +1,368 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/statedb"
+)
+
+// Reconciler reconciles one table into one target. Create it with New,
+// call Subscribe before the objects it must see are written (a start hook),
+// then Run in a goroutine.
+type Reconciler[Obj any] struct {
+	cfg     Config[Obj]
+	db      *statedb.DB
+	changes statedb.ChangeIterator[Obj]
+	batch   BatchOperations[Obj]
+
+	retries   map[string]*retryItem[Obj]
+	lastErr   error
+	fullAfter time.Time // earliest next full reconciliation after a failure
+	fullFails int
+}
+
+type retryItem[Obj any] struct {
+	obj      Obj
+	delete   bool
+	attempts int
+	at       time.Time
+	err      error
+}
+
+// New validates cfg and creates a reconciler. It starts nothing.
+func New[Obj any](db *statedb.DB, cfg Config[Obj]) (*Reconciler[Obj], error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reconciler[Obj]{cfg: cfg, db: db, retries: map[string]*retryItem[Obj]{}}
+	r.batch, _ = cfg.Operations.(BatchOperations[Obj])
+	return r, nil
+}
+
+// Subscribe starts following the table's changes; every object in the
+// table now or later will be seen by Run.
+func (r *Reconciler[Obj]) Subscribe() error {
+	wtxn := r.db.WriteTxn(r.cfg.Table)
+	changes, err := r.cfg.Table.Changes(wtxn)
+	wtxn.Commit()
+	if err != nil {
+		return fmt.Errorf("reconciler %s: subscribe to %s: %w", r.cfg.Name, r.cfg.Table.Name(), err)
+	}
+	r.changes = changes
+	return nil
+}
+
+// Run reconciles until ctx is cancelled. The first full reconciliation
+// (with pruning) waits until the table is initialized, so that nothing is
+// pruned before the writers have filled the table.
+func (r *Reconciler[Obj]) Run(ctx context.Context, health Health) {
+	if r.changes == nil {
+		if err := r.Subscribe(); err != nil {
+			health.Degraded("subscribe", err)
+			return
+		}
+	}
+	defer r.changes.Close()
+
+	var fullTick <-chan time.Time
+	if r.cfg.FullInterval > 0 {
+		t := time.NewTicker(r.cfg.FullInterval)
+		defer t.Stop()
+		fullTick = t.C
+	}
+	initialized, initWatch := r.cfg.Table.Initialized(r.db.ReadTxn())
+	needFull := true
+	retryTimer := time.NewTimer(time.Hour)
+	defer retryTimer.Stop()
+
+	for {
+		watch := r.incremental(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if initialized && needFull && !time.Now().Before(r.fullAfter) {
+			r.full(ctx)
+			needFull = false
+		}
+		r.retry(ctx)
+		r.report(health)
+
+		wait := time.Hour
+		if next, ok := r.nextRetry(); ok {
+			wait = time.Until(next)
+		}
+		if needFull && initialized && !r.fullAfter.IsZero() {
+			wait = min(wait, time.Until(r.fullAfter))
+		}
+		retryTimer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-retryTimer.C:
+		case <-fullTick:
+			needFull = true
+		case <-initWatch:
+			initialized, initWatch = true, nil
+		}
+	}
+}
+
+type statusUpdate[Obj any] struct {
+	obj    Obj
+	rev    statedb.Revision
+	status Status
+}
+
+// incremental processes up to RoundLimit changes and writes their status.
+// It returns the channel that closes when more changes are available.
+func (r *Reconciler[Obj]) incremental(ctx context.Context) <-chan struct{} {
+	txn := r.db.ReadTxn()
+	changes, watch := r.changes.Next(txn)
+	var (
+		updates []statusUpdate[Obj]
+		upsert  []BatchEntry[Obj]
+		upRevs  []statedb.Revision
+		dels    []BatchEntry[Obj]
+		n       int
+	)
+	for change := range changes {
+		rev := change.Revision
+		key := r.key(change.Object)
+		if change.Deleted {
+			delete(r.retries, key)
+			dels = append(dels, BatchEntry[Obj]{Object: change.Object})
+		} else if r.cfg.GetStatus(change.Object).Kind == StatusPending {
+			upsert = append(upsert, BatchEntry[Obj]{Object: change.Object})
+			upRevs = append(upRevs, rev)
+		}
+		if n++; n >= r.cfg.RoundLimit {
+			break
+		}
+	}
+	r.apply(ctx, txn, upsert, false)
+	r.apply(ctx, txn, dels, true)
+	for i, e := range upsert {
+		key := r.key(e.Object)
+		if e.Result != nil {
+			r.scheduleRetry(key, e.Object, false, e.Result)
+			updates = append(updates, statusUpdate[Obj]{e.Object, upRevs[i], Failed(e.Result)})
+		} else {
+			delete(r.retries, key)
+			updates = append(updates, statusUpdate[Obj]{e.Object, upRevs[i], Done()})
+		}
+	}
+	for _, e := range dels {
+		if e.Result != nil {
+			r.scheduleRetry(r.key(e.Object), e.Object, true, e.Result)
+		}
+	}
+	r.writeStatuses(updates)
+	if n >= r.cfg.RoundLimit {
+		// More may be waiting: come back immediately.
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return watch
+}
+
+// apply runs Update (or Delete) on every entry, in one batch call when the
+// target supports it, and records the outcome in each entry.
+func (r *Reconciler[Obj]) apply(ctx context.Context, txn statedb.ReadTxn, entries []BatchEntry[Obj], del bool) {
+	if len(entries) == 0 {
+		return
+	}
+	op := "update"
+	if del {
+		op = "delete"
+	}
+	if r.batch != nil {
+		t0 := time.Now()
+		if del {
+			r.batch.DeleteBatch(ctx, txn, entries)
+		} else {
+			r.batch.UpdateBatch(ctx, txn, entries)
+		}
+		var errs []error
+		for _, e := range entries {
+			errs = append(errs, e.Result)
+		}
+		r.observe(op+"-batch", time.Since(t0), errors.Join(errs...))
+		return
+	}
+	for i := range entries {
+		t0 := time.Now()
+		if del {
+			entries[i].Result = r.cfg.Operations.Delete(ctx, txn, entries[i].Object)
+		} else {
+			entries[i].Result = r.cfg.Operations.Update(ctx, txn, entries[i].Object)
+		}
+		r.observe(op, time.Since(t0), entries[i].Result)
+	}
+}
+
+// full reconciles every object again and prunes the target.
+func (r *Reconciler[Obj]) full(ctx context.Context) {
+	txn := r.db.ReadTxn()
+	var updates []statusUpdate[Obj]
+	for obj, rev := range r.cfg.Table.All(txn) {
+		t0 := time.Now()
+		err := r.cfg.Operations.Update(ctx, txn, obj)
+		r.observe("update", time.Since(t0), err)
+		old := r.cfg.GetStatus(obj)
+		key := r.key(obj)
+		if err != nil {
+			r.scheduleRetry(key, obj, false, err)
+			updates = append(updates, statusUpdate[Obj]{obj, rev, Failed(err)})
+			continue
+		}
+		delete(r.retries, key)
+		if old.Kind != StatusDone {
+			updates = append(updates, statusUpdate[Obj]{obj, rev, Done()})
+		}
+	}
+	t0 := time.Now()
+	err := r.cfg.Operations.Prune(ctx, txn, r.cfg.Table.All(txn))
+	r.observe("prune", time.Since(t0), err)
+	if err != nil {
+		r.lastErr = fmt.Errorf("prune: %w", err)
+		r.fullFails++
+		r.fullAfter = time.Now().Add(r.backoff(r.fullFails))
+	} else {
+		r.fullFails, r.fullAfter = 0, time.Time{}
+		for key, item := range r.retries {
+			if item.delete {
+				delete(r.retries, key) // pruning removed it
+			}
+		}
+	}
+	r.writeStatuses(updates)
+}
+
+// retry re-runs operations whose backoff has expired, against the
+// current version of each object.
+func (r *Reconciler[Obj]) retry(ctx context.Context) {
+	now := time.Now()
+	txn := r.db.ReadTxn()
+	var updates []statusUpdate[Obj]
+	for key, item := range r.retries {
+		if item.at.After(now) {
+			continue
+		}
+		cur, rev, found := r.current(txn, item.obj)
+		if item.delete {
+			if found {
+				delete(r.retries, key) // desired again; the insert is reconciled
+				continue
+			}
+			t0 := time.Now()
+			err := r.cfg.Operations.Delete(ctx, txn, item.obj)
+			r.observe("delete", time.Since(t0), err)
+			if err != nil {
+				r.scheduleRetry(key, item.obj, true, err)
+			} else {
+				delete(r.retries, key)
+			}
+			continue
+		}
+		if !found || r.cfg.GetStatus(cur).Kind == StatusDone {
+			delete(r.retries, key)
+			continue
+		}
+		t0 := time.Now()
+		err := r.cfg.Operations.Update(ctx, txn, cur)
+		r.observe("update", time.Since(t0), err)
+		if err != nil {
+			r.scheduleRetry(key, cur, false, err)
+			updates = append(updates, statusUpdate[Obj]{cur, rev, Failed(err)})
+		} else {
+			delete(r.retries, key)
+			updates = append(updates, statusUpdate[Obj]{cur, rev, Done()})
+		}
+	}
+	r.writeStatuses(updates)
+}
+
+func (r *Reconciler[Obj]) current(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {
+	q, ok := r.cfg.Table.PrimaryIndexer().QueryFromObject(obj)
+	if !ok {
+		var zero Obj
+		return zero, 0, false
+	}
+	return r.cfg.Table.Get(txn, q)
+}
+
+// writeStatuses stores outcomes, skipping objects changed since they were
+// read: their new version is pending and will be reconciled.
+func (r *Reconciler[Obj]) writeStatuses(updates []statusUpdate[Obj]) {
+	if len(updates) == 0 {
+		return
+	}
+	wtxn := r.db.WriteTxn(r.cfg.Table)
+	defer wtxn.Abort()
+	for _, u := range updates {
+		_, _, err := r.cfg.Table.CompareAndSwap(wtxn, u.rev, r.cfg.SetStatus(u.obj, u.status))
+		if err != nil && !errors.Is(err, statedb.ErrRevisionNotEqual) && !errors.Is(err, statedb.ErrObjectNotFound) {
+			r.lastErr = fmt.Errorf("write status: %w", err)
+		}
+	}
+	wtxn.Commit()
+}
+
+func (r *Reconciler[Obj]) scheduleRetry(key string, obj Obj, del bool, err error) {
+	item, ok := r.retries[key]
+	if !ok || item.delete != del {
+		item = &retryItem[Obj]{delete: del}
+		r.retries[key] = item
+	}
+	item.obj, item.err = obj, err
+	item.attempts++
+	item.at = time.Now().Add(r.backoff(item.attempts))
+	r.lastErr = err
+}
+
+// backoff is RetryMin doubled per failed attempt, capped at RetryMax.
+func (r *Reconciler[Obj]) backoff(attempts int) time.Duration {
+	d := r.cfg.RetryMin
+	for i := 1; i < attempts && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.RetryMax)
+}
+
+func (r *Reconciler[Obj]) nextRetry() (time.Time, bool) {
+	var next time.Time
+	for _, item := range r.retries {
+		if next.IsZero() || item.at.Before(next) {
+			next = item.at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+func (r *Reconciler[Obj]) report(h Health) {
+	if r.cfg.Metrics != nil {
+		r.cfg.Metrics.Errors(r.cfg.Name, len(r.retries))
+	}
+	if len(r.retries) == 0 && r.fullAfter.IsZero() {
+		r.lastErr = nil
+		h.OK("reconciled")
+		return
+	}
+	h.Degraded(fmt.Sprintf("%d objects failing, retrying", len(r.retries)), r.lastErr)
+}
+
+func (r *Reconciler[Obj]) observe(op string, d time.Duration, err error) {
+	if r.cfg.Metrics != nil {
+		r.cfg.Metrics.Operation(r.cfg.Name, op, d, err)
+	}
+}
+
+func (r *Reconciler[Obj]) key(obj Obj) string {
+	k, _ := r.cfg.Table.PrimaryIndexer().ObjectToKey(obj)
+	return string(k)
+}
