@@ -221,7 +221,7 @@ func (p *Pool) exhaustedError() error {
 	for i, r := range p.ranges {
 		names[i] = r.prefix.String()
 	}
-	return fmt.Errorf("%w: all %d usable addresses of %s are allocated (%s holds one for the router)",
+	return fmt.Errorf("%w: all %d usable addresses of %s are allocated, %s to the router; delete pods or give the node more pod CIDRs",
 		ErrPoolExhausted, p.usable, strings.Join(names, ", "), p.router)
 }
 
