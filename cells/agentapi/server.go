@@ -1,0 +1,236 @@
+package agentapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/statedb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cellium/cellium/cells/hive"
+)
+
+// APIVersionPrefix prefixes every path of the API.
+const APIVersionPrefix = "/v1"
+
+// Handler is one route of the API. Pattern is a net/http pattern below
+// /v1, e.g. "GET /endpoint/{id}".
+type Handler struct {
+	Pattern string
+	Handler http.HandlerFunc
+}
+
+// HandlersOut contributes handlers to the API server from a constructor.
+type HandlersOut struct {
+	hive.Out
+	Handlers []Handler `group:"agent-api-handlers,flatten"`
+}
+
+// Error is the JSON body of every failed request.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// WriteError writes an Error with the HTTP status code.
+func WriteError(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: fmt.Sprintf(format, args...)})
+}
+
+// WriteJSON writes v as JSON with status 200, or as YAML when the request
+// asks for it (?format=yaml).
+func WriteJSON(w http.ResponseWriter, r *http.Request, v any) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, "encode response: %v", err)
+		return
+	}
+	if r != nil && r.URL.Query().Get("format") == "yaml" {
+		if data, err = yaml.JSONToYAML(data); err != nil {
+			WriteError(w, http.StatusInternalServerError, "encode response as YAML: %v", err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	_, _ = w.Write(append(data, '\n'))
+}
+
+type serverParams struct {
+	hive.In
+	Config    Config
+	Lifecycle hive.Lifecycle
+	Log       *slog.Logger
+	Handlers  []Handler `group:"agent-api-handlers"`
+}
+
+func registerServer(p serverParams) error {
+	mux := http.NewServeMux()
+	for _, h := range p.Handlers {
+		method, path, ok := strings.Cut(h.Pattern, " ")
+		if !ok {
+			method, path = "", h.Pattern
+		}
+		pattern := strings.TrimSpace(method + " " + APIVersionPrefix + path)
+		if err := registerSafely(mux, pattern, h.Handler); err != nil {
+			return err
+		}
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, "no such API path %s %s", r.Method, r.URL.Path)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	p.Lifecycle.Append(hive.Hook{
+		Name: "agent-api-server",
+		OnStart: func(context.Context) error {
+			ln, err := Listen(p.Config.SocketPath)
+			if err != nil {
+				return err
+			}
+			p.Log.Info("serving agent API", "socket", p.Config.SocketPath)
+			go func() {
+				defer close(done)
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					p.Log.Error("agent API server failed", "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			err := srv.Shutdown(ctx)
+			<-done
+			_ = os.Remove(p.Config.SocketPath)
+			return err
+		},
+	})
+	return nil
+}
+
+func registerSafely(mux *http.ServeMux, pattern string, h http.HandlerFunc) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("register API handler %q: %v", pattern, r)
+		}
+	}()
+	mux.HandleFunc(pattern, h)
+	return nil
+}
+
+// Listen creates the socket's directory (0750) and the socket (0660),
+// replacing a stale socket file left by a previous run.
+func Listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("create API socket directory: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale API socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on API socket %s (--socket-path): %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod API socket %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// HealthResponse is the body of GET /v1/healthz.
+type HealthResponse struct {
+	// State is "Ok" when every module is ok or stopped, else "Degraded".
+	State   string              `json:"state"`
+	Modules []hive.HealthStatus `json:"modules"`
+}
+
+func healthHandlers(reporter hive.HealthReporter) HandlersOut {
+	return HandlersOut{Handlers: []Handler{{
+		Pattern: "GET /healthz",
+		Handler: func(w http.ResponseWriter, r *http.Request) {
+			resp := HealthResponse{State: "Ok", Modules: reporter.Modules()}
+			if r.URL.Query().Get("verbose") == "true" {
+				resp.Modules = reporter.Statuses()
+			}
+			for _, m := range resp.Modules {
+				if m.Level == hive.LevelDegraded {
+					resp.State = "Degraded"
+				}
+			}
+			WriteJSON(w, r, resp)
+		},
+	}}}
+}
+
+// TableInfo is one row of GET /v1/statedb.
+type TableInfo struct {
+	Name        string   `json:"name"`
+	Objects     int      `json:"objects"`
+	Initialized bool     `json:"initialized"`
+	Pending     []string `json:"pendingInitializers,omitempty"`
+	Indexes     []string `json:"indexes"`
+}
+
+func statedbHandlers(db *statedb.DB) HandlersOut {
+	return HandlersOut{Handlers: []Handler{
+		{
+			Pattern: "GET /statedb",
+			Handler: func(w http.ResponseWriter, r *http.Request) {
+				txn := db.ReadTxn()
+				var out []TableInfo
+				for _, t := range db.GetTables(txn) {
+					init, _ := t.Initialized(txn)
+					out = append(out, TableInfo{Name: t.Name(), Objects: t.NumObjects(txn), Initialized: init,
+						Pending: t.PendingInitializers(txn), Indexes: t.Indexes()})
+				}
+				slices.SortFunc(out, func(a, b TableInfo) int { return strings.Compare(a.Name, b.Name) })
+				WriteJSON(w, r, out)
+			},
+		},
+		{
+			Pattern: "GET /statedb/{table}",
+			Handler: func(w http.ResponseWriter, r *http.Request) {
+				name := r.PathValue("table")
+				txn := db.ReadTxn()
+				if db.GetTable(txn, name) == nil {
+					var names []string
+					for _, t := range db.GetTables(txn) {
+						names = append(names, t.Name())
+					}
+					slices.Sort(names)
+					WriteError(w, http.StatusNotFound, "no table %q; tables: %s", name, strings.Join(names, ", "))
+					return
+				}
+				var buf strings.Builder
+				if err := txn.WriteJSON(&buf, name); err != nil {
+					WriteError(w, http.StatusInternalServerError, "dump table %s: %v", name, err)
+					return
+				}
+				// WriteJSON emits {"table": [objects...]}; return the objects.
+				var dump map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(buf.String()), &dump); err != nil {
+					WriteError(w, http.StatusInternalServerError, "decode dump of %s: %v", name, err)
+					return
+				}
+				objs := dump[name]
+				if objs == nil {
+					objs = json.RawMessage("[]")
+				}
+				WriteJSON(w, r, objs)
+			},
+		},
+	}}
+}

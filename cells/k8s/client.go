@@ -1,0 +1,156 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	apiextclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cellium/cellium/api/client/clientset/versioned"
+	"github.com/cellium/cellium/cells/hive"
+)
+
+// ErrNotConfigured is returned when no Kubernetes API is configured: no
+// --k8s-kubeconfig-path, no --k8s-api-server and not running in a pod.
+var ErrNotConfigured = errors.New("no Kubernetes API configured: pass --k8s-kubeconfig-path or --k8s-api-server, or run in a pod")
+
+// Clientset is the Kubernetes client: the core API, cilium.io and
+// apiextensions.
+type Clientset interface {
+	kubernetes.Interface
+	// Cilium is the typed client of cilium.io resources.
+	Cilium() versioned.Interface
+	// APIExtensions manages CRDs.
+	APIExtensions() apiextclientset.Interface
+	// RESTConfig is the configuration the clients were made with.
+	RESTConfig() *rest.Config
+	// IsEnabled is false when no API server is configured; the other
+	// methods must not be used then.
+	IsEnabled() bool
+}
+
+type clientset struct {
+	*kubernetes.Clientset
+	cilium  versioned.Interface
+	apiext  apiextclientset.Interface
+	config  *rest.Config
+	enabled bool
+}
+
+func (c *clientset) Cilium() versioned.Interface              { return c.cilium }
+func (c *clientset) APIExtensions() apiextclientset.Interface { return c.apiext }
+func (c *clientset) RESTConfig() *rest.Config                 { return c.config }
+func (c *clientset) IsEnabled() bool                          { return c.enabled }
+
+// RESTConfigFromFlags builds the client configuration from the flags, or
+// returns ErrNotConfigured.
+func RESTConfigFromFlags(cfg Config, lookupEnv func(string) (string, bool)) (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	host, _ := lookupEnv("KUBERNETES_SERVICE_HOST")
+	inCluster := host != ""
+	switch {
+	case cfg.K8sKubeconfigPath != "":
+		rc, err = clientcmd.BuildConfigFromFlags(cfg.K8sAPIServer, cfg.K8sKubeconfigPath)
+		if err != nil {
+			return nil, fmt.Errorf("load --k8s-kubeconfig-path=%s: %w", cfg.K8sKubeconfigPath, err)
+		}
+	case cfg.K8sAPIServer != "":
+		rc = &rest.Config{Host: cfg.K8sAPIServer}
+	case inCluster:
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration: %w", err)
+		}
+	default:
+		return nil, ErrNotConfigured
+	}
+	rc.QPS = cfg.K8sClientQPS
+	rc.Burst = cfg.K8sClientBurst
+	return rc, nil
+}
+
+// ClientsetParams are NewClientset's inputs.
+type ClientsetParams struct {
+	hive.In
+
+	Config    Config
+	Lifecycle hive.Lifecycle
+	Log       *slog.Logger
+	UserAgent UserAgent `optional:"true"`
+}
+
+// UserAgent names the binary in requests ("cellium-agent").
+type UserAgent string
+
+// NewClientset creates the clients from the flags. It reads the kubeconfig
+// file but contacts nobody; the start hook waits until the API server
+// answers. Without any configuration the clientset is disabled.
+func NewClientset(p ClientsetParams) (Clientset, error) {
+	rc, err := RESTConfigFromFlags(p.Config, os.LookupEnv)
+	if errors.Is(err, ErrNotConfigured) {
+		p.Log.Info("Kubernetes client disabled", "reason", err)
+		return &clientset{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.UserAgent != "" {
+		rc.UserAgent = string(p.UserAgent)
+	}
+	cs, err := NewClientsetFromConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	p.Lifecycle.Append(hive.Hook{
+		Name:    "k8s-client-connect",
+		Timeout: 2 * time.Minute,
+		OnStart: func(ctx context.Context) error { return waitForAPIServer(ctx, cs, p.Log) },
+	})
+	return cs, nil
+}
+
+// NewClientsetFromConfig creates an enabled clientset from a REST config.
+func NewClientsetFromConfig(rc *rest.Config) (Clientset, error) {
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	cilium, err := versioned.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create cilium.io client: %w", err)
+	}
+	apiext, err := apiextclientset.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create apiextensions client: %w", err)
+	}
+	return &clientset{Clientset: core, cilium: cilium, apiext: apiext, config: rc, enabled: true}, nil
+}
+
+// waitForAPIServer retries /version until the API server answers.
+func waitForAPIServer(ctx context.Context, cs Clientset, log *slog.Logger) error {
+	backoff := 100 * time.Millisecond
+	for {
+		v, err := cs.Discovery().ServerVersion()
+		if err == nil {
+			log.Info("connected to Kubernetes API server", "host", cs.RESTConfig().Host, "version", v.GitVersion)
+			return nil
+		}
+		log.Warn("Kubernetes API server not reachable yet", "host", cs.RESTConfig().Host, "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connect to Kubernetes API server %s: %w", cs.RESTConfig().Host, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}

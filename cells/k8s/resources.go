@@ -1,0 +1,217 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+)
+
+// NodeName is the name of the node this agent runs on.
+type NodeName string
+
+// NodeNameFromEnv reads the node name from K8S_NODE_NAME, as Cilium does,
+// falling back to the host name.
+func NodeNameFromEnv() (NodeName, error) {
+	if n := os.Getenv("K8S_NODE_NAME"); n != "" {
+		return NodeName(n), nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("node name: K8S_NODE_NAME is not set and the host name is unknown: %w", err)
+	}
+	return NodeName(h), nil
+}
+
+// listWatch makes the ListerWatcher of a resource.
+type listWatch func(cs Clientset) cache.ListerWatcher
+
+// resource is a module that owns one table and mirrors one resource
+// into it. The writable table stays inside the module; everyone gets the
+// read-only statedb.Table[T].
+func resource[T k8stables.Object](id, title string, newTable func(*statedb.DB) (statedb.RWTable[T], error), newLW any) hive.Cell {
+	return hive.Module(id, title,
+		// The table is written only by this module's reflector.
+		hive.ProvidePrivate(newTable),
+		// Everyone else reads it.
+		hive.Provide(statedb.RWTable[T].ToTable),
+		// The ListerWatcher; may depend on the node name.
+		hive.ProvidePrivate(newLW),
+		// The reflector job; it marks the table initialized after the first list.
+		hive.Invoke(registerReflector[T]),
+	)
+}
+
+func registerReflector[T k8stables.Object](db *statedb.DB, table statedb.RWTable[T], cs Clientset, lw listWatch, jobs hive.Jobs) error {
+	txn := db.WriteTxn(table)
+	done := table.RegisterInitializer(txn, "k8s-reflector")
+	txn.Commit()
+	store := &tableStore[T]{db: db, table: table, initDone: done}
+	jobs.Add(hive.Service("reflect-"+table.Name(),
+		func() error {
+			if !cs.IsEnabled() {
+				return fmt.Errorf("mirror %s: %w", table.Name(), ErrNotConfigured)
+			}
+			return nil
+		},
+		func(ctx context.Context, h hive.Health) {
+			var zero T
+			r := cache.NewReflectorWithOptions(lw(cs), zero, store, cache.ReflectorOptions{Name: table.Name()})
+			h.OK("watching")
+			r.RunWithContext(ctx)
+		}))
+	return nil
+}
+
+// tableStore is the reflector's store: it writes into the table.
+type tableStore[T k8stables.Object] struct {
+	db       *statedb.DB
+	table    statedb.RWTable[T]
+	initDone func(statedb.WriteTxn)
+}
+
+func (s *tableStore[T]) Add(obj any) error    { return s.upsert(obj) }
+func (s *tableStore[T]) Update(obj any) error { return s.upsert(obj) }
+func (s *tableStore[T]) Resync() error        { return nil }
+
+func (s *tableStore[T]) upsert(obj any) error {
+	o, ok := obj.(T)
+	if !ok {
+		return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), obj)
+	}
+	o.SetManagedFields(nil)
+	txn := s.db.WriteTxn(s.table)
+	defer txn.Abort()
+	if _, _, err := s.table.Insert(txn, o); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+func (s *tableStore[T]) Delete(obj any) error {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	o, ok := obj.(T)
+	if !ok {
+		return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), obj)
+	}
+	txn := s.db.WriteTxn(s.table)
+	defer txn.Abort()
+	if _, _, err := s.table.Delete(txn, o); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// Replace makes the table exactly the listed objects and, the first time,
+// marks it initialized.
+func (s *tableStore[T]) Replace(list []any, _ string) error {
+	txn := s.db.WriteTxn(s.table)
+	defer txn.Abort()
+	keep := make(map[string]bool, len(list))
+	for _, item := range list {
+		o, ok := item.(T)
+		if !ok {
+			return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), item)
+		}
+		o.SetManagedFields(nil)
+		keep[k8stables.Key(o)] = true
+		if _, _, err := s.table.Insert(txn, o); err != nil {
+			return err
+		}
+	}
+	for obj := range s.table.All(txn) {
+		if !keep[k8stables.Key(obj)] {
+			if _, _, err := s.table.Delete(txn, obj); err != nil {
+				return err
+			}
+		}
+	}
+	if s.initDone != nil {
+		s.initDone(txn)
+		s.initDone = nil
+	}
+	txn.Commit()
+	return nil
+}
+
+func everything(lw func(namespace string, sel fields.Selector) cache.ListerWatcher) listWatch {
+	return func(Clientset) cache.ListerWatcher { return lw("", fields.Everything()) }
+}
+
+// Resource cells. Each provides statedb.Table[T] of its resource.
+var (
+	// LocalPodsCell mirrors the pods scheduled to this node (K8S_NODE_NAME).
+	LocalPodsCell = resource("pods", "Pods of this node", k8stables.NewPodsTable,
+		func(node NodeName) listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				return cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "", fields.OneTermEqualSelector("spec.nodeName", string(node)))
+			}
+		})
+	// AllPodsCell mirrors every pod of the cluster (operator).
+	AllPodsCell = resource("pods", "Pods of all nodes", k8stables.NewPodsTable,
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				return cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "", fields.Everything())
+			}
+		})
+	// NamespacesCell mirrors namespaces.
+	NamespacesCell = resource("namespaces", "Namespaces", k8stables.NewNamespacesTable,
+		func() listWatch { return coreLW("namespaces") })
+	// NodesCell mirrors nodes.
+	NodesCell = resource("nodes", "Nodes", k8stables.NewNodesTable,
+		func() listWatch { return coreLW("nodes") })
+	// NetworkPoliciesCell mirrors Kubernetes NetworkPolicies.
+	NetworkPoliciesCell = resource("network-policies", "Kubernetes NetworkPolicies", k8stables.NewNetworkPoliciesTable,
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				return cache.NewListWatchFromClient(cs.NetworkingV1().RESTClient(), "networkpolicies", "", fields.Everything())
+			}
+		})
+	// CNPsCell mirrors CiliumNetworkPolicies.
+	CNPsCell = resource("cnps", "CiliumNetworkPolicies", k8stables.NewCNPsTable,
+		func() listWatch { return ciliumLW("ciliumnetworkpolicies") })
+	// CCNPsCell mirrors CiliumClusterwideNetworkPolicies.
+	CCNPsCell = resource("ccnps", "CiliumClusterwideNetworkPolicies", k8stables.NewCCNPsTable,
+		func() listWatch { return ciliumLW("ciliumclusterwidenetworkpolicies") })
+	// CiliumEndpointsCell mirrors CiliumEndpoints.
+	CiliumEndpointsCell = resource("cilium-endpoints", "CiliumEndpoints", k8stables.NewCiliumEndpointsTable,
+		func() listWatch { return ciliumLW("ciliumendpoints") })
+	// CiliumNodesCell mirrors CiliumNodes.
+	CiliumNodesCell = resource("cilium-nodes", "CiliumNodes", k8stables.NewCiliumNodesTable,
+		func() listWatch { return ciliumLW("ciliumnodes") })
+	// CiliumIdentitiesCell mirrors CiliumIdentities.
+	CiliumIdentitiesCell = resource("cilium-identities", "CiliumIdentities", k8stables.NewCiliumIdentitiesTable,
+		func() listWatch { return ciliumLW("ciliumidentities") })
+)
+
+func coreLW(resource string) listWatch {
+	return func(cs Clientset) cache.ListerWatcher {
+		return cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), resource, "", fields.Everything())
+	}
+}
+
+func ciliumLW(resource string) listWatch {
+	return func(cs Clientset) cache.ListerWatcher {
+		return cache.NewListWatchFromClient(cs.Cilium().CiliumV2().RESTClient(), resource, "", fields.Everything())
+	}
+}
+
+// Compile-time checks that the resource types fit the tables.
+var (
+	_ k8stables.Object = (*corev1.Pod)(nil)
+	_ k8stables.Object = (*networkingv1.NetworkPolicy)(nil)
+	_ k8stables.Object = (*ciliumv2.CiliumEndpoint)(nil)
+)

@@ -1,0 +1,29 @@
+// Package daemon composes the cellium agent: its cells and its command.
+package daemon
+
+import (
+	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/metrics"
+)
+
+// Infrastructure is what every agent feature stands on: the Kubernetes
+// client, metrics and the API socket.
+var Infrastructure = hive.Module("infra", "Infrastructure",
+	k8s.ClientCell,
+	metrics.Cell,
+	agentapi.Cell,
+	// Requests to the API server say who we are.
+	hive.Provide(func() k8s.UserAgent { return "cellium-agent" }),
+)
+
+// ControlPlane holds the agent's control-plane cells.
+var ControlPlane = hive.Module("controlplane", "Control plane",
+	// This node's name, from K8S_NODE_NAME.
+	hive.Provide(k8s.NodeNameFromEnv),
+	k8s.AgentResourcesCell,
+)
+
+// Agent is the whole agent.
+var Agent = hive.Module("agent", "Cellium Agent", Infrastructure, ControlPlane)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what cellium's build and tests need, idempotently: Debian
+# packages (iproute2 for network namespaces; clang-19, bpftool and iperf3
+# for the datapath) when running as root with apt. Go modules come from
+# the module proxy through `go` itself.
+set -euo pipefail
+
+need=()
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v clang-19 >/dev/null 2>&1 || need+=(clang-19)
+command -v bpftool >/dev/null 2>&1 || need+=(bpftool)
+command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+	echo "install-deps: missing ${need[*]}; install them (Debian: apt-get install ${need[*]})" >&2
+	echo "install-deps: continuing; tests that need them will skip" >&2
+	exit 0
+fi
+echo "install-deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

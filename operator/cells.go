@@ -1,0 +1,31 @@
+// Package operator composes the cellium operator: the agent's shared
+// infrastructure cells plus operator-only cells.
+package operator
+
+import (
+	"github.com/cellium/cellium/cells/crdregister"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/leaderelection"
+	"github.com/cellium/cellium/cells/metrics"
+	"github.com/cellium/cellium/cells/operatorapi"
+)
+
+// Infrastructure is the operator's client, metrics, health API and CRDs.
+var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
+	k8s.ClientCell,
+	metrics.Cell,
+	operatorapi.Cell,
+	crdregister.Cell,
+	// Requests to the API server say who we are.
+	hive.Provide(func() k8s.UserAgent { return "cellium-operator" }),
+)
+
+// ControlPlane is the operator's resources and leader-only controllers.
+var ControlPlane = hive.Module("operator-controlplane", "Operator control plane",
+	leaderelection.Cell,
+	k8s.OperatorResourcesCell,
+)
+
+// Operator is the whole operator.
+var Operator = hive.Module("operator", "Cellium Operator", Infrastructure, ControlPlane)

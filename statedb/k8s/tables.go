@@ -1,0 +1,139 @@
+// Package k8s defines the statedb tables that mirror Kubernetes objects:
+// one table per resource, keyed by "namespace/name" (or "name" for
+// cluster-scoped objects), with a namespace index. The k8s cells fill them;
+// everyone else reads them.
+package k8s
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+)
+
+// Object is a Kubernetes object that can live in a table.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Table names, as shown by GET /v1/statedb/{table}.
+const (
+	PodsTable             = "k8s-pods"
+	NamespacesTable       = "k8s-namespaces"
+	NodesTable            = "k8s-nodes"
+	NetworkPoliciesTable  = "k8s-network-policies"
+	CNPsTable             = "k8s-cilium-network-policies"
+	CCNPsTable            = "k8s-cilium-cw-network-policies"
+	CiliumEndpointsTable  = "k8s-cilium-endpoints"
+	CiliumNodesTable      = "k8s-cilium-nodes"
+	CiliumIdentitiesTable = "k8s-cilium-identities"
+)
+
+// Key is the primary key of an object: "namespace/name", or "name" for
+// cluster-scoped objects (the same as client-go's MetaNamespaceKeyFunc).
+func Key(obj metav1.Object) string {
+	if ns := obj.GetNamespace(); ns != "" {
+		return ns + "/" + obj.GetName()
+	}
+	return obj.GetName()
+}
+
+// NameIndex returns the primary index of a resource table; query it with
+// Key-formatted strings.
+func NameIndex[T Object]() statedb.Index[T, string] {
+	return statedb.Index[T, string]{
+		Name:       "name",
+		FromObject: func(obj T) index.KeySet { return index.NewKeySet(index.String(Key(obj))) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+		Unique:     true,
+	}
+}
+
+// NamespaceIndex returns the namespace index of a resource table.
+func NamespaceIndex[T Object]() statedb.Index[T, string] {
+	return statedb.Index[T, string]{
+		Name:       "namespace",
+		FromObject: func(obj T) index.KeySet { return index.NewKeySet(index.String(obj.GetNamespace())) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+	}
+}
+
+// NewTable creates and registers the table of one resource type.
+func NewTable[T Object](db *statedb.DB, name string, extra ...statedb.Indexer[T]) (statedb.RWTable[T], error) {
+	idx := append([]statedb.Indexer[T]{NamespaceIndex[T]()}, extra...)
+	t, err := statedb.NewTableAny(db, name, header, row[T], NameIndex[T](), idx...)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", name, err)
+	}
+	return t, nil
+}
+
+func header() []string { return []string{"Name", "ResourceVersion", "Age"} }
+
+func row[T Object](obj T) []string {
+	age := time.Since(obj.GetCreationTimestamp().Time).Truncate(time.Second)
+	return []string{Key(obj), obj.GetResourceVersion(), age.String()}
+}
+
+// PodNodeIndex indexes pods by spec.nodeName.
+var PodNodeIndex = statedb.Index[*corev1.Pod, string]{
+	Name:       "node",
+	FromObject: func(p *corev1.Pod) index.KeySet { return index.NewKeySet(index.String(p.Spec.NodeName)) },
+	FromKey:    index.String,
+	FromString: index.FromString,
+}
+
+// NewPodsTable creates the pods table (indexed also by node).
+func NewPodsTable(db *statedb.DB) (statedb.RWTable[*corev1.Pod], error) {
+	return NewTable(db, PodsTable, statedb.Indexer[*corev1.Pod](PodNodeIndex))
+}
+
+// NewNamespacesTable creates the namespaces table.
+func NewNamespacesTable(db *statedb.DB) (statedb.RWTable[*corev1.Namespace], error) {
+	return NewTable[*corev1.Namespace](db, NamespacesTable)
+}
+
+// NewNodesTable creates the nodes table.
+func NewNodesTable(db *statedb.DB) (statedb.RWTable[*corev1.Node], error) {
+	return NewTable[*corev1.Node](db, NodesTable)
+}
+
+// NewNetworkPoliciesTable creates the Kubernetes NetworkPolicy table.
+func NewNetworkPoliciesTable(db *statedb.DB) (statedb.RWTable[*networkingv1.NetworkPolicy], error) {
+	return NewTable[*networkingv1.NetworkPolicy](db, NetworkPoliciesTable)
+}
+
+// NewCNPsTable creates the CiliumNetworkPolicy table.
+func NewCNPsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumNetworkPolicy], error) {
+	return NewTable[*ciliumv2.CiliumNetworkPolicy](db, CNPsTable)
+}
+
+// NewCCNPsTable creates the CiliumClusterwideNetworkPolicy table.
+func NewCCNPsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumClusterwideNetworkPolicy], error) {
+	return NewTable[*ciliumv2.CiliumClusterwideNetworkPolicy](db, CCNPsTable)
+}
+
+// NewCiliumEndpointsTable creates the CiliumEndpoint table.
+func NewCiliumEndpointsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumEndpoint], error) {
+	return NewTable[*ciliumv2.CiliumEndpoint](db, CiliumEndpointsTable)
+}
+
+// NewCiliumNodesTable creates the CiliumNode table.
+func NewCiliumNodesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumNode], error) {
+	return NewTable[*ciliumv2.CiliumNode](db, CiliumNodesTable)
+}
+
+// NewCiliumIdentitiesTable creates the CiliumIdentity table.
+func NewCiliumIdentitiesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumIdentity], error) {
+	return NewTable[*ciliumv2.CiliumIdentity](db, CiliumIdentitiesTable)
+}
