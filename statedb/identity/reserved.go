@@ -137,9 +137,7 @@ func LookupReservedByLabels(lbls labels.Labels) (NumericIdentity, bool) {
 		}
 		return ReservedIdentityRemoteNode, true
 	case lbls.Len() == 1:
-		for l := range lbls.All() {
-			return LookupReservedByName(l.Key)
-		}
+		return LookupReservedByName(lbls.List()[0].Key)
 	}
 	return InvalidIdentity, false
 }

@@ -224,15 +224,16 @@ func (a *Allocator) exhaustedError(node string) error {
 		node, ErrPoolExhausted, a.total, a.maskSize, a.ClusterCIDRs(), FlagIPv4CIDR)
 }
 
-// locate returns the set and slot of a node CIDR.
+// locate returns the set and slot of a node CIDR. Its errors do not repeat
+// the CIDR: callers wrap them with it.
 func (a *Allocator) locate(c netip.Prefix) (*cidrSet, int, error) {
 	switch {
 	case !c.IsValid() || !c.Addr().Is4():
-		return nil, 0, fmt.Errorf("%v is not an IPv4 CIDR: %w", c, ErrNotInPool)
+		return nil, 0, fmt.Errorf("not an IPv4 CIDR: %w", ErrNotInPool)
 	case c != c.Masked():
-		return nil, 0, fmt.Errorf("%v has host bits set: %w", c, ErrNotInPool)
+		return nil, 0, fmt.Errorf("host bits set: %w", ErrNotInPool)
 	case c.Bits() != a.maskSize:
-		return nil, 0, fmt.Errorf("%v is not a /%d (--%s): %w", c, a.maskSize, FlagIPv4MaskSize, ErrNotInPool)
+		return nil, 0, fmt.Errorf("not a /%d (--%s): %w", a.maskSize, FlagIPv4MaskSize, ErrNotInPool)
 	}
 	for _, s := range a.sets {
 		if s.prefix.Contains(c.Addr()) {
@@ -240,7 +241,7 @@ func (a *Allocator) locate(c netip.Prefix) (*cidrSet, int, error) {
 			return s, int(off >> (32 - a.maskSize)), nil
 		}
 	}
-	return nil, 0, fmt.Errorf("%v is outside %v (--%s): %w", c, a.ClusterCIDRs(), FlagIPv4CIDR, ErrNotInPool)
+	return nil, 0, fmt.Errorf("outside %v (--%s): %w", a.ClusterCIDRs(), FlagIPv4CIDR, ErrNotInPool)
 }
 
 // Occupy records that node holds cidr, to restore the podCIDRs of existing

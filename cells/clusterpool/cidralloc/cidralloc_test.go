@@ -146,8 +146,8 @@ func TestOccupy(t *testing.T) {
 		{"n2", "10.0.7.0/24", ErrInUse, `held by node "n1"`},
 		{"n1", "10.5.3.0/24", nil, ""}, // a second CIDR for n1
 		{"n3", "10.9.0.0/24", ErrNotInPool, "outside [10.0.0.0/16 10.5.0.0/16]"},
-		{"n3", "10.0.8.0/25", ErrNotInPool, "is not a /24"},
-		{"n3", "10.0.8.0/23", ErrNotInPool, "is not a /24"},
+		{"n3", "10.0.8.0/25", ErrNotInPool, "not a /24 (--cluster-pool-ipv4-mask-size)"},
+		{"n3", "10.0.8.0/23", ErrNotInPool, "not a /24 (--cluster-pool-ipv4-mask-size)"},
 		{"n3", "10.0.8.1/24", ErrNotInPool, "host bits"},
 		{"n3", "fd00::/24", ErrNotInPool, "not an IPv4 CIDR"},
 		{"", "10.0.9.0/24", ErrEmptyNode, ""},

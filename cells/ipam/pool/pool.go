@@ -225,11 +225,12 @@ func (p *Pool) exhaustedError() error {
 		ErrPoolExhausted, p.usable, strings.Join(names, ", "), p.router)
 }
 
-// locate returns the range holding ip and ip's offset in it.
+// locate returns the range holding ip and ip's offset in it. Its errors
+// do not repeat ip: callers wrap them with it.
 func (p *Pool) locate(ip netip.Addr) (*cidrRange, uint32, error) {
 	ip = ip.Unmap()
 	if !ip.Is4() {
-		return nil, 0, fmt.Errorf("%v is not an IPv4 address: %w", ip, ErrNotInPool)
+		return nil, 0, fmt.Errorf("not an IPv4 address: %w", ErrNotInPool)
 	}
 	for _, r := range p.ranges {
 		if !r.prefix.Contains(ip) {
@@ -238,13 +239,13 @@ func (p *Pool) locate(ip netip.Addr) (*cidrRange, uint32, error) {
 		off := binary.BigEndian.Uint32(ip.AsSlice()) - r.base
 		switch off {
 		case 0:
-			return nil, 0, fmt.Errorf("%v is the network address of %v: %w", ip, r.prefix, ErrNotInPool)
+			return nil, 0, fmt.Errorf("network address of %v: %w", r.prefix, ErrNotInPool)
 		case r.size - 1:
-			return nil, 0, fmt.Errorf("%v is the broadcast address of %v: %w", ip, r.prefix, ErrNotInPool)
+			return nil, 0, fmt.Errorf("broadcast address of %v: %w", r.prefix, ErrNotInPool)
 		}
 		return r, off, nil
 	}
-	return nil, 0, fmt.Errorf("%v is outside %v: %w", ip, p.CIDRs(), ErrNotInPool)
+	return nil, 0, fmt.Errorf("outside %v: %w", p.CIDRs(), ErrNotInPool)
 }
 
 // AllocateIP allocates a given address to owner, to restore allocations
