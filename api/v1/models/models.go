@@ -1,0 +1,106 @@
+// Package models holds the JSON types of the agent's API (/v1 on the unix
+// socket), shared by the agent, the CNI plugin and the CLI. An endpoint's
+// status is the CiliumEndpoint status type itself, so `cellium endpoint get`
+// and the CEP print the same .status.
+package models
+
+import (
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+)
+
+// Error is the body of every failed request.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// EndpointChangeRequest is the body of PUT /v1/endpoint: what the CNI
+// plugin made for a pod and asks the agent to manage.
+type EndpointChangeRequest struct {
+	// ContainerID is the sandbox (infra) container ID (CNI_CONTAINERID).
+	ContainerID string `json:"container-id"`
+	// ContainerInterfaceName is the interface in the pod (CNI_IFNAME).
+	ContainerInterfaceName string `json:"container-interface-name"`
+	// K8sNamespace, K8sPodName and K8sUID identify the pod (CNI_ARGS).
+	K8sNamespace string `json:"k8s-namespace"`
+	K8sPodName   string `json:"k8s-pod-name"`
+	K8sUID       string `json:"k8s-uid,omitempty"`
+	// InterfaceName and InterfaceIndex are the host side of the veth.
+	InterfaceName  string `json:"interface-name"`
+	InterfaceIndex int    `json:"interface-index"`
+	// MAC is the pod side's address, HostMAC the host side's.
+	MAC     string `json:"mac"`
+	HostMAC string `json:"host-mac"`
+	// NetnsPath is the pod's network namespace.
+	NetnsPath string `json:"netns-path"`
+	// Addressing is the IP the plugin got from POST /v1/ipam.
+	Addressing ciliumv2.AddressPair `json:"addressing"`
+	// SyncBuildEndpoint makes the call wait until the endpoint is ready.
+	SyncBuildEndpoint bool `json:"sync-build-endpoint"`
+}
+
+// Endpoint is what GET /v1/endpoint/{id} returns.
+type Endpoint struct {
+	ID int64 `json:"id"`
+	// Spec is what the endpoint was created from.
+	Spec *EndpointChangeRequest `json:"spec,omitempty"`
+	// Status is exactly the .status of the pod's CiliumEndpoint.
+	Status ciliumv2.EndpointStatus `json:"status"`
+}
+
+// IPAMAddress is one allocated address.
+type IPAMAddress struct {
+	// IP is the allocated address.
+	IP string `json:"ip"`
+	// Gateway is the node's router IP, the pod's default gateway.
+	Gateway string `json:"gateway"`
+	// CIDRs are the node's pod CIDRs the address came from.
+	CIDRs []string `json:"cidrs"`
+	// Owner is who the address was allocated to ("namespace/pod").
+	Owner string `json:"owner,omitempty"`
+}
+
+// IPAMResponse is what POST /v1/ipam returns.
+type IPAMResponse struct {
+	IPv4 *IPAMAddress `json:"ipv4,omitempty"`
+}
+
+// Identity is a security identity: GET /v1/identity[/{id}].
+type Identity struct {
+	ID     int64    `json:"id"`
+	Labels []string `json:"labels"`
+}
+
+// NodeAddress is one address of a node.
+type NodeAddress struct {
+	Type string `json:"type"`
+	IP   string `json:"ip"`
+}
+
+// Node is one node of the cluster: GET /v1/node.
+type Node struct {
+	Name       string        `json:"name"`
+	Addresses  []NodeAddress `json:"addresses"`
+	PodCIDRs   []string      `json:"pod-cidrs,omitempty"`
+	HealthIPv4 string        `json:"health-ipv4,omitempty"`
+	BootID     string        `json:"boot-id,omitempty"`
+	Local      bool          `json:"local,omitempty"`
+}
+
+// DaemonConfig is GET /v1/config: what clients of the agent need to know.
+type DaemonConfig struct {
+	// MTU of pod interfaces.
+	MTU int `json:"mtu"`
+	// NodeName is this agent's node.
+	NodeName string `json:"node-name"`
+	// Options is every flag with its current value.
+	Options map[string]string `json:"options"`
+}
+
+// LabelsPatch is the body of PATCH /v1/endpoint/{id}/labels.
+type LabelsPatch struct {
+	Add    map[string]string `json:"add,omitempty"`
+	Delete []string          `json:"delete,omitempty"`
+}
