@@ -103,6 +103,7 @@ func planBinaries() ([]toolBuild, Binaries, error) {
 	k8s := toolBuild{
 		moduleDir: k8sMod,
 		version:   k8sVersion,
+		ldflags:   kubernetesLdflags(k8sVersion),
 		outDir:    filepath.Join(cache, "bin", "k8s-"+k8sVersion),
 		programs: []program{
 			{name: "kube-apiserver", pkg: "k8s.io/kubernetes/cmd/kube-apiserver", estimate: 10 * time.Minute},
@@ -123,6 +124,26 @@ func planBinaries() ([]toolBuild, Binaries, error) {
 		KubernetesVersion:     k8sVersion,
 	}
 	return []toolBuild{etcd, k8s}, bins, nil
+}
+
+// kubernetesLdflags stamps the version into the Kubernetes binaries, as
+// Kubernetes' own build does (hack/lib/version.sh); without it the API server
+// reports v0.0.0-master to clients that check the server version.
+func kubernetesLdflags(version string) string {
+	var major, minor string
+	if parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3); len(parts) >= 2 {
+		major, minor = parts[0], parts[1]
+	}
+	var flags []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags,
+			"-X "+pkg+".gitVersion="+version,
+			"-X "+pkg+".gitMajor="+major,
+			"-X "+pkg+".gitMinor="+minor,
+			"-X "+pkg+".gitTreeState=clean",
+		)
+	}
+	return strings.Join(flags, " ")
 }
 
 // RepoRoot returns the root of the cellium checkout that contains dir: the
@@ -220,11 +241,29 @@ type program struct {
 type toolBuild struct {
 	moduleDir string
 	version   string
+	ldflags   string // passed to go build -ldflags
 	outDir    string
 	programs  []program
 }
 
+// recipeFile, in a toolBuild's outDir, records how its binaries were built;
+// when the recipe changes (new build flags), they are built again.
+const recipeFile = ".recipe"
+
+func (b toolBuild) recipe() string {
+	var pkgs []string
+	for _, p := range b.programs {
+		pkgs = append(pkgs, p.pkg)
+	}
+	return fmt.Sprintf("go build -trimpath -ldflags=%q %s\n", b.ldflags, strings.Join(pkgs, " "))
+}
+
+// missing returns the programs to build: those not in outDir, or all of them
+// if they were built by another recipe.
 func (b toolBuild) missing() []program {
+	if got, err := os.ReadFile(filepath.Join(b.outDir, recipeFile)); err != nil || string(got) != b.recipe() {
+		return b.programs
+	}
 	var out []program
 	for _, p := range b.programs {
 		if fi, err := os.Stat(filepath.Join(b.outDir, p.name)); err != nil || !fi.Mode().IsRegular() {
@@ -232,6 +271,16 @@ func (b toolBuild) missing() []program {
 		}
 	}
 	return out
+}
+
+// anyBuilt reports whether any of the programs is in outDir.
+func (b toolBuild) anyBuilt() bool {
+	for _, p := range b.programs {
+		if _, err := os.Stat(filepath.Join(b.outDir, p.name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // ensure builds the missing programs, under the version's file lock.
@@ -274,10 +323,15 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 		estimate += p.estimate
 	}
 	what := fmt.Sprintf("%s %s", strings.Join(names, ", "), b.version)
-	log.Info(fmt.Sprintf("building %s (first time, ~%s)...", what, estimate.Round(time.Minute)), "module", b.moduleDir, "into", b.outDir)
+	if b.anyBuilt() {
+		log.Info(fmt.Sprintf("building %s again: the build recipe changed (with a warm Go build cache this is mostly linking)...", what),
+			"module", b.moduleDir, "into", b.outDir)
+	} else {
+		log.Info(fmt.Sprintf("building %s (first time, ~%s)...", what, estimate.Round(time.Minute)), "module", b.moduleDir, "into", b.outDir)
+	}
 
 	start := time.Now()
-	out, err := runGoBuild(ctx, goCmd, b.moduleDir, tmp, pkgs, func() {
+	out, err := runGoBuild(ctx, goCmd, b.moduleDir, tmp, b.ldflags, pkgs, func() {
 		log.Info(fmt.Sprintf("still building %s (%s elapsed)...", what, time.Since(start).Round(time.Second)))
 	})
 	if err != nil {
@@ -291,14 +345,17 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 			return fmt.Errorf("build %s: install: %w", what, err)
 		}
 	}
+	if err := writeFileAtomic(filepath.Join(b.outDir, recipeFile), []byte(b.recipe())); err != nil {
+		return fmt.Errorf("build %s: install: %w", what, err)
+	}
 	log.Info(fmt.Sprintf("built %s in %s", what, time.Since(start).Round(time.Second)))
 	return nil
 }
 
-// runGoBuild runs `go build -trimpath -o outDir/ pkgs...` in moduleDir and
-// returns its combined output. progress is called every minute.
-func runGoBuild(ctx context.Context, goCmd, moduleDir, outDir string, pkgs []string, progress func()) ([]byte, error) {
-	args := append([]string{"build", "-trimpath", "-o", outDir + string(filepath.Separator)}, pkgs...)
+// runGoBuild runs `go build -trimpath -ldflags=... -o outDir/ pkgs...` in
+// moduleDir and returns its combined output. progress is called every minute.
+func runGoBuild(ctx context.Context, goCmd, moduleDir, outDir, ldflags string, pkgs []string, progress func()) ([]byte, error) {
+	args := append([]string{"build", "-trimpath", "-ldflags=" + ldflags, "-o", outDir + string(filepath.Separator)}, pkgs...)
 	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = moduleDir
 	// The tools modules are not part of any workspace.

@@ -190,3 +190,46 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestToolBuildRecipeChange: binaries built with other flags are built again.
+func TestToolBuildRecipeChange(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	mod := t.TempDir()
+	writeFile(t, filepath.Join(mod, "go.mod"), "module example.com/hello\n\ngo 1.22\n")
+	writeFile(t, filepath.Join(mod, "main.go"), "package main\n\nvar greeting = \"hello\"\n\nfunc main() { println(greeting) }\n")
+	b := toolBuild{
+		moduleDir: mod,
+		version:   "v0.0.1",
+		outDir:    filepath.Join(t.TempDir(), "bin", "hello-v0.0.1"),
+		programs:  []program{{name: "hello", pkg: "."}},
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, greeting := range []string{"hello", "bonjour"} {
+		if greeting != "hello" {
+			b.ldflags = "-X main.greeting=" + greeting
+		}
+		if err := b.ensure(context.Background(), log); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(filepath.Join(b.outDir, "hello")).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != greeting {
+			t.Errorf("with ldflags %q: %q, %v; want %s", b.ldflags, out, err, greeting)
+		}
+	}
+}
+
+func TestKubernetesLdflags(t *testing.T) {
+	got := kubernetesLdflags("v1.37.2")
+	for _, want := range []string{
+		"-X k8s.io/component-base/version.gitVersion=v1.37.2",
+		"-X k8s.io/component-base/version.gitMajor=1",
+		"-X k8s.io/component-base/version.gitMinor=37",
+		"-X k8s.io/client-go/pkg/version.gitVersion=v1.37.2",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ldflags %q lack %q", got, want)
+		}
+	}
+}
