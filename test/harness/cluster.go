@@ -1,0 +1,585 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Errors returned by [Start].
+var (
+	// ErrPortInUse means that Options.APIServerPort is taken by another process.
+	ErrPortInUse = errors.New("port in use")
+	// ErrAlreadyRunning means that Options.Dir holds a cluster whose processes
+	// are still running.
+	ErrAlreadyRunning = errors.New("a cluster is already running in this directory")
+)
+
+// Names of the components; each names its log file (<name>.log) and pid file
+// (<name>.pid) in the work directory.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+)
+
+// KubeconfigFile is the name of the admin kubeconfig in the work directory.
+const KubeconfigFile = "kubeconfig"
+
+// Options configure [Start]. The zero value is a cluster of etcd and
+// kube-apiserver in a temporary directory.
+type Options struct {
+	// ControllerManager also runs kube-controller-manager, for what a real
+	// cluster does on its own: ownerReference garbage collection, namespace
+	// finalization, the "default" ServiceAccount of every namespace. Adds about
+	// a second to start-up.
+	ControllerManager bool
+
+	// Dir is the work directory: PKI, etcd data, logs, pid files and the
+	// kubeconfig. Empty means a new temporary directory, which Stop removes
+	// unless KeepDir is set. A directory given here is created if needed and
+	// never removed by Stop.
+	Dir string
+	// KeepDir keeps a temporary work directory after Stop, for post-mortems.
+	KeepDir bool
+
+	// APIServerPort is the API server's secure port on 127.0.0.1; 0 picks a
+	// free one. A port in use fails Start with ErrPortInUse.
+	APIServerPort int
+	// ServiceClusterIPRange is the API server's Service IP range; default
+	// 10.96.0.0/16. It is configuration only: nothing routes to it.
+	ServiceClusterIPRange string
+
+	// APIServerArgs and ControllerManagerArgs are appended to the flags the
+	// harness passes (the last occurrence of a flag wins), e.g.
+	// "--feature-gates=...".
+	APIServerArgs         []string
+	ControllerManagerArgs []string
+
+	// Binaries are the programs to run; if KubeAPIServer is empty, Start calls
+	// EnsureBinaries (which may build them).
+	Binaries Binaries
+
+	// Detach starts the processes in sessions of their own so that they outlive
+	// the calling process (see Process.Detach): devcluster up uses it.
+	Detach bool
+
+	// StartTimeout bounds the wait for the components to become ready (not
+	// the building of binaries); default 2 minutes.
+	StartTimeout time.Duration
+	// StopTimeout is how long each process gets to exit after SIGTERM before
+	// SIGKILL; default 10 seconds.
+	StopTimeout time.Duration
+
+	// Logger receives progress messages (building binaries, start-up); nil
+	// discards them. Process output goes to log files in Dir, not here.
+	Logger *slog.Logger
+}
+
+// Cluster is a running control plane started by [Start]. Its methods are safe
+// for concurrent use.
+type Cluster struct {
+	opts   Options
+	log    *slog.Logger
+	dir    string
+	ownDir bool // created by Start: Stop removes it unless KeepDir
+	bins   Binaries
+	pki    *pki
+
+	etcdURL, apiURL string
+	restConfig      *rest.Config
+	httpClient      *http.Client
+	clientset       *kubernetes.Clientset
+
+	procs []*Running // in start order
+
+	mu       sync.Mutex
+	keepDir  bool
+	stopped  atomic.Bool
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts etcd, kube-apiserver and, with Options.ControllerManager,
+// kube-controller-manager on 127.0.0.1, waits until the API server's /readyz is
+// ok (and the controller-manager has created the "default" ServiceAccount),
+// and writes an admin kubeconfig to the work directory. On success the caller
+// must call [Cluster.Stop]. ctx bounds the start only; the cluster runs until
+// Stop.
+//
+// Errors: the binaries cannot be found or built (see [EnsureBinaries]);
+// [ErrPortInUse]; [ErrAlreadyRunning]; a component exits or is not ready within
+// Options.StartTimeout, in which case the error carries the tail of that
+// component's log. Everything started is stopped again before Start returns
+// an error.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	began := time.Now()
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = 10 * time.Second
+	}
+	if opts.ServiceClusterIPRange == "" {
+		opts.ServiceClusterIPRange = "10.96.0.0/16"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	svcRange, err := netip.ParsePrefix(opts.ServiceClusterIPRange)
+	if err != nil {
+		return nil, fmt.Errorf("start cluster: service cluster IP range: %w", err)
+	}
+	serviceIP := svcRange.Masked().Addr().Next() // the kubernetes Service's ClusterIP
+
+	bins := opts.Binaries
+	if bins.KubeAPIServer == "" {
+		if bins, err = EnsureBinaries(ctx, log); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+	}
+	if opts.ControllerManager && bins.KubeControllerManager == "" {
+		return nil, fmt.Errorf("start cluster: Options.Binaries has no kube-controller-manager")
+	}
+
+	c := &Cluster{opts: opts, log: log, bins: bins, keepDir: opts.KeepDir}
+	if opts.Dir == "" {
+		if c.dir, err = os.MkdirTemp("", "cellium-cluster-"); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		c.ownDir = true
+	} else {
+		if c.dir, err = filepath.Abs(opts.Dir); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+		if err := checkNotRunning(c.dir); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Stop())
+		}
+	}()
+
+	if opts.APIServerPort != 0 {
+		if err := checkPortFree(opts.APIServerPort); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+	}
+	if c.pki, err = newPKI(filepath.Join(c.dir, "pki"), serviceIP.AsSlice()); err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	if err := c.startEtcd(startCtx); err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	if err := c.startAPIServer(startCtx, svcRange.String()); err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	if err := c.writeKubeconfig(); err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	if opts.ControllerManager {
+		if err := c.startControllerManager(startCtx); err != nil {
+			return nil, fmt.Errorf("start cluster: %w", err)
+		}
+	} else if err := c.EnsureServiceAccount(startCtx, metav1.NamespaceDefault); err != nil {
+		return nil, fmt.Errorf("start cluster: %w", err)
+	}
+	log.Info("cluster ready", "apiserver", c.apiURL, "kubeconfig", c.Kubeconfig(),
+		"controllerManager", opts.ControllerManager, "took", time.Since(began).Round(time.Millisecond))
+	return c, nil
+}
+
+// Dir is the work directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Kubeconfig is the path of the admin kubeconfig file (context "cellium").
+func (c *Cluster) Kubeconfig() string { return filepath.Join(c.dir, KubeconfigFile) }
+
+// RESTConfig returns a copy of the admin client configuration (user
+// cellium-admin in group system:masters; QPS limits raised for tests).
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Clientset is an admin clientset, shared by all callers.
+func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
+
+// APIServerURL is the API server's address, https://127.0.0.1:<port>.
+func (c *Cluster) APIServerURL() string { return c.apiURL }
+
+// EtcdURL is the etcd client address, http://127.0.0.1:<port> (no TLS, no
+// authentication). Kubernetes keeps its objects under /registry; the etcd can
+// serve cellium's kvstore mode too.
+func (c *Cluster) EtcdURL() string { return c.etcdURL }
+
+// CACert is the PEM of the CA that signed the API server's certificate.
+func (c *Cluster) CACert() []byte { return c.pki.caCert }
+
+// Binaries are the programs the cluster runs.
+func (c *Cluster) Binaries() Binaries { return c.bins }
+
+// Processes are the cluster's processes in start order.
+func (c *Cluster) Processes() []*Running { return append([]*Running(nil), c.procs...) }
+
+// Ready asks the API server's /readyz and returns nil if it answers ok.
+func (c *Cluster) Ready(ctx context.Context) error {
+	body, err := c.clientset.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("readyz: %w: %s", err, body)
+	}
+	if strings.TrimSpace(string(body)) != "ok" {
+		return fmt.Errorf("readyz: %s", body)
+	}
+	return nil
+}
+
+// EnsureServiceAccount creates the "default" ServiceAccount in namespace ns if
+// it does not exist, so that pods can be created there without the
+// controller-manager (whose ServiceAccount controller otherwise does it).
+//
+// Errors: the API server refuses the request (e.g. ns does not exist).
+func (c *Cluster) EnsureServiceAccount(ctx context.Context, ns string) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
+	_, err := c.clientset.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create default service account in %s: %w", ns, err)
+	}
+	return nil
+}
+
+// Stop stops the processes in reverse start order (SIGTERM, then SIGKILL after
+// Options.StopTimeout), closes the clientset's idle connections and removes a
+// temporary work directory unless Options.KeepDir. It is idempotent; later
+// calls return the first call's result.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		c.stopped.Store(true)
+		var errs []error
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			errs = append(errs, c.procs[i].Stop(c.opts.StopTimeout))
+		}
+		if c.httpClient != nil {
+			utilnet.CloseIdleConnectionsFor(c.httpClient.Transport)
+		}
+		c.mu.Lock()
+		keep := c.keepDir
+		c.mu.Unlock()
+		if c.ownDir && !keep {
+			errs = append(errs, os.RemoveAll(c.dir))
+		} else if c.ownDir {
+			c.log.Info("kept cluster work directory", "dir", c.dir)
+		}
+		if err := errors.Join(errs...); err != nil {
+			c.stopErr = fmt.Errorf("stop cluster: %w", err)
+		}
+	})
+	return c.stopErr
+}
+
+// keepWorkDir makes Stop keep the work directory.
+func (c *Cluster) keepWorkDir() {
+	c.mu.Lock()
+	c.keepDir = true
+	c.mu.Unlock()
+}
+
+func (c *Cluster) process(name, path string, args []string) Process {
+	return Process{
+		Name:    name,
+		Path:    path,
+		Args:    args,
+		Dir:     c.dir,
+		LogFile: filepath.Join(c.dir, name+".log"),
+		PidFile: filepath.Join(c.dir, name+".pid"),
+		Detach:  c.opts.Detach,
+	}
+}
+
+// portTries is how often a component is started on fresh free ports when the
+// ones picked were taken in the meantime by someone else.
+const portTries = 3
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	for try := 1; ; try++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			return fmt.Errorf("start etcd: %w", err)
+		}
+		client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+		peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+		data := filepath.Join(c.dir, "etcd")
+		if err := os.RemoveAll(data); err != nil { // leftovers of a failed try
+			return fmt.Errorf("start etcd: %w", err)
+		}
+		p := c.process(Etcd, c.bins.Etcd, []string{
+			"--name=cellium",
+			"--data-dir=" + data,
+			"--listen-client-urls=" + client,
+			"--advertise-client-urls=" + client,
+			"--listen-peer-urls=" + peer,
+			"--initial-advertise-peer-urls=" + peer,
+			"--initial-cluster=cellium=" + peer,
+			"--unsafe-no-fsync", // a throw-away test store: durability costs start-up time
+			"--log-level=warn",
+		})
+		c.etcdURL = client
+		r, err := c.startAndWait(ctx, p, func(ctx context.Context) error { return etcdHealthy(ctx, client) })
+		if err == nil || try == portTries || !portClash(r) {
+			return err
+		}
+		c.log.Debug("etcd port taken, retrying", "err", err)
+	}
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
+	for try := 1; ; try++ {
+		port := c.opts.APIServerPort
+		if port == 0 {
+			ports, err := freePorts(1)
+			if err != nil {
+				return fmt.Errorf("start kube-apiserver: %w", err)
+			}
+			port = ports[0]
+		}
+		c.apiURL = "https://127.0.0.1:" + strconv.Itoa(port)
+		if err := c.newClients(); err != nil {
+			return fmt.Errorf("start kube-apiserver: %w", err)
+		}
+		pki := c.pki
+		args := []string{
+			"--etcd-servers=" + c.etcdURL,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			// A loopback address is not a valid endpoint of the kubernetes
+			// Service; nothing may be sent to the Service range anyway.
+			"--endpoint-reconciler-type=none",
+			"--cert-dir=" + pki.dir,
+			"--tls-cert-file=" + pki.path(serverCertFile),
+			"--tls-private-key-file=" + pki.path(serverKeyFile),
+			"--client-ca-file=" + pki.path(caCertFile),
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file=" + pki.path(saPubFile),
+			"--service-account-signing-key-file=" + pki.path(saKeyFile),
+			"--service-cluster-ip-range=" + svcRange,
+			"--authorization-mode=RBAC",
+			"--allow-privileged=true",
+			"--profiling=false",
+		}
+		p := c.process(KubeAPIServer, c.bins.KubeAPIServer, append(args, c.opts.APIServerArgs...))
+		r, err := c.startAndWait(ctx, p, c.Ready)
+		if err == nil || try == portTries || c.opts.APIServerPort != 0 || !portClash(r) {
+			if err != nil && c.opts.APIServerPort != 0 && portClash(r) {
+				err = fmt.Errorf("%w (%w: 127.0.0.1:%d)", err, ErrPortInUse, port)
+			}
+			return err
+		}
+		c.log.Debug("kube-apiserver port taken, retrying", "err", err)
+	}
+}
+
+func (c *Cluster) startControllerManager(ctx context.Context) error {
+	pki := c.pki
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig(),
+		"--leader-elect=false",
+		"--secure-port=0", // no health or metrics endpoint: readiness is checked through the API
+		"--use-service-account-credentials=false",
+		"--service-account-private-key-file=" + pki.path(saKeyFile),
+		"--root-ca-file=" + pki.path(caCertFile),
+		"--cluster-signing-cert-file=" + pki.path(caCertFile),
+		"--cluster-signing-key-file=" + pki.path(caKeyFile),
+		"--service-cluster-ip-range=" + c.opts.ServiceClusterIPRange,
+		"--profiling=false",
+	}
+	p := c.process(KubeControllerManager, c.bins.KubeControllerManager, append(args, c.opts.ControllerManagerArgs...))
+	// The ServiceAccount controller creating "default" in the default
+	// namespace shows that the controllers run.
+	_, err := c.startAndWait(ctx, p, func(ctx context.Context) error {
+		_, err := c.clientset.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	return err
+}
+
+// startAndWait starts p, records it, and polls ready until it returns nil. It
+// fails with the tail of p's log if the process exits or ctx ends first. The
+// returned process is nil if it could not be started.
+func (c *Cluster) startAndWait(ctx context.Context, p Process, ready func(context.Context) error) (*Running, error) {
+	began := time.Now()
+	r, err := p.Start()
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, r)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		pollCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		lastErr = ready(pollCtx)
+		cancel()
+		if lastErr == nil {
+			c.log.Debug("component ready", "name", p.Name, "pid", r.Pid(), "took", time.Since(began).Round(time.Millisecond))
+			return r, nil
+		}
+		select {
+		case <-r.Done():
+			return r, fmt.Errorf("%s exited before it was ready (%v); log %s ends with:\n%s",
+				p.Name, r.Err(), p.LogFile, r.LogTail(30))
+		case <-ctx.Done():
+			_ = r.Stop(c.opts.StopTimeout) // flush its last words into the log
+			return r, fmt.Errorf("%s not ready after %s (%w; last check: %v); log %s ends with:\n%s",
+				p.Name, time.Since(began).Round(time.Second), context.Cause(ctx), lastErr, p.LogFile, r.LogTail(30))
+		case <-tick.C:
+		}
+	}
+}
+
+// portClash reports whether r failed because its port was taken.
+func portClash(r *Running) bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(time.Second): // not yet exited: then not a bind error
+		return false
+	}
+	return strings.Contains(r.LogTail(50), "address already in use")
+}
+
+func (c *Cluster) newClients() error {
+	cfg := &rest.Config{
+		Host: c.apiURL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   c.pki.caCert,
+			CertData: c.pki.adminCert,
+			KeyData:  c.pki.adminKey,
+		},
+		QPS:   200,
+		Burst: 400,
+	}
+	if c.httpClient != nil {
+		utilnet.CloseIdleConnectionsFor(c.httpClient.Transport)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	c.restConfig, c.httpClient, c.clientset = cfg, hc, cs
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig() error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cellium"] = &clientcmdapi.Cluster{
+		Server:                   c.apiURL,
+		CertificateAuthorityData: c.pki.caCert,
+	}
+	cfg.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: c.pki.adminCert,
+		ClientKeyData:         c.pki.adminKey,
+	}
+	cfg.Contexts["cellium"] = &clientcmdapi.Context{Cluster: "cellium", AuthInfo: adminUser}
+	cfg.CurrentContext = "cellium"
+	if err := clientcmd.WriteToFile(*cfg, c.Kubeconfig()); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// etcdHealthy asks etcd's /health endpoint.
+func etcdHealthy(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		return err
+	}
+	// A fresh transport without keep-alives: no idle connection outlives the
+	// check.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd health: %s", resp.Status)
+	}
+	return nil
+}
+
+// freePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
+// ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func checkPortFree(port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("%w: 127.0.0.1:%d is taken by another process; pick another port or stop that process (ss -ltnp 'sport = :%d' shows it): %v",
+			ErrPortInUse, port, port, err)
+	}
+	return l.Close()
+}
+
+// checkNotRunning fails with ErrAlreadyRunning if a pid file in dir names a
+// running process.
+func checkNotRunning(dir string) error {
+	pidFiles, err := filepath.Glob(filepath.Join(dir, "*.pid"))
+	if err != nil {
+		return err
+	}
+	for _, f := range pidFiles {
+		pid, running, err := ReadPidFile(f)
+		if err != nil {
+			return err
+		}
+		if running {
+			return fmt.Errorf("%w: %s (pid %d) of %s still runs; stop it first (devcluster down --dir %s)",
+				ErrAlreadyRunning, strings.TrimSuffix(filepath.Base(f), ".pid"), pid, dir, dir)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// verifyNoLeaks checks for leaked goroutines once the test and its cleanups
+// (which stop the cluster) are done. Call it before ForTest.
+func verifyNoLeaks(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+func TestCluster(t *testing.T) {
+	verifyNoLeaks(t)
+	ctx := t.Context()
+	c := ForTest(t, Options{})
+
+	if err := c.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Clientset().Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != c.Binaries().KubernetesVersion {
+		t.Errorf("server version %s, want %s", v.GitVersion, c.Binaries().KubernetesVersion)
+	}
+
+	// The kubeconfig file works on its own.
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
+		t.Fatalf("get kube-system through the kubeconfig: %v", err)
+	}
+
+	// Pods can be created without the controller-manager: in "default"
+	// (ServiceAccount made by Start) and in a test namespace.
+	ns := c.TestNamespace(t)
+	for _, ns := range []string{metav1.NamespaceDefault, ns} {
+		created, err := c.Clientset().CoreV1().Pods(ns).Create(ctx, testPod("web"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create pod in %s: %v", ns, err)
+		}
+		got, err := c.Clientset().CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || got.UID != created.UID {
+			t.Fatalf("get pod in %s: %v", ns, err)
+		}
+		if got.Spec.ServiceAccountName != "default" {
+			t.Errorf("pod in %s has service account %q, want default", ns, got.Spec.ServiceAccountName)
+		}
+	}
+
+	// Without the controller-manager, nobody collects garbage: a deleted
+	// owner leaves its dependents.
+	pod, err := c.Clientset().CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createDependent(t, c, pod)
+	if err := c.Clientset().CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := c.Clientset().CoreV1().ConfigMaps(ns).Get(ctx, "dependent", metav1.GetOptions{}); err != nil {
+		t.Errorf("dependent of a deleted pod is gone without the controller-manager: %v", err)
+	}
+
+	stopAndCheck(t, c, true)
+}
+
+func TestClusterControllerManager(t *testing.T) {
+	verifyNoLeaks(t)
+	ctx := t.Context()
+	c := ForTest(t, Options{ControllerManager: true})
+	cs := c.Clientset()
+
+	// The ServiceAccount controller gives a new namespace its "default".
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cm-test"}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "default service account in cm-test", func() error {
+		_, err := cs.CoreV1().ServiceAccounts("cm-test").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	pod, err := cs.CoreV1().Pods("cm-test").Create(ctx, testPod("web"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The garbage collector deletes the dependents of a deleted owner.
+	createDependent(t, c, pod)
+	if err := cs.CoreV1().Pods("cm-test").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "garbage collection of the pod's dependent", func() error {
+		_, err := cs.CoreV1().ConfigMaps("cm-test").Get(ctx, "dependent", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return errors.New("still there")
+	})
+
+	// The namespace controller finalizes a deleted namespace.
+	if err := cs.CoreV1().Namespaces().Delete(ctx, "cm-test", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "namespace deletion", func() error {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, "cm-test", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return errors.New("still there")
+	})
+
+	stopAndCheck(t, c, true)
+}
+
+func TestShared(t *testing.T) {
+	verifyNoLeaks(t)
+	s := NewShared(Options{})
+	if err := s.Stop(); err != nil {
+		t.Fatalf("Stop before Get: %v", err)
+	}
+	var c *Cluster
+	t.Run("first", func(t *testing.T) {
+		c = s.Get(t)
+		c.TestNamespace(t)
+	})
+	t.Run("second", func(t *testing.T) {
+		c2 := s.Get(t)
+		if c2 != c {
+			t.Fatal("second Get started another cluster")
+		}
+		if err := c2.Ready(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	assertStopped(t, c, true)
+}
+
+func TestStartPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	dir := t.TempDir()
+	_, err = Start(t.Context(), Options{Dir: dir, APIServerPort: port})
+	if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), strconv.Itoa(port)) {
+		t.Fatalf("Start on a busy port: %v; want ErrPortInUse naming the port", err)
+	}
+}
+
+// TestStartFailure: a component that fails to start fails Start with its
+// log's tail, and leaves nothing running and no temporary directory.
+func TestStartFailure(t *testing.T) {
+	verifyNoLeaks(t)
+	parent := t.TempDir()
+	t.Setenv("TMPDIR", parent)
+	_, err := Start(t.Context(), Options{APIServerArgs: []string{"--no-such-flag"}})
+	if err == nil {
+		t.Fatal("Start with a bad API server flag succeeded")
+	}
+	if !strings.Contains(err.Error(), "kube-apiserver exited") || !strings.Contains(err.Error(), "unknown flag: --no-such-flag") {
+		t.Errorf("error does not explain the failure:\n%v", err)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("work directory left behind: %v", entries)
+	}
+}
+
+func TestStartAlreadyRunning(t *testing.T) {
+	verifyNoLeaks(t)
+	dir := t.TempDir()
+	c := ForTest(t, Options{Dir: dir})
+	_, err := Start(t.Context(), Options{Dir: dir})
+	if !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second Start in %s: %v; want ErrAlreadyRunning", dir, err)
+	}
+	stopAndCheck(t, c, false)
+	if _, err := os.Stat(c.Kubeconfig()); err != nil {
+		t.Errorf("a given Dir was cleaned: %v", err)
+	}
+}
+
+// stopAndCheck stops c and checks that its processes are gone and, if
+// removed, that its work directory is.
+func stopAndCheck(t *testing.T, c *Cluster, removed bool) {
+	t.Helper()
+	start := time.Now()
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stopped in %s", time.Since(start).Round(time.Millisecond))
+	assertStopped(t, c, removed)
+}
+
+func assertStopped(t *testing.T, c *Cluster, removed bool) {
+	t.Helper()
+	if len(c.Processes()) < 2 {
+		t.Errorf("cluster had %d processes", len(c.Processes()))
+	}
+	for _, p := range c.Processes() {
+		if err := syscall.Kill(p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s (pid %d) still exists after Stop: %v", p.Name(), p.Pid(), err)
+		}
+	}
+	if _, err := os.Stat(c.Dir()); removed != os.IsNotExist(err) {
+		t.Errorf("work directory %s: removed=%v, want %v", c.Dir(), os.IsNotExist(err), removed)
+	}
+}
+
+func testPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  "main",
+			Image: "registry.k8s.io/pause:3.10", // never pulled: there is no kubelet
+		}}},
+	}
+}
+
+// createDependent creates a ConfigMap "dependent" owned by pod.
+func createDependent(t *testing.T, c *Cluster, pod *corev1.Pod) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name:      "dependent",
+		Namespace: pod.Namespace,
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+		}},
+	}}
+	if _, err := c.Clientset().CoreV1().ConfigMaps(pod.Namespace).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			t.Logf("%s after %s", what, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within 30s: %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
