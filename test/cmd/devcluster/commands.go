@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cellium/cellium/test/harness"
+)
+
+// stateFile records what up started; its presence marks a directory as
+// devcluster's.
+const stateFile = "devcluster.json"
+
+// state is the content of stateFile.
+type state struct {
+	// Processes are the names of the processes up started, in start order;
+	// each has <name>.pid and <name>.log in the directory.
+	Processes  []string  `json:"processes"`
+	APIServer  string    `json:"apiserver,omitempty"`
+	Kubeconfig string    `json:"kubeconfig,omitempty"`
+	Started    time.Time `json:"started"`
+}
+
+// stopTimeout is how long each process gets after SIGTERM before SIGKILL.
+const stopTimeout = 10 * time.Second
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "devcluster",
+		Short: "Run a local Kubernetes control plane (etcd, kube-apiserver) for cellium development",
+		Long: "devcluster starts etcd and kube-apiserver (and optionally kube-controller-manager) on 127.0.0.1\n" +
+			"as background processes, with all state in one directory. The binaries are built from\n" +
+			"tools/etcd and tools/k8s on first use and cached (see test/harness).",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd())
+	return root
+}
+
+func addDirFlag(cmd *cobra.Command, dir *string) {
+	cmd.Flags().StringVar(dir, "dir", ".cellium-dev", "directory holding the cluster's state (certificates, etcd data, logs, pid files, kubeconfig)")
+}
+
+func logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+func newUpCmd() *cobra.Command {
+	var (
+		dir     string
+		opts    harness.Options
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start the cluster in the background and write DIR/kubeconfig",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.StartTimeout = timeout
+			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts)
+		},
+	}
+	addDirFlag(cmd, &dir)
+	cmd.Flags().BoolVar(&opts.ControllerManager, "controller-manager", false, "also run kube-controller-manager (garbage collection, namespace cleanup, default service accounts)")
+	cmd.Flags().IntVar(&opts.APIServerPort, "apiserver-port", 0, "secure port of kube-apiserver on 127.0.0.1 (0: a free port)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the components to become ready (building binaries not included)")
+	cmd.Flags().StringSliceVar(&opts.APIServerArgs, "apiserver-arg", nil, "extra kube-apiserver flag, e.g. --apiserver-arg=--v=2 (repeatable)")
+	cmd.Flags().StringSliceVar(&opts.ControllerManagerArgs, "controller-manager-arg", nil, "extra kube-controller-manager flag (repeatable)")
+	return cmd
+}
+
+func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.Options) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if err := prepareDir(dir, stderr); err != nil {
+		return err
+	}
+	st := state{Started: time.Now().UTC()}
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+
+	opts.Dir = dir
+	opts.Detach = true
+	opts.Logger = logger(stderr)
+	c, err := harness.Start(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("%w\n(logs are in %s; `devcluster down --dir %s` cleans up)", err, dir, dir)
+	}
+	for _, p := range c.Processes() {
+		st.Processes = append(st.Processes, p.Name())
+	}
+	st.APIServer, st.Kubeconfig = c.APIServerURL(), c.Kubeconfig()
+
+	// Programs that run on top of the control plane, in start order.
+	for _, p := range addons(dir, c) {
+		r, err := p.Start()
+		if err != nil {
+			return errors.Join(err, writeState(dir, st))
+		}
+		st.Processes = append(st.Processes, r.Name())
+	}
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+
+	kubeconfig := relativeToWD(c.Kubeconfig())
+	fmt.Fprintf(stdout, "cluster is up: kube-apiserver %s (%s)\n", c.APIServerURL(), strings.Join(st.Processes, ", "))
+	fmt.Fprintf(stdout, "kubeconfig: %s\n\n", kubeconfig)
+	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s get ns\n", kubeconfig)
+	fmt.Fprintf(stdout, "  export KUBECONFIG=%s\n\n", c.Kubeconfig())
+	fmt.Fprintf(stdout, "logs: %s/*.log; stop with: devcluster down --dir %s\n", relativeToWD(dir), relativeToWD(dir))
+	return nil
+}
+
+// addons returns the processes up starts after the control plane is ready,
+// in order; down stops them first. This is where cellium-operator,
+// cellium-agent and the dev kubelet go as they land, e.g.
+//
+//	harness.Process{
+//		Name:    "cellium-operator",
+//		Path:    operatorBinary,
+//		Args:    []string{"--kubeconfig=" + c.Kubeconfig()},
+//		LogFile: filepath.Join(dir, "cellium-operator.log"),
+//		PidFile: filepath.Join(dir, "cellium-operator.pid"),
+//		Detach:  true,
+//	}
+//
+// Each needs a LogFile and a PidFile in dir and Detach set.
+func addons(dir string, c *harness.Cluster) []harness.Process {
+	_, _ = dir, c
+	return nil
+}
+
+// prepareDir makes sure dir can take a new cluster: it does not exist, is
+// empty, or holds the state of a devcluster that is not running any more
+// (which is removed).
+func prepareDir(dir string, log io.Writer) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0 {
+		return os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
+		return fmt.Errorf("%s is not empty and holds no devcluster state (%s): choose another --dir", dir, stateFile)
+	}
+	procs, err := processes(dir)
+	if err != nil {
+		return err
+	}
+	for _, name := range procs {
+		pid, running, err := harness.ReadPidFile(filepath.Join(dir, name+".pid"))
+		if err != nil {
+			return err
+		}
+		if running {
+			return fmt.Errorf("a cluster is already running in %s (%s, pid %d): use it, or stop it first with `devcluster down --dir %s`",
+				dir, name, pid, relativeToWD(dir))
+		}
+	}
+	fmt.Fprintf(log, "removing the state of a stopped cluster in %s\n", dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+func newDownCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop what up started and remove DIR (does nothing if there is no cluster)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return down(cmd.OutOrStdout(), dir)
+		},
+	}
+	addDirFlag(cmd, &dir)
+	return cmd
+}
+
+func down(stdout io.Writer, dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(stdout, "no cluster in %s\n", relativeToWD(dir))
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
+		return fmt.Errorf("%s holds no devcluster state (%s); not touching it", dir, stateFile)
+	}
+	procs, err := processes(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range slices.Backward(procs) {
+		pidFile := filepath.Join(dir, name+".pid")
+		pid, running, err := harness.ReadPidFile(pidFile)
+		if err == nil && running {
+			fmt.Fprintf(stdout, "stopping %s (pid %d)\n", name, pid)
+		}
+		errs = append(errs, err, harness.StopPidFile(pidFile, stopTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop cluster in %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed %s\n", relativeToWD(dir))
+	return nil
+}
+
+func newStatusCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's processes and whether kube-apiserver is ready (exit status 1 if not)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return status(cmd.Context(), cmd.OutOrStdout(), dir)
+		},
+	}
+	addDirFlag(cmd, &dir)
+	return cmd
+}
+
+func status(ctx context.Context, stdout io.Writer, dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	st, err := readState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no cluster in %s (start one with `devcluster up --dir %s`)", relativeToWD(dir), relativeToWD(dir))
+	}
+	if err != nil {
+		return err
+	}
+	procs, err := processes(dir)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROCESS\tPID\tSTATE\tLOG")
+	down := 0
+	for _, name := range procs {
+		pid, running, err := harness.ReadPidFile(filepath.Join(dir, name+".pid"))
+		state := "running"
+		switch {
+		case err != nil:
+			state = err.Error()
+		case !running:
+			state = "not running"
+		}
+		if err != nil || !running {
+			down++
+		}
+		pidText := "-"
+		if pid > 0 {
+			pidText = fmt.Sprint(pid)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, pidText, state, relativeToWD(filepath.Join(dir, name+".log")))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.Kubeconfig == "" {
+		return errors.New("the cluster never became ready")
+	}
+	fmt.Fprintf(stdout, "\nkubeconfig: %s\n", relativeToWD(st.Kubeconfig))
+	if err := readyz(ctx, st.Kubeconfig); err != nil {
+		fmt.Fprintf(stdout, "kube-apiserver %s: not ready: %v\n", st.APIServer, err)
+		return errors.New("not ready")
+	}
+	fmt.Fprintf(stdout, "kube-apiserver %s: ready\n", st.APIServer)
+	if down > 0 {
+		return fmt.Errorf("%d process(es) not running", down)
+	}
+	return nil
+}
+
+func readyz(ctx context.Context, kubeconfig string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 5 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(body)) != "ok" {
+		return errors.New(string(body))
+	}
+	return nil
+}
+
+func newBuildCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build",
+		Short: "Build the etcd and Kubernetes binaries into the cache if missing (the first time takes 10-15 minutes)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bins, err := harness.EnsureBinaries(cmd.Context(), logger(cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, bins.Etcd)
+			fmt.Fprintln(out, bins.KubeAPIServer)
+			fmt.Fprintln(out, bins.KubeControllerManager)
+			return nil
+		},
+	}
+}
+
+// processes returns the names of the processes of the cluster in dir, in
+// start order: those recorded in the state file, then any other pid files
+// (left by an up that failed half-way).
+func processes(dir string) ([]string, error) {
+	st, err := readState(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	names := st.Processes
+	pidFiles, err := filepath.Glob(filepath.Join(dir, "*.pid"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range pidFiles {
+		if name := strings.TrimSuffix(filepath.Base(f), ".pid"); !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+func readState(dir string) (state, error) {
+	var st state
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("read %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	return st, nil
+}
+
+func writeState(dir string, st state) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, stateFile), append(data, '\n'), 0o644)
+}
+
+// relativeToWD shortens path for messages when it is below the working
+// directory.
+func relativeToWD(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return path
+	}
+	return rel
+}
