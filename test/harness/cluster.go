@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,7 @@ type Options struct {
 	// ControllerManager also runs kube-controller-manager, for what a real
 	// cluster does on its own: ownerReference garbage collection, namespace
 	// finalization, the "default" ServiceAccount of every namespace. Adds about
-	// a second to start-up.
+	// half a second to start-up.
 	ControllerManager bool
 
 	// Dir is the work directory: PKI, etcd data, logs, pid files and the
@@ -283,7 +284,9 @@ func (c *Cluster) Stop() error {
 		c.stopped.Store(true)
 		var errs []error
 		for i := len(c.procs) - 1; i >= 0; i-- {
-			errs = append(errs, c.procs[i].Stop(c.opts.StopTimeout))
+			p, began := c.procs[i], time.Now()
+			errs = append(errs, p.Stop(c.opts.StopTimeout))
+			c.log.Debug("component stopped", "name", p.Name(), "pid", p.Pid(), "took", time.Since(began).Round(time.Millisecond))
 		}
 		if c.httpClient != nil {
 			utilnet.CloseIdleConnectionsFor(c.httpClient.Transport)
@@ -348,12 +351,16 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 			"--initial-cluster=cellium=" + peer,
 			"--unsafe-no-fsync", // a throw-away test store: durability costs start-up time
 			"--log-level=warn",
+			// One member: elect it at once instead of after the default 1s.
+			"--heartbeat-interval=10",
+			"--election-timeout=100",
 		})
 		c.etcdURL = client
 		r, err := c.startAndWait(ctx, p, func(ctx context.Context) error { return etcdHealthy(ctx, client) })
 		if err == nil || try == portTries || !portClash(r) {
 			return err
 		}
+		c.forget(r)
 		c.log.Debug("etcd port taken, retrying", "err", err)
 	}
 }
@@ -401,6 +408,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 			}
 			return err
 		}
+		c.forget(r)
 		c.log.Debug("kube-apiserver port taken, retrying", "err", err)
 	}
 }
@@ -461,6 +469,12 @@ func (c *Cluster) startAndWait(ctx context.Context, p Process, ready func(contex
 		case <-tick.C:
 		}
 	}
+}
+
+// forget drops a process that failed to start (and has exited) from the
+// cluster's processes.
+func (c *Cluster) forget(r *Running) {
+	c.procs = slices.DeleteFunc(c.procs, func(p *Running) bool { return p == r })
 }
 
 // portClash reports whether r failed because its port was taken.

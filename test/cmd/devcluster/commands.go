@@ -96,6 +96,12 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 	if err != nil {
 		return err
 	}
+	log := logger(stderr)
+	// Binaries first: building them may take long, and fail, before the
+	// directory is touched.
+	if opts.Binaries, err = harness.EnsureBinaries(ctx, log); err != nil {
+		return err
+	}
 	if err := prepareDir(dir, stderr); err != nil {
 		return err
 	}
@@ -106,7 +112,7 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 
 	opts.Dir = dir
 	opts.Detach = true
-	opts.Logger = logger(stderr)
+	opts.Logger = log
 	c, err := harness.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("%w\n(logs are in %s; `devcluster down --dir %s` cleans up)", err, dir, dir)
