@@ -61,19 +61,22 @@ func EnsureBinaries(ctx context.Context, log *slog.Logger) (Binaries, error) {
 	return bins, nil
 }
 
-// binariesCached reports whether every binary [EnsureBinaries] would return is
-// already in the cache (so that calling it does not build).
-func binariesCached() (bool, error) {
+// coldBuildNeeded reports whether [EnsureBinaries] would have to build a
+// binary that is not in the cache at all (a rebuild after a recipe change is
+// mostly linking and does not count).
+func coldBuildNeeded() (bool, error) {
 	builds, _, err := planBinaries()
 	if err != nil {
 		return false, err
 	}
 	for _, b := range builds {
-		if len(b.missing()) > 0 {
-			return false, nil
+		for _, p := range b.programs {
+			if _, err := os.Stat(filepath.Join(b.outDir, p.name)); err != nil {
+				return true, nil
+			}
 		}
 	}
-	return true, nil
+	return false, nil
 }
 
 // planBinaries works out where each binary lives and how to build it.

@@ -233,3 +233,24 @@ func TestKubernetesLdflags(t *testing.T) {
 		}
 	}
 }
+
+func TestColdBuildNeeded(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("CELLIUM_CACHE_DIR", cache)
+	if cold, err := coldBuildNeeded(); err != nil || !cold {
+		t.Fatalf("empty cache: cold=%v err=%v", cold, err)
+	}
+	_, bins, err := planBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, p, "") // no recipe: would be rebuilt, but not from scratch
+	}
+	if cold, err := coldBuildNeeded(); err != nil || cold {
+		t.Fatalf("all binaries there: cold=%v err=%v", cold, err)
+	}
+}

@@ -73,5 +73,13 @@
 //
 //	bin/k8s-v1.37.2/kube-apiserver
 //	bin/k8s-v1.37.2/kube-controller-manager
+//	bin/k8s-v1.37.2/.recipe        how they were built; a change rebuilds them
 //	bin/etcd-v3.6.16/etcd
+//	bin/etcd-v3.6.16/.recipe
+//	bin/.k8s-v1.37.2.lock          flock held while building
+//	bin/.etcd-v3.6.16.lock
+//
+// The versions come from tools/k8s/go.mod and tools/etcd/go.mod; the Kubernetes
+// version is stamped into the binaries (-ldflags -X, as Kubernetes' own build
+// does), so the API server reports it at /version.
 package harness

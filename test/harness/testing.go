@@ -180,8 +180,8 @@ func buildWontFit(t testing.TB, opts Options) string {
 	if !ok || time.Until(deadline) >= coldBuildTime {
 		return ""
 	}
-	cached, err := binariesCached()
-	if err != nil || cached {
+	cold, err := coldBuildNeeded()
+	if err != nil || !cold {
 		return "" // Start reports err
 	}
 	return fmt.Sprintf("the Kubernetes test binaries are not built yet: building them takes 10-15 minutes, "+
