@@ -141,18 +141,21 @@ func TestOperatorAndAgent(t *testing.T) {
 		}
 		return nil
 	})
-	var tables []agentapi.TableInfo
-	if err := getJSON(api, "http://agent/v1/statedb", &tables); err != nil {
-		t.Fatal(err)
-	}
-	for _, tbl := range tables {
-		if !tbl.Initialized {
-			t.Errorf("table %s not initialized: pending %v", tbl.Name, tbl.Pending)
+	eventually(t, 30*time.Second, "every table initialized", func() error {
+		var tables []agentapi.TableInfo
+		if err := getJSON(api, "http://agent/v1/statedb", &tables); err != nil {
+			return err
 		}
-	}
-	if len(tables) < 9 {
-		t.Errorf("want the 9 resource tables, got %+v", tables)
-	}
+		if len(tables) < 9 {
+			return fmt.Errorf("want the 9 resource tables, got %+v", tables)
+		}
+		for _, tbl := range tables {
+			if !tbl.Initialized {
+				return fmt.Errorf("table %s not initialized: pending %v", tbl.Name, tbl.Pending)
+			}
+		}
+		return nil
+	})
 
 	if err := pods.Delete(ctx, "web-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -268,7 +271,7 @@ func checkCEPTable(t *testing.T, rc interface{}, ns string) {
 		t.Fatalf("want 1 row, got %d", len(table.Rows))
 	}
 	got := fmt.Sprint(table.Rows[0].Cells)
-	if want := "[web-0 12345   ready 10.0.0.7 <nil>]"; got != want {
+	if want := "[web-0 12345 <nil> <nil> ready 10.0.0.7 <nil>]"; got != want {
 		t.Errorf("CEP row %s, want %s", got, want)
 	}
 	_ = context.Background
