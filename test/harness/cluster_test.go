@@ -138,9 +138,12 @@ func TestClusterControllerManager(t *testing.T) {
 	stopAndCheck(t, c, true)
 }
 
+// TestShared also covers a work directory given by the caller: a second
+// cluster cannot start there, and Stop keeps it.
 func TestShared(t *testing.T) {
 	verifyNoLeaks(t)
-	s := NewShared(Options{})
+	dir := t.TempDir()
+	s := NewShared(Options{Dir: dir})
 	if err := s.Stop(); err != nil {
 		t.Fatalf("Stop before Get: %v", err)
 	}
@@ -157,11 +160,18 @@ func TestShared(t *testing.T) {
 		if err := c2.Ready(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		_, err := Start(t.Context(), Options{Dir: dir})
+		if !errors.Is(err, ErrAlreadyRunning) {
+			t.Fatalf("second cluster in %s: %v; want ErrAlreadyRunning", dir, err)
+		}
 	})
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	assertStopped(t, c, true)
+	assertStopped(t, c, false)
+	if _, err := os.Stat(c.Kubeconfig()); err != nil {
+		t.Errorf("the given work directory was cleaned: %v", err)
+	}
 }
 
 func TestStartPortInUse(t *testing.T) {
@@ -193,20 +203,6 @@ func TestStartFailure(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
 		t.Errorf("work directory left behind: %v", entries)
-	}
-}
-
-func TestStartAlreadyRunning(t *testing.T) {
-	verifyNoLeaks(t)
-	dir := t.TempDir()
-	c := ForTest(t, Options{Dir: dir})
-	_, err := Start(t.Context(), Options{Dir: dir})
-	if !errors.Is(err, ErrAlreadyRunning) {
-		t.Fatalf("second Start in %s: %v; want ErrAlreadyRunning", dir, err)
-	}
-	stopAndCheck(t, c, false)
-	if _, err := os.Stat(c.Kubeconfig()); err != nil {
-		t.Errorf("a given Dir was cleaned: %v", err)
 	}
 }
 
