@@ -21,7 +21,7 @@ type Cell interface {
 
 var (
 	moduleIDRe    = regexp.MustCompile(`^[a-z][a-z0-9_\-]{1,30}$`)
-	moduleTitleRe = regexp.MustCompile(`^[a-zA-Z0-9_\-/. ]{1,80}$`)
+	moduleTitleRe = regexp.MustCompile(`^[a-zA-Z0-9_\-/.,:() ]{1,80}$`)
 )
 
 // moduleInfo is the scope a cell lives in.
@@ -44,7 +44,7 @@ type module struct {
 }
 
 // Module groups cells under an id and a title. The id must match
-// ^[a-z][a-z0-9_-]{1,30}$ and the title ^[a-zA-Z0-9_-/. ]{1,80}$; Module
+// ^[a-z][a-z0-9_-]{1,30}$ and the title ^[a-zA-Z0-9_-/.,:() ]{1,80}$; Module
 // panics otherwise, since ids are written in code, not taken from input.
 // Inside a module, *slog.Logger, Lifecycle, Health and Jobs are scoped to it.
 func Module(id, title string, cells ...Cell) Cell {

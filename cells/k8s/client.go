@@ -154,3 +154,7 @@ func waitForAPIServer(ctx context.Context, cs Clientset, log *slog.Logger) error
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
+
+// DisabledClientset is a clientset with no API server (IsEnabled is
+// false), for agents run without Kubernetes and for tests.
+func DisabledClientset() Clientset { return &clientset{} }

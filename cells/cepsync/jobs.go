@@ -1,0 +1,208 @@
+package cepsync
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"time"
+
+	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// FullInterval is how often every CEP is checked again (recreating one
+// deleted behind the agent's back) and stale ones pruned.
+const FullInterval = 30 * time.Second
+
+type jobsParams struct {
+	hive.In
+	Config    Config
+	Log       *slog.Logger
+	DB        *statedb.DB
+	Desired   statedb.RWTable[*DesiredCEP]
+	Endpoints statedb.Table[*endpoints.Endpoint]
+	Pods      statedb.Table[*corev1.Pod]
+	Nodes     statedb.Table[*corev1.Node]
+	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
+	Clientset k8s.Clientset
+	Node      k8s.NodeName
+	Jobs      hive.Jobs
+	Metrics   reconciler.Metrics `optional:"true"`
+}
+
+func registerJobs(p jobsParams) error {
+	if p.Config.DisableEndpointCRD {
+		p.Log.Info("CiliumEndpoint synchronization disabled (--disable-endpoint-crd)")
+		return nil
+	}
+	nodeIP := func() string {
+		n, _, ok := p.Nodes.Get(p.DB.ReadTxn(), k8stables.NameIndex[*corev1.Node]().Query(string(p.Node)))
+		if !ok {
+			return ""
+		}
+		return endpointmanager.NodeInternalIP(n)
+	}
+	txn := p.DB.WriteTxn(p.Desired)
+	initDone := p.Desired.RegisterInitializer(txn, "endpoints")
+	txn.Commit()
+
+	d := &deriver{p: p, nodeIP: nodeIP, initDone: initDone}
+	r, err := reconciler.New(p.DB, reconciler.Config[*DesiredCEP]{
+		Name:      "cilium-endpoints",
+		Table:     p.Desired,
+		GetStatus: func(d *DesiredCEP) reconciler.Status { return d.Reconcile },
+		SetStatus: func(d *DesiredCEP, s reconciler.Status) *DesiredCEP {
+			c := *d
+			c.Reconcile = s
+			return &c
+		},
+		Operations: &target{
+			log: p.Log, client: p.Clientset.Cilium(), db: p.DB, ceps: p.CEPs, nodeIP: nodeIP,
+			healthName: "cilium-health-" + string(p.Node), uids: map[string]types.UID{},
+		},
+		FullInterval: FullInterval,
+		RetryMin:     100 * time.Millisecond,
+		RetryMax:     10 * time.Second,
+		Metrics:      p.Metrics,
+	})
+	if err != nil {
+		return err
+	}
+	p.Jobs.Add(
+		hive.Service("derive-desired-ceps", d.subscribe, d.run),
+		hive.Service("reconcile-ceps", r.Subscribe, func(ctx context.Context, h hive.Health) { r.Run(ctx, h) }),
+	)
+	return nil
+}
+
+// deriver turns endpoints into desired CEPs. It re-derives an endpoint's
+// CEP when the endpoint, its pod's labels or the node IP change.
+type deriver struct {
+	p        jobsParams
+	nodeIP   func() string
+	initDone func(statedb.WriteTxn)
+	eps      statedb.ChangeIterator[*endpoints.Endpoint]
+	pods     statedb.ChangeIterator[*corev1.Pod]
+}
+
+func (d *deriver) subscribe() error {
+	txn := d.p.DB.WriteTxn(d.p.Endpoints, d.p.Pods)
+	defer txn.Commit()
+	var err error
+	if d.eps, err = d.p.Endpoints.Changes(txn); err != nil {
+		return err
+	}
+	d.pods, err = d.p.Pods.Changes(txn)
+	return err
+}
+
+func (d *deriver) run(ctx context.Context, h hive.Health) {
+	defer d.eps.Close()
+	defer d.pods.Close()
+	lastNodeIP := ""
+	nodeTicker := time.NewTicker(time.Second)
+	defer nodeTicker.Stop()
+	for {
+		rtxn := d.p.DB.ReadTxn()
+		touched := map[uint16]bool{}
+		deleted := map[string]uint16{}
+		epChanges, epWatch := d.eps.Next(rtxn)
+		for c := range epChanges {
+			if c.Deleted {
+				deleted[c.Object.CEPKey()] = c.Object.ID
+			} else {
+				touched[c.Object.ID] = true
+			}
+		}
+		podChanges, podWatch := d.pods.Next(rtxn)
+		for c := range podChanges {
+			for ep := range d.p.Endpoints.List(rtxn, endpoints.PodIndex.Query(c.Object.Namespace+"/"+c.Object.Name)) {
+				touched[ep.ID] = true
+			}
+		}
+		if ip := d.nodeIP(); ip != lastNodeIP {
+			lastNodeIP = ip
+			for ep := range d.p.Endpoints.All(rtxn) {
+				touched[ep.ID] = true
+			}
+		}
+		d.apply(rtxn, touched, deleted, lastNodeIP)
+		h.OK("in sync")
+		select {
+		case <-ctx.Done():
+			return
+		case <-epWatch:
+		case <-podWatch:
+		case <-nodeTicker.C:
+		}
+	}
+}
+
+// apply writes the desired rows of the touched endpoints and removes the
+// rows of deleted ones. Unchanged rows are not rewritten.
+func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted map[string]uint16, nodeIP string) {
+	txn := d.p.DB.WriteTxn(d.p.Desired)
+	defer txn.Commit()
+	for key, id := range deleted {
+		cur, _, ok := d.p.Desired.Get(txn, DesiredKeyIndex.Query(key))
+		if ok && cur.EndpointID == id {
+			_, _, _ = d.p.Desired.Delete(txn, cur)
+		}
+	}
+	for id := range touched {
+		ep, _, ok := d.p.Endpoints.Get(rtxn, endpoints.IDIndex.Query(id))
+		if !ok {
+			continue
+		}
+		want := d.desired(rtxn, ep, nodeIP)
+		cur, _, exists := d.p.Desired.Get(txn, DesiredKeyIndex.Query(ep.CEPKey()))
+		switch {
+		case want == nil:
+			if exists && cur.EndpointID == ep.ID && ep.State != ciliumv2.EndpointStateRestoring {
+				_, _, _ = d.p.Desired.Delete(txn, cur)
+			}
+		case exists && cur.sameAs(want):
+			// Identical: no write, no API call.
+		default:
+			want.Reconcile = reconciler.Pending()
+			_, _, _ = d.p.Desired.Insert(txn, want)
+		}
+	}
+	if d.initDone != nil {
+		if ok, _ := d.p.Endpoints.Initialized(rtxn); ok {
+			d.initDone(txn)
+			d.initDone = nil
+		}
+	}
+}
+
+// desired is the CEP of ep, or nil when it should have none (yet): no
+// identity yet, no pod to own it, or no node IP known.
+func (d *deriver) desired(rtxn statedb.ReadTxn, ep *endpoints.Endpoint, nodeIP string) *DesiredCEP {
+	if ep.Identity == identity.InvalidIdentity || nodeIP == "" || ep.State == ciliumv2.EndpointStateDisconnecting {
+		return nil
+	}
+	out := &DesiredCEP{
+		Namespace: ep.CEPNamespace, Name: ep.CEPName, EndpointID: ep.ID,
+		PodName: ep.PodName, PodUID: ep.PodUID, Health: ep.Health,
+		Status: ep.Status(nodeIP),
+	}
+	if !ep.Health {
+		pod, _, ok := d.p.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(ep.PodKey()))
+		if !ok || string(pod.UID) != ep.PodUID {
+			return nil // no owner: no CEP (Cilium does the same)
+		}
+		out.Labels = maps.Clone(pod.Labels)
+	}
+	return out
+}

@@ -1,0 +1,27 @@
+// Package endpointmanager is the agent cell that owns local endpoints: one
+// per pod (keyed by container ID and pod namespace/name), with a node-unique
+// ID, a lifecycle state, a security identity, state persisted in the state
+// directory and restored after a restart, and the node's health endpoint.
+// It is the only writer of the endpoints table (statedb/endpoints).
+package endpointmanager
+
+import (
+	"github.com/cilium/statedb"
+
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/statedb/endpoints"
+)
+
+// Cell provides the endpoints table and the endpoint API.
+var Cell = hive.Module("endpoint-manager", "Local endpoints",
+	// The table is written only by the manager...
+	hive.ProvidePrivate(endpoints.NewTable),
+	// ...and read by the CEP synchronizer, the datapath and the CLI.
+	hive.Provide(statedb.RWTable[*endpoints.Endpoint].ToTable),
+	// The manager; created here, restored and run by the hooks below.
+	hive.ProvidePrivate(newManager),
+	// PUT/DELETE/GET /v1/endpoint...
+	hive.Provide(apiHandlers),
+	// Restore at start, follow pod label changes, keep the health endpoint.
+	hive.Invoke(registerJobs),
+)

@@ -1,0 +1,479 @@
+package endpointmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
+	k8serrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/v1/models"
+	identitycell "github.com/cellium/cellium/cells/identity"
+	"github.com/cellium/cellium/cells/ipam"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/labels"
+)
+
+// MaxEndpointID is the largest endpoint ID (IDs are 1..4095, as Cilium's).
+const MaxEndpointID = 4095
+
+// HealthEndpointNamespace is where the node's health endpoint's CEP lives.
+const HealthEndpointNamespace = "kube-system"
+
+// Manager creates, updates, restores and deletes local endpoints. It is
+// the only writer of the endpoints table.
+type Manager struct {
+	log        *slog.Logger
+	db         *statedb.DB
+	table      statedb.RWTable[*endpoints.Endpoint]
+	pods       statedb.Table[*corev1.Pod]
+	namespaces statedb.Table[*corev1.Namespace]
+	clientset  k8s.Clientset
+	ipam       ipam.Allocator
+	identities identitycell.Allocator
+	filter     identitycell.LabelFilter
+	cluster    identitycell.ClusterName
+	store      store
+	node       k8s.NodeName
+	now        func() time.Time
+
+	// mu serialises endpoint ID choice and row replacement; the slow parts
+	// (identity allocation) run outside it.
+	mu     sync.Mutex
+	nextID uint16
+}
+
+// Manager errors carry a sentinel for the API's status code.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+}
+
+// Create makes an endpoint for the pod described by req: it resolves the
+// pod's labels to an identity and returns once the endpoint is ready. A
+// request for a pod that already has an endpoint with another container ID
+// (a new sandbox) replaces the old endpoint. On failure nothing is left.
+func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest) (*endpoints.Endpoint, error) {
+	ip, err := validate(req)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := m.lookupPod(ctx, req.K8sNamespace, req.K8sPodName, req.K8sUID)
+	if err != nil {
+		return nil, err
+	}
+	ep := &endpoints.Endpoint{
+		ContainerID:     req.ContainerID,
+		ContainerIfName: req.ContainerInterfaceName,
+		PodNamespace:    req.K8sNamespace,
+		PodName:         req.K8sPodName,
+		PodUID:          req.K8sUID,
+		CEPNamespace:    req.K8sNamespace,
+		CEPName:         req.K8sPodName,
+		HostIfName:      req.InterfaceName,
+		HostIfIndex:     req.InterfaceIndex,
+		MAC:             req.MAC,
+		HostMAC:         req.HostMAC,
+		NetnsPath:       req.NetnsPath,
+		IPv4:            ip,
+		Created:         m.now(),
+	}
+	if pod != nil {
+		ep.PodUID = string(pod.UID)
+		ep.ServiceAccount = pod.Spec.ServiceAccountName
+		ep.NamedPorts = namedPorts(pod)
+	}
+	ep.Labels, ep.InfoLabels = m.podLabels(m.db.ReadTxn(), pod, req.K8sNamespace)
+
+	// Insert in waiting-for-identity, replacing an older sandbox's endpoint.
+	ep, replaced, err := m.insertNew(ep)
+	if err != nil {
+		return nil, err
+	}
+	for _, old := range replaced {
+		m.cleanup(ctx, old, "replaced by a new sandbox of the same pod")
+	}
+	// Resolve the identity, then ready.
+	ready, err := m.resolveIdentity(ctx, ep)
+	if err != nil {
+		m.remove(ctx, ep, false)
+		return nil, fmt.Errorf("%w: allocate identity for %s: %v", ErrUnavailable, ep.PodKey(), err)
+	}
+	return ready, nil
+}
+
+func validate(req *models.EndpointChangeRequest) (netip.Addr, error) {
+	var missing []string
+	for _, f := range []struct{ name, value string }{
+		{"container-id", req.ContainerID},
+		{"k8s-namespace", req.K8sNamespace},
+		{"k8s-pod-name", req.K8sPodName},
+		{"interface-name", req.InterfaceName},
+		{"addressing.ipv4", req.Addressing.IPV4},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return netip.Addr{}, invalid("missing %s", strings.Join(missing, ", "))
+	}
+	ip, err := netip.ParseAddr(req.Addressing.IPV4)
+	if err != nil || !ip.Is4() {
+		return netip.Addr{}, invalid("addressing.ipv4 %q is not an IPv4 address", req.Addressing.IPV4)
+	}
+	if req.ContainerInterfaceName == "" {
+		req.ContainerInterfaceName = "eth0"
+	}
+	return ip, nil
+}
+
+// lookupPod finds the pod in the pods table, or asks the API server when
+// the table lags behind. A pod that does not exist is not an error: such
+// an endpoint (cnitool, tests) gets the reserved init identity and no CEP.
+func (m *Manager) lookupPod(ctx context.Context, ns, name, uid string) (*corev1.Pod, error) {
+	if ok, watch := m.pods.Initialized(m.db.ReadTxn()); !ok {
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: the pods table is not synced yet: %v", ErrUnavailable, ctx.Err())
+		}
+	}
+	pod, _, found := m.pods.Get(m.db.ReadTxn(), k8stables.NameIndex[*corev1.Pod]().Query(ns+"/"+name))
+	if found && (uid == "" || string(pod.UID) == uid) {
+		return pod, nil
+	}
+	if !m.clientset.IsEnabled() {
+		return nil, nil
+	}
+	fresh, err := m.clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case k8serrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("%w: get pod %s/%s: %v", ErrUnavailable, ns, name, err)
+	case uid != "" && string(fresh.UID) != uid:
+		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, the request is for UID %s (the pod was re-created)", ErrConflict, ns, name, fresh.UID, uid)
+	}
+	return fresh, nil
+}
+
+// podLabels computes the identity-relevant and informational labels.
+func (m *Manager) podLabels(txn statedb.ReadTxn, pod *corev1.Pod, ns string) (labels.Labels, labels.Labels) {
+	if pod == nil {
+		return labels.New(labels.Reserved(labels.IDNameInit)), labels.Labels{}
+	}
+	var nsLabels map[string]string
+	if n, _, ok := m.namespaces.Get(txn, k8stables.NameIndex[*corev1.Namespace]().Query(ns)); ok {
+		nsLabels = n.Labels
+	}
+	all := labels.FromK8sPod(pod.Labels, ns, nsLabels, pod.Spec.ServiceAccountName, string(m.cluster))
+	return m.filter.Split(all)
+}
+
+func namedPorts(pod *corev1.Pod) ciliumv2.NamedPorts {
+	var out ciliumv2.NamedPorts
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == "" {
+				continue
+			}
+			proto := string(p.Protocol)
+			if proto == "" {
+				proto = "TCP"
+			}
+			out = append(out, &ciliumv2.Port{Name: p.Name, Port: uint16(p.ContainerPort), Protocol: proto})
+		}
+	}
+	slices.SortFunc(out, func(a, b *ciliumv2.Port) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// insertNew assigns an ID and inserts ep in waiting-for-identity. Older
+// endpoints of the same pod are removed from the table in the same
+// transaction and returned for cleanup.
+func (m *Manager) insertNew(ep *endpoints.Endpoint) (*endpoints.Endpoint, []*endpoints.Endpoint, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	txn := m.db.WriteTxn(m.table)
+	defer txn.Abort()
+	if old, _, ok := m.table.Get(txn, endpoints.ContainerIndex.Query(ep.ContainerID)); ok {
+		return nil, nil, fmt.Errorf("%w: container %s already has endpoint %d (pod %s)", ErrConflict, ep.ContainerID, old.ID, old.PodKey())
+	}
+	if old, _, ok := m.table.Get(txn, endpoints.IPIndex.Query(ep.IPv4)); ok {
+		return nil, nil, fmt.Errorf("%w: IP %s is already used by endpoint %d (pod %s)", ErrConflict, ep.IPv4, old.ID, old.PodKey())
+	}
+	var replaced []*endpoints.Endpoint
+	for old := range m.table.List(txn, endpoints.PodIndex.Query(ep.PodKey())) {
+		replaced = append(replaced, old)
+		if _, _, err := m.table.Delete(txn, old); err != nil {
+			return nil, nil, err
+		}
+	}
+	id, err := m.freeID(txn)
+	if err != nil {
+		return nil, nil, err
+	}
+	ep.ID = id
+	ep = ep.WithState(ciliumv2.EndpointStateWaitingForIdentity, "Endpoint created", m.now())
+	if _, _, err := m.table.Insert(txn, ep); err != nil {
+		return nil, nil, err
+	}
+	if err := m.store.save(ep); err != nil {
+		return nil, nil, err
+	}
+	txn.Commit()
+	return ep, replaced, nil
+}
+
+// freeID returns the next unused endpoint ID after the last one handed out.
+func (m *Manager) freeID(txn statedb.ReadTxn) (uint16, error) {
+	for i := 0; i < MaxEndpointID; i++ {
+		m.nextID = m.nextID%MaxEndpointID + 1
+		if _, _, used := m.table.Get(txn, endpoints.IDIndex.Query(m.nextID)); !used {
+			return m.nextID, nil
+		}
+	}
+	return 0, ErrIDsExhausted
+}
+
+// resolveIdentity allocates the identity of ep's labels and makes it
+// ready, releasing the identity it had before (label change).
+func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
+	id, err := m.identities.Allocate(ctx, ep.Labels)
+	if err != nil {
+		return nil, err
+	}
+	var updated *endpoints.Endpoint
+	err = m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
+		if !cur.Labels.Equal(ep.Labels) {
+			return nil // labels changed meanwhile: that change resolves again
+		}
+		old := cur.Identity
+		c := cur.WithState(ciliumv2.EndpointStateRegenerating, "Regenerating endpoint", m.now())
+		c.Identity = id.ID
+		c = c.WithState(ciliumv2.EndpointStateReady, "Successfully regenerated endpoint program (identity "+id.ID.String()+")", m.now())
+		updated = c
+		if old != identity.InvalidIdentity && old != id.ID {
+			go func() { _ = m.identities.Release(context.Background(), old) }()
+		}
+		return c
+	})
+	if err != nil {
+		_ = m.identities.Release(ctx, id.ID)
+		return nil, err
+	}
+	if updated == nil {
+		_ = m.identities.Release(ctx, id.ID)
+		cur, ok := m.Get(ep.ID)
+		if !ok {
+			return nil, fmt.Errorf("%w: endpoint %d was deleted while resolving its identity", ErrNotFound, ep.ID)
+		}
+		return cur, nil
+	}
+	return updated, nil
+}
+
+// modify applies fn to the current row (nil result: no change), saves and
+// commits. ErrNotFound if the endpoint is gone.
+func (m *Manager) modify(id uint16, fn func(*endpoints.Endpoint) *endpoints.Endpoint) error {
+	txn := m.db.WriteTxn(m.table)
+	defer txn.Abort()
+	cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(id))
+	if !ok {
+		return fmt.Errorf("%w: ID %d", ErrNotFound, id)
+	}
+	next := fn(cur)
+	if next == nil {
+		return nil
+	}
+	if _, _, err := m.table.Insert(txn, next); err != nil {
+		return err
+	}
+	if err := m.store.save(next); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// DeleteByContainer deletes the endpoint of a CNI attachment, releasing
+// its IP and identity. ErrNotFound if there is none.
+func (m *Manager) DeleteByContainer(ctx context.Context, containerID string) error {
+	ep, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(containerID))
+	if !ok {
+		return fmt.Errorf("%w: container %s", ErrNotFound, containerID)
+	}
+	return m.Delete(ctx, ep.ID)
+}
+
+// Delete deletes an endpoint by ID, releasing its IP and identity.
+func (m *Manager) Delete(ctx context.Context, id uint16) error {
+	ep, ok := m.Get(id)
+	if !ok {
+		return fmt.Errorf("%w: ID %d", ErrNotFound, id)
+	}
+	_ = m.modify(id, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
+		return cur.WithState(ciliumv2.EndpointStateDisconnecting, "Deleting endpoint", m.now())
+	})
+	m.remove(ctx, ep, true)
+	return nil
+}
+
+// remove deletes the row and state of ep and releases what it held.
+func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP bool) {
+	txn := m.db.WriteTxn(m.table)
+	if cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(ep.ID)); ok && cur.ContainerID == ep.ContainerID {
+		_, _, _ = m.table.Delete(txn, cur)
+		ep = cur
+	}
+	txn.Commit()
+	m.cleanup(ctx, ep, "")
+	if !releaseIP {
+		return
+	}
+	if err := m.ipam.Release(ep.IPv4); err != nil {
+		m.log.Warn("release endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+	}
+}
+
+// cleanup releases the identity and state of an endpoint already removed
+// from the table. A replaced sandbox's IP is released too: its CNI DEL
+// will not find an endpoint to release it through.
+func (m *Manager) cleanup(ctx context.Context, ep *endpoints.Endpoint, replacedWhy string) {
+	if ep.Identity != identity.InvalidIdentity {
+		if err := m.identities.Release(ctx, ep.Identity); err != nil {
+			m.log.Warn("release identity", "endpoint", ep.ID, "identity", ep.Identity, "error", err)
+		}
+	}
+	if err := m.store.remove(ep.ID); err != nil {
+		m.log.Warn("remove endpoint state", "endpoint", ep.ID, "error", err)
+	}
+	if replacedWhy != "" {
+		m.log.Info("endpoint removed", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", replacedWhy)
+		if err := m.ipam.Release(ep.IPv4); err != nil {
+			m.log.Warn("release replaced endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+		}
+	}
+}
+
+// Get returns an endpoint by ID.
+func (m *Manager) Get(id uint16) (*endpoints.Endpoint, bool) {
+	ep, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.IDIndex.Query(id))
+	return ep, ok
+}
+
+// Regenerate resolves the endpoint's labels and identity again.
+func (m *Manager) Regenerate(ctx context.Context, id uint16) (*endpoints.Endpoint, error) {
+	ep, ok := m.Get(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: ID %d", ErrNotFound, id)
+	}
+	return m.relabel(ctx, ep, nil, true)
+}
+
+// PatchLabels adds labels (source "unspec" unless the key says
+// "source:key") to the endpoint's identity labels, or deletes them by key,
+// and moves the endpoint to the matching identity.
+func (m *Manager) PatchLabels(ctx context.Context, id uint16, patch models.LabelsPatch) (*endpoints.Endpoint, error) {
+	ep, ok := m.Get(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: ID %d", ErrNotFound, id)
+	}
+	var add []labels.Label
+	for k, v := range patch.Add {
+		l := labels.Parse(k + "=" + v)
+		if l.Source == labels.SourceReserved {
+			return nil, invalid("label %s: reserved labels cannot be set", l)
+		}
+		add = append(add, l)
+	}
+	next := ep.Labels.Merge(labels.New(add...)).FilterFunc(func(l labels.Label) bool {
+		for _, d := range patch.Delete {
+			if l.Key == d || l.Source+":"+l.Key == d {
+				return false
+			}
+		}
+		return true
+	})
+	return m.relabel(ctx, ep, &next, true)
+}
+
+// relabel recomputes (or takes) the labels of ep and, when they changed or
+// force is set, resolves the identity again.
+func (m *Manager) relabel(ctx context.Context, ep *endpoints.Endpoint, lbls *labels.Labels, force bool) (*endpoints.Endpoint, error) {
+	next := ep.Labels
+	info := ep.InfoLabels
+	if lbls != nil {
+		next = *lbls
+	} else if ep.PodName != "" && !ep.Health {
+		txn := m.db.ReadTxn()
+		if pod, _, ok := m.pods.Get(txn, k8stables.NameIndex[*corev1.Pod]().Query(ep.PodKey())); ok && string(pod.UID) == ep.PodUID {
+			next, info = m.podLabels(txn, pod, ep.PodNamespace)
+		}
+	}
+	if next.Equal(ep.Labels) && !force {
+		return ep, nil
+	}
+	var changed *endpoints.Endpoint
+	if err := m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
+		c := cur.WithState(ciliumv2.EndpointStateWaitingToRegenerate, "Labels changed, regenerating", m.now())
+		c.Labels, c.InfoLabels = next, info
+		changed = c
+		return c
+	}); err != nil {
+		return nil, err
+	}
+	return m.resolveIdentity(ctx, changed)
+}
+
+// List returns every endpoint, by ID.
+func (m *Manager) List() []*endpoints.Endpoint {
+	var out []*endpoints.Endpoint
+	for ep := range m.table.All(m.db.ReadTxn()) {
+		out = append(out, ep)
+	}
+	return out
+}
+
+// NodeIP is this node's InternalIP from its Node object, or "".
+func (m *Manager) NodeIP(txn statedb.ReadTxn, nodes statedb.Table[*corev1.Node]) string {
+	n, _, ok := nodes.Get(txn, k8stables.NameIndex[*corev1.Node]().Query(string(m.node)))
+	if !ok {
+		return ""
+	}
+	return NodeInternalIP(n)
+}
+
+// NodeInternalIP returns a Node's first InternalIP (IPv4 preferred).
+func NodeInternalIP(n *corev1.Node) string {
+	var v6 string
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip := net.ParseIP(a.Address); ip != nil && ip.To4() != nil {
+			return a.Address
+		}
+		if v6 == "" {
+			v6 = a.Address
+		}
+	}
+	return v6
+}
+
+// errorsAs reports whether err wraps target.
+var errorsIs = errors.Is
