@@ -3,7 +3,7 @@
 
 GO        ?= go
 BIN       := bin
-BINARIES  := cellium-agent cellium-operator
+BINARIES  := cellium-agent cellium-operator cellium-cni cellium
 DEVDIR    ?= .cellium-dev
 # CI sets CI=true: privileged tests must then run, not skip.
 ifeq ($(CI),true)
@@ -17,7 +17,7 @@ all: build
 
 ## build: compile the binaries into bin/
 build:
-	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./test/cmd/devcluster
+	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./test/cmd/devcluster
 
 ## deps: install system packages and Go tools (idempotent)
 deps:

@@ -51,7 +51,10 @@ func WriteError(w http.ResponseWriter, code int, format string, args ...any) {
 
 // WriteJSON writes v as JSON with status 200, or as YAML when the request
 // asks for it (?format=yaml).
-func WriteJSON(w http.ResponseWriter, r *http.Request, v any) {
+func WriteJSON(w http.ResponseWriter, r *http.Request, v any) { WriteJSONStatus(w, r, http.StatusOK, v) }
+
+// WriteJSONStatus is WriteJSON with another status code.
+func WriteJSONStatus(w http.ResponseWriter, r *http.Request, code int, v any) {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		WriteError(w, http.StatusInternalServerError, "encode response: %v", err)
@@ -66,6 +69,7 @@ func WriteJSON(w http.ResponseWriter, r *http.Request, v any) {
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}
+	w.WriteHeader(code)
 	_, _ = w.Write(append(data, '\n'))
 }
 

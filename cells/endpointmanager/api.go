@@ -76,8 +76,7 @@ func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) 
 				writeErr(w, err)
 				return
 			}
-			w.WriteHeader(http.StatusCreated)
-			agentapi.WriteJSON(w, r, p.model(ep))
+			agentapi.WriteJSONStatus(w, r, http.StatusCreated, p.model(ep))
 		}},
 		{Pattern: "DELETE /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
 			cid := r.URL.Query().Get("container-id")

@@ -239,3 +239,17 @@ func sortedFlags(fs *pflag.FlagSet) []*pflag.Flag {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// FlagValues reads the current value of every flag of the hive, for
+// `GET /v1/config` and `cellium config get`.
+type FlagValues struct{ fs *pflag.FlagSet }
+
+// All returns flag name -> current value.
+func (f FlagValues) All() map[string]string {
+	out := map[string]string{}
+	if f.fs == nil {
+		return out
+	}
+	f.fs.VisitAll(func(fl *pflag.Flag) { out[fl.Name] = fl.Value.String() })
+	return out
+}

@@ -140,6 +140,7 @@ func (h *Hive) options() ([]fx.Option, error) {
 		// The lifecycle recorder must exist even if no cell asks for it.
 		fx.Invoke(func(*rootDeps) {}),
 		fx.Populate(&h.dot),
+		fx.Supply(FlagValues{fs: h.flags.fs}),
 	}
 	return append(root, cellOpts...), nil
 }

@@ -85,7 +85,7 @@ func (r *Reconciler[Obj]) Run(ctx context.Context, health Health) {
 		}
 		if initialized && needFull && !time.Now().Before(r.fullAfter) {
 			r.full(ctx)
-			needFull = false
+			needFull = !r.fullAfter.IsZero() // a failed prune is retried after a backoff
 		}
 		r.retry(ctx)
 		r.report(health)

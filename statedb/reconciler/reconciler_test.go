@@ -49,6 +49,8 @@ type fakeTarget struct {
 	failures map[string]int
 	updates  map[string]int
 	pruned   []string
+	// pruneFailures makes the next n prunes fail.
+	pruneFailures int
 }
 
 func newFakeTarget() *fakeTarget {
@@ -77,6 +79,10 @@ func (f *fakeTarget) Delete(_ context.Context, _ statedb.ReadTxn, r *route) erro
 func (f *fakeTarget) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*route, statedb.Revision]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.pruneFailures > 0 {
+		f.pruneFailures--
+		return fmt.Errorf("injected prune failure")
+	}
 	want := map[string]bool{}
 	for r := range desired {
 		want[r.Name] = true
@@ -275,4 +281,39 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// A failed prune is retried after a short backoff, not at the next full
+// interval: with a 1h interval the stale object still goes quickly.
+func TestFailedPruneIsRetried(t *testing.T) {
+	target := newFakeTarget()
+	target.set("stale", 1)
+	target.pruneFailures = 2
+	var (
+		db  *statedb.DB
+		tbl statedb.RWTable[*route]
+	)
+	hivetest.Start(t, nil,
+		hive.Provide(func() reconciler.Operations[*route] { return target }),
+		hive.Module("routes", "Test routes",
+			hive.Provide(func(db *statedb.DB) (statedb.RWTable[*route], error) { return statedb.NewTable(db, "routes", routeName) }),
+			hive.Invoke(func(d *statedb.DB, t statedb.RWTable[*route], ops reconciler.Operations[*route], jobs hive.Jobs) error {
+				db, tbl = d, t
+				r, err := reconciler.New(d, reconciler.Config[*route]{
+					Name: "routes", Table: t, Operations: ops, FullInterval: time.Hour,
+					GetStatus: func(r *route) reconciler.Status { return r.Status },
+					SetStatus: func(r *route, s reconciler.Status) *route { c := *r; c.Status = s; return &c },
+					RetryMin:  time.Millisecond, RetryMax: 10 * time.Millisecond,
+				})
+				if err != nil {
+					return err
+				}
+				jobs.Add(hive.Service("reconcile", r.Subscribe, func(ctx context.Context, h hive.Health) { r.Run(ctx, h) }))
+				return nil
+			}),
+		),
+	)
+	_ = db
+	_ = tbl
+	waitFor(t, "stale pruned after failed prunes", func() bool { _, ok := target.snapshot()["stale"]; return !ok })
 }

@@ -1,0 +1,145 @@
+// Package cniconfig is the agent cell that owns the CNI side of the node:
+// the pod MTU, the agent configuration the CNI plugin reads
+// (GET /v1/config), and the conflist the agent writes once it can serve
+// pods, so that the container runtime starts calling cellium-cni only then.
+package cniconfig
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/spf13/pflag"
+
+	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/ipam"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/endpoints"
+)
+
+// Cell serves GET /v1/config and writes the conflist when ready.
+var Cell = hive.Module("cni-config", "CNI configuration",
+	hive.Config(DefaultConfig),
+	// GET /v1/config: MTU, node name, every flag.
+	hive.Provide(configHandler),
+	// Writes the conflist once endpoints are restored and IPAM has a CIDR.
+	hive.Invoke(registerWriter),
+)
+
+// DefaultConfListPath is where the conflist is written by default.
+const DefaultConfListPath = "/etc/cni/net.d/05-cellium.conflist"
+
+// Config is the cell's configuration.
+type Config struct {
+	// MTU of pod interfaces.
+	MTU int
+	// WriteCNIConfWhenReady is the conflist path; empty disables writing.
+	WriteCNIConfWhenReady string
+}
+
+// DefaultConfig writes DefaultConfListPath with MTU 1500.
+var DefaultConfig = Config{MTU: 1500, WriteCNIConfWhenReady: DefaultConfListPath}
+
+// Flags registers --mtu and --write-cni-conf-when-ready.
+func (def Config) Flags(fs *pflag.FlagSet) {
+	fs.Int("mtu", def.MTU, "MTU of pod interfaces")
+	fs.String("write-cni-conf-when-ready", def.WriteCNIConfWhenReady, `Write the CNI conflist to this path once the agent can serve pods ("" to disable)`)
+}
+
+// Validate checks the MTU range.
+func (c Config) Validate() error {
+	if c.MTU < 576 || c.MTU > 65535 {
+		return fmt.Errorf("invalid --mtu=%d: must be between 576 and 65535", c.MTU)
+	}
+	return nil
+}
+
+func configHandler(cfg Config, node k8s.NodeName, flags hive.FlagValues) agentapi.HandlersOut {
+	return agentapi.HandlersOut{Handlers: []agentapi.Handler{{
+		Pattern: "GET /config",
+		Handler: func(w http.ResponseWriter, r *http.Request) {
+			agentapi.WriteJSON(w, r, models.DaemonConfig{MTU: cfg.MTU, NodeName: string(node), Options: flags.All()})
+		},
+	}}}
+}
+
+// ConfList is the conflist the agent writes.
+func ConfList(socket string, mtu int) ([]byte, error) {
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       "cellium",
+		"plugins": []map[string]any{{
+			"type":         "cellium-cni",
+			"agent-socket": socket,
+			"mtu":          mtu,
+		}},
+	}, "", "  ")
+}
+
+type writerParams struct {
+	hive.In
+	Config    Config
+	API       agentapi.Config
+	DB        *statedb.DB
+	Endpoints statedb.Table[*endpoints.Endpoint]
+	IPAM      ipam.Allocator
+	Jobs      hive.Jobs
+	Log       *slog.Logger
+}
+
+func registerWriter(p writerParams) {
+	if p.Config.WriteCNIConfWhenReady == "" {
+		return
+	}
+	p.Jobs.Add(hive.OneShot("write-cni-conf", func(ctx context.Context, h hive.Health) error {
+		h.OK("waiting for endpoint restore and a pod CIDR")
+		if ok, watch := p.Endpoints.Initialized(p.DB.ReadTxn()); !ok {
+			select {
+			case <-watch:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		for {
+			if _, ok := p.IPAM.RouterIP(); ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		data, err := ConfList(p.API.SocketPath, p.Config.MTU)
+		if err != nil {
+			return err
+		}
+		if err := writeAtomic(p.Config.WriteCNIConfWhenReady, data); err != nil {
+			return err
+		}
+		p.Log.Info("wrote CNI configuration", "path", p.Config.WriteCNIConfWhenReady)
+		return nil
+	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
+}
+
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write CNI configuration: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write CNI configuration: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write CNI configuration: %w", err)
+	}
+	return nil
+}
