@@ -17,7 +17,7 @@ all: build
 
 ## build: compile the binaries into bin/
 build:
-	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./test/cmd/devcluster
+	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devcluster
 
 ## deps: install system packages and Go tools (idempotent)
 deps:

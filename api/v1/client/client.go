@@ -118,7 +118,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		var de *dialError
 		if errors.As(err, &de) {
-			return fmt.Errorf("%w: connect to %s: %v (is cellium-agent running?)", ErrAgentUnreachable, c.socketPath, de.err)
+			return fmt.Errorf("%w: connect to %s: %w (is cellium-agent running?)", ErrAgentUnreachable, c.socketPath, de.err)
 		}
 		return fmt.Errorf("agent API %s %s: %w", method, path, unwrapURLError(err))
 	}
