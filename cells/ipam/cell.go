@@ -1,0 +1,29 @@
+package ipam
+
+import "github.com/cellium/cellium/cells/hive"
+
+// Cell is the agent's IPAM in cluster-pool mode. It needs k8s.NodeName,
+// statedir.Dir, the k8s CiliumNodes table and, for releasing the restored
+// addresses of pods deleted while the agent was down, the local pods table
+// (optional).
+//
+// Callers of Allocator must not block a start hook on it: the pool exists
+// only once the CiliumNodes table has this node's pod CIDRs, which a
+// background job fills. Call it from jobs or request handlers.
+var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
+	// The allocator; its start hook reads <--state-dir>/ipam. Private: others
+	// get only the narrow interfaces below.
+	hive.ProvidePrivate(newAllocator),
+	// Allocator for the endpoint manager, Lookup for nodediscovery (health IP).
+	hive.Provide(asAllocator, asLookup),
+	// POST/DELETE/GET /v1/ipam on the agent API.
+	hive.Provide(apiHandlers),
+	// Jobs: build the pool from this node's CiliumNode pod CIDRs; release
+	// restored addresses of pods that no longer exist.
+	hive.Invoke(registerJobs),
+	// Address usage gauges, when a metrics registry is present.
+	hive.Invoke(registerMetrics),
+)
+
+func asAllocator(a *allocator) Allocator { return a }
+func asLookup(a *allocator) Lookup       { return a }
