@@ -1,0 +1,161 @@
+package identity
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
+	"github.com/cellium/cellium/statedb/identity"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// AllocationsTable is the name of the table of identities this agent
+// holds references to (GET /v1/statedb/identity-allocations).
+const AllocationsTable = "identity-allocations"
+
+// allocation is one identity this agent uses: a row of the allocations
+// table. The reconciler keeps its CiliumIdentity in the API: it creates
+// the object again when it disappears and removes the operator's
+// heartbeat mark. Rows are immutable; writers insert copies.
+type allocation struct {
+	ID     identity.NumericIdentity `json:"id"`
+	Labels labels.Labels            `json:"labels"`
+	Refs   int                      `json:"refs"`
+	Status reconciler.Status        `json:"status"`
+}
+
+func (a *allocation) TableHeader() []string { return []string{"ID", "Labels", "Refs", "Status"} }
+
+func (a *allocation) TableRow() []string {
+	return []string{a.ID.StringID(), a.Labels.String(), strconv.Itoa(a.Refs), a.Status.String()}
+}
+
+func (a *allocation) with(refs int, status reconciler.Status) *allocation {
+	c := *a
+	c.Refs, c.Status = refs, status
+	return &c
+}
+
+var (
+	allocIDIndex = statedb.Index[*allocation, identity.NumericIdentity]{
+		Name:       "id",
+		FromObject: func(a *allocation) index.KeySet { return index.NewKeySet(index.Uint32(uint32(a.ID))) },
+		FromKey:    func(id identity.NumericIdentity) index.Key { return index.Uint32(uint32(id)) },
+		FromString: index.Uint32String,
+		Unique:     true,
+	}
+	// allocLabelsIndex is keyed by labels.SortedList().
+	allocLabelsIndex = statedb.Index[*allocation, string]{
+		Name:       "labels",
+		FromObject: func(a *allocation) index.KeySet { return index.NewKeySet(index.String(a.Labels.SortedList())) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+	}
+)
+
+func newAllocationsTable(db *statedb.DB) (statedb.RWTable[*allocation], error) {
+	t, err := statedb.NewTable(db, AllocationsTable, allocIDIndex, allocLabelsIndex)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", AllocationsTable, err)
+	}
+	return t, nil
+}
+
+// newCiliumIdentity is the object for id and lbls as Cilium writes it:
+// named by the number, security-labels keyed "source:key", and the
+// namespace copied into a Kubernetes label for kubectl -l.
+func newCiliumIdentity(id identity.NumericIdentity, lbls labels.Labels) *ciliumv2.CiliumIdentity {
+	obj := &ciliumv2.CiliumIdentity{
+		ObjectMeta:     metav1.ObjectMeta{Name: id.StringID()},
+		SecurityLabels: lbls.Map(),
+	}
+	if ns, ok := lbls.Get(labels.PodNamespaceLabel); ok && ns.Source == labels.SourceK8s {
+		obj.Labels = map[string]string{labels.PodNamespaceLabel: ns.Value}
+	}
+	return obj
+}
+
+// labelsKey is the SortedList of an object's security labels.
+func labelsKey(obj *ciliumv2.CiliumIdentity) string {
+	return labels.FromMap(obj.SecurityLabels, "").SortedList()
+}
+
+func marked(obj *ciliumv2.CiliumIdentity) bool {
+	_, ok := obj.Annotations[ciliumv2.HeartbeatAnnotation]
+	return ok
+}
+
+// identityOps keeps the CiliumIdentity of each allocation in the API.
+// Delete does nothing: unused identities are the operator's to delete.
+type identityOps struct {
+	log    *slog.Logger
+	cids   statedb.Table[*ciliumv2.CiliumIdentity]
+	client ciliumv2client.CiliumIdentityInterface
+}
+
+// Update makes sure the identity exists with the allocation's labels and
+// carries no heartbeat mark. It reads the mirrored table first, so the
+// usual case costs no API call.
+func (o *identityOps) Update(ctx context.Context, txn statedb.ReadTxn, a *allocation) error {
+	if o.client == nil {
+		return errNoClient
+	}
+	name := a.ID.StringID()
+	key := a.Labels.SortedList()
+	obj, _, found := o.cids.Get(txn, k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(name))
+	if !found {
+		// Gone (the operator's GC raced with a new user, or someone deleted
+		// it): put it back with the same number and labels.
+		_, err := o.client.Create(ctx, newCiliumIdentity(a.ID, a.Labels), metav1.CreateOptions{})
+		if err == nil {
+			o.log.Info("Re-created CiliumIdentity that was deleted while in use", "identity", a.ID, "labels", a.Labels)
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("re-create CiliumIdentity %s: %w", name, err)
+		}
+		if obj, err = o.client.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("get CiliumIdentity %s: %w", name, err)
+		}
+	}
+	if labelsKey(obj) != key {
+		return fmt.Errorf("CiliumIdentity %s has labels %v, want %v: %w",
+			name, labels.FromMap(obj.SecurityLabels, ""), a.Labels, ErrIdentityConflict)
+	}
+	if !marked(obj) {
+		return nil
+	}
+	// Removing the mark changes the resourceVersion, so the operator's
+	// delete, which is conditional on the version it marked, fails.
+	c := obj.DeepCopy()
+	delete(c.Annotations, ciliumv2.HeartbeatAnnotation)
+	if _, err := o.client.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("remove %s annotation from CiliumIdentity %s: %w", ciliumv2.HeartbeatAnnotation, name, err)
+	}
+	return nil
+}
+
+// Delete leaves the object alone: other agents may use it, and the
+// operator's identity GC deletes it once nobody does.
+func (o *identityOps) Delete(context.Context, statedb.ReadTxn, *allocation) error { return nil }
+
+// Prune deletes nothing, for the same reason.
+func (o *identityOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*allocation, statedb.Revision]) error {
+	return nil
+}
+
+// fullReconcileInterval is how often every allocation is checked against
+// the table again, in case a change was missed.
+const fullReconcileInterval = 5 * time.Minute

@@ -1,0 +1,73 @@
+package identity
+
+import (
+	"log/slog"
+
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
+)
+
+// Cell allocates identities in CRD mode and provides Allocator,
+// LabelFilter and ClusterName.
+var Cell = hive.Module("identity-allocator", "Allocates numeric security identities as CiliumIdentity objects",
+	// Flags: mode, timeout, label rules, cluster name and ID.
+	hive.Config(DefaultConfig),
+	// This agent's references, one row per identity it uses; private because only the allocator writes it.
+	hive.ProvidePrivate(newAllocationsTable),
+	// The allocator itself; registers its jobs (label index, watch, reconciler).
+	hive.ProvidePrivate(newAllocator),
+	// What the endpoint manager consumes: the narrow interface, not the implementation.
+	hive.Provide(asAllocator),
+	// The endpoint manager turns pod labels into identity labels with these.
+	hive.Provide(newLabelFilter, newClusterName),
+	// GET /v1/identity and /v1/identity/{id}.
+	hive.Provide(apiHandlers),
+)
+
+func asAllocator(a *allocator) Allocator { return a }
+
+// allocatorParams are newAllocator's inputs.
+type allocatorParams struct {
+	hive.In
+
+	Config      Config
+	Log         *slog.Logger
+	DB          *statedb.DB
+	Jobs        hive.Jobs
+	Clientset   k8s.Clientset
+	Identities  statedb.Table[*ciliumv2.CiliumIdentity]
+	Allocations statedb.RWTable[*allocation]
+}
+
+// newAllocator builds the allocator for the cluster's identity range and
+// registers its jobs. It contacts nobody.
+func newAllocator(p allocatorParams) (*allocator, error) {
+	layout, err := p.Config.layout()
+	if err != nil {
+		return nil, err
+	}
+	return startAllocator(p, allocatorOptions{
+		Min:     layout.MinAllocation(),
+		Max:     layout.MaxAllocation(),
+		Timeout: p.Config.IdentityAllocationTimeout,
+	})
+}
+
+// startAllocator is newAllocator with explicit options (tests use a tiny
+// range).
+func startAllocator(p allocatorParams, opts allocatorOptions) (*allocator, error) {
+	var client ciliumv2client.CiliumIdentityInterface
+	if p.Clientset.IsEnabled() {
+		client = p.Clientset.Cilium().CiliumV2().CiliumIdentities()
+	}
+	a, err := newAllocatorWith(p.Log, p.DB, p.Identities, p.Allocations, client, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.Jobs.Add(a.jobs()...)
+	return a, nil
+}
