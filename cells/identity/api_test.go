@@ -45,6 +45,16 @@ func TestAPI(t *testing.T) {
 		t.Errorf("identity 7 = %+v", kube)
 	}
 
+	// This agent's references are a statedb table.
+	code, body = get(t, socket, "/statedb/"+AllocationsTable)
+	var rows []allocation
+	if err := json.Unmarshal(body, &rows); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /statedb/%s = %d %s (%v)", AllocationsTable, code, body, err)
+	}
+	if len(rows) != 1 || rows[0].ID != id.ID || rows[0].Refs != 1 || !rows[0].Labels.Equal(id.Labels) {
+		t.Errorf("allocations = %s", body)
+	}
+
 	tests := []struct {
 		path   string
 		code   int

@@ -146,13 +146,13 @@ type testAgent struct {
 
 // startAgent starts the allocator cell against cs. With opts the range and
 // timeout are those instead of the flags'.
-func startAgent(t *testing.T, cs k8s.Clientset, opts *allocatorOptions, extra ...hive.Cell) *testAgent {
+func startAgent(t testing.TB, cs k8s.Clientset, opts *allocatorOptions, extra ...hive.Cell) *testAgent {
 	t.Helper()
 	return startAgentArgs(t, cs, opts, nil, extra...)
 }
 
 // startAgentArgs is startAgent with command-line flags.
-func startAgentArgs(t *testing.T, cs k8s.Clientset, opts *allocatorOptions, args []string, extra ...hive.Cell) *testAgent {
+func startAgentArgs(t testing.TB, cs k8s.Clientset, opts *allocatorOptions, args []string, extra ...hive.Cell) *testAgent {
 	t.Helper()
 	cell := Cell
 	if opts != nil {
@@ -191,7 +191,7 @@ func podLabels(app, ns string) labels.Labels {
 		"k8s:io.cilium.k8s.policy.cluster=default", "k8s:io.cilium.k8s.policy.serviceaccount=default")
 }
 
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
