@@ -1,0 +1,46 @@
+package identitygc
+
+import (
+	"log/slog"
+
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/leaderelection"
+)
+
+// Cell is the operator's CiliumIdentity garbage collector.
+var Cell = hive.Module("k8s-identities-gc", "Deletes CiliumIdentities no endpoint uses",
+	// --identity-gc-interval, --identity-heartbeat-timeout and the rate limit (Cilium's names and defaults).
+	hive.Config(DefaultConfig),
+	// The collector runs only on the leader: its heartbeats are in memory and one replica must own them.
+	hive.Provide(newLeaderJob),
+)
+
+// leaderJobParams are newLeaderJob's inputs.
+type leaderJobParams struct {
+	hive.In
+
+	Config     Config
+	Clientset  k8s.Clientset
+	DB         *statedb.DB
+	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	Endpoints  statedb.Table[*ciliumv2.CiliumEndpoint]
+	Log        *slog.Logger
+	Health     hive.Health
+}
+
+// newLeaderJob makes the collector and contributes it as a leader job.
+func newLeaderJob(p leaderJobParams) leaderelection.LeaderJobsOut {
+	if !p.Clientset.IsEnabled() {
+		p.Log.Info("identity GC disabled", "reason", k8s.ErrNotConfigured)
+		return leaderelection.LeaderJobsOut{}
+	}
+	gc := NewGC(p.Config, p.Clientset.Cilium().CiliumV2().CiliumIdentities(),
+		Tables{DB: p.DB, Identities: p.Identities, Endpoints: p.Endpoints},
+		p.Log, p.Health.Scope("gc"))
+	// Cilium's controller name, so logs read the same.
+	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "crd-identity-gc", Run: gc.Run}}}
+}

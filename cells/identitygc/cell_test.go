@@ -1,0 +1,93 @@
+package identitygc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/leaderelection"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+)
+
+func TestCellConfig(t *testing.T) {
+	var cfg Config
+	if err := hivetest.New(t, nil, Cell, hivetest.Capture(&cfg)).Populate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg != DefaultConfig || cfg.IdentityGCInterval != 15*time.Minute || cfg.IdentityHeartbeatTimeout != 30*time.Minute {
+		t.Errorf("defaults %+v, want 15m interval and 30m heartbeat timeout", cfg)
+	}
+	for _, arg := range []string{
+		"--identity-gc-interval=0", "--identity-heartbeat-timeout=-1s",
+		"--identity-gc-rate-interval=0", "--identity-gc-rate-limit=0",
+	} {
+		err := hivetest.New(t, []string{arg}, Cell).Populate()
+		flag, _, _ := strings.Cut(arg, "=")
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: err = %v, want one naming %s", arg, err, flag)
+		}
+	}
+}
+
+// TestCellAsLeaderJob runs the cell under the real leader election
+// (disabled: this replica leads at once), with tables from the hive: the
+// identities mirrored from the fake API, the CiliumEndpoints fed here.
+func TestCellAsLeaderJob(t *testing.T) {
+	e := &env{t: t, cs: newFakeClientset(), health: &healthRecorder{}}
+	h := hivetest.New(t, []string{
+		"--leader-election=false", "--identity-gc-interval=20ms", "--identity-heartbeat-timeout=100ms",
+	},
+		hive.Provide(
+			func() k8s.Clientset { return e.cs },
+			k8stables.NewCiliumIdentitiesTable, statedb.RWTable[*ciliumv2.CiliumIdentity].ToTable,
+			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
+		),
+		leaderelection.Cell, Cell,
+		hivetest.Capture(&e.db), hivetest.Capture(&e.cids), hivetest.Capture(&e.ceps),
+	)
+	if err := h.Populate(); err != nil {
+		t.Fatal(err)
+	}
+	e.identity("1000")
+	e.identity("1001")
+	e.use("web", 1001)
+	api := e.cs.cilium.CiliumV2().CiliumIdentities()
+	mirror(t, e.db, e.cids,
+		func(ctx context.Context) ([]*ciliumv2.CiliumIdentity, error) {
+			l, err := api.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			out := make([]*ciliumv2.CiliumIdentity, len(l.Items))
+			for i := range l.Items {
+				out[i] = &l.Items[i]
+			}
+			return out, nil
+		},
+		func(ctx context.Context) (watch.Interface, error) { return api.Watch(ctx, metav1.ListOptions{}) },
+		closed())
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	eventually(t, "the unused identity deleted", func() error {
+		if got := e.api(); fmt.Sprint(got) != "map[1001:false]" {
+			return fmt.Errorf("identities %v", got)
+		}
+		return nil
+	})
+}
