@@ -3,8 +3,11 @@
 package operator
 
 import (
+	"github.com/cellium/cellium/cells/clusterpool"
 	"github.com/cellium/cellium/cells/crdregister"
+	"github.com/cellium/cellium/cells/endpointgc"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/identitygc"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/cells/metrics"
@@ -25,6 +28,12 @@ var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
 var ControlPlane = hive.Module("operator-controlplane", "Operator control plane",
 	leaderelection.Cell,
 	k8s.OperatorResourcesCell,
+	// Pod CIDRs into CiliumNodes (leader only).
+	clusterpool.Cell,
+	// Deletes CiliumEndpoints of gone or finished pods (leader only).
+	endpointgc.Cell,
+	// Deletes CiliumIdentities no CiliumEndpoint uses (leader only).
+	identitygc.Cell,
 )
 
 // Operator is the whole operator.
