@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -38,6 +39,9 @@ type allocator struct {
 	// unclaimed are restored allocations that nobody has claimed again
 	// with AllocateIP since the start (restoreGC may release them).
 	unclaimed map[netip.Addr]string
+	// loaded is set once restore has read the state file: before, a write
+	// would replace the file with an empty state.
+	loaded bool
 }
 
 var (
@@ -60,16 +64,20 @@ func newAllocatorCore(node string, state *stateStore, log *slog.Logger) *allocat
 // restore loads the state file (start hook). Pod addresses written before
 // a reboot (another boot ID) are dropped, since no pod survives one.
 func (a *allocator) restore() error {
-	if a.state == nil {
-		return nil
-	}
-	bootID := a.state.bootID
-	st, err := a.state.load()
-	if err != nil || st == nil {
-		return err
+	var st *stateFile
+	if a.state != nil {
+		var err error
+		if st, err = a.state.load(); err != nil {
+			return err
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.loaded = true
+	if st == nil {
+		return nil
+	}
+	bootID := a.state.bootID
 	switch {
 	case st.Node != a.node:
 		a.log.Warn("IPAM state file belongs to another node; starting without its allocations",
@@ -115,6 +123,12 @@ func isPodOwner(owner string) bool {
 	return ok && ns != "" && name != ""
 }
 
+// errNotStarted is returned by changes made before the state file is
+// read: written then, the file would lose the saved allocations. The
+// allocator's start hook runs before those of everyone who uses it, so no
+// caller should see it.
+var errNotStarted = errors.New("IPAM has not restored its state yet; retry")
+
 // setPodCIDRs builds the pool from the node's IPv4 pod CIDRs, or follows a
 // change of them. The first call restores the allocations read from the
 // state file and unblocks the waiting calls.
@@ -123,6 +137,10 @@ func isPodOwner(owner string) bool {
 // ErrCIDRsChanged.
 func (a *allocator) setPodCIDRs(cidrs []netip.Prefix) error {
 	a.mu.Lock()
+	if !a.loaded {
+		a.mu.Unlock()
+		return fmt.Errorf("pod CIDRs %v: %w", cidrs, errNotStarted)
+	}
 	if a.pool == nil {
 		p, err := pool.New(cidrs...)
 		if err != nil {
@@ -291,6 +309,10 @@ func (a *allocator) AllocateIP(ctx context.Context, ip netip.Addr, owner string)
 func (a *allocator) Release(ip netip.Addr) error {
 	ip = ip.Unmap()
 	a.mu.Lock()
+	if !a.loaded {
+		a.mu.Unlock()
+		return fmt.Errorf("release %v: %w", ip, errNotStarted)
+	}
 	changed := false
 	if a.pool == nil {
 		_, changed = a.restored[ip]

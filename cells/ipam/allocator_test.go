@@ -372,9 +372,33 @@ func TestPodCIDRChanges(t *testing.T) {
 	}
 }
 
+func TestNoWriteBeforeRestore(t *testing.T) {
+	dir := t.TempDir()
+	a := newTestAllocator(t, dir, "")
+	if err := a.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AllocateNext(context.Background(), "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	b := newAllocatorCore(testNode, newStateStore(filepath.Join(dir, StateFileName), ""), hivetest.Logger(t))
+	if err := b.Release(netip.MustParseAddr("10.0.1.2")); !errors.Is(err, errNotStarted) {
+		t.Errorf("Release before restore = %v, want errNotStarted", err)
+	}
+	if err := b.setPodCIDRs(prefixes("10.0.1.0/24")); !errors.Is(err, errNotStarted) {
+		t.Errorf("setPodCIDRs before restore = %v, want errNotStarted", err)
+	}
+	if st := readState(t, dir); len(st.Allocations) != 1 {
+		t.Errorf("state file overwritten before restore: %v", st.Allocations)
+	}
+}
+
 func TestPersistFailureUndoesAllocation(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
 	a := newAllocatorCore(testNode, newStateStore(filepath.Join(dir, StateFileName), ""), hivetest.Logger(t))
+	if err := a.restore(); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/30")); err == nil {
 		t.Error("setPodCIDRs succeeded although the state cannot be written")
 	}
