@@ -3,17 +3,25 @@ package daemon
 
 import (
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/cepsync"
+	"github.com/cellium/cellium/cells/cniconfig"
+	"github.com/cellium/cellium/cells/endpointmanager"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/identity"
+	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
+	"github.com/cellium/cellium/cells/nodediscovery"
+	"github.com/cellium/cellium/cells/statedir"
 )
 
 // Infrastructure is what every agent feature stands on: the Kubernetes
-// client, metrics and the API socket.
+// client, metrics, the API socket and the state directory.
 var Infrastructure = hive.Module("infra", "Infrastructure",
 	k8s.ClientCell,
 	metrics.Cell,
 	agentapi.Cell,
+	statedir.Cell,
 	// Requests to the API server say who we are.
 	hive.Provide(func() k8s.UserAgent { return "cellium-agent" }),
 )
@@ -23,6 +31,12 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// This node's name, from K8S_NODE_NAME.
 	hive.Provide(k8s.NodeNameFromEnv),
 	k8s.AgentResourcesCell,
+	nodediscovery.Cell,
+	ipam.Cell,
+	identity.Cell,
+	endpointmanager.Cell,
+	cepsync.Cell,
+	cniconfig.Cell,
 )
 
 // Agent is the whole agent.
