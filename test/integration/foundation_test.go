@@ -108,7 +108,8 @@ func TestOperatorAndAgent(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "cellium.sock")
 	metricsAddr := freeAddr(t)
 	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-a"}, kubeconfig,
-		"--socket-path="+socket, "--prometheus-serve-addr="+metricsAddr)
+		"--socket-path="+socket, "--prometheus-serve-addr="+metricsAddr,
+		"--state-dir="+t.TempDir(), "--write-cni-conf-when-ready=")
 
 	pods := c.Clientset().CoreV1().Pods(ns)
 	for _, p := range []struct{ name, node string }{{"web-1", "node-a"}, {"web-2", "node-a"}, {"elsewhere", "node-b"}} {
@@ -146,8 +147,8 @@ func TestOperatorAndAgent(t *testing.T) {
 		if err := getJSON(api, "http://agent/v1/statedb", &tables); err != nil {
 			return err
 		}
-		if len(tables) < 9 {
-			return fmt.Errorf("want the 9 resource tables, got %+v", tables)
+		if len(tables) < 12 {
+			return fmt.Errorf("want the 9 resource tables and the agent's own, got %+v", tables)
 		}
 		for _, tbl := range tables {
 			if !tbl.Initialized {

@@ -33,6 +33,8 @@ func TestAgentHiveInProcess(t *testing.T) {
 	h := hivetest.New(t, []string{
 		"--k8s-kubeconfig-path=" + c.Kubeconfig(),
 		"--socket-path=" + filepath.Join(t.TempDir(), "cellium.sock"),
+		"--state-dir=" + t.TempDir(),
+		"--write-cni-conf-when-ready=",
 	}, daemon.Agent, hivetest.Capture(&db), hivetest.Capture(&pods))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
