@@ -20,7 +20,7 @@ import (
 
 type column struct {
 	name, jsonPath, typ string
-	priority           int32
+	priority            int32
 }
 
 // subresource describes the CRD's subresources: "none" means the field is

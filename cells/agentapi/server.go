@@ -51,7 +51,9 @@ func WriteError(w http.ResponseWriter, code int, format string, args ...any) {
 
 // WriteJSON writes v as JSON with status 200, or as YAML when the request
 // asks for it (?format=yaml).
-func WriteJSON(w http.ResponseWriter, r *http.Request, v any) { WriteJSONStatus(w, r, http.StatusOK, v) }
+func WriteJSON(w http.ResponseWriter, r *http.Request, v any) {
+	WriteJSONStatus(w, r, http.StatusOK, v)
+}
 
 // WriteJSONStatus is WriteJSON with another status code.
 func WriteJSONStatus(w http.ResponseWriter, r *http.Request, code int, v any) {

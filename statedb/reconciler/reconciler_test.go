@@ -296,7 +296,9 @@ func TestFailedPruneIsRetried(t *testing.T) {
 	hivetest.Start(t, nil,
 		hive.Provide(func() reconciler.Operations[*route] { return target }),
 		hive.Module("routes", "Test routes",
-			hive.Provide(func(db *statedb.DB) (statedb.RWTable[*route], error) { return statedb.NewTable(db, "routes", routeName) }),
+			hive.Provide(func(db *statedb.DB) (statedb.RWTable[*route], error) {
+				return statedb.NewTable(db, "routes", routeName)
+			}),
 			hive.Invoke(func(d *statedb.DB, t statedb.RWTable[*route], ops reconciler.Operations[*route], jobs hive.Jobs) error {
 				db, tbl = d, t
 				r, err := reconciler.New(d, reconciler.Config[*route]{

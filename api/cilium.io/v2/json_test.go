@@ -182,7 +182,9 @@ func fullPolicy() *CiliumNetworkPolicy {
 		}
 		return policy.EndpointSelector{MatchLabels: m}
 	}
-	tcp := func(port string) policy.PortProtocol { return policy.PortProtocol{Port: port, Protocol: policy.ProtoTCP} }
+	tcp := func(port string) policy.PortProtocol {
+		return policy.PortProtocol{Port: port, Protocol: policy.ProtoTCP}
+	}
 	return &CiliumNetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "cilium.io/v2", Kind: "CiliumNetworkPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
