@@ -1,7 +1,6 @@
 package agentapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,12 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/cilium/statedb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/httpserve"
 )
 
 // APIVersionPrefix prefixes every path of the API.
@@ -98,31 +97,9 @@ func registerServer(p serverParams) error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, "no such API path %s %s", r.Method, r.URL.Path)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	p.Lifecycle.Append(hive.Hook{
-		Name: "agent-api-server",
-		OnStart: func(context.Context) error {
-			ln, err := Listen(p.Config.SocketPath)
-			if err != nil {
-				return err
-			}
-			p.Log.Info("serving agent API", "socket", p.Config.SocketPath)
-			go func() {
-				defer close(done)
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					p.Log.Error("agent API server failed", "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			err := srv.Shutdown(ctx)
-			<-done
-			_ = os.Remove(p.Config.SocketPath)
-			return err
-		},
-	})
+	p.Lifecycle.Append(httpserve.Hook("agent-api", func() (net.Listener, error) {
+		return Listen(p.Config.SocketPath)
+	}, mux, p.Log, func() { _ = os.Remove(p.Config.SocketPath) }))
 	return nil
 }
 

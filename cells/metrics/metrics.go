@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/httpserve"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -138,28 +137,11 @@ func registerServer(cfg Config, lc hive.Lifecycle, reg *prometheus.Registry, log
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	lc.Append(hive.Hook{
-		Name: "prometheus-server",
-		OnStart: func(context.Context) error {
-			ln, err := net.Listen("tcp", cfg.PrometheusServeAddr)
-			if err != nil {
-				return fmt.Errorf("listen on --prometheus-serve-addr=%s: %w", cfg.PrometheusServeAddr, err)
-			}
-			log.Info("serving metrics", "address", ln.Addr().String())
-			go func() {
-				defer close(done)
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					log.Error("metrics server failed", "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			err := srv.Shutdown(ctx)
-			<-done
-			return err
-		},
-	})
+	lc.Append(httpserve.Hook("metrics", func() (net.Listener, error) {
+		ln, err := net.Listen("tcp", cfg.PrometheusServeAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --prometheus-serve-addr=%s: %w", cfg.PrometheusServeAddr, err)
+		}
+		return ln, nil
+	}, mux, log, nil))
 }

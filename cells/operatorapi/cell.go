@@ -2,18 +2,16 @@
 package operatorapi
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/httpserve"
 )
 
 // Cell serves GET /healthz on --operator-api-serve-addr.
@@ -71,28 +69,11 @@ func registerServer(cfg Config, lc hive.Lifecycle, reporter hive.HealthReporter,
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(resp)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	lc.Append(hive.Hook{
-		Name: "operator-api-server",
-		OnStart: func(context.Context) error {
-			ln, err := net.Listen("tcp", cfg.OperatorAPIServeAddr)
-			if err != nil {
-				return fmt.Errorf("listen on --operator-api-serve-addr=%s: %w", cfg.OperatorAPIServeAddr, err)
-			}
-			log.Info("serving operator API", "address", ln.Addr().String())
-			go func() {
-				defer close(done)
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					log.Error("operator API server failed", "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			err := srv.Shutdown(ctx)
-			<-done
-			return err
-		},
-	})
+	lc.Append(httpserve.Hook("operator-api", func() (net.Listener, error) {
+		ln, err := net.Listen("tcp", cfg.OperatorAPIServeAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --operator-api-serve-addr=%s: %w", cfg.OperatorAPIServeAddr, err)
+		}
+		return ln, nil
+	}, mux, log, nil))
 }
