@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -136,7 +135,6 @@ func (m *Manager) ensureHealthEndpoint(ctx context.Context, lookup ipam.Lookup, 
 	return nil
 }
 
-// HealthIPOwner is the IPAM owner of the node's health IP.
-const HealthIPOwner = "health"
-
-var _ = netip.Addr{}
+// HealthIPOwner is the IPAM owner of the node's health IP, allocated by
+// node discovery.
+const HealthIPOwner = ipam.HealthOwner

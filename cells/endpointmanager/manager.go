@@ -2,7 +2,6 @@ package endpointmanager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -257,24 +256,30 @@ func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 	if err != nil {
 		return nil, err
 	}
-	var updated *endpoints.Endpoint
+	var (
+		updated *endpoints.Endpoint
+		old     identity.NumericIdentity
+	)
 	err = m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
 		if !cur.Labels.Equal(ep.Labels) {
 			return nil // labels changed meanwhile: that change resolves again
 		}
-		old := cur.Identity
+		old = cur.Identity
 		c := cur.WithState(ciliumv2.EndpointStateRegenerating, "Regenerating endpoint", m.now())
 		c.Identity = id.ID
 		c = c.WithState(ciliumv2.EndpointStateReady, "Successfully regenerated endpoint program (identity "+id.ID.String()+")", m.now())
 		updated = c
-		if old != identity.InvalidIdentity && old != id.ID {
-			go func() { _ = m.identities.Release(context.Background(), old) }()
-		}
 		return c
 	})
 	if err != nil {
 		_ = m.identities.Release(ctx, id.ID)
 		return nil, err
+	}
+	// The reference to the identity the endpoint had before.
+	if updated != nil && old != identity.InvalidIdentity {
+		if err := m.identities.Release(ctx, old); err != nil {
+			m.log.Warn("release previous identity", "endpoint", ep.ID, "identity", old, "error", err)
+		}
 	}
 	if updated == nil {
 		_ = m.identities.Release(ctx, id.ID)
@@ -474,6 +479,3 @@ func NodeInternalIP(n *corev1.Node) string {
 	}
 	return v6
 }
-
-// errorsAs reports whether err wraps target.
-var errorsIs = errors.Is

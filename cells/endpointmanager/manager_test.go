@@ -375,6 +375,12 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	if !ok || cur.ContainerID != "c-live" || cur.IPv4.String() != "10.0.0.30" || cur.State != ciliumv2.EndpointStateReady {
 		t.Fatalf("live endpoint not restored with its ID and IP: %+v", cur)
 	}
+	e.ids.mu.Lock()
+	refs := e.ids.refs[cur.Identity]
+	e.ids.mu.Unlock()
+	if refs != 1 {
+		t.Errorf("restored endpoint holds %d references to identity %d, want 1", refs, cur.Identity)
+	}
 	if e.ipam.owners[netip.MustParseAddr("10.0.0.30")] != "default/live" {
 		t.Errorf("restored IP not claimed again: %v", e.ipam.owners)
 	}

@@ -10,6 +10,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -30,6 +31,9 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 			continue
 		}
 		ep = ep.WithState(ciliumv2.EndpointStateRestoring, "Restoring endpoint after agent restart", m.now())
+		// This process holds no reference to the old identity yet: the
+		// endpoint gets one when restore resolves its labels again.
+		ep.Identity = identity.InvalidIdentity
 		if _, _, err := m.table.Insert(txn, ep); err != nil {
 			return nil, fmt.Errorf("restore endpoint %d: %w", ep.ID, err)
 		}

@@ -42,8 +42,6 @@ type Endpoint struct {
 	// CEPNamespace and CEPName name the CiliumEndpoint of this endpoint.
 	CEPNamespace string `json:"cep-namespace"`
 	CEPName      string `json:"cep-name"`
-	// CEPOwnerUID is the UID of the CEP's owner: the pod's UID, or empty
-	// for the health endpoint.
 	// HostIfName, HostIfIndex and the MACs describe the veth.
 	HostIfName  string `json:"interface-name,omitempty"`
 	HostIfIndex int    `json:"interface-index,omitempty"`
