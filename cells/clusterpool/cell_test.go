@@ -7,13 +7,13 @@ import (
 
 	"github.com/cilium/statedb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/clusterpool"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	"github.com/cellium/cellium/cells/leaderelection"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
@@ -54,7 +54,7 @@ func TestCellDefaults(t *testing.T) {
 // leader election (disabled, so this replica leads at once), a fake
 // clientset and a CiliumNodes table mirrored from it.
 func TestCellAsLeaderJob(t *testing.T) {
-	cs := newFakeClientset()
+	cs := k8stest.NewClientset()
 	var (
 		db    *statedb.DB
 		table statedb.RWTable[*ciliumv2.CiliumNode]
@@ -72,24 +72,11 @@ func TestCellAsLeaderJob(t *testing.T) {
 	if err := h.Populate(); err != nil {
 		t.Fatal(err)
 	}
-	api := cs.cilium.CiliumV2().CiliumNodes()
+	api := cs.Cilium().CiliumV2().CiliumNodes()
 	if _, err := api.Create(context.Background(), node("node-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mirror(t, db, table,
-		func(ctx context.Context) ([]*ciliumv2.CiliumNode, error) {
-			l, err := api.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			out := make([]*ciliumv2.CiliumNode, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, nil
-		},
-		func(ctx context.Context) (watch.Interface, error) { return api.Watch(ctx, metav1.ListOptions{}) },
-		closed())
+	k8stest.Mirror(t, db, table, api, k8stest.Closed())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
@@ -23,6 +22,7 @@ import (
 	"github.com/cellium/cellium/cells/clusterpool/cidralloc"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -30,8 +30,8 @@ import (
 // mirrored into a table.
 type env struct {
 	t      *testing.T
-	cs     *fakeClientset
-	health *healthRecorder
+	cs     *k8stest.Clientset
+	health *k8stest.HealthRecorder
 	init   chan struct{}
 }
 
@@ -39,7 +39,7 @@ type env struct {
 // the controller. The table is initialized only after markInitialized.
 func newEnv(t *testing.T, cidrs []string, mask int, nodes ...*ciliumv2.CiliumNode) *env {
 	t.Helper()
-	e := &env{t: t, cs: newFakeClientset(), health: &healthRecorder{}, init: make(chan struct{})}
+	e := &env{t: t, cs: k8stest.NewClientset(), health: &k8stest.HealthRecorder{}, init: make(chan struct{})}
 	for _, n := range nodes {
 		e.create(n)
 	}
@@ -52,21 +52,8 @@ func newEnv(t *testing.T, cidrs []string, mask int, nodes ...*ciliumv2.CiliumNod
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Stop() })
-	api := e.cs.cilium.CiliumV2().CiliumNodes()
-	mirror(t, db, table,
-		func(ctx context.Context) ([]*ciliumv2.CiliumNode, error) {
-			l, err := api.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			var out []*ciliumv2.CiliumNode
-			for i := range l.Items {
-				out = append(out, &l.Items[i])
-			}
-			return out, nil
-		},
-		func(ctx context.Context) (watch.Interface, error) { return api.Watch(ctx, metav1.ListOptions{}) },
-		e.init)
+	api := e.cs.Cilium().CiliumV2().CiliumNodes()
+	k8stest.Mirror(t, db, table, api, e.init)
 
 	c, err := clusterpool.NewController(cidralloc.Config{IPv4CIDRs: cidrs, IPv4MaskSize: mask}, api, db, table, hivetest.Logger(t), e.health)
 	if err != nil {
@@ -94,47 +81,31 @@ func node(name string, podCIDRs ...string) *ciliumv2.CiliumNode {
 
 func (e *env) create(cn *ciliumv2.CiliumNode) {
 	e.t.Helper()
-	if _, err := e.cs.cilium.CiliumV2().CiliumNodes().Create(context.Background(), cn, metav1.CreateOptions{}); err != nil {
+	if _, err := e.cs.Cilium().CiliumV2().CiliumNodes().Create(context.Background(), cn, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) delete(name string) {
 	e.t.Helper()
-	if err := e.cs.cilium.CiliumV2().CiliumNodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.Cilium().CiliumV2().CiliumNodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) get(name string) *ciliumv2.CiliumNode {
 	e.t.Helper()
-	cn, err := e.cs.cilium.CiliumV2().CiliumNodes().Get(context.Background(), name, metav1.GetOptions{})
+	cn, err := e.cs.Cilium().CiliumV2().CiliumNodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return cn
 }
 
-// eventually polls cond until it returns nil or 5 seconds pass.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitCIDRs waits until the node's podCIDRs equal want.
 func (e *env) waitCIDRs(name string, want ...string) {
 	e.t.Helper()
-	eventually(e.t, name+" podCIDRs", func() error {
+	k8stest.Eventually(e.t, name+" podCIDRs", func() error {
 		if got := e.get(name).Spec.IPAM.PodCIDRs; !slices.Equal(got, want) {
 			return fmt.Errorf("podCIDRs %q, want %q", got, want)
 		}
@@ -146,7 +117,7 @@ func (e *env) waitCIDRs(name string, want ...string) {
 // ("" waits for it to be empty).
 func (e *env) waitProblem(name, want string) {
 	e.t.Helper()
-	eventually(e.t, name+" operator-status", func() error {
+	k8stest.Eventually(e.t, name+" operator-status", func() error {
 		got := e.get(name).Status.IPAM.OperatorStatus.Error
 		if want == "" && got != "" || !strings.Contains(got, want) {
 			return fmt.Errorf("operator-status.error %q, want %q", got, want)
@@ -157,7 +128,7 @@ func (e *env) waitProblem(name, want string) {
 
 func (e *env) updates() int {
 	n := 0
-	for _, a := range e.cs.cilium.Actions() {
+	for _, a := range e.cs.CiliumFake.Actions() {
 		if a.GetVerb() == "update" {
 			n++
 		}
@@ -181,8 +152,8 @@ func TestRestoresBeforeAllocating(t *testing.T) {
 	if got := e.get("node-a").Spec.IPAM.PodCIDRs; !slices.Equal(got, []string{"10.0.0.0/24", "fd00::/120"}) {
 		t.Errorf("node-a podCIDRs = %q, want unchanged", got)
 	}
-	eventually(t, "healthy", func() error {
-		if l, msg, _ := e.health.last(); l != hive.LevelOK || msg != "3 of 4 node CIDRs allocated" {
+	k8stest.Eventually(t, "healthy", func() error {
+		if l, msg, _ := e.health.Last(); l != hive.LevelOK || msg != "3 of 4 node CIDRs allocated" {
 			return fmt.Errorf("health %s %q", l, msg)
 		}
 		return nil
@@ -215,8 +186,8 @@ func TestNewNodesAndRelease(t *testing.T) {
 	if got := e.get("node-c").Spec.IPAM.PodCIDRs; len(got) != 0 {
 		t.Fatalf("node-c podCIDRs = %q, want none", got)
 	}
-	eventually(t, "degraded health", func() error {
-		l, _, err := e.health.last()
+	k8stest.Eventually(t, "degraded health", func() error {
+		l, _, err := e.health.Last()
 		if l != hive.LevelDegraded || !errors.Is(err, cidralloc.ErrPoolExhausted) {
 			return fmt.Errorf("health %s %v", l, err)
 		}
@@ -227,8 +198,8 @@ func TestNewNodesAndRelease(t *testing.T) {
 	e.delete("node-a")
 	e.waitCIDRs("node-c", "10.0.0.0/24")
 	e.waitProblem("node-c", "")
-	eventually(t, "healthy", func() error {
-		if l, _, err := e.health.last(); l != hive.LevelOK {
+	k8stest.Eventually(t, "healthy", func() error {
+		if l, _, err := e.health.Last(); l != hive.LevelOK {
 			return fmt.Errorf("health %s %v", l, err)
 		}
 		return nil
@@ -271,7 +242,7 @@ func TestRetriesFailedWrites(t *testing.T) {
 	// The first update conflicts (someone else wrote in between), the next
 	// two fail outright; the controller must get there anyway.
 	var calls atomic.Int32
-	e.cs.cilium.PrependReactor("update", "ciliumnodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	e.cs.CiliumFake.PrependReactor("update", "ciliumnodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		switch calls.Add(1) {
 		case 1:
 			return true, nil, k8serrors.NewConflict(a.GetResource().GroupResource(), "node-a", errors.New("injected"))
@@ -285,8 +256,8 @@ func TestRetriesFailedWrites(t *testing.T) {
 	if n := calls.Load(); n < 4 {
 		t.Errorf("%d update calls, want at least 4", n)
 	}
-	eventually(t, "healthy", func() error {
-		if l, _, err := e.health.last(); l != hive.LevelOK {
+	k8stest.Eventually(t, "healthy", func() error {
+		if l, _, err := e.health.Last(); l != hive.LevelOK {
 			return fmt.Errorf("health %s %v", l, err)
 		}
 		return nil
@@ -294,7 +265,7 @@ func TestRetriesFailedWrites(t *testing.T) {
 }
 
 func TestNewControllerRejectsBadConfig(t *testing.T) {
-	_, err := clusterpool.NewController(cidralloc.Config{IPv4CIDRs: []string{"10.0.0.0/24"}, IPv4MaskSize: 16}, nil, nil, nil, hivetest.Discard(), &healthRecorder{})
+	_, err := clusterpool.NewController(cidralloc.Config{IPv4CIDRs: []string{"10.0.0.0/24"}, IPv4MaskSize: 16}, nil, nil, nil, hivetest.Discard(), &k8stest.HealthRecorder{})
 	if err == nil || !strings.Contains(err.Error(), "--cluster-pool-ipv4-mask-size") {
 		t.Fatalf("err = %v, want one naming --cluster-pool-ipv4-mask-size", err)
 	}

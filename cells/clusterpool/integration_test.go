@@ -24,6 +24,7 @@ import (
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/identitygc"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -119,7 +120,7 @@ func TestOperatorControllersIntegration(t *testing.T) {
 	// next free ones.
 	mustCreate(t, cns, &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}})
 	for node, want := range map[string]string{"node-a": "10.99.0.0/24", "node-b": "10.99.1.0/24", "node-c": "10.99.2.0/24"} {
-		eventually(t, node+" pod CIDR", func() error {
+		k8stest.Eventually(t, node+" pod CIDR", func() error {
 			cn, err := cns.Get(ctx, node, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -147,14 +148,14 @@ func TestOperatorControllersIntegration(t *testing.T) {
 			return fmt.Errorf("still there (err %v)", err)
 		}
 	}
-	eventually(t, "the CiliumEndpoint of the deleted pod removed", gone(ns, "doomed"))
+	k8stest.Eventually(t, "the CiliumEndpoint of the deleted pod removed", gone(ns, "doomed"))
 	t.Logf("CiliumEndpoint of the deleted pod removed %s after the pod", time.Since(tDel).Round(time.Millisecond))
-	eventually(t, "the health CiliumEndpoint of the gone node removed", gone("kube-system", "cilium-health-node-gone"))
+	k8stest.Eventually(t, "the health CiliumEndpoint of the gone node removed", gone("kube-system", "cilium-health-node-gone"))
 
 	// Identity GC: 1002 was never used, 1001 lost its only user; both go
 	// after the heartbeat timeout. 1000 stays.
 	for _, id := range []string{"1001", "1002"} {
-		eventually(t, "identity "+id+" deleted", func() error {
+		k8stest.Eventually(t, "identity "+id+" deleted", func() error {
 			_, err := cids.Get(ctx, id, metav1.GetOptions{})
 			if k8serrors.IsNotFound(err) {
 				return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	"github.com/cellium/cellium/cells/leaderelection"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
@@ -23,7 +24,7 @@ import (
 // the returned env. The hive is populated, not started.
 func cellEnv(t *testing.T, args []string, cells ...hive.Cell) (*env, *hive.Hive) {
 	t.Helper()
-	e := &env{t: t, cs: newFakeClientset(), health: &healthRecorder{}}
+	e := &env{t: t, cs: k8stest.NewClientset(), health: &k8stest.HealthRecorder{}}
 	cells = append(cells,
 		hive.Provide(
 			func() k8s.Clientset { return e.cs },
@@ -84,7 +85,7 @@ func TestCellAsLeaderJob(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	eventually(t, "the stale CiliumEndpoint deleted", func() error {
+	k8stest.Eventually(t, "the stale CiliumEndpoint deleted", func() error {
 		if got := e.remaining(); len(got) != 1 || got[0] != "default/live" {
 			return errRemaining(got)
 		}

@@ -17,6 +17,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/endpointgc"
 	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -27,17 +28,17 @@ func TestMain(m *testing.M) {
 // env is a fake API server and the three tables, fed by the test.
 type env struct {
 	t      *testing.T
-	cs     *fakeClientset
+	cs     *k8stest.Clientset
 	db     *statedb.DB
 	pods   statedb.RWTable[*corev1.Pod]
 	ceps   statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	nodes  statedb.RWTable[*ciliumv2.CiliumNode]
-	health *healthRecorder
+	health *k8stest.HealthRecorder
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, cs: newFakeClientset(), db: statedb.New(), health: &healthRecorder{}}
+	e := &env{t: t, cs: k8stest.NewClientset(), db: statedb.New(), health: &k8stest.HealthRecorder{}}
 	var err error
 	if e.pods, err = k8stables.NewPodsTable(e.db); err != nil {
 		t.Fatal(err)
@@ -60,7 +61,7 @@ func (e *env) tables() endpointgc.Tables {
 }
 
 func (e *env) gc(interval time.Duration) *endpointgc.GC {
-	return endpointgc.NewGC(interval, e.cs.cilium.CiliumV2(), e.tables(), hivetest.Logger(e.t), e.health)
+	return endpointgc.NewGC(interval, e.cs.Cilium().CiliumV2(), e.tables(), hivetest.Logger(e.t), e.health)
 }
 
 func insert[T any](e *env, table statedb.RWTable[T], obj T) {
@@ -99,7 +100,7 @@ func (e *env) cep(ns, name, ownerUID string, age time.Duration) *ciliumv2.Cilium
 	if ownerUID != "" {
 		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: name, UID: types.UID(ownerUID)}}
 	}
-	created, err := e.cs.cilium.CiliumV2().CiliumEndpoints(ns).Create(context.Background(), c, metav1.CreateOptions{})
+	created, err := e.cs.Cilium().CiliumV2().CiliumEndpoints(ns).Create(context.Background(), c, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func (e *env) cep(ns, name, ownerUID string, age time.Duration) *ciliumv2.Cilium
 // remaining lists the CiliumEndpoints left in the API, as ns/name.
 func (e *env) remaining() []string {
 	e.t.Helper()
-	l, err := e.cs.cilium.CiliumV2().CiliumEndpoints("").List(context.Background(), metav1.ListOptions{})
+	l, err := e.cs.Cilium().CiliumV2().CiliumEndpoints("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func (e *env) remaining() []string {
 
 func (e *env) deletes() int {
 	n := 0
-	for _, a := range e.cs.cilium.Actions() {
+	for _, a := range e.cs.CiliumFake.Actions() {
 		if a.GetVerb() == "delete" {
 			n++
 		}
@@ -161,7 +162,7 @@ func TestPassDeletesOnlyStale(t *testing.T) {
 		t.Errorf("remaining CiliumEndpoints %q, want %q", got, want)
 	}
 	// Every delete carried the UID precondition.
-	for _, a := range e.cs.cilium.Actions() {
+	for _, a := range e.cs.CiliumFake.Actions() {
 		if d, ok := a.(interface{ GetDeleteOptions() metav1.DeleteOptions }); ok {
 			if p := d.GetDeleteOptions().Preconditions; p == nil || p.UID == nil {
 				t.Errorf("delete without UID precondition: %+v", a)
@@ -176,12 +177,12 @@ func TestPassNeverDeletesRecreatedCEP(t *testing.T) {
 	// has been deleted and re-created (new UID) for the new pod, which the
 	// pods table has not seen yet.
 	stale := e.cep("default", "web", "uid-old-pod", time.Hour)
-	if err := e.cs.cilium.CiliumV2().CiliumEndpoints("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.Cilium().CiliumV2().CiliumEndpoints("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fresh := &ciliumv2.CiliumEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "web", UID: "uid-new-pod"}}}}
-	fresh, err := e.cs.cilium.CiliumV2().CiliumEndpoints("default").Create(context.Background(), fresh, metav1.CreateOptions{})
+	fresh, err := e.cs.Cilium().CiliumV2().CiliumEndpoints("default").Create(context.Background(), fresh, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestPassNeverDeletesRecreatedCEP(t *testing.T) {
 	// A CiliumEndpoint already gone is not a failure either.
 	remove(e, e.ceps, stale)
 	e.cep("default", "gone", "uid-gone", time.Hour)
-	if err := e.cs.cilium.CiliumV2().CiliumEndpoints("default").Delete(context.Background(), "gone", metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.Cilium().CiliumV2().CiliumEndpoints("default").Delete(context.Background(), "gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if res := e.gc(time.Minute).Pass(context.Background()); res.Failed != 0 || res.Err != nil {
@@ -240,7 +241,7 @@ func TestRunWaitsForEveryTable(t *testing.T) {
 		t.Fatalf("%d deletes before the pods table was initialized", n)
 	}
 	initPods()
-	eventually(t, "the stale CiliumEndpoint deleted", func() error {
+	k8stest.Eventually(t, "the stale CiliumEndpoint deleted", func() error {
 		if got := e.remaining(); len(got) != 0 {
 			return fmt.Errorf("remaining %q", got)
 		}
@@ -264,31 +265,16 @@ func TestRunPeriodically(t *testing.T) {
 	}
 	// The pod goes while the agent of its node is down.
 	remove(e, e.pods, p)
-	eventually(t, "the CiliumEndpoint deleted", func() error {
+	k8stest.Eventually(t, "the CiliumEndpoint deleted", func() error {
 		if got := e.remaining(); len(got) != 0 {
 			return fmt.Errorf("remaining %q", got)
 		}
 		return nil
 	})
-	eventually(t, "healthy", func() error {
-		if l, msg, err := e.health.last(); l != "ok" || err != nil {
+	k8stest.Eventually(t, "healthy", func() error {
+		if l, msg, err := e.health.Last(); l != "ok" || err != nil {
 			return fmt.Errorf("health %s %q %v", l, msg, err)
 		}
 		return nil
 	})
-}
-
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	"github.com/cellium/cellium/cells/leaderelection"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
@@ -43,7 +42,7 @@ func TestCellConfig(t *testing.T) {
 // (disabled: this replica leads at once), with tables from the hive: the
 // identities mirrored from the fake API, the CiliumEndpoints fed here.
 func TestCellAsLeaderJob(t *testing.T) {
-	e := &env{t: t, cs: newFakeClientset(), health: &healthRecorder{}}
+	e := &env{t: t, cs: k8stest.NewClientset(), health: &k8stest.HealthRecorder{}}
 	h := hivetest.New(t, []string{
 		"--leader-election=false", "--identity-gc-interval=20ms", "--identity-heartbeat-timeout=100ms",
 	},
@@ -61,21 +60,8 @@ func TestCellAsLeaderJob(t *testing.T) {
 	e.identity("1000")
 	e.identity("1001")
 	e.use("web", 1001)
-	api := e.cs.cilium.CiliumV2().CiliumIdentities()
-	mirror(t, e.db, e.cids,
-		func(ctx context.Context) ([]*ciliumv2.CiliumIdentity, error) {
-			l, err := api.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			out := make([]*ciliumv2.CiliumIdentity, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, nil
-		},
-		func(ctx context.Context) (watch.Interface, error) { return api.Watch(ctx, metav1.ListOptions{}) },
-		closed())
+	api := e.cs.Cilium().CiliumV2().CiliumIdentities()
+	k8stest.Mirror(t, e.db, e.cids, api, k8stest.Closed())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +70,7 @@ func TestCellAsLeaderJob(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	eventually(t, "the unused identity deleted", func() error {
+	k8stest.Eventually(t, "the unused identity deleted", func() error {
 		if got := e.api(); fmt.Sprint(got) != "map[1001:false]" {
 			return fmt.Errorf("identities %v", got)
 		}

@@ -11,11 +11,11 @@ import (
 	"github.com/cilium/statedb"
 	"go.uber.org/goleak"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -28,17 +28,17 @@ func TestMain(m *testing.M) {
 // table is fed by the test.
 type env struct {
 	t      *testing.T
-	cs     *fakeClientset
+	cs     *k8stest.Clientset
 	db     *statedb.DB
 	cids   statedb.RWTable[*ciliumv2.CiliumIdentity]
 	ceps   statedb.RWTable[*ciliumv2.CiliumEndpoint]
-	health *healthRecorder
+	health *k8stest.HealthRecorder
 	clock  time.Time
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, cs: newFakeClientset(), db: statedb.New(), health: &healthRecorder{},
+	e := &env{t: t, cs: k8stest.NewClientset(), db: statedb.New(), health: &k8stest.HealthRecorder{},
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var err error
 	if e.cids, err = k8stables.NewCiliumIdentitiesTable(e.db); err != nil {
@@ -63,7 +63,7 @@ var testConfig = Config{
 
 // gc returns a collector whose clock is e.clock.
 func (e *env) gc(cfg Config) *GC {
-	g := NewGC(cfg, e.cs.cilium.CiliumV2().CiliumIdentities(),
+	g := NewGC(cfg, e.cs.Cilium().CiliumV2().CiliumIdentities(),
 		Tables{DB: e.db, Identities: e.cids, Endpoints: e.ceps}, hivetest.Logger(e.t), e.health)
 	g.now = func() time.Time { return e.clock }
 	return g
@@ -72,7 +72,7 @@ func (e *env) gc(cfg Config) *GC {
 func (e *env) identity(name string) {
 	e.t.Helper()
 	cid := &ciliumv2.CiliumIdentity{ObjectMeta: metav1.ObjectMeta{Name: name}, SecurityLabels: map[string]string{"k8s:app": name}}
-	if _, err := e.cs.cilium.CiliumV2().CiliumIdentities().Create(context.Background(), cid, metav1.CreateOptions{}); err != nil {
+	if _, err := e.cs.Cilium().CiliumV2().CiliumIdentities().Create(context.Background(), cid, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -81,7 +81,7 @@ func (e *env) identity(name string) {
 // would.
 func (e *env) sync() {
 	e.t.Helper()
-	l, err := e.cs.cilium.CiliumV2().CiliumIdentities().List(context.Background(), metav1.ListOptions{})
+	l, err := e.cs.Cilium().CiliumV2().CiliumIdentities().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func (e *env) use(cep string, id int64) {
 // api returns the identities in the fake API: name -> marked.
 func (e *env) api() map[string]bool {
 	e.t.Helper()
-	l, err := e.cs.cilium.CiliumV2().CiliumIdentities().List(context.Background(), metav1.ListOptions{})
+	l, err := e.cs.Cilium().CiliumV2().CiliumIdentities().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -231,12 +231,12 @@ func TestForeignChangeCountsAsUse(t *testing.T) {
 
 	// An agent takes the identity again and removes the mark (before its
 	// CiliumEndpoint shows the identity).
-	cid, err := e.cs.cilium.CiliumV2().CiliumIdentities().Get(context.Background(), "1000", metav1.GetOptions{})
+	cid, err := e.cs.Cilium().CiliumV2().CiliumIdentities().Get(context.Background(), "1000", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	delete(cid.Annotations, ciliumv2.HeartbeatAnnotation)
-	if _, err := e.cs.cilium.CiliumV2().CiliumIdentities().Update(context.Background(), cid, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.Cilium().CiliumV2().CiliumIdentities().Update(context.Background(), cid, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock = e.clock.Add(time.Minute)
@@ -258,9 +258,9 @@ func TestStaleTableNeverDeletesUnmarked(t *testing.T) {
 
 	// The agent unmarks it, but the table has not seen that yet: the
 	// delete carries the old resourceVersion and is refused.
-	cid, _ := e.cs.cilium.CiliumV2().CiliumIdentities().Get(context.Background(), "1000", metav1.GetOptions{})
+	cid, _ := e.cs.Cilium().CiliumV2().CiliumIdentities().Get(context.Background(), "1000", metav1.GetOptions{})
 	delete(cid.Annotations, ciliumv2.HeartbeatAnnotation)
-	if _, err := e.cs.cilium.CiliumV2().CiliumIdentities().Update(context.Background(), cid, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.Cilium().CiliumV2().CiliumIdentities().Update(context.Background(), cid, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock = time.Date(2026, 1, 1, 0, 31, 0, 0, time.UTC)
@@ -290,9 +290,9 @@ func TestNewTermWaitsForTimeout(t *testing.T) {
 	e := newEnv(t)
 	e.identity("1000")
 	// Marked by the previous leader, who then went away.
-	cid, _ := e.cs.cilium.CiliumV2().CiliumIdentities().Get(context.Background(), "1000", metav1.GetOptions{})
+	cid, _ := e.cs.Cilium().CiliumV2().CiliumIdentities().Get(context.Background(), "1000", metav1.GetOptions{})
 	cid.Annotations = map[string]string{ciliumv2.HeartbeatAnnotation: "2025-12-31T23:00:00Z"}
-	if _, err := e.cs.cilium.CiliumV2().CiliumIdentities().Update(context.Background(), cid, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.cs.Cilium().CiliumV2().CiliumIdentities().Update(context.Background(), cid, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s := e.newStepper(testConfig)
@@ -339,21 +339,8 @@ func TestCollectable(t *testing.T) {
 
 // runEnv starts Run on e with real time and a mirror of the identities.
 func (e *env) run(cfg Config, initialized <-chan struct{}) {
-	api := e.cs.cilium.CiliumV2().CiliumIdentities()
-	mirror(e.t, e.db, e.cids,
-		func(ctx context.Context) ([]*ciliumv2.CiliumIdentity, error) {
-			l, err := api.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return nil, err
-			}
-			out := make([]*ciliumv2.CiliumIdentity, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, nil
-		},
-		func(ctx context.Context) (watch.Interface, error) { return api.Watch(ctx, metav1.ListOptions{}) },
-		initialized)
+	api := e.cs.Cilium().CiliumV2().CiliumIdentities()
+	k8stest.Mirror(e.t, e.db, e.cids, api, initialized)
 	g := e.gc(cfg)
 	g.now = time.Now
 	ctx, cancel := context.WithCancel(context.Background())
@@ -379,10 +366,10 @@ func TestRunWaitsForTables(t *testing.T) {
 	txn := e.db.WriteTxn(e.ceps)
 	cepsDone := e.ceps.RegisterInitializer(txn, "test")
 	txn.Commit()
-	e.run(fastConfig, closed())
+	e.run(fastConfig, k8stest.Closed())
 
 	time.Sleep(300 * time.Millisecond)
-	for _, a := range e.cs.cilium.Actions() {
+	for _, a := range e.cs.CiliumFake.Actions() {
 		if v := a.GetVerb(); v != "list" && v != "watch" && v != "get" && v != "create" {
 			t.Fatalf("%s before the CiliumEndpoints table was initialized", v)
 		}
@@ -390,7 +377,7 @@ func TestRunWaitsForTables(t *testing.T) {
 	txn = e.db.WriteTxn(e.ceps)
 	cepsDone(txn)
 	txn.Commit()
-	eventually(t, "the unused identity deleted", func() error {
+	k8stest.Eventually(t, "the unused identity deleted", func() error {
 		if got := e.api(); len(got) != 0 {
 			return fmt.Errorf("identities %v", got)
 		}
@@ -403,8 +390,8 @@ func TestRunKeepsUsed(t *testing.T) {
 	e.identity("1000")
 	e.identity("1001")
 	e.use("web", 1000)
-	e.run(fastConfig, closed())
-	eventually(t, "the unused identity deleted", func() error {
+	e.run(fastConfig, k8stest.Closed())
+	k8stest.Eventually(t, "the unused identity deleted", func() error {
 		if got := e.api(); !slices.Equal(keys(got), []string{"1000"}) {
 			return fmt.Errorf("identities %v", got)
 		}
@@ -412,8 +399,8 @@ func TestRunKeepsUsed(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond) // several timeouts
 	e.wantAPI(map[string]bool{"1000": false})
-	eventually(t, "healthy", func() error {
-		if l, msg, err := e.health.last(); l != hive.LevelOK || err != nil {
+	k8stest.Eventually(t, "healthy", func() error {
+		if l, msg, err := e.health.Last(); l != hive.LevelOK || err != nil {
 			return fmt.Errorf("health %s %q %v", l, msg, err)
 		}
 		return nil
@@ -427,19 +414,4 @@ func keys(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -1,4 +1,4 @@
-package endpointgc_test
+package k8stest
 
 import (
 	"fmt"
@@ -18,30 +18,44 @@ import (
 
 	"github.com/cellium/cellium/api/client/clientset/versioned"
 	ciliumfake "github.com/cellium/cellium/api/client/clientset/versioned/fake"
-	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
 )
 
-// fakeClientset is a k8s.Clientset over client-go's fakes. The cilium.io
-// fake behaves like an API server where the controllers care: it assigns
-// UIDs and resourceVersions, rejects an update with a stale
-// resourceVersion and a delete whose preconditions do not match.
-type fakeClientset struct {
+// Clientset is a k8s.Clientset over client-go's generated fakes. Its
+// cilium.io part behaves like an API server where controllers care: it
+// assigns UIDs, resourceVersions and creation timestamps, rejects an update
+// with a stale resourceVersion and a delete whose preconditions do not
+// match, both with a Conflict error.
+type Clientset struct {
 	*k8sfake.Clientset
-	cilium *ciliumfake.Clientset
+	// CiliumFake is the cilium.io fake behind Cilium(), for its Actions and
+	// for reactors that inject faults. Reactors prepended to it run before
+	// the version checks.
+	CiliumFake *ciliumfake.Clientset
 }
 
-func newFakeClientset() *fakeClientset {
-	cs := &fakeClientset{Clientset: k8sfake.NewClientset(), cilium: ciliumfake.NewSimpleClientset()}
-	enforceVersions(cs.cilium)
+var _ k8s.Clientset = (*Clientset)(nil)
+
+// NewClientset returns an empty fake clientset.
+func NewClientset() *Clientset {
+	cs := &Clientset{Clientset: k8sfake.NewClientset(), CiliumFake: ciliumfake.NewSimpleClientset()}
+	enforceVersions(cs.CiliumFake)
 	return cs
 }
 
-func (c *fakeClientset) Cilium() versioned.Interface { return c.cilium }
-func (c *fakeClientset) APIExtensions() apiextclientset.Interface {
+// Cilium returns the cilium.io fake.
+func (c *Clientset) Cilium() versioned.Interface { return c.CiliumFake }
+
+// APIExtensions returns a new, empty apiextensions fake on each call.
+func (c *Clientset) APIExtensions() apiextclientset.Interface {
 	return apiextfake.NewSimpleClientset()
 }
-func (c *fakeClientset) RESTConfig() *rest.Config { return &rest.Config{} }
-func (c *fakeClientset) IsEnabled() bool          { return true }
+
+// RESTConfig returns an empty config: there is no server to reach.
+func (c *Clientset) RESTConfig() *rest.Config { return &rest.Config{} }
+
+// IsEnabled is always true.
+func (c *Clientset) IsEnabled() bool { return true }
 
 // enforceVersions makes the fake's writes check and bump resourceVersions
 // and honour delete preconditions.
@@ -100,36 +114,16 @@ func enforceVersions(cs *ciliumfake.Clientset) {
 			return true, nil, err
 		}
 		if p := d.DeleteOptions.Preconditions; p != nil {
-			if p.UID != nil && *p.UID != cur.GetUID() || p.ResourceVersion != nil && *p.ResourceVersion != cur.GetResourceVersion() {
+			if p.UID != nil && *p.UID != cur.GetUID() {
 				return true, nil, k8serrors.NewConflict(a.GetResource().GroupResource(), d.Name,
 					fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %s", *p.UID, cur.GetUID()))
+			}
+			if p.ResourceVersion != nil && *p.ResourceVersion != cur.GetResourceVersion() {
+				return true, nil, k8serrors.NewConflict(a.GetResource().GroupResource(), d.Name,
+					fmt.Errorf("precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %s",
+						*p.ResourceVersion, cur.GetResourceVersion()))
 			}
 		}
 		return true, nil, tracker.Delete(a.GetResource(), a.GetNamespace(), d.Name)
 	})
-}
-
-// healthRecorder is a hive.Health that keeps the last report.
-type healthRecorder struct {
-	mu    sync.Mutex
-	level hive.Level
-	msg   string
-	err   error
-}
-
-func (h *healthRecorder) set(l hive.Level, msg string, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.level, h.msg, h.err = l, msg, err
-}
-
-func (h *healthRecorder) OK(msg string)                { h.set(hive.LevelOK, msg, nil) }
-func (h *healthRecorder) Degraded(msg string, e error) { h.set(hive.LevelDegraded, msg, e) }
-func (h *healthRecorder) Stopped(msg string)           { h.set(hive.LevelStopped, msg, nil) }
-func (h *healthRecorder) Scope(string) hive.Health     { return h }
-
-func (h *healthRecorder) last() (hive.Level, string, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.level, h.msg, h.err
 }
