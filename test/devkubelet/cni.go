@@ -9,8 +9,10 @@ import (
 	"slices"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 // PodInterface is the name of the pod's interface (CNI_IFNAME), as
@@ -31,7 +33,18 @@ type cniRuntime struct {
 }
 
 func newCNIRuntime(confDir string, binDirs []string, cacheDir string) *cniRuntime {
-	return &cniRuntime{confDir: confDir, cni: libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, nil)}
+	return &cniRuntime{confDir: confDir, cni: NewCNIConfig(binDirs, cacheDir)}
+}
+
+// NewCNIConfig returns a libcni runtime that finds plugins in binDirs and
+// caches results in cacheDir, safe for concurrent calls. (libcni picks
+// its default exec lazily, unsynchronized, when given none.) The
+// plugins' standard error goes to ours.
+func NewCNIConfig(binDirs []string, cacheDir string) *libcni.CNIConfig {
+	return libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, &invoke.DefaultExec{
+		RawExec:       &invoke.RawExec{Stderr: os.Stderr},
+		PluginDecoder: version.PluginDecoder{},
+	})
 }
 
 // network loads the network from the configuration directory: the first

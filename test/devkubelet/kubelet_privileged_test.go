@@ -440,4 +440,3 @@ func TestPrivilegedRemoveLeftovers(t *testing.T) {
 		t.Errorf("second RemoveLeftovers: %v", err)
 	}
 }
-

@@ -71,29 +71,35 @@ func newUpCmd() *cobra.Command {
 	var (
 		dir     string
 		opts    harness.Options
+		node    nodeOptions
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Start the cluster in the background and write DIR/kubeconfig",
+		Short: "Start the cluster (control plane, cellium-operator, cellium-agent, devkubelet, demo pods) in the background",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.StartTimeout = timeout
-			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts)
+			node.timeout = timeout
+			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},
 	}
 	addDirFlag(cmd, &dir)
 	cmd.Flags().BoolVar(&opts.ControllerManager, "controller-manager", false, "also run kube-controller-manager (garbage collection, namespace cleanup, default service accounts)")
 	cmd.Flags().IntVar(&opts.APIServerPort, "apiserver-port", 0, "secure port of kube-apiserver on 127.0.0.1 (0: a free port)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the components to become ready (building binaries not included)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for each component to become ready (building binaries not included)")
 	cmd.Flags().StringSliceVar(&opts.APIServerArgs, "apiserver-arg", nil, "extra kube-apiserver flag, e.g. --apiserver-arg=--v=2 (repeatable)")
 	cmd.Flags().StringSliceVar(&opts.ControllerManagerArgs, "controller-manager-arg", nil, "extra kube-controller-manager flag (repeatable)")
+	node.register(cmd)
 	return cmd
 }
 
-func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.Options) error {
+func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.Options, node nodeOptions) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
+		return err
+	}
+	if err := checkRoot(os.Geteuid(), node.controlPlaneOnly); err != nil {
 		return err
 	}
 	log := logger(stderr)
@@ -101,6 +107,11 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 	// directory is touched.
 	if opts.Binaries, err = harness.EnsureBinaries(ctx, log); err != nil {
 		return err
+	}
+	if !node.controlPlaneOnly {
+		if node.bins, err = celliumBinaries(ctx, node.binDir, log); err != nil {
+			return err
+		}
 	}
 	if err := prepareDir(dir, stderr); err != nil {
 		return err
@@ -121,17 +132,35 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 		st.Processes = append(st.Processes, p.Name())
 	}
 	st.APIServer, st.Kubeconfig = c.APIServerURL(), c.Kubeconfig()
-
-	// Programs that run on top of the control plane, in start order.
-	for _, p := range addons(dir, c) {
-		r, err := p.Start()
-		if err != nil {
-			return errors.Join(err, writeState(dir, st))
-		}
-		st.Processes = append(st.Processes, r.Name())
-	}
 	if err := writeState(dir, st); err != nil {
 		return err
+	}
+	hint := fmt.Sprintf("\n(logs are in %s; `devcluster down --dir %s` cleans up)", relativeToWD(dir), relativeToWD(dir))
+
+	// Programs that run on top of the control plane, in start order; down
+	// stops them first.
+	if !node.controlPlaneOnly {
+		for _, a := range addons(dir, c, node) {
+			p, err := a.process()
+			if err != nil {
+				return err
+			}
+			log.Info("starting " + p.Name)
+			r, err := p.Start()
+			if err != nil {
+				return errors.Join(err, writeState(dir, st))
+			}
+			st.Processes = append(st.Processes, r.Name())
+			if err := writeState(dir, st); err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, node.timeout)
+			err = a.wait(wctx, r)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%w%s", err, hint)
+			}
+		}
 	}
 
 	kubeconfig := relativeToWD(c.Kubeconfig())
@@ -139,26 +168,12 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 	fmt.Fprintf(stdout, "kubeconfig: %s\n\n", kubeconfig)
 	fmt.Fprintf(stdout, "  kubectl --kubeconfig %s get ns\n", kubeconfig)
 	fmt.Fprintf(stdout, "  export KUBECONFIG=%s\n\n", c.Kubeconfig())
+	if !node.controlPlaneOnly {
+		if err := demo(ctx, stdout, dir, c, node); err != nil {
+			return fmt.Errorf("%w%s", err, hint)
+		}
+	}
 	fmt.Fprintf(stdout, "logs: %s/*.log; stop with: devcluster down --dir %s\n", relativeToWD(dir), relativeToWD(dir))
-	return nil
-}
-
-// addons returns the processes up starts after the control plane is ready,
-// in order; down stops them first. This is where cellium-operator,
-// cellium-agent and the dev kubelet go as they land, e.g.
-//
-//	harness.Process{
-//		Name:    "cellium-operator",
-//		Path:    operatorBinary,
-//		Args:    []string{"--kubeconfig=" + c.Kubeconfig()},
-//		LogFile: filepath.Join(dir, "cellium-operator.log"),
-//		PidFile: filepath.Join(dir, "cellium-operator.pid"),
-//		Detach:  true,
-//	}
-//
-// Each needs a LogFile and a PidFile in dir and Detach set.
-func addons(dir string, c *harness.Cluster) []harness.Process {
-	_, _ = dir, c
 	return nil
 }
 
@@ -191,6 +206,9 @@ func prepareDir(dir string, log io.Writer) error {
 		}
 	}
 	fmt.Fprintf(log, "removing the state of a stopped cluster in %s\n", dir)
+	if err := removeNodeLeftovers(dir, log); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -228,14 +246,15 @@ func down(stdout io.Writer, dir string) error {
 		return err
 	}
 	var errs []error
-	for _, name := range slices.Backward(procs) {
+	for _, name := range stopOrder(procs) {
 		pidFile := filepath.Join(dir, name+".pid")
 		pid, running, err := harness.ReadPidFile(pidFile)
 		if err == nil && running {
 			fmt.Fprintf(stdout, "stopping %s (pid %d)\n", name, pid)
 		}
-		errs = append(errs, err, harness.StopPidFile(pidFile, stopTimeout))
+		errs = append(errs, err, harness.StopPidFile(pidFile, processStopTimeout(name)))
 	}
+	errs = append(errs, removeNodeLeftovers(dir, stdout))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop cluster in %s: %w", dir, err)
 	}

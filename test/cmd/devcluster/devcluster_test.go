@@ -36,7 +36,7 @@ func TestUpStatusDown(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "dev")
 	t.Cleanup(func() { _, _ = run(context.Background(), "down", "--dir", dir) })
 
-	out, err := run(ctx, "up", "--dir", dir, "--controller-manager")
+	out, err := run(ctx, "up", "--dir", dir, "--controller-manager", "--control-plane-only")
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestUpStatusDown(t *testing.T) {
 	}
 
 	// A second up refuses while the first cluster runs.
-	if _, err := run(ctx, "up", "--dir", dir); err == nil || !strings.Contains(err.Error(), "already running") {
+	if _, err := run(ctx, "up", "--dir", dir, "--control-plane-only"); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Errorf("second up: %v; want 'already running'", err)
 	}
 
@@ -92,7 +92,7 @@ func TestUpRefusesForeignDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "precious"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t.Context(), "up", "--dir", dir); err == nil || !strings.Contains(err.Error(), "choose another --dir") {
+	if _, err := run(t.Context(), "up", "--dir", dir, "--control-plane-only"); err == nil || !strings.Contains(err.Error(), "choose another --dir") {
 		t.Errorf("up in a foreign directory: %v", err)
 	}
 	if _, err := run(t.Context(), "down", "--dir", dir); err == nil {

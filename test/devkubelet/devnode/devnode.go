@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/test/harness"
@@ -186,9 +188,41 @@ func (c *OperatorConfig) Process() (harness.Process, error) {
 	}, nil
 }
 
-// WaitOperator waits until the operator's health API at addr answers ok
-// or the process exits.
-func WaitOperator(ctx context.Context, addr string, proc *harness.Running) error {
+// WaitOperator waits until the operator's health API answers ok and the
+// API server serves the cilium.io resources the operator registers (an
+// agent started earlier would back off listing them), or the process
+// exits.
+func WaitOperator(ctx context.Context, cfg OperatorConfig, proc *harness.Running) error {
+	if err := waitOperatorHealth(ctx, cfg.APIAddr, proc); err != nil {
+		return err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return err
+	}
+	return WaitFor(ctx, proc, func() error {
+		list, err := disc.ServerResourcesForGroupVersion("cilium.io/v2")
+		if err != nil {
+			return err
+		}
+		served := map[string]bool{}
+		for _, r := range list.APIResources {
+			served[r.Name] = true
+		}
+		for _, r := range []string{"ciliumendpoints", "ciliumidentities", "ciliumnodes"} {
+			if !served[r] {
+				return fmt.Errorf("cilium.io/v2 %s not served yet", r)
+			}
+		}
+		return nil
+	})
+}
+
+func waitOperatorHealth(ctx context.Context, addr string, proc *harness.Running) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	var last error
 	return WaitFor(ctx, proc, func() error {

@@ -34,7 +34,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*harness.Running, e
 	if err != nil {
 		return nil, err
 	}
-	if err := WaitOperator(ctx, cfg.APIAddr, r); err != nil {
+	if err := WaitOperator(ctx, cfg, r); err != nil {
 		_ = r.Stop(stopTimeout)
 		return nil, err
 	}
