@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -215,6 +217,11 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) (er
 	}
 	created := newTimes()
 	progress("creating %d pods (%d at once)", o.pods, o.parallel)
+	cpu := cpuMeter{pids: map[string]int{devnode.Agent: agentPid, devnode.Operator: op.Pid()}}
+	for _, pr := range c.Processes() {
+		cpu.pids[pr.Name()] = pr.Pid()
+	}
+	cpuBefore := cpu.sample()
 	createStart := time.Now()
 	if err := parallel(ctx, names, o.parallel, func(ctx context.Context, i int, name string) error {
 		pod := &corev1.Pod{
@@ -285,6 +292,7 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) (er
 		return fmt.Errorf("pods were not deleted: %w", err)
 	}
 	allGone := time.Now()
+	cpuUsed := cpu.sample().minus(cpuBefore)
 	rssPeak, _ := procStatusKB(agentPid, "VmHWM")
 	timings = k.Timings()
 	var lastGone time.Time
@@ -306,6 +314,7 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) (er
 		rssBefore:  rssBefore, rssAfter: rssAfter, rssPeak: rssPeak,
 		writes: writes,
 		load:   [2]string{loadBefore, loadAvg()},
+		cpu:    cpuUsed,
 	}
 	for _, t := range timings {
 		if t.Namespace != benchNamespace {
@@ -520,6 +529,56 @@ func loadAvg() string {
 	return "?"
 }
 
+// cpuTimes is CPU time (user and system) by party.
+type cpuTimes map[string]time.Duration
+
+func (c cpuTimes) minus(before cpuTimes) cpuTimes {
+	out := cpuTimes{}
+	for k, v := range c {
+		out[k] = v - before[k]
+	}
+	return out
+}
+
+// cpuMeter samples the CPU time of the cluster's processes, of this
+// process (the devkubelet and the bench's clients) and of its reaped
+// children (the CNI plugin runs).
+type cpuMeter struct{ pids map[string]int }
+
+// clockTick is USER_HZ, the unit of /proc/PID/stat times on Linux.
+const clockTick = 10 * time.Millisecond
+
+func (m cpuMeter) sample() cpuTimes {
+	out := cpuTimes{}
+	for name, pid := range m.pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime(14) stime(15): fields after ')'.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		out[name] = time.Duration(ut+st) * clockTick
+	}
+	var self, children syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &self) == nil {
+		out["devkubelet+bench"] = rusageTime(self)
+	}
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children) == nil {
+		out[devnode.CNIPlugin] = rusageTime(children)
+	}
+	return out
+}
+
+func rusageTime(r syscall.Rusage) time.Duration {
+	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
+
 // auditEvent is the part of an audit log line the bench reads.
 type auditEvent struct {
 	Stage     string `json:"stage"`
@@ -600,6 +659,9 @@ type report struct {
 	// load is the 1-minute load average before and after (the machine
 	// may be shared).
 	load [2]string
+	// cpu is the CPU time each party used from the first create to the
+	// last deletion.
+	cpu cpuTimes
 }
 
 // Aims of issue 3 on a 2-core machine.
@@ -633,6 +695,19 @@ func (r report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "agent RSS: %.1f MiB idle, %.1f MiB with %d pods, peak %.1f MiB\n",
 		float64(r.rssBefore)/mib, float64(r.rssAfter)/mib, r.pods, float64(r.rssPeak)/mib)
+	if len(r.cpu) > 0 {
+		var parts []string
+		var total time.Duration
+		for _, d := range r.cpu {
+			total += d
+		}
+		names := slices.Sorted(maps.Keys(r.cpu))
+		slices.SortStableFunc(names, func(a, b string) int { return int(r.cpu[b] - r.cpu[a]) })
+		for _, name := range names {
+			parts = append(parts, fmt.Sprintf("%s %s", name, ms(r.cpu[name]/time.Duration(r.pods))))
+		}
+		fmt.Fprintf(w, "CPU per pod (create and delete): %s total: %s\n", ms(total/time.Duration(r.pods)), strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(w, "API writes by %s: %d = %.2f per pod (%d failed)\n", agentUserAgent, r.writes.total,
 		float64(r.writes.total)/float64(r.pods), r.writes.failed)
 	keys := make([]string, 0, len(r.writes.by))
