@@ -140,6 +140,9 @@ func (s sandboxStore) load() ([]*Sandbox, error) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(s.dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile by a running kubelet
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read sandbox record: %w", err)
 		}
