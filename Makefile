@@ -11,13 +11,13 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries test test-unit vet lint generate up down bench clean
+.PHONY: all build deps k8s-binaries test test-unit vet lint generate up down bench bench-endpoints clean
 
 all: build
 
 ## build: compile the binaries into bin/
 build:
-	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devcluster
+	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devkubelet ./test/cmd/devcluster
 
 ## deps: install system packages and Go tools (idempotent)
 deps:
@@ -47,11 +47,16 @@ generate:
 
 ## up: a local cluster on this machine (etcd, kube-apiserver, operator, agent)
 up: deps k8s-binaries build
-	$(BIN)/devcluster up --dir $(DEVDIR)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN)
 
 ## down: stop what `make up` started
 down:
 	$(GO) run ./test/cmd/devcluster down --dir $(DEVDIR)
+
+## bench-endpoints: create and delete N pods through the real CNI path and print latencies (root)
+N ?= 100
+bench-endpoints: deps k8s-binaries build
+	$(BIN)/devkubelet bench -n $(N) --bin-dir $(BIN)
 
 ## bench: reconciler and statedb benchmarks
 bench:

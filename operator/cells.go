@@ -18,8 +18,9 @@ import (
 var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
 	k8s.ClientCell,
 	metrics.Cell,
-	operatorapi.Cell,
+	// Before the health API: /healthz answers only once the CRDs are served.
 	crdregister.Cell,
+	operatorapi.Cell,
 	// Requests to the API server say who we are.
 	hive.Provide(func() k8s.UserAgent { return "cellium-operator" }),
 )

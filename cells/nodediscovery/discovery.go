@@ -193,6 +193,9 @@ func (d *discovery) run(ctx context.Context, h hive.Health) {
 		cn, _, cnWatch, cnFound := d.ciliumNodes.GetWatch(txn, cnQuery(d.name))
 		cnInit, cnInitWatch := d.ciliumNodes.Initialized(txn)
 		health, router, addrWatch := d.addrs()
+		if cnInit {
+			cnInitWatch = nil // closed for good: waiting on it would spin
+		}
 		if !cnFound {
 			cn = nil
 		}
