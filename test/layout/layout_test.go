@@ -1,0 +1,77 @@
+// Package layout checks the dependency direction of DESIGN.md §2:
+// control-plane cells and the operator never import the datapath or the
+// BPF code; statedb and api never import cells; nothing imports a binary.
+package layout
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/cellium/cellium"
+
+type pkg struct {
+	ImportPath string
+	Deps       []string
+}
+
+func listDeps(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps=false", "-json=ImportPath,Deps", module+"/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func under(path, dir string) bool {
+	full := module + "/" + dir
+	return path == full || strings.HasPrefix(path, full+"/")
+}
+
+func TestDependencyDirection(t *testing.T) {
+	rules := []struct {
+		from      string
+		forbidden []string
+	}{
+		{"cells", []string{"datapath", "bpf", "daemon", "operator", "cni", "cli"}},
+		{"operator", []string{"datapath", "bpf"}},
+		{"statedb", []string{"cells", "datapath", "daemon", "operator", "cni", "cli"}},
+		{"api", []string{"cells", "statedb", "datapath", "daemon", "operator", "cni", "cli"}},
+		{"datapath", []string{"cells", "daemon", "operator", "cni", "cli"}},
+	}
+	pkgs := listDeps(t)
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	for _, p := range pkgs {
+		for _, r := range rules {
+			if !under(p.ImportPath, r.from) {
+				continue
+			}
+			for _, dep := range p.Deps {
+				for _, f := range r.forbidden {
+					if under(dep, f) {
+						t.Errorf("%s imports %s: %s/ must not depend on %s/", p.ImportPath, dep, r.from, f)
+					}
+				}
+			}
+		}
+	}
+}
