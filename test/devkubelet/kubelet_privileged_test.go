@@ -13,35 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-)
 
-// requirePrivileged skips tb unless it runs as root and can create
-// network namespaces; with CELLIUM_REQUIRE_PRIVILEGED=1 it fails instead.
-// (devnode.RequirePrivileged is the same, but devnode imports this
-// package.)
-func requirePrivileged(tb testing.TB) {
-	tb.Helper()
-	reason := ""
-	if os.Geteuid() != 0 {
-		reason = "not running as root"
-	} else if n, err := ns.TempNetNS(); err != nil {
-		reason = "cannot create a network namespace: " + err.Error()
-	} else {
-		_ = n.Close()
-	}
-	if reason == "" {
-		return
-	}
-	if os.Getenv("CELLIUM_REQUIRE_PRIVILEGED") == "1" {
-		tb.Fatalf("privileged test cannot run (%s) and CELLIUM_REQUIRE_PRIVILEGED=1", reason)
-	}
-	tb.Skipf("privileged test skipped: %s (set CELLIUM_REQUIRE_PRIVILEGED=1 to fail instead)", reason)
-}
+	"github.com/cellium/cellium/test/privileged"
+)
 
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
@@ -105,7 +83,7 @@ func newPod(ns, name, node string) *corev1.Pod {
 // teardown of what went away meanwhile, graceful deletion, a pod
 // replaced under the same name, and Cleanup.
 func TestPrivilegedKubelet(t *testing.T) {
-	requirePrivileged(t)
+	privileged.Require(t)
 	c := cluster.Get(t)
 	cs := c.Clientset()
 	ctx := t.Context()
@@ -399,7 +377,7 @@ func TestPrivilegedKubelet(t *testing.T) {
 // TestPrivilegedRemoveLeftovers: without any plugin call, the netns of a
 // kubelet that is gone are removed from its records.
 func TestPrivilegedRemoveLeftovers(t *testing.T) {
-	requirePrivileged(t)
+	privileged.Require(t)
 	c := cluster.Get(t)
 	cs := c.Clientset()
 	namespace := c.TestNamespace(t)

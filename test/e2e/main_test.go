@@ -29,6 +29,7 @@ import (
 	"github.com/cellium/cellium/test/devkubelet"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
+	"github.com/cellium/cellium/test/privileged"
 )
 
 // cluster is the API server (and etcd) every test's node runs against.
@@ -124,7 +125,7 @@ type envOptions struct {
 // last lines of each log are printed.
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	devnode.RequirePrivileged(t)
+	privileged.Require(t)
 	c := cluster.Get(t)
 	b := binaries(t)
 	ctx := t.Context()

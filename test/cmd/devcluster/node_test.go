@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/test/devkubelet"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
+	"github.com/cellium/cellium/test/privileged"
 )
 
 func TestCheckRoot(t *testing.T) {
@@ -53,7 +54,7 @@ func TestStopOrder(t *testing.T) {
 // their CiliumEndpoints ready; down stops everything and leaves no
 // network namespace or veth behind.
 func TestPrivilegedUpDown(t *testing.T) {
-	devnode.RequirePrivileged(t)
+	privileged.Require(t)
 	ctx := t.Context()
 	bins, err := devnode.BuildBinaries(ctx, filepath.Join(t.TempDir(), "bin"),
 		devnode.Agent, devnode.Operator, devnode.CNIPlugin, devnode.Kubelet)

@@ -18,10 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -397,30 +395,4 @@ func NodeIP(name string) netip.Addr {
 		b[3] = 2
 	}
 	return netip.AddrFrom4(b)
-}
-
-// RequirePrivilegedEnv turns skipped privileged tests into failures (CI
-// sets it, where root and network namespaces are a given).
-const RequirePrivilegedEnv = "CELLIUM_REQUIRE_PRIVILEGED"
-
-// RequirePrivileged skips tb, saying why, unless the process is root and
-// can create network namespaces; with CELLIUM_REQUIRE_PRIVILEGED=1 it
-// fails tb instead.
-func RequirePrivileged(tb testing.TB) {
-	tb.Helper()
-	reason := ""
-	if os.Geteuid() != 0 {
-		reason = "not running as root"
-	} else if n, err := ns.TempNetNS(); err != nil {
-		reason = "cannot create a network namespace: " + err.Error()
-	} else {
-		_ = n.Close()
-	}
-	if reason == "" {
-		return
-	}
-	if os.Getenv(RequirePrivilegedEnv) == "1" {
-		tb.Fatalf("privileged test cannot run (%s) and %s=1", reason, RequirePrivilegedEnv)
-	}
-	tb.Skipf("privileged test skipped: %s (set %s=1 to fail instead)", reason, RequirePrivilegedEnv)
 }
