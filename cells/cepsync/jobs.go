@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
-	"github.com/cellium/cellium/cells/endpointmanager"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/endpoints"
@@ -45,13 +44,7 @@ func registerJobs(p jobsParams) error {
 		p.Log.Info("CiliumEndpoint synchronization disabled (--disable-endpoint-crd)")
 		return nil
 	}
-	nodeIP := func() string {
-		n, _, ok := p.Nodes.Get(p.DB.ReadTxn(), k8stables.NameIndex[*corev1.Node]().Query(string(p.Node)))
-		if !ok {
-			return ""
-		}
-		return endpointmanager.NodeInternalIP(n)
-	}
+	nodeIP := func() string { return k8stables.NodeIP(p.DB.ReadTxn(), p.Nodes, string(p.Node)) }
 	txn := p.DB.WriteTxn(p.Desired)
 	initDone := p.Desired.RegisterInitializer(txn, "endpoints")
 	txn.Commit()

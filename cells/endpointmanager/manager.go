@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -456,26 +455,5 @@ func (m *Manager) List() []*endpoints.Endpoint {
 
 // NodeIP is this node's InternalIP from its Node object, or "".
 func (m *Manager) NodeIP(txn statedb.ReadTxn, nodes statedb.Table[*corev1.Node]) string {
-	n, _, ok := nodes.Get(txn, k8stables.NameIndex[*corev1.Node]().Query(string(m.node)))
-	if !ok {
-		return ""
-	}
-	return NodeInternalIP(n)
-}
-
-// NodeInternalIP returns a Node's first InternalIP (IPv4 preferred).
-func NodeInternalIP(n *corev1.Node) string {
-	var v6 string
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip := net.ParseIP(a.Address); ip != nil && ip.To4() != nil {
-			return a.Address
-		}
-		if v6 == "" {
-			v6 = a.Address
-		}
-	}
-	return v6
+	return k8stables.NodeIP(txn, nodes, string(m.node))
 }

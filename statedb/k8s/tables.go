@@ -6,6 +6,7 @@ package k8s
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -136,4 +137,30 @@ func NewCiliumNodesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumNode],
 // NewCiliumIdentitiesTable creates the CiliumIdentity table.
 func NewCiliumIdentitiesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumIdentity], error) {
 	return NewTable[*ciliumv2.CiliumIdentity](db, CiliumIdentitiesTable)
+}
+
+// NodeIP is the InternalIP of the named node in the nodes table, or "".
+func NodeIP(txn statedb.ReadTxn, nodes statedb.Table[*corev1.Node], name string) string {
+	n, _, ok := nodes.Get(txn, NameIndex[*corev1.Node]().Query(name))
+	if !ok {
+		return ""
+	}
+	return NodeInternalIP(n)
+}
+
+// NodeInternalIP returns a Node's first InternalIP, IPv4 preferred.
+func NodeInternalIP(n *corev1.Node) string {
+	var v6 string
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip := net.ParseIP(a.Address); ip != nil && ip.To4() != nil {
+			return a.Address
+		}
+		if v6 == "" {
+			v6 = a.Address
+		}
+	}
+	return v6
 }
