@@ -62,6 +62,7 @@ func registerJobs(p jobsParams) error {
 		Operations: &target{
 			log: p.Log, client: p.Clientset.Cilium(), db: p.DB, ceps: p.CEPs, nodeIP: nodeIP,
 			healthName: "cilium-health-" + string(p.Node), uids: map[string]types.UID{},
+			endpoints: p.Endpoints,
 		},
 		FullInterval: FullInterval,
 		RetryMin:     100 * time.Millisecond,

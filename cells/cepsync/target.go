@@ -16,6 +16,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
+	"github.com/cellium/cellium/statedb/endpoints"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -30,6 +31,9 @@ type target struct {
 	nodeIP func() string
 	// healthName is this node's health CEP, never pruned.
 	healthName string
+	// endpoints keeps the CEPs of endpoints that exist but have no
+	// desired CEP yet (restored, stuck) from being pruned.
+	endpoints statedb.Table[*endpoints.Endpoint]
 
 	mu   sync.Mutex
 	uids map[string]types.UID // "ns/name" -> UID of the CEP we own
@@ -185,6 +189,24 @@ func (t *target) deleteUID(ctx context.Context, ns, name string, uid types.UID) 
 	return nil
 }
 
+// pending reports whether cep belongs to a local endpoint that has no
+// desired CEP (yet): a restored endpoint whose identity is not resolved,
+// or the placeholder that holds the ID of an endpoint whose state file is
+// unreadable (nothing but its ID is known, so its CEP is kept by ID).
+func (t *target) pending(rtxn statedb.ReadTxn, cep *ciliumv2.CiliumEndpoint) bool {
+	if t.endpoints == nil {
+		return false
+	}
+	if _, _, ok := t.endpoints.Get(rtxn, endpoints.CEPIndex.Query(cep.Namespace+"/"+cep.Name)); ok {
+		return true
+	}
+	if cep.Status.ID <= 0 || cep.Status.ID > 0xffff {
+		return false
+	}
+	ep, _, ok := t.endpoints.Get(rtxn, endpoints.IDIndex.Query(uint16(cep.Status.ID)))
+	return ok && ep.PodName == "" && !ep.Health
+}
+
 // Prune deletes CEPs of this node that match no desired CEP: the stale
 // CEPs of endpoints that did not survive a restart.
 func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, desired iter.Seq2[*DesiredCEP, statedb.Revision]) error {
@@ -203,7 +225,7 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, desired iter.Seq2
 	var stale []*ciliumv2.CiliumEndpoint
 	for cep := range t.ceps.All(rtxn) {
 		key := cep.Namespace + "/" + cep.Name
-		if statusNode(cep) == nodeIP && !want[key] && cep.Name != t.healthName {
+		if statusNode(cep) == nodeIP && !want[key] && cep.Name != t.healthName && !t.pending(rtxn, cep) {
 			stale = append(stale, cep)
 		}
 	}

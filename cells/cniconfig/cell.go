@@ -22,6 +22,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 )
 
@@ -134,11 +135,7 @@ func writeAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("write CNI configuration: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write CNI configuration: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := statedir.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write CNI configuration: %w", err)
 	}
 	return nil

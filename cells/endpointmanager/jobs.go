@@ -33,13 +33,16 @@ type managerParams struct {
 	Cluster    identitycell.ClusterName
 	StateDir   statedir.Dir
 	Node       k8s.NodeName
+	// CEPs lets restore rebuild an endpoint whose state file is unreadable.
+	CEPs statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
 }
 
 func newManager(p managerParams) *Manager {
 	return &Manager{
 		log: p.Log, db: p.DB, table: p.Table, pods: p.Pods, namespaces: p.Namespaces,
 		clientset: p.Clientset, ipam: p.IPAM, identities: p.Identities, filter: p.Filter,
-		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints"}, node: p.Node, now: time.Now,
+		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints", now: time.Now}, node: p.Node, now: time.Now,
+		ceps: p.CEPs, sysClassNet: "/sys/class/net",
 	}
 }
 
@@ -95,6 +98,9 @@ func registerJobs(p jobsParams) {
 			}
 			return nil
 		}),
+		// Endpoints that failed (identity, ...) are retried with backoff;
+		// the module is degraded while any is stuck.
+		hive.Service("retry-stuck-endpoints", nil, (&retrier{m: m, min: RetryMin, max: RetryMax, retry: m.retryEndpoint}).run),
 		hive.OneShot("health-endpoint", func(ctx context.Context, h hive.Health) error {
 			return m.ensureHealthEndpoint(ctx, p.Lookup, h)
 		}, hive.WithRetry(-1, time.Second, 30*time.Second)),

@@ -53,6 +53,11 @@ type Manager struct {
 	// (identity allocation) run outside it.
 	mu     sync.Mutex
 	nextID uint16
+
+	// ceps (optional) and sysClassNet are what restore rebuilds an
+	// endpoint from when its state file is unreadable (restore.go).
+	ceps        statedb.Table[*ciliumv2.CiliumEndpoint]
+	sysClassNet string
 }
 
 // Manager errors carry a sentinel for the API's status code.
@@ -441,7 +446,11 @@ func (m *Manager) relabel(ctx context.Context, ep *endpoints.Endpoint, lbls *lab
 	}); err != nil {
 		return nil, err
 	}
-	return m.resolveIdentity(ctx, changed)
+	ready, err := m.resolveIdentity(ctx, changed)
+	if err != nil && ctx.Err() == nil {
+		m.markFailed(changed.ID, fmt.Sprintf("allocate identity for labels %s: %v", endpoints.LabelsString(changed.Labels), err))
+	}
+	return ready, err
 }
 
 // List returns every endpoint, by ID.

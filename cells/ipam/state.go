@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
+
+	"github.com/cellium/cellium/cells/statedir"
 )
 
 // stateVersion is the version of the state file format.
@@ -34,8 +35,7 @@ type stateEntry struct {
 	Owner string     `json:"owner"`
 }
 
-// stateStore writes the state file atomically (temporary file, fsync,
-// rename) and coalesces concurrent writes: a caller waits for one write
+// stateStore writes the state file atomically (statedir.WriteFile) and coalesces concurrent writes: a caller waits for one write
 // that started after its change, and many changes share one write.
 type stateStore struct {
 	path   string
@@ -113,32 +113,15 @@ func (s *stateStore) commit(snapshot func() *stateFile) error {
 	}
 }
 
-// write replaces the state file with st atomically.
+// write replaces the state file with st atomically (statedir.WriteFile:
+// temporary file, fsync, rename, fsync of the directory).
 func (s *stateStore) write(st *stateFile) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode IPAM state: %w", err)
 	}
-	dir := filepath.Dir(s.path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".*")
-	if err != nil {
-		return fmt.Errorf("write IPAM state in %s (--state-dir): %w", dir, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename this fails harmlessly
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("write IPAM state %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync IPAM state %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close IPAM state %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("replace IPAM state %s: %w", s.path, err)
+	if err := statedir.WriteFile(s.path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write IPAM state (--state-dir): %w", err)
 	}
 	return nil
 }

@@ -95,12 +95,49 @@ func (e *Endpoint) WithState(s ciliumv2.EndpointState, msg string, now time.Time
 	}
 	c.State = s
 	c.Log = append(c.Log, &ciliumv2.EndpointStatusChange{
-		Code: "ok", Message: msg, State: string(s), Timestamp: now.UTC().Format(time.RFC3339),
+		Code: LogCodeOK, Message: msg, State: string(s), Timestamp: now.UTC().Format(time.RFC3339),
 	})
 	if len(c.Log) > MaxLogEntries {
 		c.Log = c.Log[len(c.Log)-MaxLogEntries:]
 	}
 	return c
+}
+
+// Codes of the state-change log entries (Cilium's values).
+const (
+	LogCodeOK     = "ok"
+	LogCodeFailed = "failed"
+)
+
+// WithFailure returns a copy, in the same state, whose log ends with a
+// failed entry saying msg. A repeat of the last failure is not logged
+// again (the returned copy is then equal to e).
+func (e *Endpoint) WithFailure(msg string, now time.Time) *Endpoint {
+	c := e.Clone()
+	if n := len(c.Log); n > 0 && c.Log[n-1].Code == LogCodeFailed && c.Log[n-1].Message == msg && c.Log[n-1].State == string(c.State) {
+		return c
+	}
+	c.Log = append(c.Log, &ciliumv2.EndpointStatusChange{
+		Code: LogCodeFailed, Message: msg, State: string(c.State), Timestamp: now.UTC().Format(time.RFC3339),
+	})
+	if len(c.Log) > MaxLogEntries {
+		c.Log = c.Log[len(c.Log)-MaxLogEntries:]
+	}
+	return c
+}
+
+// Failure is the message of the last failure when the endpoint is stuck:
+// not ready, not being deleted, and its log ends with a failed entry. ""
+// otherwise.
+func (e *Endpoint) Failure() string {
+	switch e.State {
+	case ciliumv2.EndpointStateReady, ciliumv2.EndpointStateDisconnecting, ciliumv2.EndpointStateDisconnected:
+		return ""
+	}
+	if n := len(e.Log); n > 0 && e.Log[n-1].Code == LogCodeFailed {
+		return e.Log[n-1].Message
+	}
+	return ""
 }
 
 // TableHeader implements statedb.TableWritable.
@@ -137,6 +174,10 @@ func (e *Endpoint) Status(nodeIP string) ciliumv2.EndpointStatus {
 			Bpf: ciliumv2.EndpointHealthDisabled, Policy: ciliumv2.EndpointHealthDisabled,
 			OverallHealth: overall(e.State), Connected: e.State == ciliumv2.EndpointStateReady,
 		},
+	}
+	if e.Failure() != "" {
+		// Stuck: the last log entry says why; the agent retries.
+		st.Health.OverallHealth = ciliumv2.EndpointHealthFailure
 	}
 	if e.IPv4.IsValid() {
 		st.Networking.Addressing = append(st.Networking.Addressing, &ciliumv2.AddressPair{IPV4: e.IPv4.String()})
