@@ -80,6 +80,10 @@ type fakeIdentities struct {
 	ids  map[string]identity.NumericIdentity
 	refs map[identity.NumericIdentity]int
 	fail error
+	// failN fails the next failN allocations of non-reserved labels.
+	failN int
+	// failures counts the failed allocations.
+	failures int
 }
 
 func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identitycell.Identity, error) {
@@ -90,6 +94,11 @@ func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identityc
 	}
 	if id, ok := identity.LookupReservedByLabels(l); ok {
 		return identitycell.Identity{ID: id, Labels: l}, nil
+	}
+	if f.failN > 0 {
+		f.failN--
+		f.failures++
+		return identitycell.Identity{}, errors.New("ciliumidentities.cilium.io is forbidden: denied by admission policy")
 	}
 	id, ok := f.ids[l.String()]
 	if !ok {
@@ -118,6 +127,7 @@ func (filter) Split(l labels.Labels) (labels.Labels, labels.Labels) {
 type env struct {
 	db   *statedb.DB
 	pods statedb.RWTable[*corev1.Pod]
+	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	ipam *fakeIPAM
 	ids  *fakeIdentities
@@ -127,6 +137,12 @@ type env struct {
 // start composes the endpoint manager and the API server with fake
 // tables and allocators; seed runs before start, in a write transaction.
 func start(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod])) *env {
+	t.Helper()
+	return startWith(t, dir, ids, seed, nil)
+}
+
+// startWith is start with CiliumEndpoints in the CEPs table.
+func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]), ceps []*ciliumv2.CiliumEndpoint) *env {
 	t.Helper()
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
@@ -140,6 +156,7 @@ func start(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.
 			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
 			k8stables.NewNamespacesTable, statedb.RWTable[*corev1.Namespace].ToTable,
 			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			k8s.DisabledClientset,
 			func() ipam.Allocator { return e.ipam },
 			func() ipam.Lookup { return e.ipam },
@@ -149,9 +166,12 @@ func start(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointmanager.Cell,
-		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint]) {
-			e.db, e.pods, e.eps = db, pods, eps
-			txn := db.WriteTxn(pods, nss)
+		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint]) {
+			e.db, e.pods, e.eps, e.ceps = db, pods, eps, cepTable
+			txn := db.WriteTxn(pods, nss, cepTable)
+			for _, c := range ceps {
+				cepTable.Insert(txn, c)
+			}
 			// The tables count as synced from the start.
 			if seed != nil {
 				seed(txn, pods)
