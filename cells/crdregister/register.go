@@ -44,6 +44,10 @@ func registerHook(cfg Config, cs k8s.Clientset, lc hive.Lifecycle, log *slog.Log
 			if !cs.IsEnabled() {
 				return fmt.Errorf("register CRDs: %w", k8s.ErrNotConfigured)
 			}
+			// The client no longer waits for the API server at start.
+			if err := k8s.WaitForAPIServer(ctx, cs, log); err != nil {
+				return fmt.Errorf("register CRDs: %w", err)
+			}
 			want, err := crds.All()
 			if err != nil {
 				return err

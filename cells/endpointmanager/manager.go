@@ -149,8 +149,12 @@ func validate(req *models.EndpointChangeRequest) (netip.Addr, error) {
 // an endpoint (cnitool, tests) gets the reserved init identity and no CEP.
 func (m *Manager) lookupPod(ctx context.Context, ns, name, uid string) (*corev1.Pod, error) {
 	if ok, watch := m.pods.Initialized(m.db.ReadTxn()); !ok {
+		wait := time.NewTimer(PodsSyncWait)
+		defer wait.Stop()
 		select {
 		case <-watch:
+		case <-wait.C:
+			return nil, fmt.Errorf("%w: the pods of this node are not listed yet (is the Kubernetes API server reachable? see `cellium status`); retry later", ErrUnavailable)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: the pods table is not synced yet: %v", ErrUnavailable, ctx.Err())
 		}

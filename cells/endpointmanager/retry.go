@@ -19,6 +19,12 @@ const (
 	RetryMax = 2 * time.Minute
 )
 
+// PodsSyncWait bounds how long an endpoint create waits for the first list
+// of this node's pods: without the API server (a reboot while the control
+// plane is down) the create fails fast with ErrUnavailable, which the CNI
+// plugin reports as "try again later" (code 11).
+const PodsSyncWait = 2 * time.Second
+
 // markFailed records in the endpoint's log why it is stuck (a failed entry,
 // which Endpoint.Failure reports and the CEP mirrors), so that the retry
 // job picks it up and health says so. Placeholders are never saved.

@@ -212,3 +212,56 @@ func TestCellAllocatesOverTheAPI(t *testing.T) {
 		t.Errorf("POST after restart = %d %+v: a held address", code, r.IPv4)
 	}
 }
+
+// Without the CiliumNode (the API server is down after a reboot), a
+// restarted agent allocates from the pod CIDRs of its state file, never
+// handing out a restored address; the CiliumNode's CIDRs take over later.
+func TestCellServesFromSavedCIDRsWithoutCiliumNode(t *testing.T) {
+	stateDir := t.TempDir()
+	e := startIPAM(t, stateDir)
+	e.setCiliumNode(t, "node1", "10.0.7.0/24")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held := map[netip.Addr]bool{}
+	for i := range 3 {
+		al, err := e.alloc.AllocateNext(ctx, fmt.Sprintf("ns/p%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[al.IP] = true
+	}
+	if err := e.h.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	e2 := startIPAM(t, stateDir) // no CiliumNode in its table
+	short, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	al, err := e2.alloc.AllocateNext(short, "ns/new")
+	if err != nil {
+		t.Fatalf("allocate without the CiliumNode: %v", err)
+	}
+	if held[al.IP] || !netip.MustParsePrefix("10.0.7.0/24").Contains(al.IP) {
+		t.Fatalf("allocated %v: a restored address or outside the saved CIDR", al.IP)
+	}
+	if s := podCIDRsHealth(e2); s.Level != hive.LevelOK || !strings.Contains(s.Message, "state file") {
+		t.Errorf("ipam health = %+v", s)
+	}
+	e2.setCiliumNode(t, "node1", "10.0.7.0/24")
+	waitHealthMessage(t, e2, "allocating from [10.0.7.0/24]")
+}
+
+func waitHealthMessage(t *testing.T, e *env, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := podCIDRsHealth(e)
+		if s.Message == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ipam health %+v, want message %q", s, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,6 +108,18 @@ func registerJobs(p jobsParams) {
 // allocator until ctx ends.
 func followPodCIDRs(ctx context.Context, h hive.Health, db *statedb.DB, cns statedb.Table[*ciliumv2.CiliumNode], a *allocator, log *slog.Logger) {
 	q := k8stables.NameIndex[*ciliumv2.CiliumNode]().Query(a.node)
+	// Without the API server (a reboot while the control plane is down),
+	// serve from the pod CIDRs saved in the state file: they are this
+	// node's, and the restored allocations are claimed before the first
+	// address is handed out. The CiliumNode's CIDRs take over once seen.
+	if saved := a.savedCIDRs(); len(saved) > 0 {
+		if err := a.setPodCIDRs(saved); err != nil {
+			log.Warn("cannot serve from the pod CIDRs of the state file; waiting for the CiliumNode", "cidrs", saved, "error", err)
+		} else {
+			log.Info("serving from the pod CIDRs of the state file until the CiliumNode is seen", "cidrs", saved)
+			h.OK(fmt.Sprintf("allocating from %v (state file)", saved))
+		}
+	}
 	for {
 		cn, _, watch, found := cns.GetWatch(db.ReadTxn(), q)
 		var cidrs []netip.Prefix
@@ -115,6 +128,8 @@ func followPodCIDRs(ctx context.Context, h hive.Health, db *statedb.DB, cns stat
 		}
 		_, ready := a.RouterIP()
 		switch {
+		case len(cidrs) == 0 && ready && !found:
+			// Not seen yet (API server down?): keep the saved CIDRs.
 		case len(cidrs) == 0 && !ready:
 			h.Degraded("waiting for pod CIDRs", noPodCIDRError(a.node, nil))
 		case len(cidrs) == 0:
@@ -133,6 +148,17 @@ func followPodCIDRs(ctx context.Context, h hive.Health, db *statedb.DB, cns stat
 		case <-watch:
 		}
 	}
+}
+
+// savedCIDRs are the pod CIDRs the state file recorded, while the pool
+// does not exist yet.
+func (a *allocator) savedCIDRs() []netip.Prefix {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.pool != nil {
+		return nil
+	}
+	return slices.Clone(a.restoredCIDRs)
 }
 
 // podCIDRsOf returns the IPv4 prefixes of spec.ipam.podCIDRs, in order.

@@ -76,6 +76,7 @@ func RESTConfigFromFlags(cfg Config, lookupEnv func(string) (string, bool)) (*re
 	}
 	rc.QPS = cfg.K8sClientQPS
 	rc.Burst = cfg.K8sClientBurst
+	applyTimeouts(rc, cfg.K8sClientConnectionTimeout, cfg.K8sClientConnectionKeepAlive, cfg.K8sClientRequestTimeout)
 	return rc, nil
 }
 
@@ -87,14 +88,17 @@ type ClientsetParams struct {
 	Lifecycle hive.Lifecycle
 	Log       *slog.Logger
 	UserAgent UserAgent `optional:"true"`
+	// Jobs runs the connection check (optional for callers outside a hive).
+	Jobs hive.Jobs `optional:"true"`
 }
 
 // UserAgent names the binary in requests ("cellium-agent").
 type UserAgent string
 
 // NewClientset creates the clients from the flags. It reads the kubeconfig
-// file but contacts nobody; the start hook waits until the API server
-// answers. Without any configuration the clientset is disabled.
+// file but contacts nobody, and start does not wait for the API server (a
+// job reports in health whether it answers). Without any configuration
+// the clientset is disabled.
 func NewClientset(p ClientsetParams) (Clientset, error) {
 	rc, err := RESTConfigFromFlags(p.Config, os.LookupEnv)
 	if errors.Is(err, ErrNotConfigured) {
@@ -111,11 +115,20 @@ func NewClientset(p ClientsetParams) (Clientset, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Lifecycle.Append(hive.Hook{
-		Name:    "k8s-client-connect",
-		Timeout: 2 * time.Minute,
-		OnStart: func(ctx context.Context) error { return waitForAPIServer(ctx, cs, p.Log) },
-	})
+	// Start does not wait for the API server: the agent must restore its
+	// endpoints and serve CNI DEL while the control plane is down. This
+	// job reports whether it is reachable; whoever needs the API waits for
+	// its tables (or calls WaitForAPIServer).
+	if p.Jobs != nil {
+		p.Jobs.Add(hive.OneShot("k8s-client-connect", func(ctx context.Context, h hive.Health) error {
+			h.Degraded("connecting to the Kubernetes API server "+rc.Host, errors.New("not reached yet"))
+			if err := WaitForAPIServer(ctx, cs, p.Log); err != nil {
+				return err
+			}
+			h.OK("connected to " + rc.Host)
+			return nil
+		}))
+	}
 	return cs, nil
 }
 
@@ -136,8 +149,9 @@ func NewClientsetFromConfig(rc *rest.Config) (Clientset, error) {
 	return &clientset{Clientset: core, cilium: cilium, apiext: apiext, config: rc, enabled: true}, nil
 }
 
-// waitForAPIServer retries /version until the API server answers.
-func waitForAPIServer(ctx context.Context, cs Clientset, log *slog.Logger) error {
+// WaitForAPIServer retries /version until the API server answers or ctx
+// ends.
+func WaitForAPIServer(ctx context.Context, cs Clientset, log *slog.Logger) error {
 	backoff := 100 * time.Millisecond
 	for {
 		v, err := cs.Discovery().ServerVersion()

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -16,10 +17,23 @@ type Config struct {
 	// K8sClientQPS and K8sClientBurst limit the request rate.
 	K8sClientQPS   float32
 	K8sClientBurst int
+	// K8sClientConnectionTimeout bounds connecting to the API server, and
+	// K8sClientConnectionKeepAlive is the TCP keep-alive period (Cilium's
+	// flags and defaults).
+	K8sClientConnectionTimeout   time.Duration
+	K8sClientConnectionKeepAlive time.Duration
+	// K8sClientRequestTimeout bounds every request but watches, so that
+	// what needs the API (a CNI ADD for new labels) fails in bounded time
+	// while the API server is down.
+	K8sClientRequestTimeout time.Duration
 }
 
-// DefaultConfig has Cilium's client rate limits.
-var DefaultConfig = Config{K8sClientQPS: 10, K8sClientBurst: 20}
+// DefaultConfig has Cilium's client rate limits and connection timeouts.
+var DefaultConfig = Config{
+	K8sClientQPS: 10, K8sClientBurst: 20,
+	K8sClientConnectionTimeout: 30 * time.Second, K8sClientConnectionKeepAlive: 30 * time.Second,
+	K8sClientRequestTimeout: 10 * time.Second,
+}
 
 // Flags registers the client flags.
 func (def Config) Flags(fs *pflag.FlagSet) {
@@ -27,6 +41,9 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.String("k8s-kubeconfig-path", def.K8sKubeconfigPath, "Absolute path of the kubeconfig file (empty: in-cluster configuration)")
 	fs.Float32("k8s-client-qps", def.K8sClientQPS, "Queries per second limit for the Kubernetes client")
 	fs.Int("k8s-client-burst", def.K8sClientBurst, "Burst value allowed for the Kubernetes client")
+	fs.Duration("k8s-client-connection-timeout", def.K8sClientConnectionTimeout, "Maximum time to connect to the Kubernetes API server")
+	fs.Duration("k8s-client-connection-keep-alive", def.K8sClientConnectionKeepAlive, "TCP keep-alive period of connections to the Kubernetes API server")
+	fs.Duration("k8s-client-request-timeout", def.K8sClientRequestTimeout, "Maximum duration of a Kubernetes API request (watches excepted); 0 means none")
 }
 
 // Validate checks the rate limits.
@@ -36,6 +53,10 @@ func (c Config) Validate() error {
 	}
 	if c.K8sClientBurst <= 0 {
 		return fmt.Errorf("invalid value %d for --k8s-client-burst: must be greater than 0", c.K8sClientBurst)
+	}
+	if c.K8sClientConnectionTimeout < 0 || c.K8sClientConnectionKeepAlive < 0 || c.K8sClientRequestTimeout < 0 {
+		return fmt.Errorf("invalid --k8s-client-connection-timeout=%v, --k8s-client-connection-keep-alive=%v or --k8s-client-request-timeout=%v: must not be negative",
+			c.K8sClientConnectionTimeout, c.K8sClientConnectionKeepAlive, c.K8sClientRequestTimeout)
 	}
 	return nil
 }
