@@ -65,12 +65,30 @@ func registerReflector[T k8stables.Object](db *statedb.DB, table statedb.RWTable
 		},
 		func(ctx context.Context, h hive.Health) {
 			var zero T
-			r := cache.NewReflectorWithOptions(lw(cs), zero, store, cache.ReflectorOptions{Name: table.Name()})
+			r := cache.NewReflectorWithOptions(withoutWatchList(lw(cs)), zero, store, cache.ReflectorOptions{Name: table.Name()})
 			h.OK("watching")
 			r.RunWithContext(ctx)
 		}))
 	return nil
 }
+
+// withoutWatchList makes the reflector list, then watch, instead of
+// streaming the initial list in a watch ("watch-list"): client-go's
+// watch-list path backs off without looking at the context, so with the
+// API server down a reflector took up to 30 s to stop, and the agent's
+// stop timed out. The list path stops at once.
+func withoutWatchList(lw cache.ListerWatcher) cache.ListerWatcher {
+	if l, ok := lw.(*cache.ListWatch); ok {
+		return listWatchNoStream{l}
+	}
+	return lw
+}
+
+// listWatchNoStream tells the reflector that watch-list is not supported.
+type listWatchNoStream struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported is how client-go asks.
+func (listWatchNoStream) IsWatchListSemanticsUnSupported() bool { return true }
 
 // tableStore is the reflector's store: it writes into the table.
 type tableStore[T k8stables.Object] struct {
