@@ -13,7 +13,7 @@ import (
 )
 
 // Cell provides doctor.LinkLister for the agent's own network namespace.
-var Cell = hive.Module("host-links", "Lists the node's endpoint veths for the doctor",
+var Cell = hive.Module("host-links", "Lists the endpoint veths of the node for the doctor",
 	// The lister; it reads the links only when the doctor asks.
 	hive.Provide(func() doctor.LinkLister { return Lister{} }),
 )
