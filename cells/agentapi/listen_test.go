@@ -1,6 +1,7 @@
 package agentapi_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/hive/hivetest"
@@ -22,13 +26,30 @@ func TestListenSocketModeWhateverTheUmask(t *testing.T) {
 	// world-writable until the chmod.
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "run", "api.sock")
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "api.sock")
+	// Watch the directory: the socket must arrive by rename, complete,
+	// never be created there (where it would be reachable before chmod).
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := agentapi.Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	events := readInotify(t, fd)
+	if events["api.sock"] != unix.IN_MOVED_TO {
+		t.Errorf("socket events %#x in its directory, want only IN_MOVED_TO (%#x): it was created in place", events["api.sock"], unix.IN_MOVED_TO)
+	}
 	fi, err := os.Lstat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -166,3 +187,21 @@ func startAPI2(t *testing.T, args []string) *api {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// readInotify returns the event masks seen so far, by file name.
+func readInotify(t *testing.T, fd int) map[string]uint32 {
+	t.Helper()
+	out := map[string]uint32{}
+	buf := make([]byte, 64<<10)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		t.Fatalf("read inotify events: %v", err)
+	}
+	for off := 0; off+unix.SizeofInotifyEvent <= n; {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)], "\x00"))
+		out[name] |= ev.Mask
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+	}
+	return out
+}
