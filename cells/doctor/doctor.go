@@ -17,6 +17,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/hive"
 	identitycell "github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
@@ -50,6 +51,8 @@ type Params struct {
 	Pods     statedb.Table[*corev1.Pod]              `optional:"true"`
 	CEPs     statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
 	Nodes    statedb.Table[*corev1.Node]             `optional:"true"`
+	// CEPSync tells whether this agent writes CiliumEndpoints at all.
+	CEPSync cepsync.Config `optional:"true"`
 }
 
 // Doctor gathers the facts and checks them. Safe for concurrent use.
@@ -134,6 +137,10 @@ func (d *Doctor) pods(txn statedb.ReadTxn, f *Facts) {
 }
 
 func (d *Doctor) ceps(txn statedb.ReadTxn, f *Facts) {
+	if d.p.CEPSync.DisableEndpointCRD {
+		d.skip(f, "CiliumEndpoints: this agent does not write them (--disable-endpoint-crd)")
+		return
+	}
 	if d.p.CEPs == nil || d.p.Nodes == nil {
 		d.skip(f, "CiliumEndpoints: no CiliumEndpoints or nodes table in this agent")
 		return

@@ -22,6 +22,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
@@ -107,7 +108,7 @@ type env struct {
 
 // start runs the doctor with the agent API, fake IPAM and links, and real
 // tables holding a clean node: a pod endpoint and the health endpoint.
-func start(t *testing.T, settle string) *env {
+func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, ipam: &fakeIPAM{}, links: &fakeLinks{}, stateDir: filepath.Join(dir, "state")}
@@ -125,6 +126,7 @@ func start(t *testing.T, settle string) *env {
 			func() doctor.LinkLister { return e.links },
 		),
 		doctor.Cell,
+		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, eps statedb.RWTable[*endpoints.Endpoint], pods statedb.RWTable[*corev1.Pod],
 			nodes statedb.RWTable[*corev1.Node], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]) error {
 			ids, err := statedb.NewTable(db, identitycell.AllocationsTable, identityRowIndex)
@@ -302,6 +304,19 @@ func TestSettleDropsTransientFindings(t *testing.T) {
 	e.links.links = append(append([]doctor.HostLink(nil), clean...), doctor.HostLink{Name: "lxcstuck"})
 	if r, raw = e.doctor(); len(r.Findings) != 1 || r.Findings[0].Object != "lxcstuck" {
 		t.Errorf("a lasting orphan veth: %s", raw)
+	}
+}
+
+// TestCEPChecksOffWithoutCEPs: with --disable-endpoint-crd no endpoint
+// lacks a CEP.
+func TestCEPChecksOffWithoutCEPs(t *testing.T) {
+	e := start(t, "0", hive.Provide(func() cepsync.Config { return cepsync.Config{DisableEndpointCRD: true} }))
+	txn := e.db.WriteTxn(e.ceps)
+	e.ceps.DeleteAll(txn)
+	txn.Commit()
+	r, raw := e.doctor()
+	if len(r.Findings) != 0 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0], "--disable-endpoint-crd") {
+		t.Errorf("report %s: want no findings and the CEP checks skipped", raw)
 	}
 }
 
