@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -162,7 +163,7 @@ func (c *checker) ips() {
 		}
 		ep, used := c.byIP[a.IP]
 		if used {
-			if want := expectedOwner(ep); want != "" && a.Owner != want {
+			if want := expectedOwner(ep); want != "" && ownerKey(a.Owner) != want {
 				c.add(KindIPOwnerMismatch, a.IP.String(),
 					fmt.Sprintf("%s is allocated to %q but used by %s: releasing it for one would take it from the other", a.IP, a.Owner, epObject(ep)),
 					"delete the pod that should not have this address (kubectl delete pod); its CNI DEL releases only what it owns")
@@ -170,9 +171,9 @@ func (c *checker) ips() {
 			continue
 		}
 		why := "no endpoint uses it"
-		if others := c.byPod[a.Owner]; len(others) > 0 {
+		if others := c.byPod[ownerKey(a.Owner)]; len(others) > 0 {
 			why = fmt.Sprintf("its owner's endpoint %d uses %s instead", others[0].ID, others[0].IPv4)
-		} else if c.f.PodsKnown && isPodKey(a.Owner) && !c.podExists(a.Owner) {
+		} else if key := ownerKey(a.Owner); c.f.PodsKnown && isPodKey(key) && !c.podExists(key) {
 			why = "its owner pod no longer exists"
 		}
 		c.add(KindLeakedIP, a.IP.String(),
@@ -189,6 +190,24 @@ func (c *checker) ips() {
 				"recreate the pod (kubectl delete pod) so that it gets an allocated address")
 		}
 	}
+}
+
+// ownerKey is the owner an allocation is compared by: "namespace/pod"
+// for a pod's allocation, cut before anything IPAM appends after the pod's
+// name (a container ID, say), since a Kubernetes name has only [a-z0-9.-];
+// other owners ("router", "health") unchanged.
+func ownerKey(owner string) string {
+	ns, rest, ok := strings.Cut(owner, "/")
+	if !ok {
+		return owner
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-')
+	})
+	if end >= 0 {
+		rest = rest[:end]
+	}
+	return ns + "/" + rest
 }
 
 func isPodKey(owner string) bool {

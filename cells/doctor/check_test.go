@@ -50,6 +50,15 @@ func TestCheck(t *testing.T) {
 			want: []string{"leaked-ip 10.0.0.6: its owner's endpoint 1 uses 10.0.0.5 instead"},
 		},
 		{
+			name: "an owner with more than the pod (a container ID) is the pod's",
+			f: doctor.Facts{Endpoints: []*endpoints.Endpoint{podEP(1, "a", "10.0.0.5", 0)}, AllocationsKnown: true,
+				Allocations: []doctor.Allocation{
+					{IP: netip.MustParseAddr("10.0.0.5"), Owner: "default/a/c-123"},
+					{IP: netip.MustParseAddr("10.0.0.6"), Owner: "default/ab c-9"},
+				}},
+			want: []string{`leaked-ip 10.0.0.6: allocated to "default/ab c-9" but no endpoint uses it`},
+		},
+		{
 			name: "health endpoint's address must be owned by health",
 			f: doctor.Facts{Endpoints: []*endpoints.Endpoint{{ID: 2, Health: true, IPv4: netip.MustParseAddr("10.0.0.2")}},
 				AllocationsKnown: true, Allocations: []doctor.Allocation{{IP: netip.MustParseAddr("10.0.0.2"), Owner: "default/x"}}},
