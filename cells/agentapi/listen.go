@@ -15,6 +15,10 @@ import (
 // socketMode is the API socket's permission: the agent's user and group.
 const socketMode = 0o660
 
+// maxSocketPathLen is the longest path a unix socket can be bound to
+// (sun_path is 108 bytes with the terminating NUL).
+const maxSocketPathLen = 107
+
 // liveCheckTimeout bounds the dial that tells a live socket from a stale one.
 const liveCheckTimeout = time.Second
 
@@ -42,6 +46,10 @@ func Listen(path string) (net.Listener, error) {
 	}
 	defer os.RemoveAll(tmpDir)
 	tmp := filepath.Join(tmpDir, "s")
+	if len(tmp) > maxSocketPathLen {
+		return nil, fmt.Errorf("API socket path %s is too long: the socket is first made at %s, %d bytes, and a unix socket path may have %d; choose a shorter --socket-path",
+			path, tmp, len(tmp), maxSocketPathLen)
+	}
 	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listen on API socket %s (--socket-path): %w", path, err)

@@ -205,3 +205,15 @@ func readInotify(t *testing.T, fd int) map[string]uint32 {
 	}
 	return out
 }
+
+func TestListenPathTooLong(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100-len(t.TempDir())))
+	_, err := agentapi.Listen(filepath.Join(dir, "api.sock"))
+	if err == nil || !strings.Contains(err.Error(), "choose a shorter --socket-path") {
+		t.Fatalf("Listen with a too long path = %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 0 {
+		t.Errorf("left %v behind", entries)
+	}
+}
