@@ -96,6 +96,7 @@ what the agent knows. Most commands that print an object take
 		a.nodeCommand(),
 		a.configCommand(),
 		a.statedbCommand(),
+		a.doctorCommand(),
 	)
 	return root
 }

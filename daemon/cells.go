@@ -5,6 +5,7 @@ import (
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/cniconfig"
+	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/endpointmanager"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identity"
@@ -37,6 +38,8 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	endpointmanager.Cell,
 	cepsync.Cell,
 	cniconfig.Cell,
+	// GET /v1/doctor. cellium-agent adds hostlinks.Cell for the veth checks.
+	doctor.Cell,
 )
 
 // Agent is the whole agent.

@@ -2,13 +2,10 @@ package agentapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -17,6 +14,7 @@ import (
 
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/httpserve"
+	"github.com/cellium/cellium/cells/statedir"
 )
 
 // APIVersionPrefix prefixes every path of the API.
@@ -80,6 +78,10 @@ type serverParams struct {
 	Lifecycle hive.Lifecycle
 	Log       *slog.Logger
 	Handlers  []Handler `group:"agent-api-handlers"`
+	// StateDir is not used; depending on it orders the state directory's
+	// lock (taken by its start hook) before the socket is touched, so a
+	// second agent on the node stops at the lock.
+	StateDir statedir.Dir `optional:"true"`
 }
 
 func registerServer(p serverParams) error {
@@ -97,9 +99,11 @@ func registerServer(p serverParams) error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, "no such API path %s %s", r.Method, r.URL.Path)
 	})
+	// The listener removes the socket when it closes, if the file is
+	// still the one it created.
 	p.Lifecycle.Append(httpserve.Hook("agent-api", func() (net.Listener, error) {
 		return Listen(p.Config.SocketPath)
-	}, mux, p.Log, func() { _ = os.Remove(p.Config.SocketPath) }))
+	}, mux, p.Log, nil))
 	return nil
 }
 
@@ -111,26 +115,6 @@ func registerSafely(mux *http.ServeMux, pattern string, h http.HandlerFunc) (err
 	}()
 	mux.HandleFunc(pattern, h)
 	return nil
-}
-
-// Listen creates the socket's directory (0750) and the socket (0660),
-// replacing a stale socket file left by a previous run.
-func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("create API socket directory: %w", err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale API socket %s: %w", path, err)
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on API socket %s (--socket-path): %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("chmod API socket %s: %w", path, err)
-	}
-	return ln, nil
 }
 
 // HealthResponse is the body of GET /v1/healthz.

@@ -1,10 +1,8 @@
 package endpointmanager
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
@@ -52,12 +50,8 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 func (p apiParams) id(w http.ResponseWriter, r *http.Request) (uint16, bool) {
-	n, err := strconv.ParseUint(r.PathValue("id"), 10, 16)
-	if err != nil || n == 0 {
-		agentapi.WriteError(w, http.StatusBadRequest, "endpoint ID %q: want a number from 1 to %d", r.PathValue("id"), MaxEndpointID)
-		return 0, false
-	}
-	return uint16(n), true
+	n, ok := agentapi.PathUint(w, r, "id", "endpoint ID", 1, MaxEndpointID)
+	return uint16(n), ok
 }
 
 func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) agentapi.HandlersOut {
@@ -65,10 +59,7 @@ func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) 
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "PUT /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
 			var req models.EndpointChangeRequest
-			dec := json.NewDecoder(r.Body)
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&req); err != nil {
-				agentapi.WriteError(w, http.StatusBadRequest, "decode endpoint request: %v", err)
+			if !agentapi.DecodeJSON(w, r, "endpoint request", &req) {
 				return
 			}
 			ep, err := m.Create(r.Context(), &req)
@@ -79,9 +70,8 @@ func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) 
 			agentapi.WriteJSONStatus(w, r, http.StatusCreated, p.model(ep))
 		}},
 		{Pattern: "DELETE /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
-			cid := r.URL.Query().Get("container-id")
-			if cid == "" {
-				agentapi.WriteError(w, http.StatusBadRequest, "DELETE /v1/endpoint needs ?container-id=<id>")
+			cid, ok := agentapi.QueryString(w, r, "container-id", models.MaxContainerIDLen, true)
+			if !ok {
 				return
 			}
 			if err := m.DeleteByContainer(r.Context(), cid); err != nil {
@@ -122,8 +112,7 @@ func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) 
 				return
 			}
 			var patch models.LabelsPatch
-			if err := json.NewDecoder(r.Body).Decode(&patch); err != nil {
-				agentapi.WriteError(w, http.StatusBadRequest, "decode labels patch: %v", err)
+			if !agentapi.DecodeJSON(w, r, "labels patch", &patch) {
 				return
 			}
 			ep, err := m.PatchLabels(r.Context(), id, patch)

@@ -113,6 +113,10 @@ func ownerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 		agentapi.WriteError(w, http.StatusBadRequest, "missing query parameter owner: pass owner=<namespace>/<pod>")
 		return "", false
 	}
+	if len(owner) > models.MaxOwnerLen {
+		agentapi.WriteError(w, http.StatusBadRequest, "query parameter owner is %d bytes long, the limit is %d", len(owner), models.MaxOwnerLen)
+		return "", false
+	}
 	return owner, true
 }
 

@@ -14,8 +14,9 @@ var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 	// The allocator; its start hook reads <--state-dir>/ipam. Private: others
 	// get only the narrow interfaces below.
 	hive.ProvidePrivate(newAllocator),
-	// Allocator for the endpoint manager, Lookup for nodediscovery (health IP).
-	hive.Provide(asAllocator, asLookup),
+	// Allocator for the endpoint manager, Lookup for nodediscovery (health IP),
+	// Lister for the doctor.
+	hive.Provide(asAllocator, asLookup, asLister),
 	// POST/DELETE/GET /v1/ipam on the agent API.
 	hive.Provide(apiHandlers),
 	// Jobs: build the pool from this node's CiliumNode pod CIDRs; release

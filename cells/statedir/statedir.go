@@ -4,6 +4,7 @@
 package statedir
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,9 +48,21 @@ func (d Dir) Sub(name string) (string, error) {
 	return p, nil
 }
 
-// Cell provides Dir from --state-dir.
+// Cell provides Dir from --state-dir, locked for the agent's lifetime.
 var Cell = hive.Module("state-dir", "Agent state directory",
 	hive.Config(Config{StateDir: Default}),
-	// The directory value others build their paths from.
-	hive.Provide(func(c Config) Dir { return Dir(c.StateDir) }),
+	// The directory value others build their paths from; its start hook
+	// locks the directory, and runs before the hooks of every cell that
+	// uses Dir, since those are registered after Dir is built.
+	hive.Provide(newDir),
 )
+
+func newDir(c Config, lc hive.Lifecycle) Dir {
+	l := NewLock(c.StateDir)
+	lc.Append(hive.Hook{
+		Name:    "state-dir-lock",
+		OnStart: func(context.Context) error { return l.Acquire() },
+		OnStop:  func(context.Context) error { return l.Release() },
+	})
+	return Dir(c.StateDir)
+}

@@ -107,7 +107,7 @@ func (p *Plugin) logger(conf *NetConf) (*slog.Logger, func()) {
 	var w io.Writer = p.Stderr
 	closeLog := func() {}
 	if conf.LogFile != "" {
-		f, err := os.OpenFile(conf.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := openLogFile(conf.LogFile)
 		if err == nil {
 			w, level, closeLog = f, slog.LevelInfo, func() { _ = f.Close() }
 		} else if p.Stderr != nil {
@@ -122,6 +122,30 @@ func (p *Plugin) logger(conf *NetConf) (*slog.Logger, func()) {
 	}
 	h := slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})
 	return slog.New(h).With("plugin", PluginType, "pid", os.Getpid()), closeLog
+}
+
+// openLogFile opens path for appending, creating it (0600). The plugin runs
+// as root: it refuses a symlink (O_NOFOLLOW), so whoever can write the
+// log's directory cannot make it append to another file, and anything but
+// a regular file (O_NONBLOCK keeps a FIFO from blocking the open).
+func openLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("log-file %s is a symbolic link: give the real path", path)
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("log-file %s is not a regular file", path)
+	}
+	return f, nil
 }
 
 // Add is CNI ADD: allocate the pod's address from the agent, create the

@@ -7,10 +7,11 @@ import (
 	"os"
 
 	"github.com/cellium/cellium/daemon"
+	"github.com/cellium/cellium/daemon/hostlinks"
 )
 
 func main() {
-	if err := daemon.NewCommand(daemon.Agent).ExecuteContext(context.Background()); err != nil {
+	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,356 @@
+package doctor
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+)
+
+// Kinds of findings. Documentation/operations/troubleshooting.md explains
+// each one.
+const (
+	KindLeakedIP             = "leaked-ip"
+	KindIPOwnerMismatch      = "ip-owner-mismatch"
+	KindIPNotAllocated       = "ip-not-allocated"
+	KindOrphanVeth           = "orphan-veth"
+	KindEndpointWithoutVeth  = "endpoint-without-veth"
+	KindStaleStateFile       = "stale-state-file"
+	KindEndpointWithoutState = "endpoint-without-state-file"
+	KindIdentityRefcount     = "identity-refcount"
+	KindIdentityUnreferenced = "identity-unreferenced"
+	KindCEPWithoutEndpoint   = "cep-without-endpoint"
+	KindEndpointWithoutCEP   = "endpoint-without-cep"
+	KindPodWithoutEndpoint   = "pod-without-endpoint"
+	KindEndpointWithoutPod   = "endpoint-without-pod"
+)
+
+const (
+	routerOwner               = "router"
+	healthOwner               = "health"
+	endpointObjectPrefix      = "endpoint "
+	stateFileSuffix           = ".json"
+	endpointStateSubdirectory = "endpoints"
+)
+
+// Allocation is one IPAM allocation as the doctor sees it.
+type Allocation struct {
+	IP    netip.Addr
+	Owner string // "namespace/pod", "router", "health"
+}
+
+// HostLink is one host-side endpoint interface (name "lxc...").
+type HostLink struct {
+	Name string
+	// ContainerID is the container recorded in the link's alias by the
+	// CNI plugin; empty for links cellium did not make.
+	ContainerID string
+}
+
+// Facts is one snapshot of everything the doctor compares. A nil slice or
+// map whose Known flag is false means the source could not be read; its
+// checks are skipped (and listed in Skipped).
+type Facts struct {
+	Endpoints []*endpoints.Endpoint
+
+	Allocations      []Allocation
+	AllocationsKnown bool
+
+	Links      []HostLink
+	LinksKnown bool
+
+	// StateFiles maps endpoint IDs to the names of their state files.
+	StateFiles      map[uint16]string
+	StateFilesKnown bool
+
+	// IdentityRefs is this agent's reference count per identity.
+	IdentityRefs      map[identity.NumericIdentity]int
+	IdentityRefsKnown bool
+
+	// CEPs are the CiliumEndpoints whose status names this node.
+	CEPs      []*ciliumv2.CiliumEndpoint
+	CEPsKnown bool
+
+	// Pods are the pods scheduled to this node.
+	Pods      []*corev1.Pod
+	PodsKnown bool
+
+	// Skipped says why checks were skipped.
+	Skipped []string
+}
+
+// Check compares the facts and returns the findings, sorted by kind and
+// object; an empty (non-nil) list when everything agrees.
+func Check(f *Facts) []models.DoctorFinding {
+	c := &checker{f: f, out: []models.DoctorFinding{}}
+	c.byIP = map[netip.Addr]*endpoints.Endpoint{}
+	c.byPod = map[string][]*endpoints.Endpoint{}
+	for _, ep := range f.Endpoints {
+		if ep.IPv4.IsValid() {
+			c.byIP[ep.IPv4] = ep
+		}
+		if k := ep.PodKey(); k != "" {
+			c.byPod[k] = append(c.byPod[k], ep)
+		}
+	}
+	if f.AllocationsKnown {
+		c.ips()
+	}
+	if f.LinksKnown {
+		c.veths()
+	}
+	if f.StateFilesKnown {
+		c.stateFiles()
+	}
+	if f.IdentityRefsKnown {
+		c.identities()
+	}
+	if f.CEPsKnown {
+		c.ceps()
+	}
+	if f.PodsKnown {
+		c.pods()
+	}
+	slices.SortFunc(c.out, func(a, b models.DoctorFinding) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Object, b.Object))
+	})
+	return c.out
+}
+
+type checker struct {
+	f     *Facts
+	byIP  map[netip.Addr]*endpoints.Endpoint
+	byPod map[string][]*endpoints.Endpoint
+	out   []models.DoctorFinding
+}
+
+func (c *checker) add(kind, object, message, hint string) {
+	c.out = append(c.out, models.DoctorFinding{Kind: kind, Object: object, Message: message, Hint: hint})
+}
+
+func epObject(ep *endpoints.Endpoint) string {
+	s := endpointObjectPrefix + strconv.Itoa(int(ep.ID))
+	if k := ep.PodKey(); k != "" {
+		s += " (" + k + ")"
+	}
+	return s
+}
+
+// expectedOwner is the IPAM owner an endpoint's address must have.
+func expectedOwner(ep *endpoints.Endpoint) string {
+	if ep.Health {
+		return healthOwner
+	}
+	return ep.PodKey()
+}
+
+func (c *checker) ips() {
+	allocated := map[netip.Addr]string{}
+	for _, a := range c.f.Allocations {
+		allocated[a.IP] = a.Owner
+		if a.Owner == routerOwner {
+			continue
+		}
+		ep, used := c.byIP[a.IP]
+		if used {
+			if want := expectedOwner(ep); want != "" && ownerKey(a.Owner) != want {
+				c.add(KindIPOwnerMismatch, a.IP.String(),
+					fmt.Sprintf("%s is allocated to %q but used by %s: releasing it for one would take it from the other", a.IP, a.Owner, epObject(ep)),
+					"delete the pod that should not have this address (kubectl delete pod); its CNI DEL releases only what it owns")
+			}
+			continue
+		}
+		why := "no endpoint uses it"
+		if others := c.byPod[ownerKey(a.Owner)]; len(others) > 0 {
+			why = fmt.Sprintf("its owner's endpoint %d uses %s instead", others[0].ID, others[0].IPv4)
+		} else if key := ownerKey(a.Owner); c.f.PodsKnown && isPodKey(key) && !c.podExists(key) {
+			why = "its owner pod no longer exists"
+		}
+		c.add(KindLeakedIP, a.IP.String(),
+			fmt.Sprintf("%s is allocated to %q but %s: the address is lost to the pool", a.IP, a.Owner, why),
+			fmt.Sprintf("IPAM's garbage collection frees it after its grace period; to free it now: curl --unix-socket "+agentapi.DefaultSocketPath+" -X DELETE http://localhost/v1/ipam/%s", a.IP))
+	}
+	for _, ep := range c.f.Endpoints {
+		if !ep.IPv4.IsValid() {
+			continue
+		}
+		if _, ok := allocated[ep.IPv4]; !ok {
+			c.add(KindIPNotAllocated, epObject(ep),
+				fmt.Sprintf("%s uses %s, which IPAM has not allocated: IPAM may hand the address to another pod", epObject(ep), ep.IPv4),
+				"recreate the pod (kubectl delete pod) so that it gets an allocated address")
+		}
+	}
+}
+
+// ownerKey is the owner an allocation is compared by: "namespace/pod"
+// for a pod's allocation, cut before anything IPAM appends after the pod's
+// name (a container ID, say), since a Kubernetes name has only [a-z0-9.-];
+// other owners ("router", "health") unchanged.
+func ownerKey(owner string) string {
+	ns, rest, ok := strings.Cut(owner, "/")
+	if !ok {
+		return owner
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-')
+	})
+	if end >= 0 {
+		rest = rest[:end]
+	}
+	return ns + "/" + rest
+}
+
+func isPodKey(owner string) bool {
+	for i := 0; i < len(owner); i++ {
+		if owner[i] == '/' {
+			return i > 0 && i < len(owner)-1
+		}
+	}
+	return false
+}
+
+func (c *checker) podExists(key string) bool {
+	for _, p := range c.f.Pods {
+		if p.Namespace+"/"+p.Name == key {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *checker) veths() {
+	links := map[string]bool{}
+	byName := map[string]*endpoints.Endpoint{}
+	for _, ep := range c.f.Endpoints {
+		if ep.HostIfName != "" {
+			byName[ep.HostIfName] = ep
+		}
+	}
+	for _, l := range c.f.Links {
+		links[l.Name] = true
+		if _, ok := byName[l.Name]; ok {
+			continue
+		}
+		owner := "no container recorded: not made by cellium-cni"
+		if l.ContainerID != "" {
+			owner = "made for container " + l.ContainerID
+		}
+		c.add(KindOrphanVeth, l.Name,
+			fmt.Sprintf("host interface %s (%s) belongs to no endpoint: a pod's network was not torn down", l.Name, owner),
+			fmt.Sprintf("the runtime's CNI GC removes it; to remove it now: ip link del %s", l.Name))
+	}
+	for _, ep := range c.f.Endpoints {
+		if ep.HostIfName != "" && !links[ep.HostIfName] {
+			c.add(KindEndpointWithoutVeth, epObject(ep),
+				fmt.Sprintf("%s names host interface %s, which does not exist: the pod has no network", epObject(ep), ep.HostIfName),
+				"delete the pod (kubectl delete pod) so that it is set up again")
+		}
+	}
+}
+
+func (c *checker) stateFiles() {
+	ids := map[uint16]bool{}
+	for _, ep := range c.f.Endpoints {
+		ids[ep.ID] = true
+		if _, ok := c.f.StateFiles[ep.ID]; !ok {
+			c.add(KindEndpointWithoutState, epObject(ep),
+				fmt.Sprintf("%s has no state file: an agent restart would forget it while its pod keeps running", epObject(ep)),
+				fmt.Sprintf("regenerate it to write the file again: cellium endpoint regenerate %d", ep.ID))
+		}
+	}
+	for id, name := range c.f.StateFiles {
+		if !ids[id] {
+			c.add(KindStaleStateFile, name,
+				fmt.Sprintf("state file %s is for endpoint %d, which does not exist: an agent restart would restore it", name, id),
+				"remove the file (its endpoint is gone)")
+		}
+	}
+}
+
+func (c *checker) identities() {
+	used := map[identity.NumericIdentity][]*endpoints.Endpoint{}
+	for _, ep := range c.f.Endpoints {
+		if ep.Identity != 0 {
+			used[ep.Identity] = append(used[ep.Identity], ep)
+		}
+	}
+	for id, refs := range c.f.IdentityRefs {
+		if n := len(used[id]); refs != n {
+			meaning := "the identity would stay allocated after its last endpoint is gone"
+			if refs < n {
+				meaning = "the identity could be released while endpoints still use it"
+			}
+			c.add(KindIdentityRefcount, "identity "+id.StringID(),
+				fmt.Sprintf("identity %s has %d references from this agent but %d endpoints use it: %s", id.StringID(), refs, n, meaning),
+				"restart the agent: it rebuilds its references from the endpoints it restores")
+		}
+	}
+	for id, eps := range used {
+		if _, ok := c.f.IdentityRefs[id]; ok || id.IsReserved() {
+			continue
+		}
+		for _, ep := range eps {
+			c.add(KindIdentityUnreferenced, epObject(ep),
+				fmt.Sprintf("%s uses identity %s, which this agent holds no reference to: it may be garbage-collected while in use", epObject(ep), id.StringID()),
+				fmt.Sprintf("cellium endpoint regenerate %d", ep.ID))
+		}
+	}
+}
+
+func (c *checker) ceps() {
+	byCEP := map[string]bool{}
+	for _, ep := range c.f.Endpoints {
+		byCEP[ep.CEPKey()] = true
+	}
+	have := map[string]bool{}
+	for _, cep := range c.f.CEPs {
+		key := cep.Namespace + "/" + cep.Name
+		have[key] = true
+		if !byCEP[key] {
+			c.add(KindCEPWithoutEndpoint, "cep "+key,
+				fmt.Sprintf("CiliumEndpoint %s says it is on this node but no endpoint here has it: other nodes still route and allow traffic to its IP", key),
+				fmt.Sprintf("the agent's CEP sync deletes it; to delete it now: kubectl -n %s delete ciliumendpoint %s", cep.Namespace, cep.Name))
+		}
+	}
+	for _, ep := range c.f.Endpoints {
+		if ep.CEPName != "" && !have[ep.CEPKey()] {
+			c.add(KindEndpointWithoutCEP, epObject(ep),
+				fmt.Sprintf("%s has no CiliumEndpoint %s: other nodes do not know its identity, policy towards it may drop its traffic", epObject(ep), ep.CEPKey()),
+				"check the agent's health (cellium status --verbose) for the CEP sync's error")
+		}
+	}
+}
+
+func (c *checker) pods() {
+	pods := map[string]bool{}
+	for _, p := range c.f.Pods {
+		key := p.Namespace + "/" + p.Name
+		pods[key] = true
+		if p.Spec.HostNetwork || p.Status.PodIP == "" || p.DeletionTimestamp != nil ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if len(c.byPod[key]) == 0 {
+			c.add(KindPodWithoutEndpoint, "pod "+key,
+				fmt.Sprintf("pod %s has IP %s but no endpoint on this node: it has no policy and no identity here", key, p.Status.PodIP),
+				"delete the pod so that its sandbox is set up again (kubectl delete pod)")
+		}
+	}
+	for _, ep := range c.f.Endpoints {
+		if k := ep.PodKey(); k != "" && !ep.Health && !pods[k] {
+			c.add(KindEndpointWithoutPod, epObject(ep),
+				fmt.Sprintf("%s belongs to pod %s, which is not scheduled to this node any more", epObject(ep), k),
+				fmt.Sprintf("the endpoint GC removes it; to remove it now: curl --unix-socket "+agentapi.DefaultSocketPath+" -X DELETE http://localhost/v1/endpoint/%d", ep.ID))
+		}
+	}
+}
