@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strconv"
 
 	"github.com/cilium/statedb"
@@ -78,13 +79,25 @@ func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) 
 			}
 			agentapi.WriteJSONStatus(w, r, http.StatusCreated, p.model(ep))
 		}},
+		// DELETE /v1/endpoint?container-id=<id>[&ip=<addr>]: the
+		// container's endpoint and addresses (with ip: only that address,
+		// and the endpoint only if it has it). 404 when nothing was held.
 		{Pattern: "DELETE /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
-			cid := r.URL.Query().Get("container-id")
+			q := r.URL.Query()
+			cid := q.Get("container-id")
 			if cid == "" {
 				agentapi.WriteError(w, http.StatusBadRequest, "DELETE /v1/endpoint needs ?container-id=<id>")
 				return
 			}
-			if err := m.DeleteByContainer(r.Context(), cid); err != nil {
+			var ip netip.Addr
+			if s := q.Get("ip"); s != "" {
+				var err error
+				if ip, err = netip.ParseAddr(s); err != nil {
+					agentapi.WriteError(w, http.StatusBadRequest, "ip=%q is not an IP address", s)
+					return
+				}
+			}
+			if err := m.DeleteByContainer(r.Context(), cid, ip); err != nil {
 				writeErr(w, err)
 				return
 			}

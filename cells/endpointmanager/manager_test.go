@@ -42,28 +42,108 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeIPAM records claims and releases.
+// fakeIPAM holds addresses by owner and container, as the real one, and
+// counts the release calls per address.
 type fakeIPAM struct {
 	mu       sync.Mutex
-	owners   map[netip.Addr]string
-	released []netip.Addr
+	owners   map[netip.Addr]ipam.Owner
+	released []netip.Addr       // addresses actually freed, in order
+	calls    map[netip.Addr]int // ReleaseOwned calls per address
 }
 
-func (f *fakeIPAM) AllocateNext(context.Context, string) (ipam.Allocation, error) {
-	return ipam.Allocation{}, errors.New("not used")
+func newFakeIPAM() *fakeIPAM {
+	return &fakeIPAM{owners: map[netip.Addr]ipam.Owner{}, calls: map[netip.Addr]int{}}
 }
-func (f *fakeIPAM) AllocateIP(_ context.Context, ip netip.Addr, owner string) (ipam.Allocation, error) {
+
+// give allocates ip to a pod's container, as POST /v1/ipam does.
+func (f *fakeIPAM) give(ip, pod, containerID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.owners[netip.MustParseAddr(ip)] = ipam.Owner{Name: "default/" + pod, ContainerID: containerID}
+}
+
+func (f *fakeIPAM) owner(ip string) (ipam.Owner, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.owners[netip.MustParseAddr(ip)]
+	return o, ok
+}
+
+func (f *fakeIPAM) releasedIPs() []netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.released)
+}
+
+func (f *fakeIPAM) AllocateNext(context.Context, ipam.Owner) (ipam.Allocation, error) {
+	return ipam.Allocation{}, errors.New("not used")
+}
+func (f *fakeIPAM) AllocateIP(_ context.Context, ip netip.Addr, owner ipam.Owner) (ipam.Allocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, ok := f.owners[ip]; ok && cur.Name != owner.Name {
+		return ipam.Allocation{}, fmt.Errorf("%v held by %s", ip, cur)
+	}
 	f.owners[ip] = owner
-	return ipam.Allocation{IP: ip, Owner: owner}, nil
+	return ipam.Allocation{IP: ip, Owner: owner.Name, ContainerID: owner.ContainerID}, nil
+}
+func (f *fakeIPAM) Claim(_ context.Context, ip netip.Addr, owner ipam.Owner) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, ok := f.owners[ip]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %v", ipam.ErrNotAllocated, ip)
+	case cur.Name != owner.Name || cur.ContainerID != "" && cur.ContainerID != owner.ContainerID:
+		return fmt.Errorf("%w: %v held by %s", ipam.ErrNotOwner, ip, cur)
+	}
+	return nil
 }
 func (f *fakeIPAM) Release(ip netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.owners[ip]; ok {
+		delete(f.owners, ip)
+		f.released = append(f.released, ip)
+	}
+	return nil
+}
+func (f *fakeIPAM) ReleaseOwned(ip netip.Addr, owner ipam.Owner) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[ip]++
+	cur, ok := f.owners[ip]
+	if !ok {
+		return false, nil
+	}
+	if owner.ContainerID != "" && cur.ContainerID != owner.ContainerID || owner.ContainerID == "" && cur.Name != owner.Name {
+		return false, fmt.Errorf("%w: %v held by %s", ipam.ErrNotOwner, ip, cur)
+	}
 	delete(f.owners, ip)
 	f.released = append(f.released, ip)
-	return nil
+	return true, nil
+}
+func (f *fakeIPAM) ReleaseContainer(cid string) ([]ipam.Allocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []ipam.Allocation
+	for ip, o := range f.owners {
+		if o.ContainerID == cid {
+			delete(f.owners, ip)
+			f.released = append(f.released, ip)
+			out = append(out, ipam.Allocation{IP: ip, Owner: o.Name, ContainerID: cid})
+		}
+	}
+	return out, nil
+}
+func (f *fakeIPAM) HoldForRestore(string) func([]ipam.Claim) {
+	return func(claims []ipam.Claim) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range claims {
+			f.owners[c.IP] = c.Owner
+		}
+	}
 }
 func (f *fakeIPAM) RouterIP() (netip.Addr, bool) { return netip.MustParseAddr("10.0.0.1"), true }
 func (f *fakeIPAM) OwnedBy(ctx context.Context, owner string) ([]netip.Addr, error) {
@@ -131,7 +211,7 @@ func start(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
 	}
-	e := &env{ipam: &fakeIPAM{owners: map[netip.Addr]string{}}, ids: ids}
+	e := &env{ipam: newFakeIPAM(), ids: ids}
 	socket := filepath.Join(t.TempDir(), "api.sock")
 	hivetest.Start(t, []string{"--state-dir=" + dir, "--socket-path=" + socket},
 		statedir.Cell,
@@ -200,6 +280,14 @@ func (e *env) do(t *testing.T, method, path string, body any, out any) int {
 	return resp.StatusCode
 }
 
+// add allocates the request's address to its container, as the CNI
+// plugin's POST /v1/ipam does, then PUTs the endpoint.
+func (e *env) add(t *testing.T, req models.EndpointChangeRequest, out any) int {
+	t.Helper()
+	e.ipam.give(req.Addressing.IPV4, req.K8sPodName, req.ContainerID)
+	return e.do(t, "PUT", "/endpoint", req, out)
+}
+
 func addReq(cid, podName, ip string) models.EndpointChangeRequest {
 	return models.EndpointChangeRequest{
 		ContainerID: cid, ContainerInterfaceName: "eth0", K8sNamespace: "default", K8sPodName: podName,
@@ -215,11 +303,11 @@ func TestCreateSharesIdentityAndDeleteReleases(t *testing.T) {
 		pods.Insert(txn, pod("db", "uid-3", map[string]string{"app": "db"}))
 	})
 	var a, b, c models.Endpoint
-	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.10"), &a); code != 201 {
+	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &a); code != 201 {
 		t.Fatalf("create web-1: %d", code)
 	}
-	e.do(t, "PUT", "/endpoint", addReq("c2", "web-2", "10.0.0.11"), &b)
-	e.do(t, "PUT", "/endpoint", addReq("c3", "db", "10.0.0.12"), &c)
+	e.add(t, addReq("c2", "web-2", "10.0.0.11"), &b)
+	e.add(t, addReq("c3", "db", "10.0.0.12"), &c)
 	if a.Status.State != ciliumv2.EndpointStateReady || a.Status.Identity == nil {
 		t.Fatalf("endpoint not ready with identity: %+v", a.Status)
 	}
@@ -254,7 +342,7 @@ func TestCreateSharesIdentityAndDeleteReleases(t *testing.T) {
 	if code := e.do(t, "DELETE", "/endpoint?container-id=c1", nil, nil); code != 404 {
 		t.Errorf("second delete: %d, want 404", code)
 	}
-	if !slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.10")) {
+	if !slices.Contains(e.ipam.releasedIPs(), netip.MustParseAddr("10.0.0.10")) {
 		t.Errorf("IP not released: %v", e.ipam.released)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "endpoints", fmt.Sprint(a.ID)+".json")); !os.IsNotExist(err) {
@@ -280,7 +368,7 @@ func TestBadRequests(t *testing.T) {
 func TestUnknownPodGetsInitIdentity(t *testing.T) {
 	e := start(t, t.TempDir(), nil, nil)
 	var ep models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c9", "ghost", "10.0.0.20"), &ep)
+	e.add(t, addReq("c9", "ghost", "10.0.0.20"), &ep)
 	if ep.Status.Identity == nil || ep.Status.Identity.ID != int64(identity.NumericIdentity(5)) {
 		t.Fatalf("want reserved init identity 5, got %+v", ep.Status.Identity)
 	}
@@ -292,7 +380,7 @@ func TestIdentityFailureLeavesNothing(t *testing.T) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 	})
 	var apiErr models.Error
-	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.10"), &apiErr); code != 503 {
+	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &apiErr); code != 503 {
 		t.Fatalf("want 503, got %d %q", code, apiErr.Message)
 	}
 	for ep := range e.eps.All(e.db.ReadTxn()) {
@@ -307,8 +395,8 @@ func TestNewSandboxReplacesEndpoint(t *testing.T) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 	})
 	var first, second models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("old", "web-1", "10.0.0.10"), &first)
-	e.do(t, "PUT", "/endpoint", addReq("new", "web-1", "10.0.0.11"), &second)
+	e.add(t, addReq("old", "web-1", "10.0.0.10"), &first)
+	e.add(t, addReq("new", "web-1", "10.0.0.11"), &second)
 	n := 0
 	for ep := range e.eps.List(e.db.ReadTxn(), endpoints.PodIndex.Query("default/web-1")) {
 		n++
@@ -319,7 +407,7 @@ func TestNewSandboxReplacesEndpoint(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("want exactly one endpoint for the pod, got %d", n)
 	}
-	if !slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.10")) {
+	if !slices.Contains(e.ipam.releasedIPs(), netip.MustParseAddr("10.0.0.10")) {
 		t.Errorf("replaced sandbox's IP not released: %v", e.ipam.released)
 	}
 }
@@ -329,7 +417,7 @@ func TestLabelChangeMovesIdentity(t *testing.T) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 	})
 	var ep models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.10"), &ep)
+	e.add(t, addReq("c1", "web-1", "10.0.0.10"), &ep)
 	before := ep.Status.Identity.ID
 	txn := e.db.WriteTxn(e.pods)
 	e.pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web", "tier": "front"}))
@@ -358,10 +446,10 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 		e := start(t, dir, nil, seed)
 		reqLive := addReq("c-live", "live", "10.0.0.30")
 		reqLive.InterfaceName = "lo"
-		e.do(t, "PUT", "/endpoint", reqLive, &live)
+		e.add(t, reqLive, &live)
 		reqGone := addReq("c-gone", "gone", "10.0.0.31")
 		reqGone.InterfaceName = "lo"
-		e.do(t, "PUT", "/endpoint", reqGone, &gone)
+		e.add(t, reqGone, &gone)
 	})
 	// Restart: "gone" was deleted while the agent was down.
 	e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
@@ -381,18 +469,18 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	if refs != 1 {
 		t.Errorf("restored endpoint holds %d references to identity %d, want 1", refs, cur.Identity)
 	}
-	if e.ipam.owners[netip.MustParseAddr("10.0.0.30")] != "default/live" {
+	if e.ipam.owners[netip.MustParseAddr("10.0.0.30")].Name != "default/live" {
 		t.Errorf("restored IP not claimed again: %v", e.ipam.owners)
 	}
 	if _, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.IDIndex.Query(uint16(gone.ID))); ok {
 		t.Errorf("endpoint of a deleted pod was restored")
 	}
-	if !slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.31")) {
+	if !slices.Contains(e.ipam.releasedIPs(), netip.MustParseAddr("10.0.0.31")) {
 		t.Errorf("IP of the discarded endpoint not released: %v", e.ipam.released)
 	}
 	// A new endpoint does not reuse a restored ID.
 	var next models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c-new", "live2", "10.0.0.32"), &next)
+	e.add(t, addReq("c-new", "live2", "10.0.0.32"), &next)
 	if next.ID == live.ID {
 		t.Errorf("new endpoint reused restored ID %d", live.ID)
 	}

@@ -9,10 +9,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
+
+// restoredClaims are the addresses of restored endpoints, for IPAM to
+// hold before it serves new allocations.
+func restoredClaims(restored []*endpoints.Endpoint) []ipam.Claim {
+	out := make([]ipam.Claim, 0, len(restored))
+	for _, ep := range restored {
+		if ep.IPv4.IsValid() {
+			out = append(out, ipam.Claim{IP: ep.IPv4, Owner: ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}})
+		}
+	}
+	return out
+}
 
 // loadRestored reads the saved endpoints into the table in state
 // restoring, keeping their IDs. It runs in the start hook, before the API
@@ -75,14 +88,19 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 			m.remove(ctx, ep, true)
 			continue
 		}
-		if _, err := m.ipam.AllocateIP(ctx, ep.IPv4, ep.PodKey()); err != nil {
+		owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
+		if _, err := m.ipam.AllocateIP(ctx, ep.IPv4, owner); err != nil {
 			m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
 			m.remove(ctx, ep, false)
 			continue
 		}
 		cur, ok := m.Get(ep.ID)
-		if !ok {
-			continue // deleted by a CNI DEL meanwhile
+		if !ok || !sameEndpoint(cur, ep) {
+			// Deleted by a CNI DEL meanwhile, which may have released the
+			// address before it was claimed again: free it unless a new
+			// owner holds it.
+			_, _ = m.ipam.ReleaseOwned(ep.IPv4, owner)
+			continue
 		}
 		if _, err := m.relabel(ctx, cur, nil, true); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
