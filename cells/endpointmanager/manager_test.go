@@ -782,3 +782,52 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 		t.Errorf("restored endpoint's address is not its container's: %v", err)
 	}
 }
+
+// TestDeleteRacingRestoreReleasesOnce: a CNI DEL of a restored endpoint
+// while restore still waits (for the pods table) deletes it; restore then
+// neither re-claims its address nor releases anything again. On the old
+// main restore claimed the freed address again for the deleted endpoint.
+func TestDeleteRacingRestoreReleasesOnce(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("first agent", func(t *testing.T) {
+		e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+			pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
+		})
+		req := addReq("c-live", "live", "10.0.0.80")
+		req.InterfaceName = "lo"
+		if code := e.add(t, req, nil); code != 201 {
+			t.Fatalf("create: %d", code)
+		}
+	})
+	var podSync func(statedb.WriteTxn)
+	e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
+		podSync = pods.RegisterInitializer(txn, "test") // restore waits
+	})
+	if code := e.do(t, "DELETE", "/endpoint?container-id=c-live", nil, nil); code != 200 {
+		t.Fatalf("DEL of the restored endpoint: %d", code)
+	}
+	txn := e.db.WriteTxn(e.pods)
+	podSync(txn)
+	txn.Commit()
+	waitFor(t, "restore to finish", func() bool {
+		ok, _ := e.eps.Initialized(e.db.ReadTxn())
+		return ok
+	})
+	if _, held := e.ipam.owner("10.0.0.80"); held {
+		t.Errorf("restore claimed the deleted endpoint's address again")
+	}
+	if n := e.ipam.releaseCount("10.0.0.80"); n != 1 {
+		t.Errorf("address released %d times, want 1", n)
+	}
+	if _, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.ContainerIndex.Query("c-live")); ok {
+		t.Errorf("deleted endpoint is back")
+	}
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	for id, refs := range e.ids.refs {
+		if refs != 0 {
+			t.Errorf("identity %d has %d references, want 0", id, refs)
+		}
+	}
+}

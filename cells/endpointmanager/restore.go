@@ -62,9 +62,10 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 
 // validateRestored keeps the restored endpoints whose pod still exists on
 // this node with the same UID and whose host interface still exists:
-// their IPs are claimed again and their identities resolved; they become
-// ready without touching their interfaces. The others are removed and
-// their IPs released. done marks the endpoints table initialized.
+// their IPs (held by IPAM since the start) are claimed and their
+// identities resolved; they become ready without touching their
+// interfaces. The others are removed and their IPs released. done marks
+// the endpoints table initialized.
 func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.Endpoint, done func(statedb.WriteTxn)) error {
 	defer func() {
 		txn := m.db.WriteTxn(m.table)
@@ -88,19 +89,18 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 			m.remove(ctx, ep, true)
 			continue
 		}
+		// IPAM holds the address since the start (HoldForRestore); a CNI
+		// DEL that ran meanwhile released it, and the claim fails.
 		owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
-		if _, err := m.ipam.AllocateIP(ctx, ep.IPv4, owner); err != nil {
-			m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
-			m.remove(ctx, ep, false)
+		if err := m.ipam.Claim(ctx, ep.IPv4, owner); err != nil {
+			if m.remove(ctx, ep, false) {
+				m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+			}
 			continue
 		}
 		cur, ok := m.Get(ep.ID)
 		if !ok || !sameEndpoint(cur, ep) {
-			// Deleted by a CNI DEL meanwhile, which may have released the
-			// address before it was claimed again: free it unless a new
-			// owner holds it.
-			_, _ = m.ipam.ReleaseOwned(ep.IPv4, owner)
-			continue
+			continue // deleted by a CNI DEL meanwhile, which released the address
 		}
 		if _, err := m.relabel(ctx, cur, nil, true); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
