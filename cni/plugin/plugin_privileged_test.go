@@ -341,8 +341,8 @@ func TestPrivilegedEndpointCreateFails(t *testing.T) {
 }
 
 // TestPrivilegedSameContainerTwoNetns: ADD of a container ID that already
-// has a working attachment (pod namespace A), into another namespace B,
-// must fail and leave A alone: its veth, its address and its endpoint
+// has a working attachment (pod namespace A), again into A or into another
+// namespace B, must fail and leave A alone: its veth, its address and its endpoint
 // survive, and B keeps nothing (no link, no address). Before, the
 // leftover sweep deleted A's host veth (same interface name) or the
 // rollback deleted A's endpoint by container ID and freed A's address
@@ -362,12 +362,20 @@ func TestPrivilegedSameContainerTwoNetns(t *testing.T) {
 		t.Fatalf("after ADD into A: endpoint %v, IPs %v, host links %v", epA, ipsA, hostA)
 	}
 
-	for _, ifName := range []string{"eth0", "eth1"} {
-		t.Run("B "+ifName, func(t *testing.T) {
-			rtB := podRuntime("ctr-dup", podB.Path(), "dup")
-			rtB.IfName = ifName
-			if _, err := e.add(list, rtB); err == nil {
-				t.Fatalf("ADD of the same container into B succeeded")
+	for _, tc := range []struct {
+		name   string
+		netns  string
+		ifName string
+	}{
+		{"A again", podA.Path(), "eth0"}, // refused before anything changes
+		{"B eth0", podB.Path(), "eth0"},
+		{"B eth1", podB.Path(), "eth1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := podRuntime("ctr-dup", tc.netns, "dup")
+			rt.IfName = tc.ifName
+			if _, err := e.add(list, rt); err == nil {
+				t.Fatalf("second ADD of the container succeeded")
 			}
 			if err := e.check(list, rtA); err != nil {
 				t.Errorf("A's attachment is damaged: %v", err)
