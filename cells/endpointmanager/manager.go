@@ -68,7 +68,8 @@ func invalid(format string, args ...any) error {
 // request for a pod that already has an endpoint with another container ID
 // (a new sandbox) replaces the old endpoint. A container that already has
 // an endpoint keeps it: the same request again (same address, interface
-// and network namespace) returns it, any other is a conflict. On failure
+// and network namespace) returns it once it is ready, any other is a
+// conflict. On failure
 // nothing is left but the address, which stays with the caller.
 func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest) (*endpoints.Endpoint, error) {
 	ip, err := validate(req)
@@ -76,7 +77,7 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 		return nil, err
 	}
 	if old, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(req.ContainerID)); ok {
-		if sameAttachment(old, req, ip) {
+		if sameAttachment(old, req, ip) && old.State == ciliumv2.EndpointStateReady {
 			return old, nil
 		}
 		return nil, conflictingContainer(old)
