@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/hive/hivetest"
@@ -200,6 +201,24 @@ func TestGarbageCollector(t *testing.T) {
 	clock.advance(4 * time.Minute)
 	if released, _ := collectUnused(db, eps, a, 5*time.Minute, hivetest.Logger(t)); len(released) != 1 || released[0].IP != young.IP {
 		t.Errorf("second pass collected %+v, want %v", released, young.IP)
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	if err := registerMetrics(metricsParams{Registerer: reg, Allocator: a}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() == "cellium_ipam_gc_released_total" {
+			counted = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if counted != 2 {
+		t.Errorf("cellium_ipam_gc_released_total = %v, want 2", counted)
 	}
 
 	h := &api{a: a, grace: 5 * time.Minute}
