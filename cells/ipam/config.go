@@ -26,13 +26,15 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Free a pod IP that no endpoint has used for this long (an ADD that died before its rollback, a lost DEL); 0 disables")
 }
 
-// minGCGrace keeps the collector away from running ADDs.
+// minGCGrace keeps the collector away from running ADDs. A shorter grace
+// than an ADD takes is still safe (the ADD's claim fails and it rolls
+// back) but makes slow ADDs fail.
 const minGCGrace = 30 * time.Second
 
 // Validate rejects a grace short enough to race a running ADD.
 func (c Config) Validate() error {
 	if c.IPAMGCGrace != 0 && c.IPAMGCGrace < minGCGrace {
-		return fmt.Errorf("--ipam-gc-grace=%s: use 0 (off) or at least %s, longer than a CNI ADD may take", c.IPAMGCGrace, minGCGrace)
+		return fmt.Errorf("--ipam-gc-grace=%s is too short: use 0 (off) or at least %s; values above the CNI plugin's ADD timeout (2m) never race a running ADD", c.IPAMGCGrace, minGCGrace)
 	}
 	return nil
 }

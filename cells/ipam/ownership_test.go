@@ -309,3 +309,15 @@ func TestReleaseByContainerAPI(t *testing.T) {
 		t.Errorf("admin release left %+v", a.list())
 	}
 }
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		grace time.Duration
+		ok    bool
+	}{{0, true}, {5 * time.Minute, true}, {30 * time.Second, true}, {5 * time.Second, false}} {
+		err := Config{IPAMGCGrace: tc.grace}.Validate()
+		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "--ipam-gc-grace") {
+			t.Errorf("Validate(%s) = %v", tc.grace, err)
+		}
+	}
+}
