@@ -52,7 +52,7 @@ type allocator struct {
 	isReady bool
 	// gcReleased are the last addresses the garbage collector freed,
 	// oldest first, at most gcHistory.
-	gcReleased []GCRelease
+	gcReleased []gcRelease
 	// gcTotal counts the addresses the garbage collector freed.
 	gcTotal atomic.Uint64
 	// loaded is set once restore has read the state file: before, a write
@@ -73,8 +73,8 @@ type restoredEntry struct {
 	containerID string
 }
 
-// GCRelease is an address the IPAM garbage collector freed.
-type GCRelease struct {
+// gcRelease is an address the IPAM garbage collector freed.
+type gcRelease struct {
 	Allocation
 	// At is when it was freed.
 	At time.Time
@@ -647,7 +647,7 @@ func (a *allocator) collect(grace time.Duration, inUse func(netip.Addr) bool) ([
 		delete(a.unclaimed, ip)
 		al := allocation(a.pool, ip, owner, m)
 		out = append(out, al)
-		a.gcReleased = append(a.gcReleased, GCRelease{Allocation: al, At: now})
+		a.gcReleased = append(a.gcReleased, gcRelease{Allocation: al, At: now})
 	}
 	a.gcTotal.Add(uint64(len(out)))
 	if n := len(a.gcReleased) - gcHistory; n > 0 {
@@ -662,7 +662,7 @@ func (a *allocator) collect(grace time.Duration, inUse func(netip.Addr) bool) ([
 }
 
 // collected returns the last addresses the garbage collector freed.
-func (a *allocator) collected() []GCRelease {
+func (a *allocator) collected() []gcRelease {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return slices.Clone(a.gcReleased)
