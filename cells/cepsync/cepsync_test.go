@@ -61,14 +61,19 @@ func TestMain(m *testing.M) {
 
 type fakeIPAM struct{}
 
-func (fakeIPAM) AllocateNext(context.Context, string) (ipam.Allocation, error) {
+// fakeIPAM lets every endpoint claim any address.
+func (fakeIPAM) AllocateNext(context.Context, ipam.Owner) (ipam.Allocation, error) {
 	return ipam.Allocation{}, fmt.Errorf("not used")
 }
-func (fakeIPAM) AllocateIP(_ context.Context, ip netip.Addr, owner string) (ipam.Allocation, error) {
-	return ipam.Allocation{IP: ip, Owner: owner}, nil
+func (fakeIPAM) AllocateIP(_ context.Context, ip netip.Addr, owner ipam.Owner) (ipam.Allocation, error) {
+	return ipam.Allocation{IP: ip, Owner: owner.Name, ContainerID: owner.ContainerID}, nil
 }
-func (fakeIPAM) Release(netip.Addr) error     { return nil }
-func (fakeIPAM) RouterIP() (netip.Addr, bool) { return netip.MustParseAddr("10.1.0.1"), true }
+func (fakeIPAM) Claim(context.Context, netip.Addr, ipam.Owner) error { return nil }
+func (fakeIPAM) Release(netip.Addr) error                            { return nil }
+func (fakeIPAM) ReleaseOwned(netip.Addr, ipam.Owner) (bool, error)   { return true, nil }
+func (fakeIPAM) ReleaseContainer(string) ([]ipam.Allocation, error)  { return nil, nil }
+func (fakeIPAM) HoldForRestore(string) func([]ipam.Claim)            { return func([]ipam.Claim) {} }
+func (fakeIPAM) RouterIP() (netip.Addr, bool)                        { return netip.MustParseAddr("10.1.0.1"), true }
 func (fakeIPAM) OwnedBy(context.Context, string) ([]netip.Addr, error) {
 	return []netip.Addr{netip.MustParseAddr("10.1.0.2")}, nil
 }

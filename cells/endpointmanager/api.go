@@ -3,6 +3,7 @@ package endpointmanager
 import (
 	"errors"
 	"net/http"
+	"net/netip"
 
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
@@ -69,12 +70,27 @@ func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) 
 			}
 			agentapi.WriteJSONStatus(w, r, http.StatusCreated, p.model(ep))
 		}},
+		// DELETE /v1/endpoint?container-id=<id>[&ip=<addr>]: the
+		// container's endpoint and addresses (with ip: only that address,
+		// and the endpoint only if it has it). 404 when nothing was held.
 		{Pattern: "DELETE /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
 			cid, ok := agentapi.QueryString(w, r, "container-id", models.MaxContainerIDLen, true)
 			if !ok {
 				return
 			}
-			if err := m.DeleteByContainer(r.Context(), cid); err != nil {
+			ipStr, ok := agentapi.QueryString(w, r, "ip", models.MaxAddressLen, false)
+			if !ok {
+				return
+			}
+			var ip netip.Addr
+			if s := ipStr; s != "" {
+				var err error
+				if ip, err = netip.ParseAddr(s); err != nil {
+					agentapi.WriteError(w, http.StatusBadRequest, "ip=%q is not an IP address", s)
+					return
+				}
+			}
+			if err := m.DeleteByContainer(r.Context(), cid, ip); err != nil {
 				writeErr(w, err)
 				return
 			}

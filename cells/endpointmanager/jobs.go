@@ -67,14 +67,17 @@ func registerJobs(p jobsParams) {
 	restoreDone := p.Table.RegisterInitializer(txn, "endpoint-restore")
 	txn.Commit()
 
+	// IPAM hands out no address before it holds those of the restored
+	// endpoints (released at once if loading fails: start-up stops then).
+	handOver := m.ipam.HoldForRestore("endpoint-manager")
 	var restored []*endpoints.Endpoint
 	p.Lifecycle.Append(hive.Hook{
 		Name: "endpoint-restore-load",
-		OnStart: func(context.Context) error {
+		OnStart: func(context.Context) (err error) {
+			defer func() { handOver(restoredClaims(restored)) }()
 			if _, err := p.StateDir.Sub("endpoints"); err != nil {
 				return err
 			}
-			var err error
 			restored, err = m.loadRestored()
 			return err
 		},

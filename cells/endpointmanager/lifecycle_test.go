@@ -51,7 +51,7 @@ func firstAgent(t *testing.T, dir string) models.Endpoint {
 		e := start(t, dir, nil, liveSeed)
 		req := addReq("c-live", "live", "10.0.0.30")
 		req.InterfaceName = "lo"
-		if code := e.do(t, "PUT", "/endpoint", req, &live); code != 201 {
+		if code := e.add(t, req, &live); code != 201 {
 			t.Fatalf("create: %d", code)
 		}
 	})
@@ -106,7 +106,7 @@ func TestRestoredEndpointRetriedUntilIdentity(t *testing.T) {
 func TestRelabelFailureRetried(t *testing.T) {
 	e := start(t, t.TempDir(), nil, liveSeed)
 	var ep models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c1", "live", "10.0.0.10"), &ep)
+	e.add(t, addReq("c1", "live", "10.0.0.10"), &ep)
 	e.ids.mu.Lock()
 	e.ids.failN = 2
 	e.ids.mu.Unlock()
@@ -177,7 +177,7 @@ func TestCorruptStateFileQuarantined(t *testing.T) {
 		// New endpoints never get the reserved ID.
 		for i := range 3 {
 			var ep models.Endpoint
-			e.do(t, "PUT", "/endpoint", addReq(fmt.Sprintf("n%d", i), fmt.Sprintf("new-%d", i), fmt.Sprintf("10.0.0.%d", 50+i)), &ep)
+			e.add(t, addReq(fmt.Sprintf("n%d", i), fmt.Sprintf("new-%d", i), fmt.Sprintf("10.0.0.%d", 50+i)), &ep)
 			if ep.ID == live.ID || ep.ID == 0 {
 				t.Fatalf("new endpoint got ID %d", ep.ID)
 			}
@@ -224,7 +224,7 @@ func TestCorruptStateFileRebuiltFromCEP(t *testing.T) {
 	if ep.ContainerID != "c-live" || ep.IPv4.String() != "10.0.0.30" || ep.PodUID != "uid-live" || ep.ContainerIfName != "eth0" {
 		t.Fatalf("rebuilt endpoint %+v", ep)
 	}
-	if e.ipam.owners[ep.IPv4] != "default/live" {
+	if e.ipam.owners[ep.IPv4].Name != "default/live" {
 		t.Errorf("rebuilt endpoint's IP not claimed: %v", e.ipam.owners)
 	}
 	if q := quarantinedFiles(t, path); len(q) != 1 {

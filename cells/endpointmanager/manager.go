@@ -2,6 +2,7 @@ package endpointmanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -66,17 +67,38 @@ func invalid(format string, args ...any) error {
 }
 
 // Create makes an endpoint for the pod described by req: it resolves the
-// pod's labels to an identity and returns once the endpoint is ready. A
+// pod's labels to an identity and returns once the endpoint is ready. The
+// address must be allocated to the request's container (POST /v1/ipam
+// with its container ID): the endpoint claims exactly that allocation. A
 // request for a pod that already has an endpoint with another container ID
-// (a new sandbox) replaces the old endpoint. On failure nothing is left.
+// (a new sandbox) replaces the old endpoint. A container that already has
+// an endpoint keeps it: the same request again (same address, interface
+// and network namespace) returns it once it is ready, any other is a
+// conflict. On failure
+// nothing is left but the address, which stays with the caller.
 func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest) (*endpoints.Endpoint, error) {
 	ip, err := validate(req)
 	if err != nil {
 		return nil, err
 	}
+	if old, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(req.ContainerID)); ok {
+		if sameAttachment(old, req, ip) && old.State == ciliumv2.EndpointStateReady {
+			return old, nil
+		}
+		return nil, conflictingContainer(old)
+	}
 	pod, err := m.lookupPod(ctx, req.K8sNamespace, req.K8sPodName, req.K8sUID)
 	if err != nil {
 		return nil, err
+	}
+	owner := ipam.Owner{Name: req.K8sNamespace + "/" + req.K8sPodName, ContainerID: req.ContainerID}
+	switch err := m.ipam.Claim(ctx, ip, owner); {
+	case errors.Is(err, ipam.ErrNotAllocated):
+		return nil, invalid("%v", err)
+	case errors.Is(err, ipam.ErrNotOwner):
+		return nil, fmt.Errorf("%w: %v", ErrConflict, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	ep := &endpoints.Endpoint{
 		ContainerID:     req.ContainerID,
@@ -116,6 +138,21 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 		return nil, fmt.Errorf("%w: allocate identity for %s: %v", ErrUnavailable, ep.PodKey(), err)
 	}
 	return ready, nil
+}
+
+// sameAttachment reports whether req asks again for the endpoint ep
+// already is: same container, address, interfaces and network namespace.
+func sameAttachment(ep *endpoints.Endpoint, req *models.EndpointChangeRequest, ip netip.Addr) bool {
+	return ep.ContainerID == req.ContainerID && ep.IPv4 == ip && ep.ContainerIfName == req.ContainerInterfaceName &&
+		ep.HostIfName == req.InterfaceName && ep.NetnsPath == req.NetnsPath &&
+		ep.PodNamespace == req.K8sNamespace && ep.PodName == req.K8sPodName
+}
+
+// conflictingContainer is the error of a request for a container that
+// already has another endpoint.
+func conflictingContainer(old *endpoints.Endpoint) error {
+	return fmt.Errorf("%w: container %s already has endpoint %d (pod %s, %s, interface %s in %s); it is left as it is: run CNI DEL for the container first",
+		ErrConflict, old.ContainerID, old.ID, old.PodKey(), old.IPv4, old.HostIfName, old.NetnsPath)
 }
 
 func validate(req *models.EndpointChangeRequest) (netip.Addr, error) {
@@ -217,17 +254,25 @@ func (m *Manager) insertNew(ep *endpoints.Endpoint) (*endpoints.Endpoint, []*end
 	defer m.mu.Unlock()
 	txn := m.db.WriteTxn(m.table)
 	defer txn.Abort()
-	if old, _, ok := m.table.Get(txn, endpoints.ContainerIndex.Query(ep.ContainerID)); ok {
-		return nil, nil, fmt.Errorf("%w: container %s already has endpoint %d (pod %s)", ErrConflict, ep.ContainerID, old.ID, old.PodKey())
+	if ep.ContainerID != "" {
+		if old, _, ok := m.table.Get(txn, endpoints.ContainerIndex.Query(ep.ContainerID)); ok {
+			return nil, nil, conflictingContainer(old)
+		}
 	}
 	if old, _, ok := m.table.Get(txn, endpoints.IPIndex.Query(ep.IPv4)); ok {
 		return nil, nil, fmt.Errorf("%w: IP %s is already used by endpoint %d (pod %s)", ErrConflict, ep.IPv4, old.ID, old.PodKey())
 	}
 	var replaced []*endpoints.Endpoint
-	for old := range m.table.List(txn, endpoints.PodIndex.Query(ep.PodKey())) {
-		replaced = append(replaced, old)
-		if _, _, err := m.table.Delete(txn, old); err != nil {
-			return nil, nil, err
+	if !ep.Health {
+		for old := range m.table.List(txn, endpoints.PodIndex.Query(ep.PodKey())) {
+			replaced = append(replaced, old)
+			if _, _, err := m.table.Delete(txn, old); err != nil {
+				return nil, nil, err
+			}
+			// Inside the transaction: the new endpoint may get this ID.
+			if err := m.store.remove(old.ID); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	id, err := m.freeID(txn)
@@ -323,63 +368,122 @@ func (m *Manager) modify(id uint16, fn func(*endpoints.Endpoint) *endpoints.Endp
 	return nil
 }
 
-// DeleteByContainer deletes the endpoint of a CNI attachment, releasing
-// its IP and identity. ErrNotFound if there is none.
-func (m *Manager) DeleteByContainer(ctx context.Context, containerID string) error {
-	ep, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(containerID))
-	if !ok {
-		return fmt.Errorf("%w: container %s", ErrNotFound, containerID)
+// DeleteByContainer deletes the endpoint of a CNI attachment and frees
+// the container's addresses: every address allocated with containerID, or
+// only ip when it is valid (a rollback: then the endpoint is deleted only
+// if it has ip). It works without an endpoint too (an ADD that died before
+// creating it). ErrNotFound if there was nothing to delete or free.
+func (m *Manager) DeleteByContainer(ctx context.Context, containerID string, ip netip.Addr) error {
+	did := false
+	if ep, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(containerID)); ok && (!ip.IsValid() || ep.IPv4 == ip) {
+		did = m.delete(ctx, ep)
 	}
-	return m.Delete(ctx, ep.ID)
-}
-
-// Delete deletes an endpoint by ID, releasing its IP and identity.
-func (m *Manager) Delete(ctx context.Context, id uint16) error {
-	ep, ok := m.Get(id)
-	if !ok {
-		return fmt.Errorf("%w: ID %d", ErrNotFound, id)
+	if ip.IsValid() {
+		released, err := m.ipam.ReleaseOwned(ip, ipam.Owner{ContainerID: containerID})
+		switch {
+		case errors.Is(err, ipam.ErrNotOwner):
+			m.log.Warn("not releasing an address another container holds", "containerID", containerID, "ip", ip, "error", err)
+		case err != nil:
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		did = did || released
+	} else {
+		released, err := m.ipam.ReleaseContainer(containerID)
+		for _, al := range released {
+			m.log.Info("released an address of a deleted container", "containerID", containerID, "ip", al.IP, "owner", al.Owner)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		did = did || len(released) > 0
 	}
-	_ = m.modify(id, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
-		return cur.WithState(ciliumv2.EndpointStateDisconnecting, "Deleting endpoint", m.now())
-	})
-	m.remove(ctx, ep, true)
+	if !did {
+		return fmt.Errorf("%w: container %s has no endpoint and no address", ErrNotFound, containerID)
+	}
 	return nil
 }
 
-// remove deletes the row and state of ep and releases what it held.
-func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP bool) {
+// Delete deletes an endpoint by ID, releasing its IP and identity.
+// ErrNotFound if there is none, or another caller deleted it first.
+func (m *Manager) Delete(ctx context.Context, id uint16) error {
+	ep, ok := m.Get(id)
+	if !ok || !m.delete(ctx, ep) {
+		return fmt.Errorf("%w: ID %d", ErrNotFound, id)
+	}
+	return nil
+}
+
+// delete marks ep disconnecting and removes it; false if another caller
+// removed it first (then that caller releases what it held).
+func (m *Manager) delete(ctx context.Context, ep *endpoints.Endpoint) bool {
+	_ = m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
+		if !sameEndpoint(cur, ep) {
+			return nil
+		}
+		return cur.WithState(ciliumv2.EndpointStateDisconnecting, "Deleting endpoint", m.now())
+	})
+	return m.remove(ctx, ep, true)
+}
+
+// sameEndpoint reports whether cur is the row ep was read from (an ID is
+// reused once its endpoint is gone).
+func sameEndpoint(cur, ep *endpoints.Endpoint) bool {
+	return cur.ContainerID == ep.ContainerID && cur.IPv4 == ep.IPv4 && cur.Created.Equal(ep.Created)
+}
+
+// remove deletes the row and state of ep and releases what it held. The
+// table delete is the commit point: only the caller whose transaction
+// removed the row releases the identity, the state file and (releaseIP)
+// the address, so concurrent deletes, a delete racing a replacement or a
+// restore release each once. It reports whether this call removed it.
+func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP bool) bool {
 	txn := m.db.WriteTxn(m.table)
-	if cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(ep.ID)); ok && cur.ContainerID == ep.ContainerID {
-		_, _, _ = m.table.Delete(txn, cur)
-		ep = cur
+	defer txn.Abort()
+	cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(ep.ID))
+	if !ok || !sameEndpoint(cur, ep) {
+		return false
+	}
+	if _, _, err := m.table.Delete(txn, cur); err != nil {
+		m.log.Warn("delete endpoint row", "endpoint", ep.ID, "error", err)
+		return false
+	}
+	// Inside the transaction: a new endpoint may get this ID once it
+	// commits.
+	if err := m.store.remove(cur.ID); err != nil {
+		m.log.Warn("remove endpoint state", "endpoint", cur.ID, "error", err)
 	}
 	txn.Commit()
-	m.cleanup(ctx, ep, "")
-	if !releaseIP {
-		return
+	m.cleanup(ctx, cur, "")
+	if releaseIP {
+		m.releaseIP(cur, "")
 	}
-	if err := m.ipam.Release(ep.IPv4); err != nil {
-		m.log.Warn("release endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+	return true
+}
+
+// releaseIP frees ep's address if ep's container (or, without one, its
+// owner) still holds it.
+func (m *Manager) releaseIP(ep *endpoints.Endpoint, why string) {
+	owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
+	if ep.Health {
+		owner.Name = HealthIPOwner
+	}
+	if _, err := m.ipam.ReleaseOwned(ep.IPv4, owner); err != nil {
+		m.log.Warn("release endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "reason", why, "error", err)
 	}
 }
 
-// cleanup releases the identity and state of an endpoint already removed
-// from the table. A replaced sandbox's IP is released too: its CNI DEL
-// will not find an endpoint to release it through.
+// cleanup releases the identity of an endpoint its caller removed from the
+// table (with its state file). A replaced sandbox's IP is released too:
+// its CNI DEL will not find an endpoint to release it through.
 func (m *Manager) cleanup(ctx context.Context, ep *endpoints.Endpoint, replacedWhy string) {
 	if ep.Identity != identity.InvalidIdentity {
 		if err := m.identities.Release(ctx, ep.Identity); err != nil {
 			m.log.Warn("release identity", "endpoint", ep.ID, "identity", ep.Identity, "error", err)
 		}
 	}
-	if err := m.store.remove(ep.ID); err != nil {
-		m.log.Warn("remove endpoint state", "endpoint", ep.ID, "error", err)
-	}
 	if replacedWhy != "" {
 		m.log.Info("endpoint removed", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", replacedWhy)
-		if err := m.ipam.Release(ep.IPv4); err != nil {
-			m.log.Warn("release replaced endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
-		}
+		m.releaseIP(ep, replacedWhy)
 	}
 }
 

@@ -42,28 +42,151 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeIPAM records claims and releases.
+// fakeIPAM holds addresses by owner and container, as the real one, and
+// records every address it frees.
 type fakeIPAM struct {
 	mu       sync.Mutex
-	owners   map[netip.Addr]string
-	released []netip.Addr
+	owners   map[netip.Addr]ipam.Owner
+	released []netip.Addr // addresses actually freed, in order
 }
 
-func (f *fakeIPAM) AllocateNext(context.Context, string) (ipam.Allocation, error) {
-	return ipam.Allocation{}, errors.New("not used")
+func newFakeIPAM() *fakeIPAM {
+	return &fakeIPAM{owners: map[netip.Addr]ipam.Owner{}}
 }
-func (f *fakeIPAM) AllocateIP(_ context.Context, ip netip.Addr, owner string) (ipam.Allocation, error) {
+
+// fakeIPAMFile is where a fake IPAM keeps its allocations across agent
+// restarts in one state directory, as the real IPAM's state file does.
+func fakeIPAMFile(dir string) string { return filepath.Join(dir, "fake-ipam.json") }
+
+// load reads the allocations an earlier agent on dir left.
+func (f *fakeIPAM) load(t *testing.T, dir string) {
+	data, err := os.ReadFile(fakeIPAMFile(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &f.owners); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// save keeps the allocations for the next agent on dir.
+func (f *fakeIPAM) save(t *testing.T, dir string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	data, err := json.Marshal(f.owners)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := os.WriteFile(fakeIPAMFile(dir), data, 0o600); err != nil {
+		t.Error(err)
+	}
+}
+
+// give allocates ip to a pod's container, as POST /v1/ipam does.
+func (f *fakeIPAM) give(ip, pod, containerID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.owners[netip.MustParseAddr(ip)] = ipam.Owner{Name: "default/" + pod, ContainerID: containerID}
+}
+
+func (f *fakeIPAM) owner(ip string) (ipam.Owner, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o, ok := f.owners[netip.MustParseAddr(ip)]
+	return o, ok
+}
+
+// releaseCount is how many times ip was actually freed.
+func (f *fakeIPAM) releaseCount(ip string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.released {
+		if r == netip.MustParseAddr(ip) {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakeIPAM) releasedIPs() []netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.released)
+}
+
+func (f *fakeIPAM) AllocateNext(context.Context, ipam.Owner) (ipam.Allocation, error) {
+	return ipam.Allocation{}, errors.New("not used")
+}
+func (f *fakeIPAM) AllocateIP(_ context.Context, ip netip.Addr, owner ipam.Owner) (ipam.Allocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, ok := f.owners[ip]; ok && cur.Name != owner.Name {
+		return ipam.Allocation{}, fmt.Errorf("%v held by %s", ip, cur)
+	}
 	f.owners[ip] = owner
-	return ipam.Allocation{IP: ip, Owner: owner}, nil
+	return ipam.Allocation{IP: ip, Owner: owner.Name, ContainerID: owner.ContainerID}, nil
+}
+func (f *fakeIPAM) Claim(_ context.Context, ip netip.Addr, owner ipam.Owner) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, ok := f.owners[ip]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %v", ipam.ErrNotAllocated, ip)
+	case cur.Name != owner.Name || cur.ContainerID != "" && cur.ContainerID != owner.ContainerID:
+		return fmt.Errorf("%w: %v held by %s", ipam.ErrNotOwner, ip, cur)
+	}
+	return nil
 }
 func (f *fakeIPAM) Release(ip netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.owners[ip]; ok {
+		delete(f.owners, ip)
+		f.released = append(f.released, ip)
+	}
+	return nil
+}
+func (f *fakeIPAM) ReleaseOwned(ip netip.Addr, owner ipam.Owner) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, ok := f.owners[ip]
+	if !ok {
+		return false, nil
+	}
+	if owner.ContainerID != "" && cur.ContainerID != owner.ContainerID || owner.ContainerID == "" && cur.Name != owner.Name {
+		return false, fmt.Errorf("%w: %v held by %s", ipam.ErrNotOwner, ip, cur)
+	}
 	delete(f.owners, ip)
 	f.released = append(f.released, ip)
-	return nil
+	return true, nil
+}
+func (f *fakeIPAM) ReleaseContainer(cid string) ([]ipam.Allocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []ipam.Allocation
+	for ip, o := range f.owners {
+		if o.ContainerID == cid {
+			delete(f.owners, ip)
+			f.released = append(f.released, ip)
+			out = append(out, ipam.Allocation{IP: ip, Owner: o.Name, ContainerID: cid})
+		}
+	}
+	return out, nil
+}
+func (f *fakeIPAM) HoldForRestore(string) func([]ipam.Claim) {
+	return func(claims []ipam.Claim) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range claims {
+			f.owners[c.IP] = c.Owner
+		}
+	}
 }
 func (f *fakeIPAM) RouterIP() (netip.Addr, bool) { return netip.MustParseAddr("10.0.0.1"), true }
 func (f *fakeIPAM) OwnedBy(ctx context.Context, owner string) ([]netip.Addr, error) {
@@ -147,7 +270,10 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
 	}
-	e := &env{ipam: &fakeIPAM{owners: map[netip.Addr]string{}}, ids: ids}
+	e := &env{ipam: newFakeIPAM(), ids: ids}
+	e.ipam.load(t, dir)
+	// Runs after the hive has stopped (cleanups run last-in first-out).
+	t.Cleanup(func() { e.ipam.save(t, dir) })
 	socket := filepath.Join(t.TempDir(), "api.sock")
 	hivetest.Start(t, []string{"--state-dir=" + dir, "--socket-path=" + socket},
 		statedir.Cell,
@@ -220,6 +346,14 @@ func (e *env) do(t *testing.T, method, path string, body any, out any) int {
 	return resp.StatusCode
 }
 
+// add allocates the request's address to its container, as the CNI
+// plugin's POST /v1/ipam does, then PUTs the endpoint.
+func (e *env) add(t *testing.T, req models.EndpointChangeRequest, out any) int {
+	t.Helper()
+	e.ipam.give(req.Addressing.IPV4, req.K8sPodName, req.ContainerID)
+	return e.do(t, "PUT", "/endpoint", req, out)
+}
+
 func addReq(cid, podName, ip string) models.EndpointChangeRequest {
 	return models.EndpointChangeRequest{
 		ContainerID: cid, ContainerInterfaceName: "eth0", K8sNamespace: "default", K8sPodName: podName,
@@ -235,11 +369,11 @@ func TestCreateSharesIdentityAndDeleteReleases(t *testing.T) {
 		pods.Insert(txn, pod("db", "uid-3", map[string]string{"app": "db"}))
 	})
 	var a, b, c models.Endpoint
-	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.10"), &a); code != 201 {
+	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &a); code != 201 {
 		t.Fatalf("create web-1: %d", code)
 	}
-	e.do(t, "PUT", "/endpoint", addReq("c2", "web-2", "10.0.0.11"), &b)
-	e.do(t, "PUT", "/endpoint", addReq("c3", "db", "10.0.0.12"), &c)
+	e.add(t, addReq("c2", "web-2", "10.0.0.11"), &b)
+	e.add(t, addReq("c3", "db", "10.0.0.12"), &c)
 	if a.Status.State != ciliumv2.EndpointStateReady || a.Status.Identity == nil {
 		t.Fatalf("endpoint not ready with identity: %+v", a.Status)
 	}
@@ -274,7 +408,7 @@ func TestCreateSharesIdentityAndDeleteReleases(t *testing.T) {
 	if code := e.do(t, "DELETE", "/endpoint?container-id=c1", nil, nil); code != 404 {
 		t.Errorf("second delete: %d, want 404", code)
 	}
-	if !slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.10")) {
+	if !slices.Contains(e.ipam.releasedIPs(), netip.MustParseAddr("10.0.0.10")) {
 		t.Errorf("IP not released: %v", e.ipam.released)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "endpoints", fmt.Sprint(a.ID)+".json")); !os.IsNotExist(err) {
@@ -300,7 +434,7 @@ func TestBadRequests(t *testing.T) {
 func TestUnknownPodGetsInitIdentity(t *testing.T) {
 	e := start(t, t.TempDir(), nil, nil)
 	var ep models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c9", "ghost", "10.0.0.20"), &ep)
+	e.add(t, addReq("c9", "ghost", "10.0.0.20"), &ep)
 	if ep.Status.Identity == nil || ep.Status.Identity.ID != int64(identity.NumericIdentity(5)) {
 		t.Fatalf("want reserved init identity 5, got %+v", ep.Status.Identity)
 	}
@@ -312,7 +446,7 @@ func TestIdentityFailureLeavesNothing(t *testing.T) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 	})
 	var apiErr models.Error
-	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.10"), &apiErr); code != 503 {
+	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &apiErr); code != 503 {
 		t.Fatalf("want 503, got %d %q", code, apiErr.Message)
 	}
 	for ep := range e.eps.All(e.db.ReadTxn()) {
@@ -327,8 +461,8 @@ func TestNewSandboxReplacesEndpoint(t *testing.T) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 	})
 	var first, second models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("old", "web-1", "10.0.0.10"), &first)
-	e.do(t, "PUT", "/endpoint", addReq("new", "web-1", "10.0.0.11"), &second)
+	e.add(t, addReq("old", "web-1", "10.0.0.10"), &first)
+	e.add(t, addReq("new", "web-1", "10.0.0.11"), &second)
 	n := 0
 	for ep := range e.eps.List(e.db.ReadTxn(), endpoints.PodIndex.Query("default/web-1")) {
 		n++
@@ -339,7 +473,7 @@ func TestNewSandboxReplacesEndpoint(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("want exactly one endpoint for the pod, got %d", n)
 	}
-	if !slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.10")) {
+	if !slices.Contains(e.ipam.releasedIPs(), netip.MustParseAddr("10.0.0.10")) {
 		t.Errorf("replaced sandbox's IP not released: %v", e.ipam.released)
 	}
 }
@@ -349,7 +483,7 @@ func TestLabelChangeMovesIdentity(t *testing.T) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 	})
 	var ep models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.10"), &ep)
+	e.add(t, addReq("c1", "web-1", "10.0.0.10"), &ep)
 	before := ep.Status.Identity.ID
 	txn := e.db.WriteTxn(e.pods)
 	e.pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web", "tier": "front"}))
@@ -378,10 +512,10 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 		e := start(t, dir, nil, seed)
 		reqLive := addReq("c-live", "live", "10.0.0.30")
 		reqLive.InterfaceName = "lo"
-		e.do(t, "PUT", "/endpoint", reqLive, &live)
+		e.add(t, reqLive, &live)
 		reqGone := addReq("c-gone", "gone", "10.0.0.31")
 		reqGone.InterfaceName = "lo"
-		e.do(t, "PUT", "/endpoint", reqGone, &gone)
+		e.add(t, reqGone, &gone)
 	})
 	// Restart: "gone" was deleted while the agent was down.
 	e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
@@ -401,18 +535,18 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	if refs != 1 {
 		t.Errorf("restored endpoint holds %d references to identity %d, want 1", refs, cur.Identity)
 	}
-	if e.ipam.owners[netip.MustParseAddr("10.0.0.30")] != "default/live" {
+	if e.ipam.owners[netip.MustParseAddr("10.0.0.30")].Name != "default/live" {
 		t.Errorf("restored IP not claimed again: %v", e.ipam.owners)
 	}
 	if _, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.IDIndex.Query(uint16(gone.ID))); ok {
 		t.Errorf("endpoint of a deleted pod was restored")
 	}
-	if !slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.31")) {
+	if !slices.Contains(e.ipam.releasedIPs(), netip.MustParseAddr("10.0.0.31")) {
 		t.Errorf("IP of the discarded endpoint not released: %v", e.ipam.released)
 	}
 	// A new endpoint does not reuse a restored ID.
 	var next models.Endpoint
-	e.do(t, "PUT", "/endpoint", addReq("c-new", "live2", "10.0.0.32"), &next)
+	e.add(t, addReq("c-new", "live2", "10.0.0.32"), &next)
 	if next.ID == live.ID {
 		t.Errorf("new endpoint reused restored ID %d", live.ID)
 	}
@@ -436,5 +570,319 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestConcurrentDeletesReleaseOnce: parallel DELETEs of one endpoint (a
+// retried DEL, CNI GC beside DEL) release its address and its identity
+// reference exactly once. On the old main every caller released both
+// (identity references went negative).
+func TestConcurrentDeletesReleaseOnce(t *testing.T) {
+	e := start(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+		pods.Insert(txn, pod("web-2", "uid-2", map[string]string{"app": "web"}))
+	})
+	// web-2 keeps the shared identity alive: a double release would take
+	// it to zero while web-2 uses it.
+	var other models.Endpoint
+	if code := e.add(t, addReq("keep", "web-2", "10.0.0.9"), &other); code != 201 {
+		t.Fatalf("create web-2: %d", code)
+	}
+	const rounds, deleters = 20, 8
+	for round := range rounds {
+		cid := fmt.Sprintf("c%d", round)
+		ip := fmt.Sprintf("10.0.0.%d", 10+round)
+		var ep models.Endpoint
+		if code := e.add(t, addReq(cid, "web-1", ip), &ep); code != 201 {
+			t.Fatalf("round %d: create: %d", round, code)
+		}
+		codes := make(chan int, deleters)
+		var wg sync.WaitGroup
+		for i := range deleters {
+			wg.Go(func() {
+				path := "/endpoint?container-id=" + cid
+				if i%2 == 1 {
+					path = fmt.Sprintf("/endpoint/%d", ep.ID) // the CLI's delete by ID
+				}
+				codes <- e.do(t, "DELETE", path, nil, nil)
+			})
+		}
+		wg.Wait()
+		close(codes)
+		ok := 0
+		for c := range codes {
+			switch c {
+			case 200:
+				ok++
+			case 404:
+			default:
+				t.Errorf("round %d: DELETE answered %d", round, c)
+			}
+		}
+		if ok == 0 {
+			t.Errorf("round %d: no DELETE reported the deletion", round)
+		}
+		if n := e.ipam.releaseCount(ip); n != 1 {
+			t.Errorf("round %d: address %s released %d times, want 1", round, ip, n)
+		}
+	}
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	if refs := e.ids.refs[identity.NumericIdentity(other.Status.Identity.ID)]; refs != 1 {
+		t.Errorf("shared identity %d has %d references, want 1 (web-2's)", other.Status.Identity.ID, refs)
+	}
+}
+
+// TestDeleteRacingReplaceReleasesOnce: a new sandbox's ADD replaces the
+// pod's endpoint while the old sandbox's DEL runs: the old endpoint's
+// address and identity reference are released once.
+func TestDeleteRacingReplaceReleasesOnce(t *testing.T) {
+	e := start(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+	})
+	const rounds = 20
+	var last models.Endpoint
+	if code := e.add(t, addReq("s0", "web-1", "10.0.0.100"), &last); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	for round := 1; round <= rounds; round++ {
+		oldCID, oldIP := fmt.Sprintf("s%d", round-1), fmt.Sprintf("10.0.0.%d", 99+round)
+		req := addReq(fmt.Sprintf("s%d", round), "web-1", fmt.Sprintf("10.0.0.%d", 100+round))
+		e.ipam.give(req.Addressing.IPV4, req.K8sPodName, req.ContainerID)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if code := e.do(t, "PUT", "/endpoint", req, &last); code != 201 {
+				t.Errorf("round %d: replace: %d", round, code)
+			}
+		})
+		wg.Go(func() { e.do(t, "DELETE", "/endpoint?container-id="+oldCID, nil, nil) })
+		wg.Wait()
+		calls := e.ipam.releaseCount(oldIP)
+		_, held := e.ipam.owner(oldIP)
+		if calls != 1 || held {
+			t.Errorf("round %d: old address %s released %d times (still held: %v), want once", round, oldIP, calls, held)
+		}
+	}
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	if refs := e.ids.refs[identity.NumericIdentity(last.Status.Identity.ID)]; refs != 1 {
+		t.Errorf("identity %d has %d references, want 1 (the last sandbox's)", last.Status.Identity.ID, refs)
+	}
+}
+
+// TestCreateClaimsItsAllocation: an endpoint takes only an address IPAM
+// allocated to its own container; on the old main any address was taken,
+// and deleting the endpoint freed an address another pod held.
+func TestCreateClaimsItsAllocation(t *testing.T) {
+	e := start(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+		pods.Insert(txn, pod("db", "uid-2", map[string]string{"app": "db"}))
+	})
+	var apiErr models.Error
+	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.50"), &apiErr); code != 400 ||
+		!strings.Contains(apiErr.Message, "not allocated") {
+		t.Errorf("endpoint with an address nobody allocated: %d %q, want 400", code, apiErr.Message)
+	}
+	e.ipam.give("10.0.0.51", "db", "c-db")
+	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.51"), &apiErr); code != 409 ||
+		!strings.Contains(apiErr.Message, "c-db") {
+		t.Errorf("endpoint with another container's address: %d %q, want 409 naming the holder", code, apiErr.Message)
+	}
+	e.ipam.give("10.0.0.52", "web-1", "c-other")
+	if code := e.do(t, "PUT", "/endpoint", addReq("c1", "web-1", "10.0.0.52"), &apiErr); code != 409 {
+		t.Errorf("endpoint with the same pod's other container's address: %d %q, want 409", code, apiErr.Message)
+	}
+	for ep := range e.eps.All(e.db.ReadTxn()) {
+		if !ep.Health {
+			t.Errorf("endpoint created: %+v", ep)
+		}
+	}
+	if o, ok := e.ipam.owner("10.0.0.51"); !ok || o.ContainerID != "c-db" {
+		t.Errorf("db's address changed hands: %+v %v", o, ok)
+	}
+}
+
+// TestAddForContainerWithEndpoint: a second ADD for a container that has
+// an endpoint (another netns or interface) is refused and leaves the
+// endpoint alone; its rollback (DELETE with ip=) frees only its own
+// address. The same request again returns the existing endpoint. On the
+// old main the rollback's delete by container ID removed the existing
+// endpoint and its address.
+func TestAddForContainerWithEndpoint(t *testing.T) {
+	e := start(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+	})
+	reqA := addReq("c1", "web-1", "10.0.0.60")
+	reqA.NetnsPath = "/var/run/netns/a"
+	var a models.Endpoint
+	if code := e.add(t, reqA, &a); code != 201 {
+		t.Fatalf("create A: %d", code)
+	}
+	var again models.Endpoint
+	if code := e.do(t, "PUT", "/endpoint", reqA, &again); code != 201 || again.ID != a.ID {
+		t.Errorf("same request again: %d, endpoint %d, want the existing %d", code, again.ID, a.ID)
+	}
+	reqB := addReq("c1", "web-1", "10.0.0.61")
+	reqB.NetnsPath = "/var/run/netns/b"
+	var apiErr models.Error
+	if code := e.add(t, reqB, &apiErr); code != 409 || !strings.Contains(apiErr.Message, "already has endpoint") {
+		t.Errorf("ADD into another netns: %d %q, want 409", code, apiErr.Message)
+	}
+	// The plugin's rollback of B.
+	if code := e.do(t, "DELETE", "/endpoint?container-id=c1&ip=10.0.0.61", nil, nil); code != 200 {
+		t.Errorf("rollback of B: %d, want 200 (B's address freed)", code)
+	}
+	cur, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.ContainerIndex.Query("c1"))
+	if !ok || cur.ID != uint16(a.ID) || cur.NetnsPath != "/var/run/netns/a" || cur.State != ciliumv2.EndpointStateReady {
+		t.Fatalf("A's endpoint after B's rollback: %+v, %v", cur, ok)
+	}
+	if _, held := e.ipam.owner("10.0.0.60"); !held {
+		t.Errorf("A's address was freed")
+	}
+	if _, held := e.ipam.owner("10.0.0.61"); held {
+		t.Errorf("B's address is still allocated")
+	}
+}
+
+// TestDeleteWithoutEndpointFreesAddresses: an ADD that died after its
+// allocation and before its endpoint leaves an address only its DEL
+// knows; DEL frees it by container ID (200), then finds nothing (404).
+// On the old main DEL answered 404 and the address leaked.
+func TestDeleteWithoutEndpointFreesAddresses(t *testing.T) {
+	e := start(t, t.TempDir(), nil, nil)
+	e.ipam.give("10.0.0.70", "p", "dead")
+	e.ipam.give("10.0.0.71", "p", "alive")
+	if code := e.do(t, "DELETE", "/endpoint?container-id=dead", nil, nil); code != 200 {
+		t.Errorf("DEL of a container with an address and no endpoint: %d, want 200", code)
+	}
+	if _, held := e.ipam.owner("10.0.0.70"); held {
+		t.Errorf("the dead ADD's address is still allocated")
+	}
+	if _, held := e.ipam.owner("10.0.0.71"); !held {
+		t.Errorf("another container's address was freed")
+	}
+	if code := e.do(t, "DELETE", "/endpoint?container-id=dead", nil, nil); code != 404 {
+		t.Errorf("second DEL: %d, want 404", code)
+	}
+}
+
+// TestRestoredAddressesHeldBeforeIPAMServes: after a restart, the
+// addresses of the saved endpoints are held by the real IPAM before it
+// hands out its first address, even while restore itself still waits (for
+// the pods table here). On the old main restore re-claimed them one by one
+// after the pool served, so a new pod got a running pod's address.
+func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("first agent", func(t *testing.T) {
+		e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+			pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
+		})
+		req := addReq("c-live", "live", "10.0.5.2") // the first address the new pool hands out
+		req.InterfaceName = "lo"
+		if code := e.add(t, req, nil); code != 201 {
+			t.Fatalf("create: %d", code)
+		}
+	})
+
+	var (
+		db      *statedb.DB
+		cns     statedb.RWTable[*ciliumv2.CiliumNode]
+		alloc   ipam.Allocator
+		podsRW  statedb.RWTable[*corev1.Pod]
+		podSync func(statedb.WriteTxn)
+	)
+	hivetest.Start(t, []string{"--state-dir=" + dir, "--socket-path=" + filepath.Join(t.TempDir(), "api.sock")},
+		statedir.Cell, agentapi.Cell, ipam.Cell,
+		hive.Provide(
+			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
+			k8stables.NewNamespacesTable, statedb.RWTable[*corev1.Namespace].ToTable,
+			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			k8stables.NewCiliumNodesTable, statedb.RWTable[*ciliumv2.CiliumNode].ToTable,
+			k8s.DisabledClientset,
+			func() identitycell.Allocator {
+				return &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
+			},
+			func() identitycell.LabelFilter { return filter{} },
+			func() identitycell.ClusterName { return "default" },
+			func() k8s.NodeName { return "node-a" },
+		),
+		endpointmanager.Cell,
+		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
+			db, cns, alloc, podsRW = d, c, a, pods
+			// The pods table is not synced yet: restore waits for it.
+			txn := db.WriteTxn(pods)
+			podSync = pods.RegisterInitializer(txn, "test")
+			txn.Commit()
+		}),
+	)
+	txn := db.WriteTxn(cns)
+	cns.Insert(txn, &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Spec: ciliumv2.NodeSpec{IPAM: ciliumv2.IPAMSpec{PodCIDRs: []string{"10.0.5.0/24"}}}})
+	txn.Commit()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	al, err := alloc.AllocateNext(ctx, ipam.Owner{Name: "default/new", ContainerID: "c-new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if al.IP == netip.MustParseAddr("10.0.5.2") {
+		t.Errorf("a new pod got %s, the address of the restored endpoint", al.IP)
+	}
+	// Restore finishes; the endpoint keeps its address.
+	wtxn := db.WriteTxn(podsRW)
+	podsRW.Insert(wtxn, pod("live", "uid-live", map[string]string{"app": "web"}))
+	podSync(wtxn)
+	wtxn.Commit()
+	if err := alloc.Claim(ctx, netip.MustParseAddr("10.0.5.2"), ipam.Owner{Name: "default/live", ContainerID: "c-live"}); err != nil {
+		t.Errorf("restored endpoint's address is not its container's: %v", err)
+	}
+}
+
+// TestDeleteRacingRestoreReleasesOnce: a CNI DEL of a restored endpoint
+// while restore still waits (for the pods table) deletes it; restore then
+// neither re-claims its address nor releases anything again. On the old
+// main restore claimed the freed address again for the deleted endpoint.
+func TestDeleteRacingRestoreReleasesOnce(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("first agent", func(t *testing.T) {
+		e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+			pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
+		})
+		req := addReq("c-live", "live", "10.0.0.80")
+		req.InterfaceName = "lo"
+		if code := e.add(t, req, nil); code != 201 {
+			t.Fatalf("create: %d", code)
+		}
+	})
+	var podSync func(statedb.WriteTxn)
+	e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
+		podSync = pods.RegisterInitializer(txn, "test") // restore waits
+	})
+	if code := e.do(t, "DELETE", "/endpoint?container-id=c-live", nil, nil); code != 200 {
+		t.Fatalf("DEL of the restored endpoint: %d", code)
+	}
+	txn := e.db.WriteTxn(e.pods)
+	podSync(txn)
+	txn.Commit()
+	waitFor(t, "restore to finish", func() bool {
+		ok, _ := e.eps.Initialized(e.db.ReadTxn())
+		return ok
+	})
+	if _, held := e.ipam.owner("10.0.0.80"); held {
+		t.Errorf("restore claimed the deleted endpoint's address again")
+	}
+	if n := e.ipam.releaseCount("10.0.0.80"); n != 1 {
+		t.Errorf("address released %d times, want 1", n)
+	}
+	if _, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.ContainerIndex.Query("c-live")); ok {
+		t.Errorf("deleted endpoint is back")
+	}
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	for id, refs := range e.ids.refs {
+		if refs != 0 {
+			t.Errorf("identity %d has %d references, want 0", id, refs)
+		}
 	}
 }

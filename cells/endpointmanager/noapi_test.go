@@ -32,7 +32,7 @@ func TestBootWithoutAPIServer(t *testing.T) {
 	dir := t.TempDir()
 	live := firstAgent(t, dir)
 
-	fipam := &fakeIPAM{owners: map[netip.Addr]string{}}
+	fipam := &fakeIPAM{owners: map[netip.Addr]ipam.Owner{}}
 	socket := filepath.Join(t.TempDir(), "api.sock")
 	began := time.Now()
 	// 127.0.0.1:1 refuses connections: the API server is down.

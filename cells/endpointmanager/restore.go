@@ -14,10 +14,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
+
+// restoredClaims are the addresses of restored endpoints, for IPAM to
+// hold before it serves new allocations.
+func restoredClaims(restored []*endpoints.Endpoint) []ipam.Claim {
+	out := make([]ipam.Claim, 0, len(restored))
+	for _, ep := range restored {
+		if ep.IPv4.IsValid() {
+			out = append(out, ipam.Claim{IP: ep.IPv4, Owner: ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}})
+		}
+	}
+	return out
+}
 
 // loadRestored reads the saved endpoints into the table in state
 // restoring, keeping their IDs. It runs in the start hook, before the API
@@ -178,9 +191,10 @@ func hostLinkByAlias(sysClassNet, containerID, ifName string) string {
 
 // validateRestored keeps the restored endpoints whose pod still exists on
 // this node with the same UID and whose host interface still exists:
-// their IPs are claimed again and their identities resolved; they become
-// ready without touching their interfaces. The others are removed and
-// their IPs released. done marks the endpoints table initialized.
+// their IPs (held by IPAM since the start) are claimed and their
+// identities resolved; they become ready without touching their
+// interfaces. The others are removed and their IPs released. done marks
+// the endpoints table initialized.
 func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.Endpoint, done func(statedb.WriteTxn)) error {
 	defer func() {
 		txn := m.db.WriteTxn(m.table)
@@ -209,14 +223,18 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 			m.remove(ctx, ep, true)
 			continue
 		}
-		if _, err := m.ipam.AllocateIP(ctx, ep.IPv4, ep.PodKey()); err != nil {
-			m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
-			m.remove(ctx, ep, false)
+		// IPAM holds the address since the start (HoldForRestore); a CNI
+		// DEL that ran meanwhile released it, and the claim fails.
+		owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
+		if err := m.ipam.Claim(ctx, ep.IPv4, owner); err != nil {
+			if m.remove(ctx, ep, false) {
+				m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+			}
 			continue
 		}
 		cur, ok := m.Get(ep.ID)
-		if !ok {
-			continue // deleted by a CNI DEL meanwhile
+		if !ok || !sameEndpoint(cur, ep) {
+			continue // deleted by a CNI DEL meanwhile, which released the address
 		}
 		if _, err := m.relabel(ctx, cur, nil, true); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cellium/cellium/cells/ipam/pool"
 )
@@ -21,8 +23,10 @@ type allocator struct {
 	node  string
 	log   *slog.Logger
 	state *stateStore // nil: nothing is persisted
+	now   func() time.Time
 
-	// ready is closed when pool is set.
+	// ready is closed when pool is set and every restorer registered with
+	// HoldForRestore has handed over its addresses.
 	ready chan struct{}
 
 	// mu guards the fields below. Allocate takes it for reading (the pool
@@ -32,17 +36,52 @@ type allocator struct {
 	pool *pool.Pool
 	// restored holds the allocations read from the state file until the
 	// pool exists; nil afterwards.
-	restored map[netip.Addr]string
+	restored map[netip.Addr]restoredEntry
 	// restoredCIDRs are the CIDRs recorded in the state file, written back
 	// as they were while the pool does not exist.
 	restoredCIDRs []netip.Prefix
 	// unclaimed are restored allocations that nobody has claimed again
 	// with AllocateIP since the start (restoreGC may release them).
 	unclaimed map[netip.Addr]string
+	// meta is what the pool does not record about each allocated address
+	// (the router's excepted): the container ID and since when.
+	meta map[netip.Addr]allocMeta
+	// holds counts the restorers (HoldForRestore) that have not handed
+	// over their addresses yet; isReady is set once ready is closed.
+	holds   int
+	isReady bool
+	// gcReleased are the last addresses the garbage collector freed,
+	// oldest first, at most gcHistory.
+	gcReleased []gcRelease
+	// gcTotal counts the addresses the garbage collector freed.
+	gcTotal atomic.Uint64
 	// loaded is set once restore has read the state file: before, a write
 	// would replace the file with an empty state.
 	loaded bool
 }
+
+// allocMeta is what the allocator records beside the pool's owner name.
+type allocMeta struct {
+	containerID string
+	since       time.Time
+}
+
+// restoredEntry is an allocation read from the state file or handed over
+// by a restorer, before the pool exists.
+type restoredEntry struct {
+	owner       string
+	containerID string
+}
+
+// gcRelease is an address the IPAM garbage collector freed.
+type gcRelease struct {
+	Allocation
+	// At is when it was freed.
+	At time.Time
+}
+
+// gcHistory is how many garbage-collected addresses GET /v1/ipam/gc shows.
+const gcHistory = 100
 
 var (
 	_ Allocator = (*allocator)(nil)
@@ -55,9 +94,11 @@ func newAllocatorCore(node string, state *stateStore, log *slog.Logger) *allocat
 		node:      node,
 		log:       log,
 		state:     state,
+		now:       time.Now,
 		ready:     make(chan struct{}),
-		restored:  map[netip.Addr]string{},
+		restored:  map[netip.Addr]restoredEntry{},
 		unclaimed: map[netip.Addr]string{},
+		meta:      map[netip.Addr]allocMeta{},
 	}
 }
 
@@ -111,10 +152,13 @@ func (a *allocator) restoreEntry(e stateEntry) {
 		return
 	}
 	if prev, dup := a.restored[ip]; dup {
-		a.log.Warn("IPAM state file lists an address twice; keeping the first owner", "ip", ip, "owner", prev, "ignored", e.Owner)
+		if prev.owner != e.Owner {
+			a.log.Warn("IPAM state file and a restored endpoint disagree on an address, or the file lists it twice; keeping the first owner",
+				"ip", ip, "owner", prev.owner, "ignored", e.Owner)
+		}
 		return
 	}
-	a.restored[ip] = e.Owner
+	a.restored[ip] = restoredEntry{owner: e.Owner, containerID: e.ContainerID}
 }
 
 // isPodOwner reports whether owner names a pod ("namespace/name").
@@ -151,7 +195,7 @@ func (a *allocator) setPodCIDRs(cidrs []netip.Prefix) error {
 		a.pool = p
 		a.restored, a.restoredCIDRs = nil, nil
 		restored := len(a.unclaimed)
-		close(a.ready)
+		a.maybeReady()
 		a.mu.Unlock()
 		a.log.Info("IPAM ready", "podCIDRs", cidrs, "routerIP", p.RouterIP(), "restored", restored)
 		return a.persist()
@@ -176,16 +220,96 @@ func (a *allocator) setPodCIDRs(cidrs []netip.Prefix) error {
 // warning) those it cannot hold.
 func (a *allocator) restoreInto(p *pool.Pool) {
 	ips := slices.SortedFunc(maps.Keys(a.restored), netip.Addr.Compare)
+	now := a.now()
 	for _, ip := range ips {
-		owner := a.restored[ip]
+		e := a.restored[ip]
 		if ip == p.RouterIP() {
 			continue // the router is reserved by the pool itself
 		}
-		if err := p.AllocateIP(ip, owner); err != nil {
-			a.log.Warn("dropping a restored address: it does not fit the node's pod CIDRs", "ip", ip, "owner", owner, "error", err)
+		if err := p.AllocateIP(ip, e.owner); err != nil {
+			a.log.Warn("dropping a restored address: it does not fit the node's pod CIDRs", "ip", ip, "owner", e.owner, "error", err)
 			continue
 		}
-		a.unclaimed[ip] = owner
+		a.unclaimed[ip] = e.owner
+		a.meta[ip] = allocMeta{containerID: e.containerID, since: now}
+	}
+}
+
+// maybeReady closes ready once the pool exists and no restorer is
+// pending. a.mu must be held for writing.
+func (a *allocator) maybeReady() {
+	if a.pool != nil && a.holds == 0 && !a.isReady {
+		a.isReady = true
+		close(a.ready)
+	}
+}
+
+// HoldForRestore implements Allocator.
+func (a *allocator) HoldForRestore(name string) func([]Claim) {
+	a.mu.Lock()
+	a.holds++
+	a.mu.Unlock()
+	var once sync.Once
+	return func(claims []Claim) {
+		once.Do(func() { a.takeRestored(name, claims) })
+	}
+}
+
+// takeRestored holds the addresses of a restorer's claims and releases
+// its hold on ready. A claim wins over the state file's owner: the
+// restorer (the endpoint manager) knows the address is on a pod's
+// interface.
+func (a *allocator) takeRestored(name string, claims []Claim) {
+	a.mu.Lock()
+	now := a.now()
+	changed := false
+	for _, c := range claims {
+		ip := c.IP.Unmap()
+		if !ip.Is4() || c.Owner.Name == "" {
+			a.log.Warn("ignoring an invalid restored address", "restorer", name, "ip", c.IP, "owner", c.Owner)
+			continue
+		}
+		if a.pool == nil {
+			if prev, ok := a.restored[ip]; ok && prev.owner != c.Owner.Name {
+				a.log.Warn("restored endpoint holds an address the IPAM state gives to another owner; the endpoint keeps it",
+					"restorer", name, "ip", ip, "owner", c.Owner, "stateOwner", prev.owner)
+			}
+			a.restored[ip] = restoredEntry{owner: c.Owner.Name, containerID: c.Owner.ContainerID}
+			continue
+		}
+		cur, held := a.pool.Owner(ip)
+		if held && cur != c.Owner.Name {
+			if ip == a.pool.RouterIP() {
+				a.log.Warn("restored endpoint holds the router IP; not restored", "restorer", name, "ip", ip, "owner", c.Owner)
+				continue
+			}
+			a.log.Warn("restored endpoint holds an address the IPAM state gives to another owner; the endpoint keeps it",
+				"restorer", name, "ip", ip, "owner", c.Owner, "stateOwner", cur)
+			_ = a.pool.Release(ip)
+			held = false
+		}
+		if !held {
+			if err := a.pool.AllocateIP(ip, c.Owner.Name); err != nil {
+				a.log.Warn("dropping a restored address: it does not fit the node's pod CIDRs", "restorer", name, "ip", ip, "owner", c.Owner, "error", err)
+				continue
+			}
+			changed = true
+		}
+		a.unclaimed[ip] = c.Owner.Name
+		if m := a.meta[ip]; m.containerID != c.Owner.ContainerID {
+			changed = true
+		}
+		a.meta[ip] = allocMeta{containerID: c.Owner.ContainerID, since: now}
+	}
+	a.holds--
+	a.maybeReady()
+	loaded := a.loaded
+	a.mu.Unlock()
+	a.log.Info("restored addresses handed over", "restorer", name, "addresses", len(claims))
+	if changed && loaded {
+		if err := a.persist(); err != nil {
+			a.log.Warn("persist restored addresses", "error", err)
+		}
 	}
 }
 
@@ -228,8 +352,18 @@ func (a *allocator) wait(ctx context.Context) error {
 }
 
 // allocation describes ip in p.
-func allocation(p *pool.Pool, ip netip.Addr, owner string) Allocation {
-	return Allocation{IP: ip, Gateway: p.RouterIP(), CIDRs: p.CIDRs(), Owner: owner}
+func allocation(p *pool.Pool, ip netip.Addr, owner string, m allocMeta) Allocation {
+	return Allocation{IP: ip, Gateway: p.RouterIP(), CIDRs: p.CIDRs(), Owner: owner, ContainerID: m.containerID, Since: m.since}
+}
+
+// heldBy reports whether an address held by name with meta m is owner's:
+// with a container ID it must be the allocation's; without, the names
+// must match.
+func heldBy(name string, m allocMeta, owner Owner) bool {
+	if owner.ContainerID != "" {
+		return m.containerID == owner.ContainerID && (owner.Name == "" || owner.Name == name)
+	}
+	return owner.Name == name
 }
 
 // AllocateNext implements Allocator.
@@ -237,25 +371,29 @@ func allocation(p *pool.Pool, ip netip.Addr, owner string) Allocation {
 // Possible errors: pool.ErrEmptyOwner; ErrNoPodCIDR when ctx ends before
 // the node has pod CIDRs; pool.ErrPoolExhausted naming the CIDRs; a
 // failure to write the state file (the address is then not allocated).
-func (a *allocator) AllocateNext(ctx context.Context, owner string) (Allocation, error) {
-	if owner == "" {
+func (a *allocator) AllocateNext(ctx context.Context, owner Owner) (Allocation, error) {
+	if owner.Name == "" {
 		return Allocation{}, fmt.Errorf("allocate IP: %w", pool.ErrEmptyOwner)
 	}
 	if err := a.wait(ctx); err != nil {
 		return Allocation{}, fmt.Errorf("allocate IP for %s: %w", owner, err)
 	}
-	a.mu.RLock()
+	a.mu.Lock()
 	p := a.pool
-	ip, err := p.Allocate(owner)
-	a.mu.RUnlock()
+	ip, err := p.Allocate(owner.Name)
+	m := allocMeta{containerID: owner.ContainerID, since: a.now()}
+	if err == nil {
+		a.meta[ip] = m
+	}
+	a.mu.Unlock()
 	if err != nil {
 		return Allocation{}, fmt.Errorf("allocate IP for %s: %w", owner, err)
 	}
 	if err := a.persist(); err != nil {
-		a.undo(ip, owner)
+		a.undo(ip, owner.Name)
 		return Allocation{}, fmt.Errorf("allocate IP for %s: %w", owner, err)
 	}
-	return allocation(p, ip, owner), nil
+	return allocation(p, ip, owner.Name, m), nil
 }
 
 // undo releases ip if owner still holds it.
@@ -264,6 +402,7 @@ func (a *allocator) undo(ip netip.Addr, owner string) {
 	defer a.mu.Unlock()
 	if cur, ok := a.pool.Owner(ip); ok && cur == owner {
 		_ = a.pool.Release(ip)
+		delete(a.meta, ip)
 	}
 }
 
@@ -272,9 +411,10 @@ func (a *allocator) undo(ip netip.Addr, owner string) {
 //
 // Possible errors: pool.ErrEmptyOwner; ErrNoPodCIDR when ctx ends before
 // the node has pod CIDRs; pool.ErrNotInPool; pool.ErrInUse naming the
-// current owner; a failure to write the state file.
-func (a *allocator) AllocateIP(ctx context.Context, ip netip.Addr, owner string) (Allocation, error) {
-	if owner == "" {
+// current owner (also the same pod's other container); a failure to write
+// the state file.
+func (a *allocator) AllocateIP(ctx context.Context, ip netip.Addr, owner Owner) (Allocation, error) {
+	if owner.Name == "" {
 		return Allocation{}, fmt.Errorf("allocate %v: %w", ip, pool.ErrEmptyOwner)
 	}
 	if err := a.wait(ctx); err != nil {
@@ -284,21 +424,75 @@ func (a *allocator) AllocateIP(ctx context.Context, ip netip.Addr, owner string)
 	a.mu.Lock()
 	p := a.pool
 	cur, held := p.Owner(ip)
-	err := p.AllocateIP(ip, owner)
-	if err == nil && a.unclaimed[ip] == owner {
-		delete(a.unclaimed, ip)
+	m := a.meta[ip]
+	if held && cur == owner.Name && m.containerID != "" && owner.ContainerID != "" && m.containerID != owner.ContainerID {
+		a.mu.Unlock()
+		return Allocation{}, fmt.Errorf("allocate %v for %s: %w: held by %s", ip, owner, pool.ErrInUse, Owner{Name: cur, ContainerID: m.containerID})
+	}
+	err := p.AllocateIP(ip, owner.Name)
+	changed := false
+	if err == nil {
+		if a.unclaimed[ip] == owner.Name {
+			delete(a.unclaimed, ip)
+		}
+		switch {
+		case !held || cur != owner.Name:
+			m = allocMeta{containerID: owner.ContainerID}
+			changed = true
+		case m.containerID == "" && owner.ContainerID != "":
+			m.containerID = owner.ContainerID
+			changed = true
+		}
+		m.since = a.now()
+		a.meta[ip] = m
 	}
 	a.mu.Unlock()
 	if err != nil {
 		return Allocation{}, err
 	}
-	if !held || cur != owner {
+	if changed {
 		if err := a.persist(); err != nil {
-			a.undo(ip, owner)
+			if !held || cur != owner.Name {
+				a.undo(ip, owner.Name)
+			}
 			return Allocation{}, fmt.Errorf("allocate %v for %s: %w", ip, owner, err)
 		}
 	}
-	return allocation(p, ip, owner), nil
+	return allocation(p, ip, owner.Name, m), nil
+}
+
+// Claim implements Allocator.
+func (a *allocator) Claim(ctx context.Context, ip netip.Addr, owner Owner) error {
+	if err := a.wait(ctx); err != nil {
+		return fmt.Errorf("claim %v for %s: %w", ip, owner, err)
+	}
+	ip = ip.Unmap()
+	a.mu.Lock()
+	cur, held := a.pool.Owner(ip)
+	m := a.meta[ip]
+	switch {
+	case !held:
+		a.mu.Unlock()
+		return fmt.Errorf("%w: %v is free: an endpoint can only use an address allocated to its container (POST /v1/ipam?owner=%s&container-id=%s)",
+			ErrNotAllocated, ip, owner.Name, owner.ContainerID)
+	case cur != owner.Name || m.containerID != "" && owner.ContainerID != "" && m.containerID != owner.ContainerID:
+		a.mu.Unlock()
+		return fmt.Errorf("%w: %v is allocated to %s, not to %s", ErrNotOwner, ip, Owner{Name: cur, ContainerID: m.containerID}, owner)
+	}
+	adopted := m.containerID == "" && owner.ContainerID != ""
+	if adopted {
+		m.containerID = owner.ContainerID
+	}
+	m.since = a.now()
+	a.meta[ip] = m
+	delete(a.unclaimed, ip)
+	a.mu.Unlock()
+	if adopted {
+		if err := a.persist(); err != nil {
+			return fmt.Errorf("claim %v for %s: %w", ip, owner, err)
+		}
+	}
+	return nil
 }
 
 // Release implements Allocator. Before the node has pod CIDRs it forgets
@@ -324,6 +518,7 @@ func (a *allocator) Release(ip netip.Addr) error {
 			return err
 		}
 		delete(a.unclaimed, ip)
+		delete(a.meta, ip)
 	}
 	a.mu.Unlock()
 	if !changed {
@@ -333,6 +528,144 @@ func (a *allocator) Release(ip netip.Addr) error {
 		return fmt.Errorf("release %v: %w", ip, err)
 	}
 	return nil
+}
+
+// ReleaseOwned implements Allocator.
+func (a *allocator) ReleaseOwned(ip netip.Addr, owner Owner) (bool, error) {
+	ip = ip.Unmap()
+	a.mu.Lock()
+	if !a.loaded {
+		a.mu.Unlock()
+		return false, fmt.Errorf("release %v: %w", ip, errNotStarted)
+	}
+	if a.pool == nil {
+		e, ok := a.restored[ip]
+		if !ok {
+			a.mu.Unlock()
+			return false, nil
+		}
+		if !heldBy(e.owner, allocMeta{containerID: e.containerID}, owner) {
+			a.mu.Unlock()
+			return false, fmt.Errorf("release %v for %s: %w: held by %s", ip, owner, ErrNotOwner, Owner{Name: e.owner, ContainerID: e.containerID})
+		}
+		delete(a.restored, ip)
+	} else {
+		cur, held := a.pool.Owner(ip)
+		if !held {
+			a.mu.Unlock()
+			return false, nil
+		}
+		m := a.meta[ip]
+		if !heldBy(cur, m, owner) {
+			a.mu.Unlock()
+			return false, fmt.Errorf("release %v for %s: %w: held by %s", ip, owner, ErrNotOwner, Owner{Name: cur, ContainerID: m.containerID})
+		}
+		if err := a.pool.Release(ip); err != nil {
+			a.mu.Unlock()
+			return false, fmt.Errorf("release %v: %w", ip, err)
+		}
+		delete(a.unclaimed, ip)
+		delete(a.meta, ip)
+	}
+	a.mu.Unlock()
+	if err := a.persist(); err != nil {
+		return true, fmt.Errorf("release %v: %w", ip, err)
+	}
+	return true, nil
+}
+
+// ReleaseContainer implements Allocator.
+func (a *allocator) ReleaseContainer(containerID string) ([]Allocation, error) {
+	if containerID == "" {
+		return nil, nil
+	}
+	a.mu.Lock()
+	if !a.loaded {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("release addresses of container %s: %w", containerID, errNotStarted)
+	}
+	var out []Allocation
+	if a.pool == nil {
+		for ip, e := range a.restored {
+			if e.containerID == containerID {
+				delete(a.restored, ip)
+				out = append(out, Allocation{IP: ip, Owner: e.owner, ContainerID: containerID})
+			}
+		}
+	} else {
+		for ip, m := range a.meta {
+			if m.containerID != containerID {
+				continue
+			}
+			cur, held := a.pool.Owner(ip)
+			if held && a.pool.Release(ip) == nil {
+				out = append(out, allocation(a.pool, ip, cur, m))
+			}
+			delete(a.meta, ip)
+			delete(a.unclaimed, ip)
+		}
+	}
+	a.mu.Unlock()
+	if len(out) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(out, func(x, y Allocation) int { return x.IP.Compare(y.IP) })
+	if err := a.persist(); err != nil {
+		return out, fmt.Errorf("release addresses of container %s: %w", containerID, err)
+	}
+	return out, nil
+}
+
+// collect frees the pod addresses allocated (or last claimed) more than
+// grace ago that inUse reports unused, and returns them. The caller reads
+// inUse's source (the endpoints table) before calling: an endpoint created
+// after that read claimed its address less than grace ago.
+func (a *allocator) collect(grace time.Duration, inUse func(netip.Addr) bool) ([]Allocation, error) {
+	a.mu.Lock()
+	if a.pool == nil || !a.isReady {
+		a.mu.Unlock()
+		return nil, nil
+	}
+	now := a.now()
+	var out []Allocation
+	for ip, owner := range a.pool.Dump() {
+		if !isPodOwner(owner) {
+			continue
+		}
+		m, ok := a.meta[ip]
+		if !ok {
+			a.meta[ip] = allocMeta{since: now} // unknown age: count from now
+			continue
+		}
+		if now.Sub(m.since) < grace || inUse(ip) {
+			continue
+		}
+		if err := a.pool.Release(ip); err != nil {
+			continue
+		}
+		delete(a.meta, ip)
+		delete(a.unclaimed, ip)
+		al := allocation(a.pool, ip, owner, m)
+		out = append(out, al)
+		a.gcReleased = append(a.gcReleased, gcRelease{Allocation: al, At: now})
+	}
+	a.gcTotal.Add(uint64(len(out)))
+	if n := len(a.gcReleased) - gcHistory; n > 0 {
+		a.gcReleased = slices.Delete(a.gcReleased, 0, n)
+	}
+	a.mu.Unlock()
+	if len(out) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(out, func(x, y Allocation) int { return x.IP.Compare(y.IP) })
+	return out, a.persist()
+}
+
+// collected returns the last addresses the garbage collector freed.
+func (a *allocator) collected() []gcRelease {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return slices.Clone(a.gcReleased)
 }
 
 // RouterIP implements Allocator.
@@ -364,15 +697,16 @@ func (a *allocator) OwnedBy(ctx context.Context, owner string) ([]netip.Addr, er
 func (a *allocator) list() []Allocation {
 	a.mu.RLock()
 	p := a.pool
-	a.mu.RUnlock()
 	if p == nil {
+		a.mu.RUnlock()
 		return nil
 	}
 	dump := p.Dump()
 	out := make([]Allocation, 0, len(dump))
 	for ip, owner := range dump {
-		out = append(out, allocation(p, ip, owner))
+		out = append(out, allocation(p, ip, owner, a.meta[ip]))
 	}
+	a.mu.RUnlock()
 	slices.SortFunc(out, func(x, y Allocation) int { return x.IP.Compare(y.IP) })
 	return out
 }
@@ -411,6 +745,7 @@ func (a *allocator) releaseUnclaimed(stale func(owner string) bool) ([]Allocatio
 		if err := a.pool.Release(ip); err != nil {
 			continue
 		}
+		delete(a.meta, ip)
 		released = append(released, Allocation{IP: ip, Owner: owner})
 	}
 	a.mu.Unlock()
@@ -428,8 +763,8 @@ func (a *allocator) snapshot() *stateFile {
 	st := &stateFile{Version: stateVersion, Node: a.node, Allocations: []stateEntry{}}
 	if a.pool == nil {
 		st.CIDRs = a.restoredCIDRs
-		for ip, owner := range a.restored {
-			st.Allocations = append(st.Allocations, stateEntry{IP: ip, Owner: owner})
+		for ip, e := range a.restored {
+			st.Allocations = append(st.Allocations, stateEntry{IP: ip, Owner: e.owner, ContainerID: e.containerID})
 		}
 	} else {
 		st.CIDRs = a.pool.CIDRs()
@@ -437,7 +772,7 @@ func (a *allocator) snapshot() *stateFile {
 			if owner == pool.RouterOwner && ip == a.pool.RouterIP() {
 				continue
 			}
-			st.Allocations = append(st.Allocations, stateEntry{IP: ip, Owner: owner})
+			st.Allocations = append(st.Allocations, stateEntry{IP: ip, Owner: owner, ContainerID: a.meta[ip].containerID})
 		}
 	}
 	slices.SortFunc(st.Allocations, func(x, y stateEntry) int { return x.IP.Compare(y.IP) })

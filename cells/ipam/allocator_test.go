@@ -59,7 +59,7 @@ func TestAllocateNextWaitsForPodCIDRs(t *testing.T) {
 	a := newTestAllocator(t, "", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := a.AllocateNext(ctx, "ns/p")
+	_, err := a.AllocateNext(ctx, Owner{Name: "ns/p"})
 	if err == nil {
 		t.Fatal("AllocateNext succeeded without pod CIDRs")
 	}
@@ -77,7 +77,7 @@ func TestAllocateNextWaitsForPodCIDRs(t *testing.T) {
 	// A waiting call completes when the CIDRs arrive.
 	done := make(chan Allocation, 1)
 	go func() {
-		al, err := a.AllocateNext(context.Background(), "ns/waiting")
+		al, err := a.AllocateNext(context.Background(), Owner{Name: "ns/waiting"})
 		if err != nil {
 			t.Errorf("waiting AllocateNext: %v", err)
 		}
@@ -104,13 +104,13 @@ func TestAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	al, err := a.AllocateNext(ctx, "ns/p1")
+	al, err := a.AllocateNext(ctx, Owner{Name: "ns/p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Allocation{IP: netip.MustParseAddr("10.0.1.2"), Gateway: netip.MustParseAddr("10.0.1.1"),
-		CIDRs: prefixes("10.0.1.0/24", "10.0.9.0/28"), Owner: "ns/p1"}
-	if fmt.Sprint(al) != fmt.Sprint(want) {
+		CIDRs: prefixes("10.0.1.0/24", "10.0.9.0/28"), Owner: "ns/p1", Since: al.Since}
+	if fmt.Sprint(al) != fmt.Sprint(want) || al.Since.IsZero() {
 		t.Errorf("got %+v, want %+v", al, want)
 	}
 	if r, ok := a.RouterIP(); !ok || r != want.Gateway {
@@ -118,19 +118,19 @@ func TestAllocate(t *testing.T) {
 	}
 	// A given address: again by the same owner is fine, by another not.
 	ip := netip.MustParseAddr("10.0.9.5")
-	if _, err := a.AllocateIP(ctx, ip, "ns/p2"); err != nil {
+	if _, err := a.AllocateIP(ctx, ip, Owner{Name: "ns/p2"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AllocateIP(ctx, ip, "ns/p2"); err != nil {
+	if _, err := a.AllocateIP(ctx, ip, Owner{Name: "ns/p2"}); err != nil {
 		t.Errorf("same owner again: %v", err)
 	}
-	if _, err := a.AllocateIP(ctx, ip, "ns/other"); !errors.Is(err, pool.ErrInUse) {
+	if _, err := a.AllocateIP(ctx, ip, Owner{Name: "ns/other"}); !errors.Is(err, pool.ErrInUse) {
 		t.Errorf("other owner: %v, want ErrInUse", err)
 	}
-	if _, err := a.AllocateIP(ctx, netip.MustParseAddr("192.168.0.1"), "ns/p3"); !errors.Is(err, pool.ErrNotInPool) {
+	if _, err := a.AllocateIP(ctx, netip.MustParseAddr("192.168.0.1"), Owner{Name: "ns/p3"}); !errors.Is(err, pool.ErrNotInPool) {
 		t.Errorf("outside the CIDRs: %v, want ErrNotInPool", err)
 	}
-	if _, err := a.AllocateNext(ctx, ""); !errors.Is(err, pool.ErrEmptyOwner) {
+	if _, err := a.AllocateNext(ctx, Owner{Name: ""}); !errors.Is(err, pool.ErrEmptyOwner) {
 		t.Errorf("empty owner: %v", err)
 	}
 	if got, err := a.OwnedBy(ctx, "ns/p2"); err != nil || len(got) != 1 || got[0] != ip {
@@ -149,10 +149,10 @@ func TestExhaustion(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/30")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AllocateNext(context.Background(), "ns/p1"); err != nil {
+	if _, err := a.AllocateNext(context.Background(), Owner{Name: "ns/p1"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := a.AllocateNext(context.Background(), "ns/p2")
+	_, err := a.AllocateNext(context.Background(), Owner{Name: "ns/p2"})
 	if !errors.Is(err, pool.ErrPoolExhausted) {
 		t.Fatalf("got %v, want ErrPoolExhausted", err)
 	}
@@ -173,7 +173,7 @@ func TestRelease(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	al, err := a.AllocateNext(context.Background(), "ns/p")
+	al, err := a.AllocateNext(context.Background(), Owner{Name: "ns/p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestConcurrentAllocationsAreDistinct(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			owner := fmt.Sprintf("ns/p%d", i)
-			al, err := a.AllocateNext(context.Background(), owner)
+			al, err := a.AllocateNext(context.Background(), Owner{Name: owner})
 			if err != nil {
 				t.Error(err)
 				return
@@ -244,9 +244,9 @@ func TestRestore(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	p1, _ := a.AllocateNext(ctx, "ns/p1")
-	p2, _ := a.AllocateNext(ctx, "ns/p2")
-	health, _ := a.AllocateNext(ctx, HealthOwner)
+	p1, _ := a.AllocateNext(ctx, Owner{Name: "ns/p1"})
+	p2, _ := a.AllocateNext(ctx, Owner{Name: "ns/p2"})
+	health, _ := a.AllocateNext(ctx, Owner{Name: HealthOwner})
 
 	// A restarted agent: restored allocations are held before anyone claims them.
 	b := newTestAllocator(t, dir, "boot-1")
@@ -256,16 +256,16 @@ func TestRestore(t *testing.T) {
 	if err := b.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AllocateIP(ctx, p1.IP, "ns/p1"); err != nil {
+	if _, err := b.AllocateIP(ctx, p1.IP, Owner{Name: "ns/p1"}); err != nil {
 		t.Errorf("re-claim by the same owner: %v", err)
 	}
-	if _, err := b.AllocateIP(ctx, health.IP, "ns/intruder"); !errors.Is(err, pool.ErrInUse) {
+	if _, err := b.AllocateIP(ctx, health.IP, Owner{Name: "ns/intruder"}); !errors.Is(err, pool.ErrInUse) {
 		t.Errorf("claim of a restored address by another owner: %v, want ErrInUse", err)
 	}
 	if got := b.unclaimedOwners(); len(got) != 1 || got[health.IP] != HealthOwner {
 		t.Errorf("unclaimed = %v, want only the health IP", got)
 	}
-	next, err := b.AllocateNext(ctx, "ns/p3")
+	next, err := b.AllocateNext(ctx, Owner{Name: "ns/p3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestRestore(t *testing.T) {
 	if got, _ := c.OwnedBy(ctx, HealthOwner); len(got) != 1 || got[0] != health.IP {
 		t.Errorf("health IP after reboot = %v, want %v", got, health.IP)
 	}
-	if _, err := c.AllocateIP(ctx, p1.IP, "ns/new"); err != nil {
+	if _, err := c.AllocateIP(ctx, p1.IP, Owner{Name: "ns/new"}); err != nil {
 		t.Errorf("pod address from before the reboot still held: %v", err)
 	}
 
@@ -340,7 +340,7 @@ func TestPodCIDRChanges(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/30")); err != nil {
 		t.Fatal(err)
 	}
-	al, err := a.AllocateNext(ctx, "ns/p1")
+	al, err := a.AllocateNext(ctx, Owner{Name: "ns/p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +348,10 @@ func TestPodCIDRChanges(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/30", "10.0.2.0/30")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AllocateIP(ctx, al.IP, "ns/other"); !errors.Is(err, pool.ErrInUse) {
+	if _, err := a.AllocateIP(ctx, al.IP, Owner{Name: "ns/other"}); !errors.Is(err, pool.ErrInUse) {
 		t.Errorf("allocation lost when a CIDR was added: %v", err)
 	}
-	if _, err := a.AllocateNext(ctx, "ns/p2"); err != nil {
+	if _, err := a.AllocateNext(ctx, Owner{Name: "ns/p2"}); err != nil {
 		t.Errorf("no room after a CIDR was added: %v", err)
 	}
 	// The first CIDR replaced: refused, the old ones stay.
@@ -378,7 +378,7 @@ func TestNoWriteBeforeRestore(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AllocateNext(context.Background(), "ns/p"); err != nil {
+	if _, err := a.AllocateNext(context.Background(), Owner{Name: "ns/p"}); err != nil {
 		t.Fatal(err)
 	}
 	b := newAllocatorCore(testNode, newStateStore(filepath.Join(dir, StateFileName), ""), hivetest.Logger(t))
@@ -402,7 +402,7 @@ func TestPersistFailureUndoesAllocation(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/30")); err == nil {
 		t.Error("setPodCIDRs succeeded although the state cannot be written")
 	}
-	_, err := a.AllocateNext(context.Background(), "ns/p")
+	_, err := a.AllocateNext(context.Background(), Owner{Name: "ns/p"})
 	if err == nil || !strings.Contains(err.Error(), "--state-dir") {
 		t.Fatalf("AllocateNext = %v, want an error naming --state-dir", err)
 	}

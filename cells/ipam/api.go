@@ -19,22 +19,25 @@ const apiWaitTimeout = 30 * time.Second
 
 // api serves the IPAM routes of the agent API.
 type api struct {
-	a    *allocator
-	wait time.Duration
+	a     *allocator
+	wait  time.Duration
+	grace time.Duration
 }
 
-func apiHandlers(a *allocator) agentapi.HandlersOut {
-	h := &api{a: a, wait: apiWaitTimeout}
+func apiHandlers(a *allocator, cfg Config) agentapi.HandlersOut {
+	h := &api{a: a, wait: apiWaitTimeout, grace: cfg.IPAMGCGrace}
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "POST /ipam", Handler: h.allocateNext},
 		{Pattern: "POST /ipam/{ip}", Handler: h.allocateIP},
 		{Pattern: "DELETE /ipam/{ip}", Handler: h.release},
 		{Pattern: "GET /ipam", Handler: h.list},
+		{Pattern: "GET /ipam/gc", Handler: h.gc},
 	}}
 }
 
-// allocateNext is POST /v1/ipam?owner=<namespace>/<pod>[&family=ipv4]:
+// allocateNext is POST /v1/ipam?owner=<namespace>/<pod>[&container-id=<id>][&family=ipv4]:
 // the next free address, answered with 201 and a models.IPAMResponse.
+// The allocation records both the owner and the container ID.
 func (h *api) allocateNext(w http.ResponseWriter, r *http.Request) {
 	owner, ok := ownerParam(w, r)
 	if !ok {
@@ -50,7 +53,8 @@ func (h *api) allocateNext(w http.ResponseWriter, r *http.Request) {
 	writeCreated(w, models.IPAMResponse{IPv4: toModel(al)})
 }
 
-// allocateIP is POST /v1/ipam/{ip}?owner=...: claim a given address.
+// allocateIP is POST /v1/ipam/{ip}?owner=...[&container-id=...]: claim a
+// given address.
 func (h *api) allocateIP(w http.ResponseWriter, r *http.Request) {
 	ip, err := netip.ParseAddr(r.PathValue("ip"))
 	if err != nil {
@@ -71,11 +75,28 @@ func (h *api) allocateIP(w http.ResponseWriter, r *http.Request) {
 	writeCreated(w, models.IPAMResponse{IPv4: toModel(al)})
 }
 
-// release is DELETE /v1/ipam/{ip}; releasing a free address succeeds.
+// release is DELETE /v1/ipam/{ip}[?container-id=<id>]. Without
+// container-id it frees the address whoever holds it (the admin's tool)
+// and releasing a free address succeeds. With it, the address is freed
+// only if that container holds it: 409 naming the holder otherwise, 404
+// when it is free.
 func (h *api) release(w http.ResponseWriter, r *http.Request) {
 	ip, err := netip.ParseAddr(r.PathValue("ip"))
 	if err != nil {
 		agentapi.WriteError(w, http.StatusBadRequest, "invalid IP address %q: %v", r.PathValue("ip"), err)
+		return
+	}
+	if cid := r.URL.Query().Get("container-id"); cid != "" {
+		switch released, err := h.a.ReleaseOwned(ip, Owner{ContainerID: cid}); {
+		case errors.Is(err, ErrNotOwner):
+			agentapi.WriteError(w, http.StatusConflict, "%v; not released", err)
+		case err != nil:
+			agentapi.WriteError(w, http.StatusInternalServerError, "%v", err)
+		case !released:
+			agentapi.WriteError(w, http.StatusNotFound, "%v is not allocated", ip)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
 		return
 	}
 	switch err := h.a.Release(ip); {
@@ -100,24 +121,39 @@ func (h *api) list(w http.ResponseWriter, r *http.Request) {
 	agentapi.WriteJSON(w, r, out)
 }
 
-func ownerParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+// gc is GET /v1/ipam/gc: the garbage collector's grace and the addresses
+// it freed last.
+func (h *api) gc(w http.ResponseWriter, r *http.Request) {
+	out := models.IPAMGC{Grace: h.grace.String(), ReleasedTotal: h.a.gcTotal.Load(), Released: []models.IPAMReleased{}}
+	for _, rel := range h.a.collected() {
+		out.Released = append(out.Released, models.IPAMReleased{IPAMAddress: *toModel(rel.Allocation), ReleasedAt: rel.At.UTC().Format(time.RFC3339)})
+	}
+	agentapi.WriteJSON(w, r, out)
+}
+
+func ownerParam(w http.ResponseWriter, r *http.Request) (Owner, bool) {
 	q := r.URL.Query()
 	switch fam := q.Get("family"); fam {
 	case "", "ipv4":
 	default:
 		agentapi.WriteError(w, http.StatusBadRequest, "address family %q is not supported: cellium allocates IPv4 addresses only (family=ipv4)", fam)
-		return "", false
+		return Owner{}, false
 	}
 	owner := q.Get("owner")
 	if owner == "" {
 		agentapi.WriteError(w, http.StatusBadRequest, "missing query parameter owner: pass owner=<namespace>/<pod>")
-		return "", false
+		return Owner{}, false
 	}
 	if len(owner) > models.MaxOwnerLen {
 		agentapi.WriteError(w, http.StatusBadRequest, "query parameter owner is %d bytes long, the limit is %d", len(owner), models.MaxOwnerLen)
-		return "", false
+		return Owner{}, false
 	}
-	return owner, true
+	cid := q.Get("container-id")
+	if len(cid) > models.MaxContainerIDLen {
+		agentapi.WriteError(w, http.StatusBadRequest, "query parameter container-id is %d bytes long, the limit is %d", len(cid), models.MaxContainerIDLen)
+		return Owner{}, false
+	}
+	return Owner{Name: owner, ContainerID: cid}, true
 }
 
 // writeAllocError maps allocation errors to HTTP codes: 503 for what a
@@ -141,7 +177,11 @@ func toModel(al Allocation) *models.IPAMAddress {
 	for i, c := range al.CIDRs {
 		cidrs[i] = c.String()
 	}
-	return &models.IPAMAddress{IP: al.IP.String(), Gateway: al.Gateway.String(), CIDRs: cidrs, Owner: al.Owner}
+	out := &models.IPAMAddress{IP: al.IP.String(), Gateway: al.Gateway.String(), CIDRs: cidrs, Owner: al.Owner, ContainerID: al.ContainerID}
+	if !al.Since.IsZero() {
+		out.Since = al.Since.UTC().Format(time.RFC3339)
+	}
+	return out
 }
 
 // writeCreated writes v as JSON with status 201 Created.

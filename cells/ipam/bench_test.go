@@ -25,7 +25,7 @@ func BenchmarkAllocateRelease(b *testing.B) {
 			b.SetParallelism(par)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					al, err := a.AllocateNext(context.Background(), "ns/pod")
+					al, err := a.AllocateNext(context.Background(), Owner{Name: "ns/pod"})
 					if err != nil {
 						b.Error(err)
 						return

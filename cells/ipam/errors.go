@@ -41,3 +41,12 @@ type wrapped struct {
 
 func (w *wrapped) Error() string   { return w.msg }
 func (w *wrapped) Unwrap() []error { return w.errs }
+
+var (
+	// ErrNotAllocated means the address is not allocated to anyone: an
+	// endpoint can only use an address that POST /v1/ipam handed out.
+	ErrNotAllocated = errors.New("IP not allocated")
+	// ErrNotOwner means the address is allocated to another owner or
+	// another container; the wrapping message names the holder.
+	ErrNotOwner = errors.New("IP held by another owner")
+)

@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
+	"github.com/cellium/cellium/statedb/endpoints"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -88,7 +89,9 @@ type jobsParams struct {
 	Jobs        hive.Jobs
 	Allocator   *allocator
 	CiliumNodes statedb.Table[*ciliumv2.CiliumNode]
-	Pods        statedb.Table[*corev1.Pod] `optional:"true"`
+	Pods        statedb.Table[*corev1.Pod]         `optional:"true"`
+	Endpoints   statedb.Table[*endpoints.Endpoint] `optional:"true"`
+	Config      Config
 	Log         *slog.Logger
 }
 
@@ -102,6 +105,38 @@ func registerJobs(p jobsParams) {
 			return restoreGC(ctx, h, p.DB, p.Pods, a, restoreGCGrace, restoreGCInterval, p.Log)
 		}))
 	}
+	if p.Endpoints != nil && p.Config.IPAMGCGrace > 0 {
+		p.Jobs.Add(hive.Timer("ipam-gc", func(context.Context) error {
+			_, err := collectUnused(p.DB, p.Endpoints, a, p.Config.IPAMGCGrace, p.Log)
+			return err
+		}, p.Config.gcInterval()))
+	}
+}
+
+// collectUnused frees the pod addresses that no endpoint has used for
+// grace, once the endpoints table is initialized (restored endpoints are
+// in it), and logs each. An address is in use when an endpoint has it.
+// The table is read before the allocator's lock is taken: an endpoint
+// inserted after the read claimed its address (Claim) less than grace
+// ago, so the collector leaves it alone.
+func collectUnused(db *statedb.DB, eps statedb.Table[*endpoints.Endpoint], a *allocator, grace time.Duration, log *slog.Logger) ([]Allocation, error) {
+	txn := db.ReadTxn()
+	if init, _ := eps.Initialized(txn); !init {
+		return nil, nil
+	}
+	released, err := a.collect(grace, func(ip netip.Addr) bool {
+		_, _, found := eps.Get(txn, endpoints.IPIndex.Query(ip))
+		return found
+	})
+	now := a.now()
+	for _, r := range released {
+		log.Warn("IPAM garbage collector freed an address no endpoint used (an ADD that never finished, or a lost DEL)",
+			"ip", r.IP, "owner", r.Owner, "containerID", r.ContainerID, "unusedFor", now.Sub(r.Since).Round(time.Second))
+	}
+	if err != nil {
+		return released, fmt.Errorf("free unused addresses: %w", err)
+	}
+	return released, nil
 }
 
 // followPodCIDRs feeds the pod CIDRs of this node's CiliumNode to the

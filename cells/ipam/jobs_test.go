@@ -35,10 +35,10 @@ func TestRestoreGC(t *testing.T) {
 	if err := a.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	alive, _ := a.AllocateNext(ctx, "ns/alive")
-	gone, _ := a.AllocateNext(ctx, "ns/gone")
-	claimed, _ := a.AllocateNext(ctx, "ns/claimed")
-	health, _ := a.AllocateNext(ctx, HealthOwner)
+	alive, _ := a.AllocateNext(ctx, Owner{Name: "ns/alive"})
+	gone, _ := a.AllocateNext(ctx, Owner{Name: "ns/gone"})
+	claimed, _ := a.AllocateNext(ctx, Owner{Name: "ns/claimed"})
+	health, _ := a.AllocateNext(ctx, Owner{Name: HealthOwner})
 
 	// Restart: ns/claimed's endpoint is restored and claims its address;
 	// ns/gone was deleted while the agent was down.
@@ -46,7 +46,7 @@ func TestRestoreGC(t *testing.T) {
 	if err := b.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AllocateIP(ctx, claimed.IP, "ns/claimed"); err != nil {
+	if _, err := b.AllocateIP(ctx, claimed.IP, Owner{Name: "ns/claimed"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -69,7 +69,7 @@ func TestRestoreGC(t *testing.T) {
 		done <- restoreGC(ctx, &nopHealth{}, db, pods, b, 20*time.Millisecond, 10*time.Millisecond, hivetest.Logger(t))
 	}()
 	time.Sleep(50 * time.Millisecond)
-	if _, err := b.AllocateIP(ctx, gone.IP, "ns/other"); err == nil {
+	if _, err := b.AllocateIP(ctx, gone.IP, Owner{Name: "ns/other"}); err == nil {
 		t.Fatal("released before the pods table was initialized")
 	}
 	txn = db.WriteTxn(pods)

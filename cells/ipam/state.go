@@ -33,6 +33,9 @@ type stateFile struct {
 type stateEntry struct {
 	IP    netip.Addr `json:"ip"`
 	Owner string     `json:"owner"`
+	// ContainerID is the CNI container ID the address was allocated for
+	// (absent in files of older agents).
+	ContainerID string `json:"container-id,omitempty"`
 }
 
 // stateStore writes the state file atomically (statedir.WriteFile) and coalesces concurrent writes: a caller waits for one write

@@ -149,7 +149,7 @@ func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
 
 	var ip netip.Addr
 	for _, c := range candidates {
-		if _, err := d.allocator.AllocateIP(ctx, c, ipam.HealthOwner); err != nil {
+		if _, err := d.allocator.AllocateIP(ctx, c, ipam.Owner{Name: ipam.HealthOwner}); err != nil {
 			d.log.Warn("cannot keep the previous health IP", "ip", c, "error", err)
 			continue
 		}
@@ -157,7 +157,7 @@ func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
 		break
 	}
 	if !ip.IsValid() {
-		al, err := d.allocator.AllocateNext(ctx, ipam.HealthOwner)
+		al, err := d.allocator.AllocateNext(ctx, ipam.Owner{Name: ipam.HealthOwner})
 		if err != nil {
 			return fmt.Errorf("health IP: %w", err)
 		}

@@ -28,6 +28,7 @@ type fakeAgent struct {
 	mtu       int
 	health    string
 	ips       map[string]string           // allocated IP -> owner
+	ipCIDs    map[string]string           // allocated IP -> container ID, if sent
 	endpoints map[string]*models.Endpoint // by container ID
 	nextID    int64
 	nextIP    int
@@ -58,6 +59,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 		health:    client.HealthStateOK,
 		ips:       map[string]string{},
 		endpoints: map[string]*models.Endpoint{},
+		ipCIDs:    map[string]string{},
 		nextID:    1,
 		nextIP:    2,
 	}
@@ -133,6 +135,9 @@ func (a *fakeAgent) postIPAM(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		a.ips[ip] = owner
+		if cid := r.URL.Query().Get("container-id"); cid != "" {
+			a.ipCIDs[ip] = cid
+		}
 		writeJSON(w, http.StatusCreated, models.IPAMResponse{IPv4: &models.IPAMAddress{
 			IP: ip, Gateway: fakeGateway, CIDRs: []string{"10.210.0.0/16"}, Owner: owner,
 		}})
@@ -149,7 +154,12 @@ func (a *fakeAgent) deleteIPAM(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "IP %s is not allocated", ip)
 		return
 	}
+	if cid := r.URL.Query().Get("container-id"); cid != "" && a.ipCIDs[ip] != cid {
+		writeError(w, http.StatusConflict, "IP %s is held by container %q", ip, a.ipCIDs[ip])
+		return
+	}
 	delete(a.ips, ip)
+	delete(a.ipCIDs, ip)
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -210,20 +220,33 @@ func (a *fakeAgent) putEndpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, ep)
 }
 
-// deleteEndpoint deletes the endpoint and releases its address, as the
-// agent does.
+// deleteEndpoint deletes the container's endpoint and releases the
+// addresses allocated to the container, as the agent does; with ip=, only
+// the endpoint that has it and only that address.
 func (a *fakeAgent) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	cid := r.URL.Query().Get("container-id")
+	onlyIP := r.URL.Query().Get("ip")
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ep, ok := a.endpoints[cid]
-	if !ok {
-		writeError(w, http.StatusNotFound, "no endpoint for container %s", cid)
-		return
+	did := false
+	if ep, ok := a.endpoints[cid]; ok && (onlyIP == "" || ep.Spec != nil && ep.Spec.Addressing.IPV4 == onlyIP) {
+		delete(a.endpoints, cid)
+		if ep.Spec != nil {
+			delete(a.ips, ep.Spec.Addressing.IPV4)
+			delete(a.ipCIDs, ep.Spec.Addressing.IPV4)
+		}
+		did = true
 	}
-	delete(a.endpoints, cid)
-	if ep.Spec != nil {
-		delete(a.ips, ep.Spec.Addressing.IPV4)
+	for ip, c := range a.ipCIDs {
+		if c == cid && (onlyIP == "" || ip == onlyIP) {
+			delete(a.ips, ip)
+			delete(a.ipCIDs, ip)
+			did = true
+		}
+	}
+	if !did {
+		writeError(w, http.StatusNotFound, "container %s has no endpoint and no address", cid)
+		return
 	}
 	w.WriteHeader(http.StatusOK)
 }

@@ -189,18 +189,18 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 		mtu = cfg.MTU
 	}
 
-	ipam, err := s.agent.AllocateIP(ctx, podNamespace+"/"+podName)
+	ipam, err := s.agent.AllocateIPForContainer(ctx, podNamespace+"/"+podName, args.ContainerID)
 	if err != nil {
 		return agentError("allocate an IP address for pod "+podNamespace+"/"+podName, err)
 	}
 	ipStr := ipam.IPv4.IP
 	s.log.Debug("allocated", "ip", ipStr, "gateway", ipam.IPv4.Gateway)
 
-	// From here on, every failure undoes what was done.
-	var vethMade, endpointTried bool
+	// From here on, every failure undoes what this ADD did, and only that.
+	var vethMade bool
 	hostIfName := link.HostInterfaceName(args.ContainerID, args.IfName)
 	fail := func(e *types.Error) *types.Error {
-		rerr := p.rollback(s, args, hostIfName, ipStr, vethMade, endpointTried)
+		rerr := p.rollback(s, args, hostIfName, ipStr, vethMade)
 		if rerr != nil {
 			s.log.Error("rollback incomplete", "error", rerr)
 		} else {
@@ -232,7 +232,6 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 	vethMade = true
 	s.log.Debug("interface created", "hostIfName", res.HostIfName, "hostIfIndex", res.HostIfIndex, "mtu", res.MTU)
 
-	endpointTried = true
 	ep, err := s.agent.PutEndpoint(ctx, &models.EndpointChangeRequest{
 		ContainerID:            args.ContainerID,
 		ContainerInterfaceName: res.PodIfName,
@@ -259,36 +258,24 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 	return nil
 }
 
-// rollback undoes a failed ADD: the endpoint (when the agent may have
-// created it), the veth, and the address. The agent releases the address
-// of an endpoint it deletes, so the plugin releases it itself only when
-// the agent had no endpoint; if deleting the endpoint failed, the address
-// is left for the runtime's DEL, which always follows a failed ADD,
-// rather than freed under an endpoint that may still hold it.
-func (p *Plugin) rollback(s *session, args *skel.CmdArgs, hostIfName, ip string, vethMade, endpointTried bool) error {
+// rollback undoes a failed ADD: the veth it made, then, at the agent, the
+// endpoint only if it has this ADD's address (never an older endpoint of
+// the same container ID) and the address only if this container still
+// holds it. When the agent cannot be asked, the address stays allocated
+// to the container: the runtime's DEL, which follows a failed ADD, frees
+// it by container ID, and the agent's IPAM garbage collector frees it
+// after --ipam-gc-grace if no DEL ever comes.
+func (p *Plugin) rollback(s *session, args *skel.CmdArgs, hostIfName, ip string, vethMade bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
 	var errs []error
-	release := true
-	if endpointTried {
-		found, err := s.agent.DeleteEndpointByContainerID(ctx, args.ContainerID)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("delete endpoint: %w", err))
-			release = false
-		case found:
-			release = false
-		}
-	}
 	if vethMade {
 		if err := p.Host.RemoveEndpoint(ctx, hostIfName, args.Netns); err != nil {
 			errs = append(errs, fmt.Errorf("remove interface: %w", err))
 		}
 	}
-	if release {
-		if err := s.agent.ReleaseIP(ctx, ip); err != nil {
-			errs = append(errs, fmt.Errorf("release IP %s: %w", ip, err))
-		}
+	if _, err := s.agent.DeleteAttempt(ctx, args.ContainerID, ip); err != nil {
+		errs = append(errs, fmt.Errorf("delete endpoint and release IP %s: %w", ip, err))
 	}
 	return errors.Join(errs...)
 }

@@ -322,7 +322,9 @@ func TestPrivilegedEndpointCreateFails(t *testing.T) {
 				t.Errorf("error %q lacks %q", err, tc.inMsg)
 			}
 			calls := e.agent.callLog()
-			for _, want := range []string{"POST /v1/ipam", "PUT /v1/endpoint", "DELETE /v1/endpoint", "DELETE /v1/ipam/"} {
+			// The rollback is one call: the endpoint if it has this ADD's
+			// address, and that address.
+			for _, want := range []string{"POST /v1/ipam", "PUT /v1/endpoint", "DELETE /v1/endpoint"} {
 				if !slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, want) }) {
 					t.Errorf("calls %v lack %s", calls, want)
 				}
@@ -336,6 +338,68 @@ func TestPrivilegedEndpointCreateFails(t *testing.T) {
 			e.assertNothingLeft(t, pod)
 		})
 	}
+}
+
+// TestPrivilegedSameContainerTwoNetns: ADD of a container ID that already
+// has a working attachment (pod namespace A), again into A or into another
+// namespace B, must fail and leave A alone: its veth, its address and its endpoint
+// survive, and B keeps nothing (no link, no address). Before, the
+// leftover sweep deleted A's host veth (same interface name) or the
+// rollback deleted A's endpoint by container ID and freed A's address
+// (another interface name).
+func TestPrivilegedSameContainerTwoNetns(t *testing.T) {
+	e := privilegedEnv(t)
+	podA, podB := newTestNS(t), newTestNS(t)
+	list := e.conflist("1.1.0", nil)
+	rtA := podRuntime("ctr-dup", podA.Path(), "dup")
+	if _, err := e.add(list, rtA); err != nil {
+		t.Fatalf("ADD into A: %v", err)
+	}
+	ipsA, _ := e.agent.state()
+	epA := e.agent.endpoint("ctr-dup")
+	hostA := endpointLinks(t, e.node)
+	if epA == nil || len(ipsA) != 1 || len(hostA) != 1 {
+		t.Fatalf("after ADD into A: endpoint %v, IPs %v, host links %v", epA, ipsA, hostA)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		netns  string
+		ifName string
+	}{
+		{"A again", podA.Path(), "eth0"}, // refused before anything changes
+		{"B eth0", podB.Path(), "eth0"},
+		{"B eth1", podB.Path(), "eth1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := podRuntime("ctr-dup", tc.netns, "dup")
+			rt.IfName = tc.ifName
+			if _, err := e.add(list, rt); err == nil {
+				t.Fatalf("second ADD of the container succeeded")
+			}
+			if err := e.check(list, rtA); err != nil {
+				t.Errorf("A's attachment is damaged: %v", err)
+			}
+			ips, eps := e.agent.state()
+			if fmt.Sprint(ips) != fmt.Sprint(ipsA) {
+				t.Errorf("agent IPs %v, want A's only %v (B's address must be released, A's kept)", ips, ipsA)
+			}
+			if ep := e.agent.endpoint("ctr-dup"); len(eps) != 1 || ep == nil || ep.ID != epA.ID || ep.Spec.NetnsPath != podA.Path() {
+				t.Errorf("endpoints %v: A's endpoint %d replaced or gone: %+v", eps, epA.ID, ep)
+			}
+			if left := endpointLinks(t, e.node); !slices.Equal(left, hostA) {
+				t.Errorf("node links %v, want A's %v", left, hostA)
+			}
+			if names := linkNames(t, podB); !slices.Equal(names, []string{"lo"}) {
+				t.Errorf("B holds %v, want only lo", names)
+			}
+		})
+	}
+
+	if err := e.del(list, rtA); err != nil {
+		t.Fatalf("DEL of A: %v", err)
+	}
+	e.assertNothingLeft(t, podA, podB)
 }
 
 // TestPrivilegedBadNetns: a missing namespace and the node's own

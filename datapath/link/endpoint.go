@@ -77,7 +77,8 @@ func podSysctls(ifName string) []sysctl {
 // Errors: ErrInvalidSpec, also when spec.NetnsPath is the host namespace
 // (nothing changed); ErrNetnsNotFound for the pod or host namespace
 // (nothing changed); ErrHostLinkInUse when the name is taken by a link
-// that is not this container's veth (left untouched); ctx's error when it
+// that is not this container's veth, or is its veth with the peer in
+// another network namespace (left untouched); ctx's error when it
 // ends between steps; netlink and sysctl errors.
 func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err error) {
 	s, err := spec.normalize()
@@ -117,7 +118,7 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 	}
 	defer podH.Close()
 
-	if err := removeLeftovers(hostH, podH, s); err != nil {
+	if err := removeLeftovers(hostH, podH, podNS, s); err != nil {
 		return Result{}, err
 	}
 
@@ -288,9 +289,12 @@ func netlinkRoute(linkIndex int, r Route) *netlink.Route {
 
 // removeLeftovers deletes what an earlier attempt for the same endpoint
 // may have left: the host link (only a veth that is unlabelled or labelled
-// with this container), a stray temporary peer, and any link named
-// s.IfName in the pod, as Cilium's CNI does before creating one.
-func removeLeftovers(hostH, podH *netlink.Handle, s Spec) error {
+// with this container, and whose peer is in the host or in this pod's
+// namespace: a peer in another namespace is a live attachment of the same
+// container ID, which an ADD into another namespace must not destroy), a
+// stray temporary peer, and any link named s.IfName in the pod, as
+// Cilium's CNI does before creating one.
+func removeLeftovers(hostH, podH *netlink.Handle, podNS ns.NetNS, s Spec) error {
 	l, err := linkByName(hostH, s.HostIfName)
 	if err != nil {
 		return err
@@ -301,6 +305,9 @@ func removeLeftovers(hostH, podH *netlink.Handle, s Spec) error {
 		}
 		if cid, ifName, ok := parseHostAlias(l.Attrs().Alias); ok && (cid != s.ContainerID || ifName != s.IfName) {
 			return fmt.Errorf("%w: %s belongs to container %s interface %s", ErrHostLinkInUse, s.HostIfName, cid, ifName)
+		}
+		if err := checkPeerHere(hostH, podNS, l, s); err != nil {
+			return err
 		}
 		if err := deleteLink(hostH, s.HostIfName); err != nil {
 			return fmt.Errorf("remove earlier link: %w", err)
@@ -323,6 +330,27 @@ func removeLeftovers(hostH, podH *netlink.Handle, s Spec) error {
 		return fmt.Errorf("remove earlier pod interface: %w", err)
 	}
 	return nil
+}
+
+// checkPeerHere refuses a host veth whose peer lives in a network
+// namespace other than the host's and the pod's of s. The kernel reports
+// the peer's namespace as an ID local to the host namespace (-1: the same
+// namespace); the pod namespace's ID is looked up the same way (-1: the
+// host has never named it, so no peer can live there).
+func checkPeerHere(hostH *netlink.Handle, podNS ns.NetNS, l netlink.Link, s Spec) error {
+	peerNS := l.Attrs().NetNsID
+	if peerNS < 0 {
+		return nil // peer in the host namespace: a half-made pair
+	}
+	podID, err := hostH.GetNetNsIdByFd(int(podNS.Fd()))
+	if err != nil {
+		return fmt.Errorf("look up the ID of network namespace %s: %w", s.NetnsPath, err)
+	}
+	if podID >= 0 && podID == peerNS {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is the live interface of container %s in another network namespace (ID %d), not %s; it is left alone: run DEL for the container first",
+		ErrHostLinkInUse, s.HostIfName, s.ContainerID, peerNS, s.NetnsPath)
 }
 
 // deleteLink deletes the link called name; a missing link is not an error.

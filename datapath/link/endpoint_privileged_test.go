@@ -634,6 +634,40 @@ func TestPrivilegedSetupEndpointIdempotent(t *testing.T) {
 	}
 }
 
+// TestPrivilegedSetupLeavesLiveAttachmentOfOtherNetns: a second ADD of the
+// same container ID into another network namespace finds the host link
+// name taken by the first attachment, whose peer lives in the first pod's
+// namespace. It must refuse and leave that attachment working; before, the
+// leftover sweep deleted it.
+func TestPrivilegedSetupLeavesLiveAttachmentOfOtherNetns(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	node := newTestNode(t)
+	podA, podB := newTestNS(t), newTestNS(t)
+	specA := podSpec(0, podA.Path())
+	first := node.setupPod(t, specA)
+
+	specB := podSpec(0, podB.Path()) // same container ID and interface name
+	specB.IPv4 = podIP(1)
+	if _, err := node.host.SetupEndpoint(ctx, specB); !errors.Is(err, ErrHostLinkInUse) ||
+		!strings.Contains(err.Error(), "another network namespace") {
+		t.Fatalf("SetupEndpoint into another netns = %v, want ErrHostLinkInUse naming the other namespace", err)
+	}
+	if err := node.host.CheckEndpoint(ctx, specA); err != nil {
+		t.Errorf("first attachment damaged: %v", err)
+	}
+	links, err := node.host.ListHostInterfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != 1 || links[0].Index != first.HostIfIndex {
+		t.Errorf("node links %+v, want only the first attachment's (ifindex %d)", links, first.HostIfIndex)
+	}
+	if names := linkNames(t, testHandle(t, podB)); !slices.Equal(names, []string{"lo"}) {
+		t.Errorf("second pod holds links %v, want only lo", names)
+	}
+}
+
 func TestPrivilegedCheckEndpoint(t *testing.T) {
 	requirePrivileged(t)
 	ctx := context.Background()

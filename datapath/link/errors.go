@@ -23,7 +23,9 @@ var (
 	// ErrHostLinkInUse is returned by SetupEndpoint when the host-side name
 	// is taken by a link this package did not make for the same container
 	// (a link that is not a veth, or a veth labelled with another
-	// container's ID), and by RemoveEndpoint when the name is not a veth.
+	// container's ID), or is the same container's veth with its peer in
+	// another network namespace (a live attachment), and by RemoveEndpoint
+	// when the name is not a veth.
 	// That link is left untouched.
 	ErrHostLinkInUse = errors.New("host link name in use")
 

@@ -205,8 +205,21 @@ func (c *Client) GetConfig(ctx context.Context) (*models.DaemonConfig, error) {
 // AllocateIP allocates a pod address for owner ("namespace/pod")
 // (POST /v1/ipam?owner=...). The reply's IPv4 is never nil.
 func (c *Client) AllocateIP(ctx context.Context, owner string) (*models.IPAMResponse, error) {
+	return c.AllocateIPForContainer(ctx, owner, "")
+}
+
+// AllocateIPForContainer allocates a pod address for owner
+// ("namespace/pod") and the CNI container containerID (POST
+// /v1/ipam?owner=...&container-id=...): the agent records both, the
+// endpoint of that container can claim it, and DEL of the container frees
+// it. The reply's IPv4 is never nil.
+func (c *Client) AllocateIPForContainer(ctx context.Context, owner, containerID string) (*models.IPAMResponse, error) {
 	var resp models.IPAMResponse
-	path := "/v1/ipam?" + url.Values{"owner": {owner}}.Encode()
+	q := url.Values{"owner": {owner}}
+	if containerID != "" {
+		q.Set("container-id", containerID)
+	}
+	path := "/v1/ipam?" + q.Encode()
 	if err := c.Do(ctx, http.MethodPost, path, nil, &resp); err != nil {
 		return nil, err
 	}
@@ -226,6 +239,19 @@ func (c *Client) ReleaseIP(ctx context.Context, ip string) error {
 	return err
 }
 
+// ReleaseContainerIP releases ip only if the container containerID holds
+// it (DELETE /v1/ipam/{ip}?container-id=...). released is false, with no
+// error, when the address is not allocated; an address held by someone
+// else is an *APIError with status 409.
+func (c *Client) ReleaseContainerIP(ctx context.Context, ip, containerID string) (released bool, err error) {
+	path := "/v1/ipam/" + url.PathEscape(ip) + "?" + url.Values{"container-id": {containerID}}.Encode()
+	err = c.Do(ctx, http.MethodDelete, path, nil, nil)
+	if IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // PutEndpoint asks the agent to create the endpoint described by req
 // (PUT /v1/endpoint) and returns it. With req.SyncBuildEndpoint the agent
 // answers once the endpoint is ready.
@@ -238,10 +264,24 @@ func (c *Client) PutEndpoint(ctx context.Context, req *models.EndpointChangeRequ
 }
 
 // DeleteEndpointByContainerID deletes the endpoint of a container
-// (DELETE /v1/endpoint?container-id=...); the agent releases its address.
-// found is false, with no error, when the agent has no such endpoint.
+// (DELETE /v1/endpoint?container-id=...) and releases every address
+// allocated to the container, with or without an endpoint. found is
+// false, with no error, when the agent had neither.
 func (c *Client) DeleteEndpointByContainerID(ctx context.Context, containerID string) (found bool, err error) {
-	path := "/v1/endpoint?" + url.Values{"container-id": {containerID}}.Encode()
+	return c.deleteEndpoint(ctx, url.Values{"container-id": {containerID}})
+}
+
+// DeleteAttempt undoes one ADD of a container: it deletes the container's
+// endpoint only if it has address ip, and releases ip only if the
+// container holds it (DELETE /v1/endpoint?container-id=...&ip=...). An
+// older endpoint of the same container with another address is left
+// alone. found is false, with no error, when there was nothing to undo.
+func (c *Client) DeleteAttempt(ctx context.Context, containerID, ip string) (found bool, err error) {
+	return c.deleteEndpoint(ctx, url.Values{"container-id": {containerID}, "ip": {ip}})
+}
+
+func (c *Client) deleteEndpoint(ctx context.Context, q url.Values) (found bool, err error) {
+	path := "/v1/endpoint?" + q.Encode()
 	err = c.Do(ctx, http.MethodDelete, path, nil, nil)
 	if IsNotFound(err) {
 		return false, nil

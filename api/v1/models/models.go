@@ -60,6 +60,32 @@ type IPAMAddress struct {
 	CIDRs []string `json:"cidrs"`
 	// Owner is who the address was allocated to ("namespace/pod").
 	Owner string `json:"owner,omitempty"`
+	// ContainerID is the CNI container ID the address was allocated for,
+	// when the caller sent one (POST /v1/ipam?container-id=).
+	ContainerID string `json:"container-id,omitempty"`
+	// Since is when the address was allocated, restored or last claimed
+	// by an endpoint (RFC 3339); the IPAM garbage collector's grace
+	// counts from it.
+	Since string `json:"since,omitempty"`
+}
+
+// IPAMReleased is an address the IPAM garbage collector freed because no
+// endpoint used it (GET /v1/ipam/gc).
+type IPAMReleased struct {
+	IPAMAddress
+	// ReleasedAt is when it was freed (RFC 3339).
+	ReleasedAt string `json:"released-at"`
+}
+
+// IPAMGC is GET /v1/ipam/gc: the garbage collector's setting and what it
+// freed last.
+type IPAMGC struct {
+	// Grace is --ipam-gc-grace ("0s": the collector is off).
+	Grace string `json:"grace"`
+	// ReleasedTotal counts the addresses freed since the agent started.
+	ReleasedTotal uint64 `json:"released-total"`
+	// Released are the last addresses freed, oldest first (at most 100).
+	Released []IPAMReleased `json:"released"`
 }
 
 // IPAMResponse is what POST /v1/ipam returns.
