@@ -23,6 +23,7 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 var errNoClient = fmt.Errorf("CiliumIdentities need the Kubernetes API: %w", k8s.ErrNotConfigured)
@@ -160,17 +161,10 @@ func (a *allocator) resolve(ctx context.Context, lbls labels.Labels, key string)
 // waitListed waits until the CiliumIdentity table holds the API's
 // identities, so that an existing identity is never missed.
 func (a *allocator) waitListed(ctx context.Context) error {
-	for {
-		ok, watch := a.cids.Initialized(a.db.ReadTxn())
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the CiliumIdentities to be listed (is the API server reachable and the CiliumIdentity CRD registered?): %w", ctx.Err())
-		case <-watch:
-		}
+	if err := tables.WaitInitialized(ctx, a.db, a.cids); err != nil {
+		return fmt.Errorf("CiliumIdentities not listed (is the API server reachable and the CiliumIdentity CRD registered?): %w", err)
 	}
+	return nil
 }
 
 func (a *allocator) inRange(id identity.NumericIdentity) bool {

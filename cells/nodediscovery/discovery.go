@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,10 +20,8 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
-
-// bootIDPath is where the kernel publishes its boot ID.
-const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // discovery computes the local-node row from its inputs: the Node object
 // (addresses, labels, UID), this node's CiliumNode (pod CIDRs; its health
@@ -82,7 +78,7 @@ func registerDiscovery(p discoveryParams) {
 	p.Lifecycle.Append(hive.Hook{
 		Name: "read-boot-id",
 		OnStart: func(context.Context) error {
-			id, err := readBootID(bootIDPath)
+			id, err := nodes.ReadBootID(nodes.BootIDPath)
 			if err != nil {
 				p.Log.Warn("boot ID unknown; the CiliumNode will have no spec.bootid", "error", err)
 			}
@@ -94,15 +90,6 @@ func registerDiscovery(p discoveryParams) {
 		hive.Service("local-node", nil, d.run),
 		hive.OneShot("health-ip", d.allocateHealthIP, hive.WithRetry(-1, time.Second, 30*time.Second)),
 	)
-}
-
-// readBootID reads the kernel's boot ID.
-func readBootID(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read boot ID: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // addrs returns the IPAM-derived addresses and a channel closed when they
@@ -126,13 +113,9 @@ func (d *discovery) setAddrs(health, router netip.Addr) {
 // IPAM restored) so that it stays the same across restarts.
 func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
 	// Wait for the first list of CiliumNodes, to see the published one.
-	if init, watch := d.ciliumNodes.Initialized(d.db.ReadTxn()); !init {
-		h.OK("waiting for the CiliumNodes table")
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	h.OK("waiting for the CiliumNodes table")
+	if err := tables.WaitInitialized(ctx, d.db, d.ciliumNodes); err != nil {
+		return err
 	}
 	var candidates []netip.Addr
 	if cn, _, found := d.ciliumNodes.Get(d.db.ReadTxn(), cnQuery(d.name)); found {
