@@ -16,6 +16,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -31,7 +32,7 @@ type jobsParams struct {
 	Desired   statedb.RWTable[*DesiredCEP]
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Pods      statedb.Table[*corev1.Pod]
-	Nodes     statedb.Table[*corev1.Node]
+	LocalNode statedb.Table[*nodes.LocalNode]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	Clientset k8s.Clientset
 	Node      k8s.NodeName
@@ -44,12 +45,12 @@ func registerJobs(p jobsParams) error {
 		p.Log.Info("CiliumEndpoint synchronization disabled (--disable-endpoint-crd)")
 		return nil
 	}
-	nodeIP := func() string { return k8stables.NodeIP(p.DB.ReadTxn(), p.Nodes, string(p.Node)) }
+	nodeIP := func() string { ip, _ := localNodeIP(p.DB.ReadTxn(), p.LocalNode, p.Node); return ip }
 	txn := p.DB.WriteTxn(p.Desired)
 	initDone := p.Desired.RegisterInitializer(txn, "endpoints")
 	txn.Commit()
 
-	d := &deriver{p: p, nodeIP: nodeIP, initDone: initDone}
+	d := &deriver{p: p, initDone: initDone}
 	r, err := reconciler.New(p.DB, reconciler.Config[*DesiredCEP]{
 		Name:      "cilium-endpoints",
 		Table:     p.Desired,
@@ -78,11 +79,20 @@ func registerJobs(p jobsParams) error {
 	return nil
 }
 
+// localNodeIP is the node's InternalIP from the local-node table ("" while
+// unknown) and a channel closed when the row changes.
+func localNodeIP(txn statedb.ReadTxn, t statedb.Table[*nodes.LocalNode], name k8s.NodeName) (string, <-chan struct{}) {
+	n, _, watch, found := t.GetWatch(txn, nodes.LocalNodeNameIndex.Query(string(name)))
+	if !found || !n.InternalIP.IsValid() {
+		return "", watch
+	}
+	return n.InternalIP.String(), watch
+}
+
 // deriver turns endpoints into desired CEPs. It re-derives an endpoint's
 // CEP when the endpoint, its pod's labels or the node IP change.
 type deriver struct {
 	p        jobsParams
-	nodeIP   func() string
 	initDone func(statedb.WriteTxn)
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	pods     statedb.ChangeIterator[*corev1.Pod]
@@ -103,8 +113,6 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 	defer d.eps.Close()
 	defer d.pods.Close()
 	lastNodeIP := ""
-	nodeTicker := time.NewTicker(time.Second)
-	defer nodeTicker.Stop()
 	for {
 		rtxn := d.p.DB.ReadTxn()
 		touched := map[uint16]bool{}
@@ -123,7 +131,8 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 				touched[ep.ID] = true
 			}
 		}
-		if ip := d.nodeIP(); ip != lastNodeIP {
+		ip, nodeWatch := localNodeIP(rtxn, d.p.LocalNode, d.p.Node)
+		if ip != lastNodeIP {
 			lastNodeIP = ip
 			for ep := range d.p.Endpoints.All(rtxn) {
 				touched[ep.ID] = true
@@ -136,7 +145,7 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 			return
 		case <-epWatch:
 		case <-podWatch:
-		case <-nodeTicker.C:
+		case <-nodeWatch:
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -226,7 +225,9 @@ func buildLocalNode(node *corev1.Node, cn *ciliumv2.CiliumNode, health, router n
 		}
 		n.NodeAddresses = append(n.NodeAddresses, nodes.Address{Type: string(a.Type), IP: ip})
 	}
-	n.InternalIP = firstOf(n.NodeAddresses, nodes.AddressInternalIP)
+	// The one InternalIP rule (the first IPv4 InternalIP, else the first
+	// InternalIP), shared with readers of the Node object.
+	n.InternalIP, _ = netip.ParseAddr(k8stables.NodeInternalIP(node))
 	if cn != nil {
 		for _, s := range cn.Spec.IPAM.PodCIDRs {
 			if p, err := netip.ParsePrefix(s); err == nil {
@@ -235,19 +236,6 @@ func buildLocalNode(node *corev1.Node, cn *ciliumv2.CiliumNode, health, router n
 		}
 	}
 	return n
-}
-
-// firstOf returns the first IPv4 address of the type, else the first of
-// the type.
-func firstOf(addrs []nodes.Address, typ string) netip.Addr {
-	i := slices.IndexFunc(addrs, func(a nodes.Address) bool { return a.Type == typ && a.IP.Is4() })
-	if i < 0 {
-		i = slices.IndexFunc(addrs, func(a nodes.Address) bool { return a.Type == typ })
-	}
-	if i < 0 {
-		return netip.Addr{}
-	}
-	return addrs[i].IP
 }
 
 // write stores desired when it differs from the row, and marks the row
