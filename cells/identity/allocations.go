@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb/index"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
@@ -73,18 +74,38 @@ func newAllocationsTable(db *statedb.DB) (statedb.RWTable[*allocation], error) {
 	return t, nil
 }
 
-// newCiliumIdentity is the object for id and lbls as Cilium writes it:
-// named by the number, security-labels keyed "source:key", and the
-// namespace copied into a Kubernetes label for kubectl -l.
+// newCiliumIdentity is the object for id and lbls: named by the number,
+// security-labels keyed "source:key", and the Kubernetes-sourced labels
+// copied into metadata.labels so that `kubectl get ciliumid -l app=web`
+// finds it (see metadataLabels).
 func newCiliumIdentity(id identity.NumericIdentity, lbls labels.Labels) *ciliumv2.CiliumIdentity {
-	obj := &ciliumv2.CiliumIdentity{
-		ObjectMeta:     metav1.ObjectMeta{Name: id.StringID()},
+	return &ciliumv2.CiliumIdentity{
+		ObjectMeta:     metav1.ObjectMeta{Name: id.StringID(), Labels: metadataLabels(lbls)},
 		SecurityLabels: lbls.Map(),
 	}
-	if ns, ok := lbls.Get(labels.PodNamespaceLabel); ok && ns.Source == labels.SourceK8s {
-		obj.Labels = map[string]string{labels.PodNamespaceLabel: ns.Value}
+}
+
+// metadataLabels selects the security labels a CiliumIdentity carries as
+// its Kubernetes labels: those of source k8s, keyed without the source
+// ("k8s:app" becomes "app", "k8s:io.kubernetes.pod.namespace" stays
+// "io.kubernetes.pod.namespace"). A label whose key is not a valid
+// Kubernetes label key (prefix/name) or whose value is not a valid label
+// value (63 characters of [A-Za-z0-9-_.], alphanumeric at both ends) is
+// left out: such labels stay in security-labels, which is what identity
+// matching uses, and are only not selectable with -l. nil when none.
+func metadataLabels(lbls labels.Labels) map[string]string {
+	var out map[string]string
+	for l := range lbls.All() {
+		if l.Source != labels.SourceK8s ||
+			len(validation.IsQualifiedName(l.Key)) != 0 || len(validation.IsValidLabelValue(l.Value)) != 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[l.Key] = l.Value
 	}
-	return obj
+	return out
 }
 
 // labelsKey is the SortedList of an object's security labels.
