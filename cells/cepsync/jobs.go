@@ -12,6 +12,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
@@ -37,7 +38,7 @@ type jobsParams struct {
 	Clientset k8s.Clientset
 	Node      k8s.NodeName
 	Jobs      hive.Jobs
-	Metrics   reconciler.Metrics `optional:"true"`
+	Reconcile reconcilejob.Params
 }
 
 func registerJobs(p jobsParams) error {
@@ -51,7 +52,8 @@ func registerJobs(p jobsParams) error {
 	txn.Commit()
 
 	d := &deriver{p: p, initDone: initDone}
-	r, err := reconciler.New(p.DB, reconciler.Config[*DesiredCEP]{
+	// Its job is "reconcile-cilium-endpoints".
+	_, err := reconcilejob.New(p.Reconcile, reconciler.Config[*DesiredCEP]{
 		Name:      "cilium-endpoints",
 		Table:     p.Desired,
 		GetStatus: func(d *DesiredCEP) reconciler.Status { return d.Reconcile },
@@ -67,15 +69,11 @@ func registerJobs(p jobsParams) error {
 		FullInterval: FullInterval,
 		RetryMin:     100 * time.Millisecond,
 		RetryMax:     10 * time.Second,
-		Metrics:      p.Metrics,
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
-	p.Jobs.Add(
-		hive.Service("derive-desired-ceps", d.subscribe, d.run),
-		hive.Service("reconcile-ceps", r.Subscribe, func(ctx context.Context, h hive.Health) { r.Run(ctx, h) }),
-	)
+	p.Jobs.Add(hive.Service("derive-desired-ceps", d.subscribe, d.run))
 	return nil
 }
 

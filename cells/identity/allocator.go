@@ -18,6 +18,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -38,6 +39,8 @@ type allocatorOptions struct {
 	Min, Max identity.NumericIdentity
 	// Timeout bounds one Allocate call.
 	Timeout time.Duration
+	// Metrics records the allocations reconciler's work; may be nil.
+	Metrics reconciler.Metrics
 }
 
 // allocator is the CRD-mode Allocator.
@@ -88,6 +91,7 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 		FullInterval: fullReconcileInterval,
 		RetryMin:     100 * time.Millisecond,
 		RetryMax:     30 * time.Second,
+		Metrics:      opts.Metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -102,8 +106,7 @@ func (a *allocator) jobs() []hive.Job {
 	return []hive.Job{
 		a.idx.job(),
 		hive.ObserveTable("identity-in-use-watch", a.db, a.cids, a.onIdentityChange),
-		hive.Service("reconcile-identity-allocations", a.rec.Subscribe,
-			func(ctx context.Context, h hive.Health) { a.rec.Run(ctx, h) }),
+		reconcilejob.Job("identity-allocations", a.rec, nil),
 	}
 }
 
