@@ -171,7 +171,7 @@ func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted m
 			if exists && cur.EndpointID == ep.ID && ep.State != ciliumv2.EndpointStateRestoring {
 				_, _, _ = d.p.Desired.Delete(txn, cur)
 			}
-		case exists && cur.sameAs(want):
+		case exists && cur.sameAs(want) && cur.Reconcile.Kind != reconciler.StatusPendingDelete:
 			// Identical: no write, no API call.
 		default:
 			want.Reconcile = reconciler.Pending()
