@@ -135,14 +135,14 @@ func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string)
 		endpointmanager.Cell, cepsync.Cell,
 		hivetest.Capture(&a.db), hivetest.Capture(&a.eps), hivetest.Capture(&a.des), hivetest.Capture(&local),
 	)
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	txn := a.db.WriteTxn(local)
 	if _, _, err := local.Insert(txn, &nodes.LocalNode{Name: node, InternalIP: netip.MustParseAddr(nodeIP)}); err != nil {
 		t.Fatal(err)
 	}
 	txn.Commit()
-	if err := h.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	a.h = h
 	return a
 }
