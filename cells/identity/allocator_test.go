@@ -368,14 +368,28 @@ func TestRecreateAfterDeletion(t *testing.T) {
 		return nil
 	})
 
-	// Once released, a deleted identity stays deleted.
+	// Once released, a deleted identity stays deleted. An identity still in
+	// use, deleted right after it, is re-created: the watch and the
+	// reconciler got past the first deletion, so its absence means
+	// something.
+	other, err := ag.alloc.Allocate(ctx, podLabels("db", "prod"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ag.alloc.Release(ctx, id.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Delete(ctx, id.ID.StringID(), metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{id.ID.StringID(), other.ID.StringID()} {
+		if err := client.Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, "the identity in use re-created", func() error {
+		if _, ok := cs.cids(t)[other.ID.StringID()]; !ok {
+			return fmt.Errorf("not there")
+		}
+		return nil
+	})
 	if _, ok := cs.cids(t)[id.ID.StringID()]; ok {
 		t.Error("a released identity was re-created")
 	}

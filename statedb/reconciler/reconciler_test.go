@@ -266,7 +266,16 @@ func TestPruneWaitsForInitialization(t *testing.T) {
 			txn.Commit()
 		}),
 	)
-	time.Sleep(150 * time.Millisecond) // three full intervals
+	// The reconciler is running (it reconciles three later changes, one
+	// after the other), yet prunes nothing before initialization.
+	for i := range 3 {
+		name := fmt.Sprintf("marker-%d", i)
+		insert(db, tbl, &route{Name: name, Value: i})
+		waitFor(t, name+" reconciled", func() bool {
+			obj, _, ok := tbl.Get(db.ReadTxn(), routeName.Query(name))
+			return ok && obj.Status.Kind == reconciler.StatusDone
+		})
+	}
 	if _, ok := target.snapshot()["kept-until-init"]; !ok {
 		t.Fatal("pruned before the table was initialized")
 	}
