@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"strconv"
 	"time"
 
@@ -155,17 +156,39 @@ func (o *identityOps) Update(ctx context.Context, txn statedb.ReadTxn, a *alloca
 		return fmt.Errorf("CiliumIdentity %s has labels %v, want %v: %w",
 			name, labels.FromMap(obj.SecurityLabels, ""), a.Labels, ErrIdentityConflict)
 	}
-	if !marked(obj) {
+	missing := missingLabels(obj.Labels, metadataLabels(a.Labels))
+	if !marked(obj) && len(missing) == 0 {
 		return nil
 	}
 	// Removing the mark changes the resourceVersion, so the operator's
-	// delete, which is conditional on the version it marked, fails.
+	// delete, which is conditional on the version it marked, fails. An
+	// identity written by Cilium (or an older cellium) gets its security
+	// labels as metadata labels on the way, for kubectl get -l.
 	c := obj.DeepCopy()
 	delete(c.Annotations, ciliumv2.HeartbeatAnnotation)
+	if len(missing) > 0 && c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	maps.Copy(c.Labels, missing)
 	if _, err := o.client.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("remove %s annotation from CiliumIdentity %s: %w", ciliumv2.HeartbeatAnnotation, name, err)
+		return fmt.Errorf("update CiliumIdentity %s (heartbeat mark, labels): %w", name, err)
 	}
 	return nil
+}
+
+// missingLabels returns the entries of want that have is lacks or holds
+// with another value.
+func missingLabels(have, want map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range want {
+		if cur, ok := have[k]; !ok || cur != v {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Delete leaves the object alone: other agents may use it, and the

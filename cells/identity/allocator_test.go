@@ -185,9 +185,15 @@ func TestReuseExisting(t *testing.T) {
 	if err != nil || got.ID != 2000 {
 		t.Fatalf("Allocate = %v, %v; want 2000", got, err)
 	}
-	eventually(t, "the heartbeat mark removed", func() error {
-		if marked(cs.cids(t)["2000"]) {
+	// The object, written without metadata labels (as Cilium does), gets
+	// them, so that kubectl get ciliumid -l app=web finds it too.
+	eventually(t, "the heartbeat mark removed and labels added", func() error {
+		o := cs.cids(t)["2000"]
+		if marked(o) {
 			return fmt.Errorf("still marked")
+		}
+		if o.Labels["app"] != "web" || o.Labels["io.kubernetes.pod.namespace"] != "prod" {
+			return fmt.Errorf("labels %v", o.Labels)
 		}
 		return nil
 	})
