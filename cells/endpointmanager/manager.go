@@ -24,6 +24,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // MaxEndpointID is the largest endpoint ID (IDs are 1..4095, as Cilium's).
@@ -143,12 +144,8 @@ func validate(req *models.EndpointChangeRequest) (netip.Addr, error) {
 // the table lags behind. A pod that does not exist is not an error: such
 // an endpoint (cnitool, tests) gets the reserved init identity and no CEP.
 func (m *Manager) lookupPod(ctx context.Context, ns, name, uid string) (*corev1.Pod, error) {
-	if ok, watch := m.pods.Initialized(m.db.ReadTxn()); !ok {
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: the pods table is not synced yet: %v", ErrUnavailable, ctx.Err())
-		}
+	if err := tables.WaitInitialized(ctx, m.db, m.pods); err != nil {
+		return nil, fmt.Errorf("%w: the pods table is not synced yet: %v", ErrUnavailable, ctx.Err())
 	}
 	pod, _, found := m.pods.Get(m.db.ReadTxn(), k8stables.NameIndex[*corev1.Pod]().Query(ns+"/"+name))
 	if found && (uid == "" || string(pod.UID) == uid) {
