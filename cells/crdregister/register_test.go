@@ -3,7 +3,6 @@ package crdregister_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextfake "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cellium/cellium/api/crds"
@@ -55,10 +54,13 @@ func TestRegisterWaitsForEstablishedAndIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := apiextfake.NewClientset()
-	var gets atomic.Int64
-	cs.PrependReactor("get", "customresourcedefinitions", func(k8stesting.Action) (bool, runtime.Object, error) {
-		gets.Add(1)
-		return false, nil, nil
+	// Each watch Register opens is announced once it is registered, so
+	// that the test knows Register is waiting (on that CRD).
+	watches := make(chan struct{}, 100)
+	cs.PrependWatchReactor("customresourcedefinitions", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := cs.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		watches <- struct{}{}
+		return true, w, err
 	})
 	client := cs.ApiextensionsV1().CustomResourceDefinitions()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -67,41 +69,27 @@ func TestRegisterWaitsForEstablishedAndIsIdempotent(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- crdregister.Register(ctx, client, want, hivetest.Logger(t)) }()
 
-	// All created; then Register polls the first CRD while none is
-	// Established: several gets after the creations prove it is waiting.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		list, err := client.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
+	// Register creates all, then waits on each CRD in turn: it watches the
+	// first; once that one is Established, the second; and so on. It
+	// returns only after the last.
+	for _, crd := range want {
+		select {
+		case <-watches:
+		case err := <-done:
+			t.Fatalf("Register returned %v before %s was Established", err, crd.Name)
+		case <-ctx.Done():
+			t.Fatalf("Register never waited on %s", crd.Name)
 		}
-		if len(list.Items) == len(want) && gets.Load() > int64(len(want))+3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d CRDs created, %d gets", len(list.Items), len(want), gets.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("Register returned %v before any CRD was Established", err)
-	default:
-	}
-	for i, crd := range want {
-		if i == len(want)-1 {
-			// The last one still missing: Register must keep waiting for it.
-			n := gets.Load()
-			for gets.Load() < n+3 {
-				time.Sleep(5 * time.Millisecond)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("Register returned %v with %s not Established", err, crd.Name)
-			default:
-			}
+		select {
+		case err := <-done:
+			t.Fatalf("Register returned %v before %s was Established", err, crd.Name)
+		default:
 		}
 		establish(t, cs, crd.Name)
+	}
+	list, err := client.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != len(want) {
+		t.Fatalf("%d CRDs (%v), want %d", len(list.Items), err, len(want))
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
