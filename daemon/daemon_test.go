@@ -8,7 +8,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cellium/cellium/daemon"
-	"github.com/cellium/cellium/operator"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,10 +17,6 @@ func run(t *testing.T, args ...string) (string, error) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "") // never in-cluster here
 	var out bytes.Buffer
 	cmd := daemon.NewCommand(daemon.Agent)
-	if args[0] == "operator" {
-		cmd = daemon.NewDaemonCommand("cellium-operator", "operator", operator.Operator)
-		args = args[1:]
-	}
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetArgs(args)
@@ -29,7 +24,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// The whole agent and operator graphs build: a wiring mistake fails here.
+// The whole agent graph builds: a wiring mistake fails here.
 func TestHiveCommandPrintsModuleTree(t *testing.T) {
 	out, err := run(t, "hive")
 	if err != nil {
@@ -47,21 +42,6 @@ func TestHiveCommandPrintsModuleTree(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent hive output lacks %q", want)
-		}
-	}
-	out, err = run(t, "operator", "hive", "--leader-election=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		"Ⓜ️ operator (Cellium Operator):",
-		"Ⓜ️ crd-register (Registers the cilium.io CRDs):",
-		"--leader-election=false (default true)",
-		"--skip-crd-creation=false (default false)",
-		"• register-crds (operator.operator-infra.crd-register)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("operator hive output lacks %q", want)
 		}
 	}
 }
@@ -98,7 +78,6 @@ func TestInvalidFlagValueNamesFlag(t *testing.T) {
 	}{
 		{[]string{"hive", "--k8s-client-qps=fast"}, "--k8s-client-qps"},
 		{[]string{"hive", "--k8s-client-burst=0"}, "--k8s-client-burst"},
-		{[]string{"operator", "hive", "--leader-election-lease-duration=1s"}, "--leader-election-lease-duration"},
 		{[]string{"hive", "--no-such-flag"}, "--no-such-flag"},
 	} {
 		_, err := run(t, tc.args...)

@@ -40,6 +40,8 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/test/harness"
 )
 
@@ -117,9 +119,12 @@ type agent struct {
 	socket string
 }
 
-func startAgent(t *testing.T, c *harness.Cluster, node, stateDir string) *agent {
+// startAgent starts the agent; the local-node row (nodediscovery's, not
+// composed here) says the node's InternalIP is nodeIP.
+func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string) *agent {
 	t.Helper()
 	a := &agent{socket: filepath.Join(t.TempDir(), "api.sock")}
+	var local statedb.RWTable[*nodes.LocalNode]
 	h := hivetest.New(t, []string{"--k8s-kubeconfig-path=" + c.Kubeconfig(), "--state-dir=" + stateDir, "--socket-path=" + a.socket},
 		k8s.ClientCell, k8s.AgentResourcesCell, statedir.Cell, agentapi.Cell,
 		hive.Provide(
@@ -129,13 +134,20 @@ func startAgent(t *testing.T, c *harness.Cluster, node, stateDir string) *agent 
 			func() identitycell.Allocator { return &fakeIdentities{ids: map[string]identity.NumericIdentity{}} },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
+			nodes.NewLocalNodeTable,
+			statedb.RWTable[*nodes.LocalNode].ToTable,
 		),
 		endpointmanager.Cell, cepsync.Cell,
-		hivetest.Capture(&a.db), hivetest.Capture(&a.eps), hivetest.Capture(&a.des),
+		hivetest.Capture(&a.db), hivetest.Capture(&a.eps), hivetest.Capture(&a.des), hivetest.Capture(&local),
 	)
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	txn := a.db.WriteTxn(local)
+	if _, _, err := local.Insert(txn, &nodes.LocalNode{Name: node, InternalIP: netip.MustParseAddr(nodeIP)}); err != nil {
+		t.Fatal(err)
+	}
+	txn.Commit()
 	a.h = h
 	return a
 }
@@ -225,7 +237,7 @@ func TestCEPLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a := startAgent(t, c, "cep-node", stateDir)
+	a := startAgent(t, c, "cep-node", "192.0.2.10", stateDir)
 	defer func() {
 		if a != nil {
 			a.stop(t)
@@ -275,8 +287,24 @@ func TestCEPLifecycle(t *testing.T) {
 		return nil
 	})
 	// The foreign CEP is left alone: same UID, same status, and the
-	// desired row keeps failing.
-	time.Sleep(300 * time.Millisecond)
+	// desired row keeps failing. Two failed attempts in the row's status
+	// prove the reconciler tried (and retried) without taking it over.
+	var firstFailure time.Time
+	eventually(t, "two refused attempts on the conflicting CEP", func() error {
+		d, _, ok := a.des.Get(a.db.ReadTxn(), cepsync.DesiredKeyIndex.Query(ns+"/conflict"))
+		switch {
+		case !ok:
+			return fmt.Errorf("no desired row")
+		case d.Reconcile.Kind != reconciler.StatusError:
+			return fmt.Errorf("status %s, want an error", d.Reconcile)
+		case firstFailure.IsZero():
+			firstFailure = d.Reconcile.UpdatedAt
+			return fmt.Errorf("one failure seen")
+		case !d.Reconcile.UpdatedAt.After(firstFailure):
+			return fmt.Errorf("no retry yet")
+		}
+		return nil
+	})
 	got, err := cs.CiliumV2().CiliumEndpoints(ns).Get(t.Context(), "conflict", metav1.GetOptions{})
 	if err != nil || got.UID != foreign.UID || got.Status.ID != 7 {
 		t.Fatalf("foreign CEP was taken over: %+v %v", got, err)

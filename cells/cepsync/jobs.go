@@ -12,10 +12,12 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -31,12 +33,12 @@ type jobsParams struct {
 	Desired   statedb.RWTable[*DesiredCEP]
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Pods      statedb.Table[*corev1.Pod]
-	Nodes     statedb.Table[*corev1.Node]
+	LocalNode statedb.Table[*nodes.LocalNode]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	Clientset k8s.Clientset
 	Node      k8s.NodeName
 	Jobs      hive.Jobs
-	Metrics   reconciler.Metrics `optional:"true"`
+	Reconcile reconcilejob.Params
 }
 
 func registerJobs(p jobsParams) error {
@@ -44,13 +46,14 @@ func registerJobs(p jobsParams) error {
 		p.Log.Info("CiliumEndpoint synchronization disabled (--disable-endpoint-crd)")
 		return nil
 	}
-	nodeIP := func() string { return k8stables.NodeIP(p.DB.ReadTxn(), p.Nodes, string(p.Node)) }
+	nodeIP := func() string { ip, _ := localNodeIP(p.DB.ReadTxn(), p.LocalNode, p.Node); return ip }
 	txn := p.DB.WriteTxn(p.Desired)
 	initDone := p.Desired.RegisterInitializer(txn, "endpoints")
 	txn.Commit()
 
-	d := &deriver{p: p, nodeIP: nodeIP, initDone: initDone}
-	r, err := reconciler.New(p.DB, reconciler.Config[*DesiredCEP]{
+	d := &deriver{p: p, initDone: initDone}
+	// Its job is "reconcile-cilium-endpoints".
+	_, err := reconcilejob.New(p.Reconcile, reconciler.Config[*DesiredCEP]{
 		Name:      "cilium-endpoints",
 		Table:     p.Desired,
 		GetStatus: func(d *DesiredCEP) reconciler.Status { return d.Reconcile },
@@ -67,23 +70,28 @@ func registerJobs(p jobsParams) error {
 		FullInterval: FullInterval,
 		RetryMin:     100 * time.Millisecond,
 		RetryMax:     10 * time.Second,
-		Metrics:      p.Metrics,
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
-	p.Jobs.Add(
-		hive.Service("derive-desired-ceps", d.subscribe, d.run),
-		hive.Service("reconcile-ceps", r.Subscribe, func(ctx context.Context, h hive.Health) { r.Run(ctx, h) }),
-	)
+	p.Jobs.Add(hive.Service("derive-desired-ceps", d.subscribe, d.run))
 	return nil
+}
+
+// localNodeIP is the node's InternalIP from the local-node table ("" while
+// unknown) and a channel closed when the row changes.
+func localNodeIP(txn statedb.ReadTxn, t statedb.Table[*nodes.LocalNode], name k8s.NodeName) (string, <-chan struct{}) {
+	n, _, watch, found := t.GetWatch(txn, nodes.LocalNodeNameIndex.Query(string(name)))
+	if !found || !n.InternalIP.IsValid() {
+		return "", watch
+	}
+	return n.InternalIP.String(), watch
 }
 
 // deriver turns endpoints into desired CEPs. It re-derives an endpoint's
 // CEP when the endpoint, its pod's labels or the node IP change.
 type deriver struct {
 	p        jobsParams
-	nodeIP   func() string
 	initDone func(statedb.WriteTxn)
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	pods     statedb.ChangeIterator[*corev1.Pod]
@@ -104,8 +112,6 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 	defer d.eps.Close()
 	defer d.pods.Close()
 	lastNodeIP := ""
-	nodeTicker := time.NewTicker(time.Second)
-	defer nodeTicker.Stop()
 	for {
 		rtxn := d.p.DB.ReadTxn()
 		touched := map[uint16]bool{}
@@ -124,7 +130,8 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 				touched[ep.ID] = true
 			}
 		}
-		if ip := d.nodeIP(); ip != lastNodeIP {
+		ip, nodeWatch := localNodeIP(rtxn, d.p.LocalNode, d.p.Node)
+		if ip != lastNodeIP {
 			lastNodeIP = ip
 			for ep := range d.p.Endpoints.All(rtxn) {
 				touched[ep.ID] = true
@@ -137,7 +144,7 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 			return
 		case <-epWatch:
 		case <-podWatch:
-		case <-nodeTicker.C:
+		case <-nodeWatch:
 		}
 	}
 }
@@ -165,7 +172,7 @@ func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted m
 			if exists && cur.EndpointID == ep.ID && ep.State != ciliumv2.EndpointStateRestoring {
 				_, _, _ = d.p.Desired.Delete(txn, cur)
 			}
-		case exists && cur.sameAs(want):
+		case exists && cur.sameAs(want) && cur.Reconcile.Kind != reconciler.StatusPendingDelete:
 			// Identical: no write, no API call.
 		default:
 			want.Reconcile = reconciler.Pending()

@@ -21,6 +21,7 @@ import (
 	"github.com/cellium/cellium/cells/clusterpool/cidralloc"
 	"github.com/cellium/cellium/cells/hive"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Retry bounds for CiliumNodes whose API write failed.
@@ -66,7 +67,7 @@ func NewController(cfg cidralloc.Config, nodes ciliumclient.CiliumNodeInterface,
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.health.Stopped("not leading")
 	c.health.OK("waiting for the CiliumNodes table")
-	if err := waitInitialized(ctx, c.db, c.table); err != nil {
+	if err := tables.WaitInitialized(ctx, c.db, c.table); err != nil {
 		return nil // cancelled
 	}
 	alloc, err := cidralloc.New(c.cfg)
@@ -113,20 +114,6 @@ func (c *Controller) Run(ctx context.Context) error {
 			r.resync(ctx, slices.Collect(maps.Keys(r.failed)))
 			r.report()
 		}
-	}
-}
-
-// waitInitialized blocks until table is initialized or ctx ends.
-func waitInitialized[T any](ctx context.Context, db *statedb.DB, table statedb.Table[T]) error {
-	init, done := table.Initialized(db.ReadTxn())
-	if init {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

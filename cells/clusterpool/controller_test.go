@@ -162,7 +162,13 @@ func TestRestoresBeforeAllocating(t *testing.T) {
 
 func TestWaitsForInitializedTable(t *testing.T) {
 	e := newEnv(t, []string{"10.0.0.0/22"}, 24, node("node-a"))
-	time.Sleep(200 * time.Millisecond)
+	// The controller says it waits for the table; nothing else lets it on.
+	k8stest.Eventually(t, "the controller waiting for the table", func() error {
+		if _, msg, _ := e.health.Last(); msg != "waiting for the CiliumNodes table" {
+			return fmt.Errorf("health %q", msg)
+		}
+		return nil
+	})
 	if n := e.updates(); n != 0 {
 		t.Fatalf("%d updates before the CiliumNodes table was initialized", n)
 	}

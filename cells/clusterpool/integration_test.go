@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/cellium/cellium/cells/clusterpool"
 	"github.com/cellium/cellium/cells/crdregister"
 	"github.com/cellium/cellium/cells/endpointgc"
+	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/identitygc"
 	"github.com/cellium/cellium/cells/k8s"
@@ -95,6 +97,7 @@ func TestOperatorControllersIntegration(t *testing.T) {
 	})
 
 	ignore := goleak.IgnoreCurrent() // the harness and the test's clients
+	var health hive.HealthReporter
 	h := hivetest.New(t, []string{
 		"--k8s-kubeconfig-path=" + c.Kubeconfig(),
 		"--leader-election=false",
@@ -104,7 +107,7 @@ func TestOperatorControllersIntegration(t *testing.T) {
 		"--identity-gc-interval=300ms",
 		"--identity-heartbeat-timeout=1s",
 	}, k8s.ClientCell, k8s.OperatorResourcesCell, leaderelection.Cell,
-		clusterpool.Cell, endpointgc.Cell, identitygc.Cell)
+		clusterpool.Cell, endpointgc.Cell, identitygc.Cell, hivetest.Capture(&health))
 	if err := h.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +168,25 @@ func TestOperatorControllersIntegration(t *testing.T) {
 	}
 	t.Logf("unused identities deleted %s after start (heartbeat timeout 1s)", time.Since(t0).Round(time.Millisecond))
 
-	// Several more GC intervals: nothing live is touched.
-	time.Sleep(2 * time.Second)
+	// Later GC passes (each reports "last pass at <time>") leave everything
+	// live alone: wait until both collectors report a pass that started
+	// at least two seconds from now.
+	after := time.Now().Add(2 * time.Second)
+	for _, module := range []string{"k8s-endpoints-gc", "k8s-identities-gc"} {
+		k8stest.Eventually(t, module+" passes", func() error {
+			for _, st := range health.Statuses() {
+				rest, ok := strings.CutPrefix(st.Message, "last pass at ")
+				if !ok || st.Module != module {
+					continue
+				}
+				stamp, _, _ := strings.Cut(rest, ": ")
+				if when, err := time.Parse(time.RFC3339, stamp); err == nil && !when.Before(after.Truncate(time.Second)) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no pass reported after %s yet", after.Format(time.RFC3339))
+		})
+	}
 	for _, key := range []struct{ ns, name string }{{ns, "live"}, {"kube-system", "cilium-health-node-a"}} {
 		if _, err := cilium.CiliumV2().CiliumEndpoints(key.ns).Get(ctx, key.name, metav1.GetOptions{}); err != nil {
 			t.Errorf("live CiliumEndpoint %s/%s: %v", key.ns, key.name, err)

@@ -20,10 +20,11 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/hive"
-	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Cell serves GET /v1/config and writes the conflist when ready.
@@ -31,7 +32,8 @@ var Cell = hive.Module("cni-config", "CNI configuration",
 	hive.Config(DefaultConfig),
 	// GET /v1/config: MTU, node name, every flag.
 	hive.Provide(configHandler),
-	// Writes the conflist once endpoints are restored and IPAM has a CIDR.
+	// Writes the conflist once endpoints are restored and the local node
+	// has a router IP (IPAM has a pod CIDR).
 	hive.Invoke(registerWriter),
 )
 
@@ -90,8 +92,9 @@ type writerParams struct {
 	Config    Config
 	API       agentapi.Config
 	DB        *statedb.DB
+	Node      k8s.NodeName
 	Endpoints statedb.Table[*endpoints.Endpoint]
-	IPAM      ipam.Allocator
+	LocalNode statedb.Table[*nodes.LocalNode]
 	Jobs      hive.Jobs
 	Log       *slog.Logger
 }
@@ -102,22 +105,11 @@ func registerWriter(p writerParams) {
 	}
 	p.Jobs.Add(hive.OneShot("write-cni-conf", func(ctx context.Context, h hive.Health) error {
 		h.OK("waiting for endpoint restore and a pod CIDR")
-		if ok, watch := p.Endpoints.Initialized(p.DB.ReadTxn()); !ok {
-			select {
-			case <-watch:
-			case <-ctx.Done():
-				return nil
-			}
+		if err := tables.WaitInitialized(ctx, p.DB, p.Endpoints); err != nil {
+			return nil // stopped
 		}
-		for {
-			if _, ok := p.IPAM.RouterIP(); ok {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(200 * time.Millisecond):
-			}
+		if err := waitRouterIP(ctx, p.DB, p.LocalNode, p.Node); err != nil {
+			return nil // stopped
 		}
 		data, err := ConfList(p.API.SocketPath, p.Config.MTU)
 		if err != nil {
@@ -129,6 +121,22 @@ func registerWriter(p writerParams) {
 		p.Log.Info("wrote CNI configuration", "path", p.Config.WriteCNIConfWhenReady)
 		return nil
 	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
+}
+
+// waitRouterIP waits until the local-node row has a router IP: IPAM has a
+// pod CIDR, so ADDs can be served. It wakes on the row's watch channel.
+func waitRouterIP(ctx context.Context, db *statedb.DB, local statedb.Table[*nodes.LocalNode], name k8s.NodeName) error {
+	for {
+		n, _, watch, found := local.GetWatch(db.ReadTxn(), nodes.LocalNodeNameIndex.Query(string(name)))
+		if found && n.RouterIP.IsValid() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-watch:
+		}
+	}
 }
 
 func writeAtomic(path string, data []byte) error {

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/cellium/cellium/api/crds"
 	"github.com/cellium/cellium/cells/hive"
@@ -122,16 +124,59 @@ func labelsContain(have, want map[string]string) bool {
 	return true
 }
 
+// waitEstablished waits until the CRD is Established and its names are
+// accepted. It lists it (by name), then watches it from that list's
+// resourceVersion; a closed watch or a failed call starts again after a
+// short backoff. No polling.
 func waitEstablished(ctx context.Context, client apiextclient.CustomResourceDefinitionInterface, name string) error {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	ready := func(crd *apiextv1.CustomResourceDefinition) bool {
+		return crd.Name == name && condition(crd, apiextv1.Established) && condition(crd, apiextv1.NamesAccepted)
+	}
+	backoff := 100 * time.Millisecond
 	for {
-		crd, err := client.Get(ctx, name, metav1.GetOptions{})
-		if err == nil && condition(crd, apiextv1.Established) && condition(crd, apiextv1.NamesAccepted) {
-			return nil
+		list, err := client.List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err == nil {
+			for i := range list.Items {
+				if ready(&list.Items[i]) {
+					return nil
+				}
+			}
+			var w watch.Interface
+			if w, err = client.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion}); err == nil {
+				if untilReady(ctx, w, ready) {
+					return nil
+				}
+				backoff = 100 * time.Millisecond // the watch worked: start over at once
+			}
 		}
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("CRD %s not Established (last error: %v): %w", name, err, ctx.Err())
+			}
 			return fmt.Errorf("CRD %s not Established: %w", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+}
+
+// untilReady reads w until an object is ready (true), or w closes or ctx
+// ends (false). It stops w.
+func untilReady(ctx context.Context, w watch.Interface, ready func(*apiextv1.CustomResourceDefinition) bool) bool {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return false
+			}
+			if crd, isCRD := ev.Object.(*apiextv1.CustomResourceDefinition); isCRD && ev.Type != watch.Deleted && ready(crd) {
+				return true
+			}
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	ciliumclient "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // HealthEndpointPrefix starts the name of a node's health endpoint
@@ -57,10 +58,8 @@ func NewGC(interval time.Duration, client ciliumclient.CiliumEndpointsGetter, ta
 func (g *GC) Run(ctx context.Context) error {
 	defer g.health.Stopped("not leading")
 	g.health.OK("waiting for the pods, CiliumEndpoints and CiliumNodes tables")
-	for _, t := range []statedb.TableMeta{g.tables.Pods, g.tables.Endpoints, g.tables.Nodes} {
-		if err := waitInitialized(ctx, g.tables.DB, t); err != nil {
-			return nil // cancelled
-		}
+	if err := tables.WaitInitialized(ctx, g.tables.DB, g.tables.Pods, g.tables.Endpoints, g.tables.Nodes); err != nil {
+		return nil // cancelled
 	}
 	ticker := time.NewTicker(g.interval)
 	defer ticker.Stop()
@@ -80,19 +79,6 @@ func (g *GC) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 		}
-	}
-}
-
-func waitInitialized(ctx context.Context, db *statedb.DB, t statedb.TableMeta) error {
-	init, done := t.Initialized(db.ReadTxn())
-	if init {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

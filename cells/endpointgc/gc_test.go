@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,7 +237,14 @@ func TestRunWaitsForEveryTable(t *testing.T) {
 	// An empty pods table that is not yet listed says nothing about pods.
 	initCEPs()
 	initNodes()
-	time.Sleep(200 * time.Millisecond)
+	// The GC says it waits for the tables; only the pods table can let it
+	// pass, so nothing was deleted.
+	k8stest.Eventually(t, "the GC waiting for the tables", func() error {
+		if _, msg, _ := e.health.Last(); !strings.HasPrefix(msg, "waiting for the pods") {
+			return fmt.Errorf("health %q", msg)
+		}
+		return nil
+	})
 	if n := e.deletes(); n != 0 {
 		t.Fatalf("%d deletes before the pods table was initialized", n)
 	}
@@ -259,7 +267,13 @@ func TestRunPeriodically(t *testing.T) {
 	wg.Go(func() { _ = e.gc(20 * time.Millisecond).Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 
-	time.Sleep(100 * time.Millisecond)
+	// Three passes (each reports its outcome) leave the live pod's CEP.
+	k8stest.Eventually(t, "three GC passes", func() error {
+		if n := e.health.Reports(); n < 4 { // "waiting", then one per pass
+			return fmt.Errorf("%d reports", n)
+		}
+		return nil
+	})
 	if got := e.remaining(); len(got) != 1 {
 		t.Fatalf("remaining %q: the live pod's CiliumEndpoint was deleted", got)
 	}

@@ -1,7 +1,6 @@
 package endpointmanager
 
 import (
-	"errors"
 	"net/http"
 	"net/netip"
 
@@ -35,20 +34,16 @@ func (p apiParams) model(ep *endpoints.Endpoint) models.Endpoint {
 	return out
 }
 
-func writeErr(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, ErrInvalidRequest):
-		code = http.StatusBadRequest
-	case errors.Is(err, ErrNotFound):
-		code = http.StatusNotFound
-	case errors.Is(err, ErrConflict):
-		code = http.StatusConflict
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrIDsExhausted):
-		code = http.StatusServiceUnavailable
-	}
-	agentapi.WriteError(w, code, "%s", err.Error())
+// errorCodes are the API's codes for the manager's errors.
+var errorCodes = agentapi.ErrorCodes{
+	{Err: ErrInvalidRequest, Code: http.StatusBadRequest},
+	{Err: ErrNotFound, Code: http.StatusNotFound},
+	{Err: ErrConflict, Code: http.StatusConflict},
+	{Err: ErrUnavailable, Code: http.StatusServiceUnavailable},
+	{Err: ErrIDsExhausted, Code: http.StatusServiceUnavailable},
 }
+
+func writeErr(w http.ResponseWriter, err error) { errorCodes.Write(w, err) }
 
 func (p apiParams) id(w http.ResponseWriter, r *http.Request) (uint16, bool) {
 	n, ok := agentapi.PathUint(w, r, "id", "endpoint ID", 1, MaxEndpointID)

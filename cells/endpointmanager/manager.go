@@ -25,6 +25,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // MaxEndpointID is the largest endpoint ID (IDs are 1..4095, as Cilium's).
@@ -185,16 +186,13 @@ func validate(req *models.EndpointChangeRequest) (netip.Addr, error) {
 // the table lags behind. A pod that does not exist is not an error: such
 // an endpoint (cnitool, tests) gets the reserved init identity and no CEP.
 func (m *Manager) lookupPod(ctx context.Context, ns, name, uid string) (*corev1.Pod, error) {
-	if ok, watch := m.pods.Initialized(m.db.ReadTxn()); !ok {
-		wait := time.NewTimer(PodsSyncWait)
-		defer wait.Stop()
-		select {
-		case <-watch:
-		case <-wait.C:
-			return nil, fmt.Errorf("%w: the pods of this node are not listed yet (is the Kubernetes API server reachable? see `cellium status`); retry later", ErrUnavailable)
-		case <-ctx.Done():
+	waitCtx, cancel := context.WithTimeout(ctx, PodsSyncWait)
+	defer cancel()
+	if err := tables.WaitInitialized(waitCtx, m.db, m.pods); err != nil {
+		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: the pods table is not synced yet: %v", ErrUnavailable, ctx.Err())
 		}
+		return nil, fmt.Errorf("%w: the pods of this node are not listed yet (is the Kubernetes API server reachable? see `cellium status`); retry later", ErrUnavailable)
 	}
 	pod, _, found := m.pods.Get(m.db.ReadTxn(), k8stables.NameIndex[*corev1.Pod]().Query(ns+"/"+name))
 	if found && (uid == "" || string(pod.UID) == uid) {

@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // restoredClaims are the addresses of restored endpoints, for IPAM to
@@ -204,12 +205,8 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 	if len(restored) == 0 {
 		return nil
 	}
-	if ok, watch := m.pods.Initialized(m.db.ReadTxn()); !ok {
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := tables.WaitInitialized(ctx, m.db, m.pods); err != nil {
+		return err
 	}
 	kept := 0
 	for _, ep := range restored {

@@ -4,10 +4,30 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 )
+
+// NewDaemonCommand builds a daemon binary's command over cells: it runs the
+// hive, logging text to stderr; `hive` and `hive dot-graph` print it.
+// --debug switches logging to debug level. Both cellium-agent and
+// cellium-operator are built with it, so neither imports the other.
+func NewDaemonCommand(name, short string, cells ...Cell) *cobra.Command {
+	level := new(slog.LevelVar)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	h := NewWithOptions(Options{Logger: log}, cells...)
+	cmd := RootCommand(name, short, h)
+	debug := cmd.PersistentFlags().Bool("debug", false, "Enable debug logging")
+	cmd.PersistentPreRun = func(*cobra.Command, []string) {
+		if *debug {
+			level.Set(slog.LevelDebug)
+		}
+	}
+	return cmd
+}
 
 // RootCommand builds a daemon's command: running it runs the hive until
 // SIGINT/SIGTERM; `hive` and `hive dot-graph` print the graph. Every cell's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/cilium/statedb/index"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
@@ -73,18 +75,38 @@ func newAllocationsTable(db *statedb.DB) (statedb.RWTable[*allocation], error) {
 	return t, nil
 }
 
-// newCiliumIdentity is the object for id and lbls as Cilium writes it:
-// named by the number, security-labels keyed "source:key", and the
-// namespace copied into a Kubernetes label for kubectl -l.
+// newCiliumIdentity is the object for id and lbls: named by the number,
+// security-labels keyed "source:key", and the Kubernetes-sourced labels
+// copied into metadata.labels so that `kubectl get ciliumid -l app=web`
+// finds it (see metadataLabels).
 func newCiliumIdentity(id identity.NumericIdentity, lbls labels.Labels) *ciliumv2.CiliumIdentity {
-	obj := &ciliumv2.CiliumIdentity{
-		ObjectMeta:     metav1.ObjectMeta{Name: id.StringID()},
+	return &ciliumv2.CiliumIdentity{
+		ObjectMeta:     metav1.ObjectMeta{Name: id.StringID(), Labels: metadataLabels(lbls)},
 		SecurityLabels: lbls.Map(),
 	}
-	if ns, ok := lbls.Get(labels.PodNamespaceLabel); ok && ns.Source == labels.SourceK8s {
-		obj.Labels = map[string]string{labels.PodNamespaceLabel: ns.Value}
+}
+
+// metadataLabels selects the security labels a CiliumIdentity carries as
+// its Kubernetes labels: those of source k8s, keyed without the source
+// ("k8s:app" becomes "app", "k8s:io.kubernetes.pod.namespace" stays
+// "io.kubernetes.pod.namespace"). A label whose key is not a valid
+// Kubernetes label key (prefix/name) or whose value is not a valid label
+// value (63 characters of [A-Za-z0-9-_.], alphanumeric at both ends) is
+// left out: such labels stay in security-labels, which is what identity
+// matching uses, and are only not selectable with -l. nil when none.
+func metadataLabels(lbls labels.Labels) map[string]string {
+	var out map[string]string
+	for l := range lbls.All() {
+		if l.Source != labels.SourceK8s ||
+			len(validation.IsQualifiedName(l.Key)) != 0 || len(validation.IsValidLabelValue(l.Value)) != 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[l.Key] = l.Value
 	}
-	return obj
+	return out
 }
 
 // labelsKey is the SortedList of an object's security labels.
@@ -134,17 +156,39 @@ func (o *identityOps) Update(ctx context.Context, txn statedb.ReadTxn, a *alloca
 		return fmt.Errorf("CiliumIdentity %s has labels %v, want %v: %w",
 			name, labels.FromMap(obj.SecurityLabels, ""), a.Labels, ErrIdentityConflict)
 	}
-	if !marked(obj) {
+	missing := missingLabels(obj.Labels, metadataLabels(a.Labels))
+	if !marked(obj) && len(missing) == 0 {
 		return nil
 	}
 	// Removing the mark changes the resourceVersion, so the operator's
-	// delete, which is conditional on the version it marked, fails.
+	// delete, which is conditional on the version it marked, fails. An
+	// identity written by Cilium (or an older cellium) gets its security
+	// labels as metadata labels on the way, for kubectl get -l.
 	c := obj.DeepCopy()
 	delete(c.Annotations, ciliumv2.HeartbeatAnnotation)
+	if len(missing) > 0 && c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	maps.Copy(c.Labels, missing)
 	if _, err := o.client.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("remove %s annotation from CiliumIdentity %s: %w", ciliumv2.HeartbeatAnnotation, name, err)
+		return fmt.Errorf("update CiliumIdentity %s (heartbeat mark, labels): %w", name, err)
 	}
 	return nil
+}
+
+// missingLabels returns the entries of want that have is lacks or holds
+// with another value.
+func missingLabels(have, want map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range want {
+		if cur, ok := have[k]; !ok || cur != v {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Delete leaves the object alone: other agents may use it, and the

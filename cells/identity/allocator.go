@@ -18,11 +18,13 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 var errNoClient = fmt.Errorf("CiliumIdentities need the Kubernetes API: %w", k8s.ErrNotConfigured)
@@ -37,6 +39,8 @@ type allocatorOptions struct {
 	Min, Max identity.NumericIdentity
 	// Timeout bounds one Allocate call.
 	Timeout time.Duration
+	// Metrics records the allocations reconciler's work; may be nil.
+	Metrics reconciler.Metrics
 }
 
 // allocator is the CRD-mode Allocator.
@@ -87,6 +91,7 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 		FullInterval: fullReconcileInterval,
 		RetryMin:     100 * time.Millisecond,
 		RetryMax:     30 * time.Second,
+		Metrics:      opts.Metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -101,8 +106,7 @@ func (a *allocator) jobs() []hive.Job {
 	return []hive.Job{
 		a.idx.job(),
 		hive.ObserveTable("identity-in-use-watch", a.db, a.cids, a.onIdentityChange),
-		hive.Service("reconcile-identity-allocations", a.rec.Subscribe,
-			func(ctx context.Context, h hive.Health) { a.rec.Run(ctx, h) }),
+		reconcilejob.Job("identity-allocations", a.rec, nil),
 	}
 }
 
@@ -160,17 +164,10 @@ func (a *allocator) resolve(ctx context.Context, lbls labels.Labels, key string)
 // waitListed waits until the CiliumIdentity table holds the API's
 // identities, so that an existing identity is never missed.
 func (a *allocator) waitListed(ctx context.Context) error {
-	for {
-		ok, watch := a.cids.Initialized(a.db.ReadTxn())
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the CiliumIdentities to be listed (is the API server reachable and the CiliumIdentity CRD registered?): %w", ctx.Err())
-		case <-watch:
-		}
+	if err := tables.WaitInitialized(ctx, a.db, a.cids); err != nil {
+		return fmt.Errorf("CiliumIdentities not listed (is the API server reachable and the CiliumIdentity CRD registered?): %w", err)
 	}
+	return nil
 }
 
 func (a *allocator) inRange(id identity.NumericIdentity) bool {

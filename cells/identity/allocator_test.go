@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,7 +120,10 @@ func TestAllocateCreatesAndCounts(t *testing.T) {
 	if !maps.Equal(obj.SecurityLabels, wantSec) {
 		t.Errorf("security-labels = %v, want %v", obj.SecurityLabels, wantSec)
 	}
-	if want := map[string]string{"io.kubernetes.pod.namespace": "prod"}; !maps.Equal(obj.Labels, want) {
+	if want := map[string]string{
+		"app": "web", "io.kubernetes.pod.namespace": "prod",
+		"io.cilium.k8s.policy.cluster": "default", "io.cilium.k8s.policy.serviceaccount": "default",
+	}; !maps.Equal(obj.Labels, want) {
 		t.Errorf("metadata.labels = %v, want %v", obj.Labels, want)
 	}
 
@@ -181,9 +185,15 @@ func TestReuseExisting(t *testing.T) {
 	if err != nil || got.ID != 2000 {
 		t.Fatalf("Allocate = %v, %v; want 2000", got, err)
 	}
-	eventually(t, "the heartbeat mark removed", func() error {
-		if marked(cs.cids(t)["2000"]) {
+	// The object, written without metadata labels (as Cilium does), gets
+	// them, so that kubectl get ciliumid -l app=web finds it too.
+	eventually(t, "the heartbeat mark removed and labels added", func() error {
+		o := cs.cids(t)["2000"]
+		if marked(o) {
 			return fmt.Errorf("still marked")
+		}
+		if o.Labels["app"] != "web" || o.Labels["io.kubernetes.pod.namespace"] != "prod" {
+			return fmt.Errorf("labels %v", o.Labels)
 		}
 		return nil
 	})
@@ -364,14 +374,28 @@ func TestRecreateAfterDeletion(t *testing.T) {
 		return nil
 	})
 
-	// Once released, a deleted identity stays deleted.
+	// Once released, a deleted identity stays deleted. An identity still in
+	// use, deleted right after it, is re-created: the watch and the
+	// reconciler got past the first deletion, so its absence means
+	// something.
+	other, err := ag.alloc.Allocate(ctx, podLabels("db", "prod"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ag.alloc.Release(ctx, id.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Delete(ctx, id.ID.StringID(), metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{id.ID.StringID(), other.ID.StringID()} {
+		if err := client.Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, "the identity in use re-created", func() error {
+		if _, ok := cs.cids(t)[other.ID.StringID()]; !ok {
+			return fmt.Errorf("not there")
+		}
+		return nil
+	})
 	if _, ok := cs.cids(t)[id.ID.StringID()]; ok {
 		t.Error("a released identity was re-created")
 	}
@@ -433,5 +457,63 @@ func TestProbeStartIsStable(t *testing.T) {
 	key := podLabels("web", "prod").SortedList()
 	if got := probeStart(key, 65280); got != 1039 {
 		t.Fatalf("probeStart(%q, 65280) = %d, want 1039", key, got)
+	}
+}
+
+// `kubectl get ciliumid -l app=web` works: an identity's Kubernetes-sourced
+// security labels are its metadata labels, keyed without the "k8s:"
+// source; keys and values Kubernetes would reject are left out (they stay
+// in security-labels) instead of failing the Create.
+func TestIdentitySelectableByLabel(t *testing.T) {
+	cs := newFakeClientset()
+	ag := startAgent(t, cs, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	long := strings.Repeat("x", 64)
+	lbls := labels.ParseLabels("k8s:app=web", "k8s:io.kubernetes.pod.namespace=prod",
+		"k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name=prod",
+		"k8s:tier="+long, "k8s:version=1.0 beta", "k8s:bad key=v", "k8s:-dash=v")
+	web, err := ag.alloc.Allocate(ctx, lbls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ag.alloc.Allocate(ctx, podLabels("db", "prod")); err != nil {
+		t.Fatal(err)
+	}
+	obj := cs.cids(t)[web.ID.StringID()]
+	want := map[string]string{
+		"app": "web", "io.kubernetes.pod.namespace": "prod",
+		"io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name": "prod",
+	}
+	if !maps.Equal(obj.Labels, want) {
+		t.Errorf("metadata.labels = %v, want %v", obj.Labels, want)
+	}
+	if obj.SecurityLabels["k8s:tier"] != long || obj.SecurityLabels["k8s:version"] != "1.0 beta" {
+		t.Errorf("security-labels lost the labels invalid for Kubernetes: %v", obj.SecurityLabels)
+	}
+	list, err := cs.cilium.CiliumV2().CiliumIdentities().List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != web.ID.StringID() {
+		t.Fatalf("-l app=web lists %d identities, want only %s", len(list.Items), web.ID.StringID())
+	}
+}
+
+func TestMetadataLabels(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want map[string]string
+	}{
+		{nil, nil},
+		{[]string{"reserved:host"}, nil},
+		{[]string{"k8s:app=web", "container:other=x"}, map[string]string{"app": "web"}},
+		{[]string{"k8s:app.kubernetes.io/name=web"}, map[string]string{"app.kubernetes.io/name": "web"}},
+		{[]string{"k8s:empty="}, map[string]string{"empty": ""}},
+		{[]string{"k8s:a/b/c=v", "k8s:x=ends-"}, nil},
+	} {
+		got := metadataLabels(labels.ParseLabels(tc.in...))
+		if !maps.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+			t.Errorf("metadataLabels(%v) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }

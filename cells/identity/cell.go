@@ -9,6 +9,7 @@ import (
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/reconciler"
 )
 
 // Cell allocates identities in CRD mode and provides Allocator,
@@ -41,6 +42,7 @@ type allocatorParams struct {
 	Clientset   k8s.Clientset
 	Identities  statedb.Table[*ciliumv2.CiliumIdentity]
 	Allocations statedb.RWTable[*allocation]
+	Metrics     reconciler.Metrics `optional:"true"`
 }
 
 // newAllocator builds the allocator for the cluster's identity range and
@@ -54,6 +56,7 @@ func newAllocator(p allocatorParams) (*allocator, error) {
 		Min:     layout.MinAllocation(),
 		Max:     layout.MaxAllocation(),
 		Timeout: p.Config.IdentityAllocationTimeout,
+		Metrics: p.Metrics,
 	})
 }
 

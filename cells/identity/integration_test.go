@@ -164,6 +164,16 @@ func TestIntegrationTwoAgents(t *testing.T) {
 			}
 		}
 	}
+	// kubectl get ciliumid -l app=app-3,io.kubernetes.pod.namespace=<ns>:
+	// the real apiserver selects by the identity's security labels.
+	sel, err := cs.CiliumV2().CiliumIdentities().List(ctx, metav1.ListOptions{
+		LabelSelector: "app=app-3,tier=backend," + labels.PodNamespaceLabel + "=" + ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sel.Items) != 1 || sel.Items[0].Name != got[0][3].StringID() {
+		t.Errorf("-l app=app-3 lists %d identities, want only %d", len(sel.Items), got[0][3])
+	}
 	for s, id := range got[0] {
 		if !byName[id.StringID()] {
 			t.Errorf("set %d: identity %d has no object", s, id)

@@ -19,6 +19,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Tables are what the collector decides from. Both must be initialized
@@ -59,10 +60,8 @@ func NewGC(cfg Config, client ciliumclient.CiliumIdentityInterface, tables Table
 func (g *GC) Run(ctx context.Context) error {
 	defer g.health.Stopped("not leading")
 	g.health.OK("waiting for the CiliumIdentities and CiliumEndpoints tables")
-	for _, t := range []statedb.TableMeta{g.tables.Identities, g.tables.Endpoints} {
-		if err := waitInitialized(ctx, g.tables.DB, t); err != nil {
-			return nil // cancelled
-		}
+	if err := tables.WaitInitialized(ctx, g.tables.DB, g.tables.Identities, g.tables.Endpoints); err != nil {
+		return nil // cancelled
 	}
 	wtxn := g.tables.DB.WriteTxn(g.tables.Identities)
 	changes, err := g.tables.Identities.Changes(wtxn)
@@ -96,19 +95,6 @@ func (g *GC) Run(ctx context.Context) error {
 		case <-ticker.C:
 			due = true
 		}
-	}
-}
-
-func waitInitialized(ctx context.Context, db *statedb.DB, t statedb.TableMeta) error {
-	init, done := t.Initialized(db.ReadTxn())
-	if init {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

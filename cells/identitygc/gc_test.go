@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -368,7 +369,14 @@ func TestRunWaitsForTables(t *testing.T) {
 	txn.Commit()
 	e.run(fastConfig, k8stest.Closed())
 
-	time.Sleep(300 * time.Millisecond)
+	// The GC says it waits for the tables; the CiliumEndpoints table holds
+	// it there, so it wrote nothing.
+	k8stest.Eventually(t, "the GC waiting for the tables", func() error {
+		if _, msg, _ := e.health.Last(); !strings.HasPrefix(msg, "waiting for the CiliumIdentities") {
+			return fmt.Errorf("health %q", msg)
+		}
+		return nil
+	})
 	for _, a := range e.cs.CiliumFake.Actions() {
 		if v := a.GetVerb(); v != "list" && v != "watch" && v != "get" && v != "create" {
 			t.Fatalf("%s before the CiliumEndpoints table was initialized", v)
@@ -397,7 +405,14 @@ func TestRunKeepsUsed(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(300 * time.Millisecond) // several timeouts
+	// Several more passes (each reports) keep the used identity.
+	n := e.health.Reports()
+	k8stest.Eventually(t, "three more GC passes", func() error {
+		if got := e.health.Reports(); got < n+3 {
+			return fmt.Errorf("%d reports, want %d", got, n+3)
+		}
+		return nil
+	})
 	e.wantAPI(map[string]bool{"1000": false})
 	k8stest.Eventually(t, "healthy", func() error {
 		if l, msg, err := e.health.Last(); l != hive.LevelOK || err != nil {

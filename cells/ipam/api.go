@@ -99,16 +99,17 @@ func (h *api) release(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	switch err := h.a.Release(ip); {
-	case err == nil:
-		w.WriteHeader(http.StatusOK)
-	case errors.Is(err, pool.ErrNotInPool):
-		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
-	case errors.Is(err, pool.ErrReserved):
-		agentapi.WriteError(w, http.StatusForbidden, "%v", err)
-	default:
-		agentapi.WriteError(w, http.StatusInternalServerError, "%v", err)
+	if err := h.a.Release(ip); err != nil {
+		releaseErrorCodes.Write(w, err)
+		return
 	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// releaseErrorCodes are the codes of DELETE /v1/ipam/{ip}.
+var releaseErrorCodes = agentapi.ErrorCodes{
+	{Err: pool.ErrNotInPool, Code: http.StatusBadRequest},
+	{Err: pool.ErrReserved, Code: http.StatusForbidden},
 }
 
 // list is GET /v1/ipam: every allocated address with its owner, the
@@ -156,21 +157,19 @@ func ownerParam(w http.ResponseWriter, r *http.Request) (Owner, bool) {
 	return Owner{Name: owner, ContainerID: cid}, true
 }
 
-// writeAllocError maps allocation errors to HTTP codes: 503 for what a
+// allocErrorCodes map allocation errors to HTTP codes: 503 for what a
 // retry may fix (no pod CIDR yet, pool exhausted), 409 for an address held
 // by someone else, 400 for bad input.
-func writeAllocError(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, ErrNoPodCIDR), errors.Is(err, pool.ErrPoolExhausted):
-		code = http.StatusServiceUnavailable
-	case errors.Is(err, pool.ErrInUse), errors.Is(err, pool.ErrReserved):
-		code = http.StatusConflict
-	case errors.Is(err, pool.ErrNotInPool), errors.Is(err, pool.ErrEmptyOwner):
-		code = http.StatusBadRequest
-	}
-	agentapi.WriteError(w, code, "%v", err)
+var allocErrorCodes = agentapi.ErrorCodes{
+	{Err: ErrNoPodCIDR, Code: http.StatusServiceUnavailable},
+	{Err: pool.ErrPoolExhausted, Code: http.StatusServiceUnavailable},
+	{Err: pool.ErrInUse, Code: http.StatusConflict},
+	{Err: pool.ErrReserved, Code: http.StatusConflict},
+	{Err: pool.ErrNotInPool, Code: http.StatusBadRequest},
+	{Err: pool.ErrEmptyOwner, Code: http.StatusBadRequest},
 }
+
+func writeAllocError(w http.ResponseWriter, err error) { allocErrorCodes.Write(w, err) }
 
 func toModel(al Allocation) *models.IPAMAddress {
 	cidrs := make([]string, len(al.CIDRs))

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -20,10 +18,9 @@ import (
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/tables"
 )
-
-// bootIDPath is where the kernel publishes its boot ID.
-const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // The allocations are kept in <--state-dir>/StateSubdir/StateFileName.
 const (
@@ -61,7 +58,7 @@ func newAllocator(p allocatorParams) *allocator {
 			if _, err := p.StateDir.Sub(StateSubdir); err != nil {
 				return fmt.Errorf("IPAM state (--state-dir): %w", err)
 			}
-			id, err := readBootID(bootIDPath)
+			id, err := nodes.ReadBootID(nodes.BootIDPath)
 			if err != nil {
 				p.Log.Warn("boot ID unknown; addresses of pods from before a reboot cannot be told apart", "error", err)
 			}
@@ -70,15 +67,6 @@ func newAllocator(p allocatorParams) *allocator {
 		},
 	})
 	return a
-}
-
-// readBootID reads the kernel's boot ID.
-func readBootID(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read boot ID: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // jobsParams are registerJobs' inputs.
@@ -225,12 +213,8 @@ func restoreGC(ctx context.Context, h hive.Health, db *statedb.DB, pods statedb.
 	if !hasUnclaimedPods(a) {
 		return nil
 	}
-	if init, watch := pods.Initialized(db.ReadTxn()); !init {
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			return nil
-		}
+	if err := tables.WaitInitialized(ctx, db, pods); err != nil {
+		return nil // cancelled
 	}
 	wait := grace
 	podIndex := k8stables.NameIndex[*corev1.Pod]()

@@ -451,7 +451,20 @@ func TestAutoCreateDisabled(t *testing.T) {
 	if err != nil || n.InternalIP.String() != "192.168.1.10" {
 		t.Fatalf("LocalNode.Wait = %+v, %v", n, err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// No reconciler publishes the row: no job for it exists, so the
+	// CiliumNode cannot appear later either.
+	jobs := 0
+	for _, s := range e.health.Statuses() {
+		if strings.Contains(s.ID, "reconcile-ciliumnode") {
+			t.Errorf("reconciler job %s runs with --auto-create-cilium-node-resource=false", s.ID)
+		}
+		if strings.Contains(s.ID, "local-node") {
+			jobs++ // the job that wrote the row reports here
+		}
+	}
+	if jobs == 0 {
+		t.Errorf("no health of the local-node job: %+v", e.health.Statuses())
+	}
 	if _, err := cs.ciliumNode(t, "node1"); !k8serrors.IsNotFound(err) {
 		t.Errorf("CiliumNode created with --auto-create-cilium-node-resource=false: %v", err)
 	}

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,10 +19,8 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
-
-// bootIDPath is where the kernel publishes its boot ID.
-const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // discovery computes the local-node row from its inputs: the Node object
 // (addresses, labels, UID), this node's CiliumNode (pod CIDRs; its health
@@ -82,7 +77,7 @@ func registerDiscovery(p discoveryParams) {
 	p.Lifecycle.Append(hive.Hook{
 		Name: "read-boot-id",
 		OnStart: func(context.Context) error {
-			id, err := readBootID(bootIDPath)
+			id, err := nodes.ReadBootID(nodes.BootIDPath)
 			if err != nil {
 				p.Log.Warn("boot ID unknown; the CiliumNode will have no spec.bootid", "error", err)
 			}
@@ -94,15 +89,6 @@ func registerDiscovery(p discoveryParams) {
 		hive.Service("local-node", nil, d.run),
 		hive.OneShot("health-ip", d.allocateHealthIP, hive.WithRetry(-1, time.Second, 30*time.Second)),
 	)
-}
-
-// readBootID reads the kernel's boot ID.
-func readBootID(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read boot ID: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // addrs returns the IPAM-derived addresses and a channel closed when they
@@ -126,13 +112,9 @@ func (d *discovery) setAddrs(health, router netip.Addr) {
 // IPAM restored) so that it stays the same across restarts.
 func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
 	// Wait for the first list of CiliumNodes, to see the published one.
-	if init, watch := d.ciliumNodes.Initialized(d.db.ReadTxn()); !init {
-		h.OK("waiting for the CiliumNodes table")
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	h.OK("waiting for the CiliumNodes table")
+	if err := tables.WaitInitialized(ctx, d.db, d.ciliumNodes); err != nil {
+		return err
 	}
 	var candidates []netip.Addr
 	if cn, _, found := d.ciliumNodes.Get(d.db.ReadTxn(), cnQuery(d.name)); found {
@@ -243,7 +225,9 @@ func buildLocalNode(node *corev1.Node, cn *ciliumv2.CiliumNode, health, router n
 		}
 		n.NodeAddresses = append(n.NodeAddresses, nodes.Address{Type: string(a.Type), IP: ip})
 	}
-	n.InternalIP = firstOf(n.NodeAddresses, nodes.AddressInternalIP)
+	// The one InternalIP rule (the first IPv4 InternalIP, else the first
+	// InternalIP), shared with readers of the Node object.
+	n.InternalIP, _ = netip.ParseAddr(k8stables.NodeInternalIP(node))
 	if cn != nil {
 		for _, s := range cn.Spec.IPAM.PodCIDRs {
 			if p, err := netip.ParsePrefix(s); err == nil {
@@ -252,19 +236,6 @@ func buildLocalNode(node *corev1.Node, cn *ciliumv2.CiliumNode, health, router n
 		}
 	}
 	return n
-}
-
-// firstOf returns the first IPv4 address of the type, else the first of
-// the type.
-func firstOf(addrs []nodes.Address, typ string) netip.Addr {
-	i := slices.IndexFunc(addrs, func(a nodes.Address) bool { return a.Type == typ && a.IP.Is4() })
-	if i < 0 {
-		i = slices.IndexFunc(addrs, func(a nodes.Address) bool { return a.Type == typ })
-	}
-	if i < 0 {
-		return netip.Addr{}
-	}
-	return addrs[i].IP
 }
 
 // write stores desired when it differs from the row, and marks the row

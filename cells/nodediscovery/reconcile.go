@@ -1,13 +1,13 @@
 package nodediscovery
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/cilium/statedb"
 
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
@@ -31,18 +31,17 @@ type reconcilerParams struct {
 	hive.In
 
 	Config    Config
-	DB        *statedb.DB
 	Table     statedb.RWTable[*nodes.LocalNode]
 	Clientset k8s.Clientset
-	Jobs      hive.Jobs
-	Metrics   reconciler.Metrics `optional:"true"`
+	Reconcile reconcilejob.Params
 }
 
 func registerReconciler(p reconcilerParams) error {
 	if !p.Config.AutoCreateCiliumNodeResource {
 		return nil
 	}
-	r, err := reconciler.New(p.DB, reconciler.Config[*nodes.LocalNode]{
+	// Its job is "reconcile-ciliumnode".
+	_, err := reconcilejob.New(p.Reconcile, reconciler.Config[*nodes.LocalNode]{
 		Name:         "ciliumnode",
 		Table:        p.Table,
 		GetStatus:    func(n *nodes.LocalNode) reconciler.Status { return n.Status },
@@ -51,18 +50,11 @@ func registerReconciler(p reconcilerParams) error {
 		FullInterval: fullReconcileInterval,
 		RetryMin:     retryMin,
 		RetryMax:     retryMax,
-		Metrics:      p.Metrics,
+	}, func() error {
+		if !p.Clientset.IsEnabled() {
+			return fmt.Errorf("publish the CiliumNode: %w (or pass --auto-create-cilium-node-resource=false)", k8s.ErrNotConfigured)
+		}
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	p.Jobs.Add(hive.Service("reconcile-ciliumnode",
-		func() error {
-			if !p.Clientset.IsEnabled() {
-				return fmt.Errorf("publish the CiliumNode: %w (or pass --auto-create-cilium-node-resource=false)", k8s.ErrNotConfigured)
-			}
-			return r.Subscribe()
-		},
-		func(ctx context.Context, h hive.Health) { r.Run(ctx, h) }))
-	return nil
+	return err
 }

@@ -148,7 +148,10 @@ func NodeIP(txn statedb.ReadTxn, nodes statedb.Table[*corev1.Node], name string)
 	return NodeInternalIP(n)
 }
 
-// NodeInternalIP returns a Node's first InternalIP, IPv4 preferred.
+// NodeInternalIP returns a Node's first IPv4 InternalIP, else its first
+// InternalIP, else "". It is the one rule for a node's IP: the local-node
+// row's InternalIP (what CiliumEndpoints carry as status.networking.node)
+// is computed with it.
 func NodeInternalIP(n *corev1.Node) string {
 	var v6 string
 	for _, a := range n.Status.Addresses {

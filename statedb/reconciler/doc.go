@@ -8,6 +8,16 @@
 // FullInterval the whole table is reconciled again (Update on every object)
 // and Operations.Prune removes what exists but is not desired.
 //
+// A deletion that fails is not only remembered in memory: the object goes
+// back into the table with status PendingDelete and the error, so that
+// `cellium statedb` dumps, health and readers see it, until a retry (or a
+// prune) deletes it and the reconciler removes the row. Readers of a
+// desired-state table skip PendingDelete rows; inserting the key again
+// makes the object desired again.
+//
+// cells/hive/reconcilejob runs a reconciler in a hive with the hive's
+// metrics and health.
+//
 // It is the one piece of code that writes to targets; every target
 // implements only Operations.
 package reconciler

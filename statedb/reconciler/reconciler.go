@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -132,9 +133,13 @@ func (r *Reconciler[Obj]) incremental(ctx context.Context) <-chan struct{} {
 	for change := range changes {
 		rev := change.Revision
 		key := r.key(change.Object)
-		if change.Deleted {
+		pendingDelete := r.cfg.GetStatus(change.Object).Kind == StatusPendingDelete
+		if change.Deleted && !pendingDelete {
 			delete(r.retries, key)
 			dels = append(dels, BatchEntry[Obj]{Object: change.Object})
+		} else if change.Deleted || pendingDelete {
+			// The reconciler's own pending-delete rows, written or removed:
+			// the retry of the deletion goes on (or is done).
 		} else if r.cfg.GetStatus(change.Object).Kind == StatusPending {
 			upsert = append(upsert, BatchEntry[Obj]{Object: change.Object})
 			upRevs = append(upRevs, rev)
@@ -155,12 +160,15 @@ func (r *Reconciler[Obj]) incremental(ctx context.Context) <-chan struct{} {
 			updates = append(updates, statusUpdate[Obj]{e.Object, upRevs[i], Done()})
 		}
 	}
+	var failedDels []BatchEntry[Obj]
 	for _, e := range dels {
 		if e.Result != nil {
 			r.scheduleRetry(r.key(e.Object), e.Object, true, e.Result)
+			failedDels = append(failedDels, e)
 		}
 	}
 	r.writeStatuses(updates)
+	r.writePendingDeletes(failedDels, nil)
 	if n >= r.cfg.RoundLimit {
 		// More may be waiting: come back immediately.
 		closed := make(chan struct{})
@@ -210,6 +218,9 @@ func (r *Reconciler[Obj]) full(ctx context.Context) {
 	txn := r.db.ReadTxn()
 	var updates []statusUpdate[Obj]
 	for obj, rev := range r.cfg.Table.All(txn) {
+		if r.cfg.GetStatus(obj).Kind == StatusPendingDelete {
+			continue // not desired: its deletion is retried
+		}
 		t0 := time.Now()
 		err := r.cfg.Operations.Update(ctx, txn, obj)
 		r.observe("update", time.Since(t0), err)
@@ -226,7 +237,7 @@ func (r *Reconciler[Obj]) full(ctx context.Context) {
 		}
 	}
 	t0 := time.Now()
-	err := r.cfg.Operations.Prune(ctx, txn, r.cfg.Table.All(txn))
+	err := r.cfg.Operations.Prune(ctx, txn, r.desired(txn))
 	r.observe("prune", time.Since(t0), err)
 	if err != nil {
 		r.lastErr = fmt.Errorf("prune: %w", err)
@@ -234,11 +245,14 @@ func (r *Reconciler[Obj]) full(ctx context.Context) {
 		r.fullAfter = time.Now().Add(r.backoff(r.fullFails))
 	} else {
 		r.fullFails, r.fullAfter = 0, time.Time{}
+		var pruned []BatchEntry[Obj]
 		for key, item := range r.retries {
 			if item.delete {
 				delete(r.retries, key) // pruning removed it
+				pruned = append(pruned, BatchEntry[Obj]{Object: item.obj})
 			}
 		}
+		defer r.writePendingDeletes(nil, pruned)
 	}
 	r.writeStatuses(updates)
 }
@@ -249,13 +263,14 @@ func (r *Reconciler[Obj]) retry(ctx context.Context) {
 	now := time.Now()
 	txn := r.db.ReadTxn()
 	var updates []statusUpdate[Obj]
+	var failedDels, deleted []BatchEntry[Obj]
 	for key, item := range r.retries {
 		if item.at.After(now) {
 			continue
 		}
 		cur, rev, found := r.current(txn, item.obj)
 		if item.delete {
-			if found {
+			if found && r.cfg.GetStatus(cur).Kind != StatusPendingDelete {
 				delete(r.retries, key) // desired again; the insert is reconciled
 				continue
 			}
@@ -264,8 +279,10 @@ func (r *Reconciler[Obj]) retry(ctx context.Context) {
 			r.observe("delete", time.Since(t0), err)
 			if err != nil {
 				r.scheduleRetry(key, item.obj, true, err)
+				failedDels = append(failedDels, BatchEntry[Obj]{Object: item.obj, Result: err})
 			} else {
 				delete(r.retries, key)
+				deleted = append(deleted, BatchEntry[Obj]{Object: item.obj})
 			}
 			continue
 		}
@@ -285,6 +302,54 @@ func (r *Reconciler[Obj]) retry(ctx context.Context) {
 		}
 	}
 	r.writeStatuses(updates)
+	r.writePendingDeletes(failedDels, deleted)
+}
+
+// desired is every object of the table except the pending-delete rows.
+func (r *Reconciler[Obj]) desired(txn statedb.ReadTxn) iter.Seq2[Obj, statedb.Revision] {
+	return func(yield func(Obj, statedb.Revision) bool) {
+		for obj, rev := range r.cfg.Table.All(txn) {
+			if r.cfg.GetStatus(obj).Kind == StatusPendingDelete {
+				continue
+			}
+			if !yield(obj, rev) {
+				return
+			}
+		}
+	}
+}
+
+// writePendingDeletes makes failed deletions visible: each object of
+// failed goes back into the table with status PendingDelete and its error,
+// unless a writer inserted the key again (then it is desired: the retry
+// stops). The pending-delete rows of the objects in done (deleted at
+// last) are removed.
+func (r *Reconciler[Obj]) writePendingDeletes(failed, done []BatchEntry[Obj]) {
+	if len(failed) == 0 && len(done) == 0 {
+		return
+	}
+	wtxn := r.db.WriteTxn(r.cfg.Table)
+	defer wtxn.Abort()
+	for _, e := range failed {
+		cur, _, found := r.current(wtxn, e.Object)
+		if found && r.cfg.GetStatus(cur).Kind != StatusPendingDelete {
+			delete(r.retries, r.key(e.Object))
+			continue
+		}
+		if _, _, err := r.cfg.Table.Insert(wtxn, r.cfg.SetStatus(e.Object, PendingDelete(e.Result))); err != nil {
+			r.lastErr = fmt.Errorf("write pending delete: %w", err)
+		}
+	}
+	for _, e := range done {
+		cur, rev, found := r.current(wtxn, e.Object)
+		if !found || r.cfg.GetStatus(cur).Kind != StatusPendingDelete {
+			continue
+		}
+		if _, _, err := r.cfg.Table.CompareAndDelete(wtxn, rev, cur); err != nil && !errors.Is(err, statedb.ErrRevisionNotEqual) {
+			r.lastErr = fmt.Errorf("remove pending delete: %w", err)
+		}
+	}
+	wtxn.Commit()
 }
 
 func (r *Reconciler[Obj]) current(txn statedb.ReadTxn, obj Obj) (Obj, statedb.Revision, bool) {

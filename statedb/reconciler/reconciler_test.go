@@ -51,10 +51,14 @@ type fakeTarget struct {
 	pruned   []string
 	// pruneFailures makes the next n prunes fail.
 	pruneFailures int
+	// stuck names cannot be deleted (by Delete or Prune) until cleared.
+	stuck   map[string]bool
+	deletes map[string]int
 }
 
 func newFakeTarget() *fakeTarget {
-	return &fakeTarget{state: map[string]int{}, failures: map[string]int{}, updates: map[string]int{}}
+	return &fakeTarget{state: map[string]int{}, failures: map[string]int{}, updates: map[string]int{},
+		stuck: map[string]bool{}, deletes: map[string]int{}}
 }
 
 func (f *fakeTarget) Update(_ context.Context, _ statedb.ReadTxn, r *route) error {
@@ -72,6 +76,10 @@ func (f *fakeTarget) Update(_ context.Context, _ statedb.ReadTxn, r *route) erro
 func (f *fakeTarget) Delete(_ context.Context, _ statedb.ReadTxn, r *route) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.deletes[r.Name]++
+	if f.stuck[r.Name] {
+		return fmt.Errorf("injected delete failure for %s", r.Name)
+	}
 	delete(f.state, r.Name)
 	return nil
 }
@@ -88,6 +96,9 @@ func (f *fakeTarget) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Se
 		want[r.Name] = true
 	}
 	for name := range f.state { // list first, then delete
+		if !want[name] && f.stuck[name] {
+			return fmt.Errorf("injected delete failure for %s", name)
+		}
 		if !want[name] {
 			f.pruned = append(f.pruned, name)
 			delete(f.state, name)
@@ -255,7 +266,16 @@ func TestPruneWaitsForInitialization(t *testing.T) {
 			txn.Commit()
 		}),
 	)
-	time.Sleep(150 * time.Millisecond) // three full intervals
+	// The reconciler is running (it reconciles three later changes, one
+	// after the other), yet prunes nothing before initialization.
+	for i := range 3 {
+		name := fmt.Sprintf("marker-%d", i)
+		insert(db, tbl, &route{Name: name, Value: i})
+		waitFor(t, name+" reconciled", func() bool {
+			obj, _, ok := tbl.Get(db.ReadTxn(), routeName.Query(name))
+			return ok && obj.Status.Kind == reconciler.StatusDone
+		})
+	}
 	if _, ok := target.snapshot()["kept-until-init"]; !ok {
 		t.Fatal("pruned before the table was initialized")
 	}
@@ -318,4 +338,87 @@ func TestFailedPruneIsRetried(t *testing.T) {
 	_ = db
 	_ = tbl
 	waitFor(t, "stale pruned after failed prunes", func() bool { _, ok := target.snapshot()["stale"]; return !ok })
+}
+
+// A failed deletion is visible in the table: the row comes back with
+// status PendingDelete and the error, is neither updated nor counted as
+// desired by pruning, and goes away once the deletion succeeds. Inserting
+// the key again makes it desired again and stops the deletion.
+func TestFailedDeleteIsPendingDeleteInTable(t *testing.T) {
+	target := newFakeTarget()
+	db, tbl, health := startRoutes(t, target)
+	insert(db, tbl, &route{Name: "stuck", Value: 1}, &route{Name: "back", Value: 2})
+	waitFor(t, "both programmed", func() bool {
+		s := target.snapshot()
+		return s["stuck"] == 1 && s["back"] == 2
+	})
+	target.mu.Lock()
+	target.stuck["stuck"], target.stuck["back"] = true, true
+	target.mu.Unlock()
+	txn := db.WriteTxn(tbl)
+	for _, name := range []string{"stuck", "back"} {
+		obj, _, _ := tbl.Get(txn, routeName.Query(name))
+		if _, _, err := tbl.Delete(txn, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn.Commit()
+
+	waitFor(t, "pending-delete rows with the error, health degraded", func() bool {
+		for _, name := range []string{"stuck", "back"} {
+			obj, _, ok := tbl.Get(db.ReadTxn(), routeName.Query(name))
+			if !ok || obj.Status.Kind != reconciler.StatusPendingDelete || obj.Status.Error != "injected delete failure for "+name {
+				return false
+			}
+		}
+		for _, s := range health.Statuses() {
+			if s.ID == "job-reconcile-routes" {
+				return s.Level == hive.LevelDegraded
+			}
+		}
+		return false
+	})
+	// Retries go on (more deletes), and no update ever ran on a
+	// pending-delete row: the target still has the old values.
+	target.mu.Lock()
+	before := target.deletes["stuck"]
+	updates := target.updates["stuck"]
+	target.mu.Unlock()
+	waitFor(t, "another delete attempt", func() bool {
+		target.mu.Lock()
+		defer target.mu.Unlock()
+		return target.deletes["stuck"] > before
+	})
+	target.mu.Lock()
+	if target.updates["stuck"] != updates {
+		t.Errorf("a pending-delete row was updated in the target")
+	}
+	target.mu.Unlock()
+
+	// "back" is wanted again: its insert wins over the pending delete.
+	insert(db, tbl, &route{Name: "back", Value: 3})
+	waitFor(t, "back desired again", func() bool {
+		obj, _, ok := tbl.Get(db.ReadTxn(), routeName.Query("back"))
+		return ok && obj.Status.Kind == reconciler.StatusDone && target.snapshot()["back"] == 3
+	})
+	// "stuck" can be deleted at last: its row goes.
+	target.mu.Lock()
+	delete(target.stuck, "stuck")
+	target.mu.Unlock()
+	waitFor(t, "stuck deleted from target and table", func() bool {
+		_, _, ok := tbl.Get(db.ReadTxn(), routeName.Query("stuck"))
+		_, inTarget := target.snapshot()["stuck"]
+		return !ok && !inTarget
+	})
+	waitFor(t, "health ok", func() bool {
+		for _, s := range health.Statuses() {
+			if s.ID == "job-reconcile-routes" {
+				return s.Level == hive.LevelOK
+			}
+		}
+		return false
+	})
+	if obj, _, ok := tbl.Get(db.ReadTxn(), routeName.Query("back")); !ok || obj.Status.Kind != reconciler.StatusDone {
+		t.Fatalf("back = %+v, %v after stuck was deleted", obj, ok)
+	}
 }

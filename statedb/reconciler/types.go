@@ -19,6 +19,13 @@ const (
 	StatusDone StatusKind = "Done"
 	// StatusError means the last attempt failed; it will be retried.
 	StatusError StatusKind = "Error"
+	// StatusPendingDelete marks a row the reconciler put back into the
+	// table because deleting its object from the target failed: the object
+	// is not desired any more, the deletion is being retried, and Error
+	// says why it failed. The reconciler removes the row once the deletion
+	// succeeds. Readers of a desired-state table skip such rows; a writer
+	// that wants the object again simply inserts it (the retry stops).
+	StatusPendingDelete StatusKind = "PendingDelete"
 )
 
 // Status is the reconciliation status kept in each object.
@@ -28,10 +35,11 @@ type Status struct {
 	UpdatedAt time.Time  `json:"updated-at"`
 }
 
-// String is "Done", "Pending" or "Error: <message>".
+// String is "Done", "Pending", "Error: <message>" or
+// "PendingDelete: <message>".
 func (s Status) String() string {
-	if s.Kind == StatusError {
-		return fmt.Sprintf("Error: %s", s.Error)
+	if s.Kind == StatusError || s.Kind == StatusPendingDelete {
+		return fmt.Sprintf("%s: %s", s.Kind, s.Error)
 	}
 	return string(s.Kind)
 }
@@ -41,6 +49,12 @@ func Pending() Status { return Status{Kind: StatusPending, UpdatedAt: time.Now()
 
 // Done is the status of a reconciled object.
 func Done() Status { return Status{Kind: StatusDone, UpdatedAt: time.Now()} }
+
+// PendingDelete is the status of a row kept because deleting its object
+// failed with err.
+func PendingDelete(err error) Status {
+	return Status{Kind: StatusPendingDelete, Error: err.Error(), UpdatedAt: time.Now()}
+}
 
 // Failed is the status of an object whose reconciliation failed with err.
 func Failed(err error) Status {

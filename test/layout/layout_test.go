@@ -1,6 +1,7 @@
 // Package layout checks the dependency direction of DESIGN.md §2:
 // control-plane cells and the operator never import the datapath or the
-// BPF code; statedb and api never import cells; nothing imports a binary.
+// BPF code; statedb and api never import cells; no binary imports another
+// binary's package; the operator links no agent-only cell.
 package layout
 
 import (
@@ -73,5 +74,66 @@ func TestDependencyDirection(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// binaries are the four programs' trees. Each may import only its own tree:
+// what two of them share lives in cells/ (the command builder is
+// hive.NewDaemonCommand).
+var binaries = []string{"daemon", "operator", "cni", "cli"}
+
+func TestBinariesDoNotImportEachOther(t *testing.T) {
+	pkgs := listDeps(t)
+	for _, p := range pkgs {
+		for _, from := range binaries {
+			if !under(p.ImportPath, from) {
+				continue
+			}
+			for _, dep := range p.Deps {
+				for _, other := range binaries {
+					if other != from && under(dep, other) {
+						t.Errorf("%s imports %s: binary %s/ must not depend on binary %s/", p.ImportPath, dep, from, other)
+					}
+				}
+			}
+		}
+	}
+}
+
+// agentOnly are the cells that only make sense on a node: the CNI API,
+// endpoints and their CEPs, IPAM of this node, identity allocation for
+// local endpoints, the node's own discovery, the state directory. The
+// operator's controllers work on cluster-wide objects and need none of them.
+var agentOnly = []string{
+	"cells/agentapi",
+	"cells/cepsync",
+	"cells/cniconfig",
+	"cells/endpointmanager",
+	"cells/identity",
+	"cells/ipam",
+	"cells/nodediscovery",
+	"cells/statedir",
+	"statedb/endpoints",
+	"statedb/nodes",
+}
+
+func TestOperatorLinksNoAgentOnlyCell(t *testing.T) {
+	pkgs := listDeps(t)
+	seen := false
+	for _, p := range pkgs {
+		if !under(p.ImportPath, "operator") {
+			continue
+		}
+		seen = true
+		for _, dep := range p.Deps {
+			for _, a := range agentOnly {
+				if under(dep, a) {
+					t.Errorf("%s imports %s: the operator must not link the agent-only %s", p.ImportPath, dep, a)
+				}
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("go list found no operator package")
 	}
 }

@@ -8,13 +8,14 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 )
 
-// HealthRecorder is a hive.Health that keeps the last report. Its zero
-// value is ready; Scope returns the recorder itself.
+// HealthRecorder is a hive.Health that keeps the last report and counts
+// them. Its zero value is ready; Scope returns the recorder itself.
 type HealthRecorder struct {
-	mu    sync.Mutex
-	level hive.Level
-	msg   string
-	err   error
+	mu      sync.Mutex
+	level   hive.Level
+	msg     string
+	err     error
+	reports int
 }
 
 var _ hive.Health = (*HealthRecorder)(nil)
@@ -23,6 +24,7 @@ func (h *HealthRecorder) set(l hive.Level, msg string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.level, h.msg, h.err = l, msg, err
+	h.reports++
 }
 
 // OK records a healthy report.
@@ -36,6 +38,14 @@ func (h *HealthRecorder) Stopped(msg string) { h.set(hive.LevelStopped, msg, nil
 
 // Scope returns h: the sub-parts report into the same record.
 func (h *HealthRecorder) Scope(string) hive.Health { return h }
+
+// Reports is the number of reports so far: a job that reports after each
+// pass shows with it that it made progress.
+func (h *HealthRecorder) Reports() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reports
+}
 
 // Last returns the last report; the level is "" before any.
 func (h *HealthRecorder) Last() (hive.Level, string, error) {

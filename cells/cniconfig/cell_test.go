@@ -1,0 +1,166 @@
+package cniconfig_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"go.uber.org/goleak"
+
+	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/cniconfig"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/nodes"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const node = "cni-node"
+
+// env is the cni-config cell with the tables it reads, owned by the test.
+type env struct {
+	db        *statedb.DB
+	eps       statedb.RWTable[*endpoints.Endpoint]
+	local     statedb.RWTable[*nodes.LocalNode]
+	restored  func(statedb.WriteTxn)
+	path      string
+	socket    string
+	h         *hive.Hive
+	lastWrite statedb.Revision
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{path: filepath.Join(dir, "net.d", "05-cellium.conflist"), socket: filepath.Join(dir, "api.sock")}
+	e.h = hivetest.New(t, []string{"--write-cni-conf-when-ready=" + e.path, "--mtu=1400", "--socket-path=" + e.socket},
+		hive.Config(agentapi.DefaultConfig),
+		hive.Provide(
+			func() k8s.NodeName { return node },
+			endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable,
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
+		),
+		// Endpoint restore is pending until the test says otherwise.
+		hive.Invoke(func(db *statedb.DB, eps statedb.RWTable[*endpoints.Endpoint]) {
+			txn := db.WriteTxn(eps)
+			e.restored = eps.RegisterInitializer(txn, "test-restore")
+			txn.Commit()
+		}),
+		cniconfig.Cell,
+		hivetest.Capture(&e.db), hivetest.Capture(&e.eps), hivetest.Capture(&e.local),
+	)
+	if err := e.h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.h.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
+func (e *env) setLocalNode(t *testing.T, router string) {
+	t.Helper()
+	n := &nodes.LocalNode{Name: node, InternalIP: netip.MustParseAddr("192.0.2.7")}
+	if router != "" {
+		n.RouterIP = netip.MustParseAddr(router)
+	}
+	txn := e.db.WriteTxn(e.local)
+	if _, _, err := e.local.Insert(txn, n); err != nil {
+		t.Fatal(err)
+	}
+	txn.Commit()
+}
+
+func (e *env) absent(t *testing.T, when string) {
+	t.Helper()
+	if _, err := os.Stat(e.path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s: conflist exists (or stat failed: %v); want it written only once the agent can serve pods", when, err)
+	}
+}
+
+// waitFile waits for the conflist to appear; the writer's job writes it
+// once, so its appearance is the event.
+func (e *env) waitFile(t *testing.T) []byte {
+	t.Helper()
+	dir := filepath.Dir(e.path)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if data, err := os.ReadFile(e.path); err == nil {
+			return data
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(dir)
+			t.Fatalf("no conflist at %s after 20s (dir holds %v)", e.path, entries)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The conflist is written only when both endpoint restore is done and the
+// local node has a router IP (IPAM has a pod CIDR), in either order, and
+// says what the plugin needs: the agent socket and the MTU.
+func TestConfListWrittenWhenReady(t *testing.T) {
+	for _, order := range []string{"restore-first", "router-first"} {
+		t.Run(order, func(t *testing.T) {
+			e := start(t)
+			e.absent(t, "at start")
+			e.setLocalNode(t, "") // node known, no pod CIDR yet
+			if order == "restore-first" {
+				txn := e.db.WriteTxn(e.eps)
+				e.restored(txn)
+				txn.Commit()
+				e.absent(t, "restored, no router IP")
+				e.setLocalNode(t, "10.9.0.1")
+			} else {
+				e.setLocalNode(t, "10.9.0.1")
+				e.absent(t, "router IP, endpoints not restored")
+				txn := e.db.WriteTxn(e.eps)
+				e.restored(txn)
+				txn.Commit()
+			}
+			data := e.waitFile(t)
+			var got struct {
+				CNIVersion string `json:"cniVersion"`
+				Name       string `json:"name"`
+				Plugins    []struct {
+					Type        string `json:"type"`
+					AgentSocket string `json:"agent-socket"`
+					MTU         int    `json:"mtu"`
+				} `json:"plugins"`
+			}
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatalf("conflist is not JSON: %v\n%s", err, data)
+			}
+			if got.CNIVersion != "1.1.0" || got.Name != "cellium" || len(got.Plugins) != 1 ||
+				got.Plugins[0].Type != "cellium-cni" || got.Plugins[0].AgentSocket != e.socket || got.Plugins[0].MTU != 1400 {
+				t.Fatalf("conflist:\n%s\nwant cellium-cni with socket %s and MTU 1400", data, e.socket)
+			}
+			if _, err := os.Stat(e.path + ".tmp"); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("temporary file left behind: %v", err)
+			}
+		})
+	}
+}
+
+func TestMTUValidated(t *testing.T) {
+	for _, mtu := range []int{575, 65536} {
+		if err := (cniconfig.Config{MTU: mtu}).Validate(); err == nil {
+			t.Errorf("MTU %d accepted", mtu)
+		}
+	}
+	if err := cniconfig.DefaultConfig.Validate(); err != nil {
+		t.Error(err)
+	}
+}

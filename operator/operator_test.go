@@ -1,0 +1,51 @@
+package operator_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellium/cellium/operator"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // never in-cluster here
+	var out bytes.Buffer
+	cmd := operator.NewCommand(operator.Operator)
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// The whole operator graph builds: a wiring mistake fails here.
+func TestHiveCommandPrintsModuleTree(t *testing.T) {
+	out, err := run(t, "hive", "--leader-election=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Ⓜ️ operator (Cellium Operator):",
+		"Ⓜ️ crd-register (Registers the cilium.io CRDs):",
+		"--leader-election=false (default true)",
+		"--skip-crd-creation=false (default false)",
+		"• register-crds (operator.operator-infra.crd-register)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("operator hive output lacks %q", want)
+		}
+	}
+}
+
+func TestInvalidFlagValueNamesFlag(t *testing.T) {
+	_, err := run(t, "hive", "--leader-election-lease-duration=1s")
+	if err == nil || !strings.Contains(err.Error(), "leader-election-lease-duration") {
+		t.Errorf("want an error naming --leader-election-lease-duration, got %v", err)
+	}
+}
