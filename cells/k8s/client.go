@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
 	apiextclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +43,7 @@ type clientset struct {
 	cilium  versioned.Interface
 	apiext  apiextclientset.Interface
 	config  *rest.Config
+	http    *http.Client
 	enabled bool
 }
 
@@ -115,6 +118,17 @@ func NewClientset(p ClientsetParams) (Clientset, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Connections kept alive for reuse (HTTP/2 read loops) end with the
+	// hive, not with the process.
+	if p.Lifecycle != nil {
+		p.Lifecycle.Append(hive.Hook{
+			Name: "k8s-client-close-idle",
+			OnStop: func(context.Context) error {
+				cs.(*clientset).closeIdle()
+				return nil
+			},
+		})
+	}
 	// Start does not wait for the API server: the agent must restore its
 	// endpoints and serve CNI DEL while the control plane is down. This
 	// job reports whether it is reachable; whoever needs the API waits for
@@ -133,20 +147,33 @@ func NewClientset(p ClientsetParams) (Clientset, error) {
 }
 
 // NewClientsetFromConfig creates an enabled clientset from a REST config.
+// The three clients share one HTTP client (one connection pool).
 func NewClientsetFromConfig(rc *rest.Config) (Clientset, error) {
-	core, err := kubernetes.NewForConfig(rc)
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes HTTP client: %w", err)
+	}
+	core, err := kubernetes.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	cilium, err := versioned.NewForConfig(rc)
+	cilium, err := versioned.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		return nil, fmt.Errorf("create cilium.io client: %w", err)
 	}
-	apiext, err := apiextclientset.NewForConfig(rc)
+	apiext, err := apiextclientset.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		return nil, fmt.Errorf("create apiextensions client: %w", err)
 	}
-	return &clientset{Clientset: core, cilium: cilium, apiext: apiext, config: rc, enabled: true}, nil
+	return &clientset{Clientset: core, cilium: cilium, apiext: apiext, config: rc, http: hc, enabled: true}, nil
+}
+
+// closeIdle closes the pool's idle connections, looking through the
+// round-tripper wrappers to the transport that holds them.
+func (c *clientset) closeIdle() {
+	if c.http != nil {
+		utilnet.CloseIdleConnectionsFor(c.http.Transport)
+	}
 }
 
 // WaitForAPIServer retries /version until the API server answers or ctx

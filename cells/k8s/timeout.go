@@ -54,6 +54,10 @@ func (t *timeoutRoundTripper) RoundTrip(req *http.Request) (*http.Response, erro
 	return resp, nil
 }
 
+// WrappedRoundTripper lets client-go's helpers (closing idle connections)
+// reach the transport underneath.
+func (t *timeoutRoundTripper) WrappedRoundTripper() http.RoundTripper { return t.next }
+
 func isWatch(req *http.Request) bool {
 	q := req.URL.Query()
 	return q.Get("watch") == "true" || q.Get("watch") == "1" || strings.Contains(req.URL.Path, "/watch/")
