@@ -30,6 +30,8 @@ var Cell = hive.Module("cni-config", "CNI configuration",
 	hive.Config(DefaultConfig),
 	// GET /v1/config: MTU, node name, every flag.
 	hive.Provide(configHandler),
+	// The pod MTU for POST /v1/ipam's reply (ipam.PodMTU).
+	hive.Provide(podMTU),
 	// Writes the conflist once endpoints are restored and IPAM has a CIDR.
 	hive.Invoke(registerWriter),
 )
@@ -61,6 +63,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// PodMTU returns --mtu: the MTU of pod interfaces.
+func (c Config) PodMTU() int { return c.MTU }
+
+func podMTU(cfg Config) ipam.PodMTU { return cfg }
 
 func configHandler(cfg Config, node k8s.NodeName, flags hive.FlagValues) agentapi.HandlersOut {
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{{

@@ -16,7 +16,8 @@ var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 	hive.ProvidePrivate(newAllocator),
 	// Allocator for the endpoint manager, Lookup for nodediscovery (health IP).
 	hive.Provide(asAllocator, asLookup),
-	// POST/DELETE/GET /v1/ipam on the agent API.
+	// POST/DELETE/GET /v1/ipam on the agent API; POST answers with the
+	// PodMTU (optional, from cni-config) too.
 	hive.Provide(apiHandlers),
 	// Jobs: build the pool from this node's CiliumNode pod CIDRs; release
 	// restored addresses of pods that no longer exist.

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
-	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
 )
 
@@ -55,7 +53,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 	a := &fakeAgent{
 		socket:    filepath.Join(dir, "agent.sock"),
 		mtu:       fakeMTU,
-		health:    client.HealthStateOK,
+		health:    models.HealthStateOK,
 		ips:       map[string]string{},
 		endpoints: map[string]*models.Endpoint{},
 		nextID:    1,
@@ -108,7 +106,7 @@ func (a *fakeAgent) getConfig(w http.ResponseWriter, _ *http.Request) {
 func (a *fakeAgent) getHealthz(w http.ResponseWriter, _ *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	writeJSON(w, http.StatusOK, client.Health{State: a.health})
+	writeJSON(w, http.StatusOK, models.Health{State: a.health})
 }
 
 func (a *fakeAgent) postIPAM(w http.ResponseWriter, r *http.Request) {
@@ -193,15 +191,15 @@ func (a *fakeAgent) putEndpoint(w http.ResponseWriter, r *http.Request) {
 	ep := &models.Endpoint{
 		ID:   a.nextID,
 		Spec: &req,
-		Status: ciliumv2.EndpointStatus{
+		Status: models.EndpointStatus{
 			ID:    a.nextID,
-			State: ciliumv2.EndpointStateReady,
-			ExternalIdentifiers: &ciliumv2.EndpointIdentifiers{
+			State: models.EndpointStateReady,
+			ExternalIdentifiers: &models.EndpointIdentifiers{
 				ContainerID: req.ContainerID,
 				PodName:     owner,
 			},
-			Networking: &ciliumv2.EndpointNetworking{
-				Addressing: ciliumv2.AddressPairList{{IPV4: req.Addressing.IPV4}},
+			Networking: &models.EndpointNetworking{
+				Addressing: models.AddressPairList{{IPV4: req.Addressing.IPV4}},
 			},
 		},
 	}

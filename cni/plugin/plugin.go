@@ -17,7 +17,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/datapath/link"
@@ -220,7 +219,7 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 		MAC:                    res.PodMAC.String(),
 		HostMAC:                res.HostMAC.String(),
 		NetnsPath:              args.Netns,
-		Addressing:             ciliumv2.AddressPair{IPV4: ip.String()},
+		Addressing:             models.AddressPair{IPV4: ip.String()},
 		SyncBuildEndpoint:      true,
 	})
 	if err != nil {
@@ -406,7 +405,7 @@ func (p *Plugin) check(s *session, args *skel.CmdArgs) *types.Error {
 			fmt.Sprintf("no endpoint with container ID %s; the pod's sandbox must be recreated", args.ContainerID))
 	}
 	switch ep.Status.State {
-	case ciliumv2.EndpointStateInvalid, ciliumv2.EndpointStateDisconnecting, ciliumv2.EndpointStateDisconnected:
+	case models.EndpointStateInvalid, models.EndpointStateDisconnecting, models.EndpointStateDisconnected:
 		return newError(ErrCodeEndpointMismatch, "the container's endpoint is not usable",
 			fmt.Sprintf("endpoint %d is %s", ep.ID, ep.Status.State))
 	}
@@ -492,7 +491,7 @@ func (p *Plugin) status(s *session) *types.Error {
 	if err != nil {
 		return newError(types.ErrPluginNotAvailable, "cellium agent not available", err.Error())
 	}
-	if h.State != client.HealthStateOK {
+	if h.State != models.HealthStateOK {
 		var degraded []string
 		for _, m := range h.Modules {
 			if m.Level != "ok" && m.Level != "stopped" {

@@ -163,33 +163,12 @@ func decodeAPIError(method, path string, resp *http.Response) error {
 }
 
 // GetHealthz returns the agent's health (GET /v1/healthz).
-func (c *Client) GetHealthz(ctx context.Context) (*Health, error) {
-	var h Health
+func (c *Client) GetHealthz(ctx context.Context) (*models.Health, error) {
+	var h models.Health
 	if err := c.Do(ctx, http.MethodGet, "/v1/healthz", nil, &h); err != nil {
 		return nil, err
 	}
 	return &h, nil
-}
-
-// Health is the agent's reply to GET /v1/healthz.
-type Health struct {
-	// State is HealthStateOK when every module is ok or stopped.
-	State string `json:"state"`
-	// Modules is the worst report of each module.
-	Modules []ModuleHealth `json:"modules"`
-}
-
-// HealthStateOK is Health.State of an agent without degraded modules.
-const HealthStateOK = "Ok"
-
-// ModuleHealth is the health of one module of the agent.
-type ModuleHealth struct {
-	ID      string    `json:"id"`
-	Module  string    `json:"module"`
-	Level   string    `json:"level"`
-	Message string    `json:"message,omitempty"`
-	Error   string    `json:"error,omitempty"`
-	Since   time.Time `json:"since"`
 }
 
 // GetConfig returns what clients need to know of the agent's

@@ -18,7 +18,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 )
@@ -91,9 +90,9 @@ func TestDefaultSocketPathMatchesAgent(t *testing.T) {
 // TestMethods checks each typed method's request (method, path, query,
 // body) and the decoding of its reply.
 func TestMethods(t *testing.T) {
-	ep := models.Endpoint{ID: 7, Status: ciliumv2.EndpointStatus{ID: 7, State: ciliumv2.EndpointStateReady}}
+	ep := models.Endpoint{ID: 7, Status: models.EndpointStatus{ID: 7, State: models.EndpointStateReady}}
 	replies := map[string]any{
-		"GET /v1/healthz":                Health{State: "Ok", Modules: []ModuleHealth{{ID: "agent-api", Module: "agent-api", Level: "ok"}}},
+		"GET /v1/healthz":                models.Health{State: "Ok", Modules: []models.ModuleHealth{{ID: "agent-api", Module: "agent-api", Level: "ok"}}},
 		"GET /v1/config":                 models.DaemonConfig{MTU: 1450, NodeName: "n1"},
 		"POST /v1/ipam":                  models.IPAMResponse{IPv4: &models.IPAMAddress{IP: "10.0.0.5", Gateway: "10.0.0.1", CIDRs: []string{"10.0.0.0/24"}}},
 		"DELETE /v1/ipam/10.0.0.5":       nil,
