@@ -35,6 +35,8 @@ type fakeAgent struct {
 	// putDrop makes every PUT close the connection without a reply, as an
 	// agent that crashes while building the endpoint.
 	putDrop bool
+	// noIPAMMTU makes POST /v1/ipam answer without mtu, as older agents.
+	noIPAMMTU bool
 }
 
 const (
@@ -77,7 +79,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 	})
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
-		a.calls = append(a.calls, r.Method+" "+r.URL.Path)
+		a.calls = append(a.calls, r.Method+" "+r.URL.RequestURI())
 		a.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
@@ -131,9 +133,13 @@ func (a *fakeAgent) postIPAM(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		a.ips[ip] = owner
-		writeJSON(w, http.StatusCreated, models.IPAMResponse{IPv4: &models.IPAMAddress{
+		resp := models.IPAMResponse{IPv4: &models.IPAMAddress{
 			IP: ip, Gateway: fakeGateway, CIDRs: []string{"10.210.0.0/16"}, Owner: owner,
-		}})
+		}}
+		if !a.noIPAMMTU {
+			resp.MTU = a.mtu
+		}
+		writeJSON(w, http.StatusCreated, resp)
 		return
 	}
 	writeError(w, http.StatusInternalServerError, "pool exhausted")
@@ -291,7 +297,8 @@ func (a *fakeAgent) endpoint(containerID string) *models.Endpoint {
 	return nil
 }
 
-// callLog returns and clears the calls seen so far.
+// callLog returns and clears the calls seen so far, each as
+// "METHOD path?query".
 func (a *fakeAgent) callLog() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()

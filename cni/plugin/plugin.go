@@ -123,9 +123,10 @@ func (p *Plugin) logger(conf *NetConf) (*slog.Logger, func()) {
 	return slog.New(h).With("plugin", PluginType, "pid", os.Getpid()), closeLog
 }
 
-// Add is CNI ADD: allocate the pod's address from the agent, create the
-// veth pair, register the endpoint with the agent and wait until it is
-// ready, print the result. Any failure undoes every step done so far.
+// Add is CNI ADD: allocate the pod's address (and learn the MTU) from the
+// agent, create the veth pair, register the endpoint with the agent and
+// wait until it is ready, print the result: two calls to the agent. Any
+// failure undoes every step done so far.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
 	started := time.Now()
 	s, e := p.start("ADD", args, false)
@@ -155,21 +156,14 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 	ctx, cancel := context.WithTimeout(context.Background(), addTimeout)
 	defer cancel()
 
-	cfg, err := s.agent.GetConfig(ctx)
-	if err != nil {
-		return agentError("get the agent's configuration", err)
-	}
-	mtu := s.conf.MTU
-	if mtu == 0 {
-		mtu = cfg.MTU
-	}
-
-	ipam, err := s.agent.AllocateIP(ctx, podNamespace+"/"+podName)
+	// Two calls to the agent: the address (with the MTU), then the
+	// endpoint.
+	ipam, err := s.agent.AllocateIP(ctx, podNamespace+"/"+podName, args.ContainerID)
 	if err != nil {
 		return agentError("allocate an IP address for pod "+podNamespace+"/"+podName, err)
 	}
 	ipStr := ipam.IPv4.IP
-	s.log.Debug("allocated", "ip", ipStr, "gateway", ipam.IPv4.Gateway)
+	s.log.Debug("allocated", "ip", ipStr, "gateway", ipam.IPv4.Gateway, "mtu", ipam.MTU)
 
 	// From here on, every failure undoes what was done.
 	var vethMade, endpointTried bool
@@ -182,6 +176,19 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 			s.log.Debug("rolled back")
 		}
 		return withRollback(e, rerr)
+	}
+
+	mtu := s.conf.MTU
+	if mtu == 0 {
+		mtu = ipam.MTU
+	}
+	if mtu == 0 {
+		// An agent older than the mtu of POST /v1/ipam's reply.
+		cfg, err := s.agent.GetConfig(ctx)
+		if err != nil {
+			return fail(agentError("get the agent's configuration", err))
+		}
+		mtu = cfg.MTU
 	}
 
 	ip := net.ParseIP(ipStr).To4()

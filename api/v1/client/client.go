@@ -181,11 +181,17 @@ func (c *Client) GetConfig(ctx context.Context) (*models.DaemonConfig, error) {
 	return &cfg, nil
 }
 
-// AllocateIP allocates a pod address for owner ("namespace/pod")
-// (POST /v1/ipam?owner=...). The reply's IPv4 is never nil.
-func (c *Client) AllocateIP(ctx context.Context, owner string) (*models.IPAMResponse, error) {
+// AllocateIP allocates a pod address for owner ("namespace/pod") and the
+// pod sandbox containerID (empty when there is none)
+// (POST /v1/ipam?owner=...&container-id=...). The reply's IPv4 is never
+// nil; its MTU is the pod MTU, 0 from an agent that does not send it.
+func (c *Client) AllocateIP(ctx context.Context, owner, containerID string) (*models.IPAMResponse, error) {
 	var resp models.IPAMResponse
-	path := "/v1/ipam?" + url.Values{"owner": {owner}}.Encode()
+	q := url.Values{"owner": {owner}}
+	if containerID != "" {
+		q.Set("container-id", containerID)
+	}
+	path := "/v1/ipam?" + q.Encode()
 	if err := c.Do(ctx, http.MethodPost, path, nil, &resp); err != nil {
 		return nil, err
 	}
