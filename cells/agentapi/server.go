@@ -36,17 +36,11 @@ type HandlersOut struct {
 	Handlers []Handler `group:"agent-api-handlers,flatten"`
 }
 
-// Error is the JSON body of every failed request.
-type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
-// WriteError writes an Error with the HTTP status code.
+// WriteError writes a models.Error with the HTTP status code.
 func WriteError(w http.ResponseWriter, code int, format string, args ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: fmt.Sprintf(format, args...)})
+	_ = json.NewEncoder(w).Encode(models.Error{Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
 // WriteJSON writes v as JSON with status 200, or as YAML when the request
