@@ -323,12 +323,13 @@ func startRefNode(ctx context.Context, work string, cs kubernetes.Interface, wor
 	return n, version, nil
 }
 
-// cleanup deletes what is left through CNI DEL, stops the kubelet and
-// removes the namespace, with the links and routes in it.
+// cleanup stops the kubelet, deletes what is left through CNI DEL (and
+// the Node), and removes the namespace, with the links and routes in it.
 func (n *refNode) cleanup(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	errs := []error{n.kubelet.Cleanup(cctx), n.stop()}
+	errs := []error{n.stop()}
+	errs = append(errs, n.kubelet.Cleanup(cctx))
 	_, err := devkubelet.RemoveLeftovers(n.state)
 	errs = append(errs, err, devkubelet.RemoveNodeNetns(n.netns))
 	return errors.Join(errs...)
