@@ -198,7 +198,7 @@ func TestErrors(t *testing.T) {
 func TestStatusDegraded(t *testing.T) {
 	f := newFakeAgent()
 	f.Health.State = "Degraded"
-	f.Health.Modules[1] = hive.HealthStatus{ID: "cepsync", Module: "cepsync", Level: hive.LevelDegraded,
+	f.Health.Modules[1] = models.ModuleHealth{ID: "cepsync", Module: "cepsync", Level: string(hive.LevelDegraded),
 		Message: "update CiliumEndpoint default/web-0", Error: "the server is currently unable to handle the request",
 		Since: testNow.Add(-42 * time.Second)}
 	f.Missing = []string{"GET /identity", "GET /node"}
@@ -266,7 +266,7 @@ func TestEndpointGetStatusIsCEPStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &ep); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(ep.Status, cep.Status) {
+	if !reflect.DeepEqual(ep.Status, asModel(cep.Status)) {
 		t.Errorf("decoded status differs:\n got %+v\nwant %+v", ep.Status, cep.Status)
 	}
 
@@ -282,7 +282,7 @@ func TestEndpointGetStatusIsCEPStatus(t *testing.T) {
 	if err := json.Unmarshal(asJSON, &fromYAML); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(fromYAML.Status, cep.Status) {
+	if !reflect.DeepEqual(fromYAML.Status, asModel(cep.Status)) {
 		t.Errorf("status from -o yaml differs:\n got %+v\nwant %+v", fromYAML.Status, cep.Status)
 	}
 }
@@ -352,16 +352,16 @@ func TestSocketPath(t *testing.T) {
 // TestEnforcement maps the CEP's policy directions to cilium-dbg's words.
 func TestEnforcement(t *testing.T) {
 	for _, tc := range []struct {
-		d    *ciliumv2.EndpointPolicyDirection
+		d    *models.EndpointPolicyDirection
 		want string
 	}{
 		{nil, "Disabled"},
-		{&ciliumv2.EndpointPolicyDirection{}, "Disabled"},
-		{&ciliumv2.EndpointPolicyDirection{Enforcing: true}, "Enabled"},
-		{&ciliumv2.EndpointPolicyDirection{State: ciliumv2.EndpointPolicyStateEnforcing}, "Enabled"},
-		{&ciliumv2.EndpointPolicyDirection{State: ciliumv2.EndpointPolicyStateNonEnforcing}, "Disabled (Audit)"},
-		{&ciliumv2.EndpointPolicyDirection{Enforcing: true, State: ciliumv2.EndpointPolicyStateDisabled}, "Disabled"},
-		{&ciliumv2.EndpointPolicyDirection{State: "bogus"}, "Unknown"},
+		{&models.EndpointPolicyDirection{}, "Disabled"},
+		{&models.EndpointPolicyDirection{Enforcing: true}, "Enabled"},
+		{&models.EndpointPolicyDirection{State: models.EndpointPolicyStateEnforcing}, "Enabled"},
+		{&models.EndpointPolicyDirection{State: models.EndpointPolicyStateNonEnforcing}, "Disabled (Audit)"},
+		{&models.EndpointPolicyDirection{Enforcing: true, State: models.EndpointPolicyStateDisabled}, "Disabled"},
+		{&models.EndpointPolicyDirection{State: "bogus"}, "Unknown"},
 	} {
 		if got := enforcement(tc.d); got != tc.want {
 			t.Errorf("enforcement(%+v) = %q, want %q", tc.d, got, tc.want)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
 )
@@ -81,7 +80,7 @@ func writeEndpointList(w io.Writer, eps []models.Endpoint, noHeaders bool) error
 		if st.Networking != nil && len(st.Networking.Addressing) > 0 && st.Networking.Addressing[0] != nil {
 			ipv6, ipv4 = st.Networking.Addressing[0].IPV6, st.Networking.Addressing[0].IPV4
 		}
-		var ingress, egress *ciliumv2.EndpointPolicyDirection
+		var ingress, egress *models.EndpointPolicyDirection
 		if st.Policy != nil {
 			ingress, egress = st.Policy.Ingress, st.Policy.Egress
 		}
@@ -96,16 +95,16 @@ func writeEndpointList(w io.Writer, eps []models.Endpoint, noHeaders bool) error
 // enforcement renders one direction of an endpoint's policy as cilium-dbg
 // does: Enabled, Disabled, Disabled (Audit) or Unknown. No policy block
 // means nothing is enforced.
-func enforcement(d *ciliumv2.EndpointPolicyDirection) string {
+func enforcement(d *models.EndpointPolicyDirection) string {
 	if d == nil {
 		return "Disabled"
 	}
 	switch d.State {
-	case ciliumv2.EndpointPolicyStateEnforcing:
+	case models.EndpointPolicyStateEnforcing:
 		return "Enabled"
-	case ciliumv2.EndpointPolicyStateNonEnforcing:
+	case models.EndpointPolicyStateNonEnforcing:
 		return "Disabled (Audit)"
-	case ciliumv2.EndpointPolicyStateDisabled:
+	case models.EndpointPolicyStateDisabled:
 		return "Disabled"
 	case "":
 		if d.Enforcing {

@@ -33,10 +33,10 @@ type fakeAgent struct {
 	Identities []models.Identity
 	Nodes      []models.Node
 	Config     models.DaemonConfig
-	Health     agentapi.HealthResponse
+	Health     models.Health
 	// Parts is what GET /v1/healthz?verbose=true returns as modules.
 	Parts  []hive.HealthStatus
-	Tables []agentapi.TableInfo
+	Tables []models.TableInfo
 	Dumps  map[string]json.RawMessage
 	// Missing lists patterns ("GET /identity") the agent does not serve.
 	Missing []string
@@ -86,7 +86,7 @@ func (f *fakeAgent) handler() http.Handler {
 	handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		resp := f.Health
 		if r.URL.Query().Get("verbose") == "true" {
-			resp.Modules = f.Parts
+			resp.Modules = agentapi.HealthModel(f.Parts).Modules
 		}
 		agentapi.WriteJSON(w, r, resp)
 	})
@@ -141,7 +141,7 @@ func (f *fakeAgent) handler() http.Handler {
 			next = append(next, labels.Parse(k+"="+v).String())
 		}
 		slices.Sort(next)
-		ep.Status.Identity = &ciliumv2.EndpointIdentity{ID: 60001, Labels: next}
+		ep.Status.Identity = &models.EndpointIdentity{ID: 60001, Labels: next}
 		f.mu.Unlock()
 		agentapi.WriteJSON(w, r, *ep)
 	})
@@ -190,6 +190,20 @@ func (f *fakeAgent) endpoint(w http.ResponseWriter, r *http.Request) (int, bool)
 	return 0, false
 }
 
+// asModel converts a CEP status to the API's type the way the JSON does:
+// the two types have the same JSON.
+func asModel(st ciliumv2.EndpointStatus) models.EndpointStatus {
+	data, err := json.Marshal(st)
+	if err != nil {
+		panic(err)
+	}
+	var out models.EndpointStatus
+	if err := json.Unmarshal(data, &out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
 // webStatus is the status of the pod default/web-0 with every field of the
 // CEP status set, so that a round trip loses nothing unnoticed.
 func webStatus() ciliumv2.EndpointStatus {
@@ -235,20 +249,20 @@ func newFakeAgent() *fakeAgent {
 	since := testNow.Add(-90 * time.Minute)
 	return &fakeAgent{
 		Endpoints: []models.Endpoint{
-			{ID: 3071, Status: ciliumv2.EndpointStatus{ID: 3071, State: ciliumv2.EndpointStateWaitingForIdentity,
-				Networking: &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: "10.0.0.23"}}, NodeIP: "192.168.1.11"}}},
+			{ID: 3071, Status: asModel(ciliumv2.EndpointStatus{ID: 3071, State: ciliumv2.EndpointStateWaitingForIdentity,
+				Networking: &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: "10.0.0.23"}}, NodeIP: "192.168.1.11"}})},
 			{ID: 1090, Spec: &models.EndpointChangeRequest{ContainerID: "4f2c9a", ContainerInterfaceName: "eth0",
 				K8sNamespace: "default", K8sPodName: "web-0", InterfaceName: "lxc1a2b3c4d5e6f", InterfaceIndex: 17,
-				Addressing: ciliumv2.AddressPair{IPV4: "10.0.0.17"}}, Status: web},
-			{ID: 142, Status: ciliumv2.EndpointStatus{ID: 142, State: ciliumv2.EndpointStateReady,
+				Addressing: models.AddressPair{IPV4: "10.0.0.17"}}, Status: asModel(web)},
+			{ID: 142, Status: asModel(ciliumv2.EndpointStatus{ID: 142, State: ciliumv2.EndpointStateReady,
 				Identity:   &ciliumv2.EndpointIdentity{ID: 4, Labels: []string{"reserved:health"}},
-				Networking: &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: "10.0.0.91"}}, NodeIP: "192.168.1.11"}}},
-			{ID: 7, Status: ciliumv2.EndpointStatus{ID: 7, State: ciliumv2.EndpointStateRestoring,
+				Networking: &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: "10.0.0.91"}}, NodeIP: "192.168.1.11"}})},
+			{ID: 7, Status: asModel(ciliumv2.EndpointStatus{ID: 7, State: ciliumv2.EndpointStateRestoring,
 				Identity: &ciliumv2.EndpointIdentity{ID: 48213, Labels: web.Identity.Labels},
 				Policy: &ciliumv2.EndpointPolicy{
 					Ingress: &ciliumv2.EndpointPolicyDirection{State: ciliumv2.EndpointPolicyStateNonEnforcing},
 					Egress:  &ciliumv2.EndpointPolicyDirection{State: "bogus"},
-				}}},
+				}})},
 		},
 		Identities: []models.Identity{
 			{ID: 48213, Labels: web.Identity.Labels},
@@ -268,18 +282,18 @@ func newFakeAgent() *fakeAgent {
 			"debug": "false", "k8s-client-qps": "10", "k8s-kubeconfig-path": "", "mtu": "1500",
 			"socket-path": "/var/run/cellium/cellium.sock",
 		}},
-		Health: agentapi.HealthResponse{State: "Ok", Modules: []hive.HealthStatus{
+		Health: agentapi.HealthModel([]hive.HealthStatus{
 			{ID: "agent-api", Module: "agent-api", Level: hive.LevelOK, Message: "serving", Since: since},
 			{ID: "cepsync", Module: "cepsync", Level: hive.LevelOK, Message: "in sync", Since: since},
 			{ID: "endpoint-manager", Module: "endpoint-manager", Level: hive.LevelOK, Since: since},
 			{ID: "write-cni-conf", Module: "write-cni-conf", Level: hive.LevelStopped, Message: "wrote /etc/cni/net.d/05-cellium.conflist", Since: since},
-		}},
+		}),
 		Parts: []hive.HealthStatus{
 			{ID: "agent-api.server", Module: "agent-api", Level: hive.LevelOK, Message: "serving", Since: since},
 			{ID: "cepsync.reconciler", Module: "cepsync", Level: hive.LevelOK, Message: "in sync", Since: testNow.Add(-3 * time.Second)},
 			{ID: "endpoint-manager.restore", Module: "endpoint-manager", Level: hive.LevelStopped, Message: "restored 3 endpoints", Since: since},
 		},
-		Tables: []agentapi.TableInfo{
+		Tables: []models.TableInfo{
 			{Name: "endpoints", Objects: 4, Initialized: true, Indexes: []string{"id", "container-id", "pod"}},
 			{Name: "k8s-pods", Objects: 0, Initialized: false, Pending: []string{"k8s-pods-reflector"}, Indexes: []string{"name"}},
 		},

@@ -10,16 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cellium/cellium/api/v1/client"
+	"github.com/cellium/cellium/api/v1/models"
 )
-
-// tableInfo is one row of GET /v1/statedb (cells/agentapi.TableInfo).
-type tableInfo struct {
-	Name        string   `json:"name"`
-	Objects     int      `json:"objects"`
-	Initialized bool     `json:"initialized"`
-	Pending     []string `json:"pendingInitializers,omitempty"`
-	Indexes     []string `json:"indexes"`
-}
 
 func (a *app) statedbCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -38,7 +30,7 @@ func (a *app) statedbCommand() *cobra.Command {
 		}
 		return a.call(cmd, func(ctx context.Context, c *client.Client) error {
 			if len(args) == 0 {
-				var tables []tableInfo
+				var tables []models.TableInfo
 				if err := c.Do(ctx, http.MethodGet, "/v1/statedb", nil, &tables); err != nil {
 					return explain(err, "list statedb tables", "")
 				}
@@ -62,7 +54,7 @@ func (a *app) statedbCommand() *cobra.Command {
 
 // writeTables prints the table list: name, object count, whether the
 // table is initialized (else who it waits for) and its indexes.
-func writeTables(w io.Writer, tables []tableInfo) error {
+func writeTables(w io.Writer, tables []models.TableInfo) error {
 	t := newTable()
 	t.row("TABLE", "OBJECTS", "INITIALIZED", "INDEXES")
 	for _, ti := range tables {

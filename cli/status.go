@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/cellium/cellium/api/v1/client"
+	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/statedb/identity"
 )
 
@@ -25,7 +26,7 @@ const (
 	levelStopped  = "stopped"
 )
 
-// stateDisabled is the other agent state, besides client.HealthStateOK,
+// stateDisabled is the other agent state, besides models.HealthStateOK,
 // that status accepts as healthy (as cilium-dbg does).
 const stateDisabled = "Disabled"
 
@@ -42,7 +43,7 @@ type statusReport struct {
 	// Nodes counts the nodes the agent knows.
 	Nodes *int `json:"nodes,omitempty"`
 	// Modules is the health of each module (of each part with --verbose).
-	Modules []client.ModuleHealth `json:"modules"`
+	Modules []models.ModuleHealth `json:"modules"`
 	// Unavailable says, per section, why the agent could not provide it.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 }
@@ -105,7 +106,7 @@ nodes and the health of its modules (of every part of every module with
 // the health is required: a section the agent cannot provide is recorded
 // in Unavailable, unless the agent stopped answering altogether.
 func gatherStatus(ctx context.Context, c *client.Client, verbose bool) (*statusReport, error) {
-	var h client.Health
+	var h models.Health
 	path := "/v1/healthz"
 	if verbose {
 		path += "?verbose=true"
@@ -160,7 +161,7 @@ func gatherStatus(ctx context.Context, c *client.Client, verbose bool) (*statusR
 // unhealthyError is status's error when the agent is neither Ok nor
 // Disabled: which modules are degraded and why.
 func unhealthyError(r *statusReport) error {
-	if r.State == client.HealthStateOK || r.State == stateDisabled {
+	if r.State == models.HealthStateOK || r.State == stateDisabled {
 		return nil
 	}
 	var bad []string
@@ -177,7 +178,7 @@ func unhealthyError(r *statusReport) error {
 }
 
 // healthMessage joins a report's message and error.
-func healthMessage(m client.ModuleHealth) string {
+func healthMessage(m models.ModuleHealth) string {
 	switch {
 	case m.Error == "":
 		return m.Message
@@ -236,7 +237,7 @@ func (a *app) writeStatus(w io.Writer, r *statusReport, verbose bool) error {
 		return err
 	}
 
-	var rows []client.ModuleHealth
+	var rows []models.ModuleHealth
 	for _, m := range r.Modules {
 		if verbose || m.Level == levelDegraded {
 			rows = append(rows, m)

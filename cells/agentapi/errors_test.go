@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 )
 
@@ -30,7 +31,7 @@ func TestErrorCodes(t *testing.T) {
 	} {
 		rec := httptest.NewRecorder()
 		codes.Write(rec, tc.err)
-		var body agentapi.Error
+		var body models.Error
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 			t.Fatalf("%v: body %q: %v", tc.err, rec.Body, err)
 		}

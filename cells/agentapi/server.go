@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/httpserve"
 	"github.com/cellium/cellium/cells/statedir"
@@ -33,17 +34,11 @@ type HandlersOut struct {
 	Handlers []Handler `group:"agent-api-handlers,flatten"`
 }
 
-// Error is the JSON body of every failed request.
-type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
-// WriteError writes an Error with the HTTP status code.
+// WriteError writes a models.Error with the HTTP status code.
 func WriteError(w http.ResponseWriter, code int, format string, args ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: fmt.Sprintf(format, args...)})
+	_ = json.NewEncoder(w).Encode(models.Error{Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
 // WriteJSON writes v as JSON with status 200, or as YAML when the request
@@ -117,38 +112,34 @@ func registerSafely(mux *http.ServeMux, pattern string, h http.HandlerFunc) (err
 	return nil
 }
 
-// HealthResponse is the body of GET /v1/healthz.
-type HealthResponse struct {
-	// State is "Ok" when every module is ok or stopped, else "Degraded".
-	State   string              `json:"state"`
-	Modules []hive.HealthStatus `json:"modules"`
-}
-
 func healthHandlers(reporter hive.HealthReporter) HandlersOut {
 	return HandlersOut{Handlers: []Handler{{
 		Pattern: "GET /healthz",
 		Handler: func(w http.ResponseWriter, r *http.Request) {
-			resp := HealthResponse{State: "Ok", Modules: reporter.Modules()}
+			mods := reporter.Modules()
 			if r.URL.Query().Get("verbose") == "true" {
-				resp.Modules = reporter.Statuses()
+				mods = reporter.Statuses()
 			}
-			for _, m := range resp.Modules {
-				if m.Level == hive.LevelDegraded {
-					resp.State = "Degraded"
-				}
-			}
-			WriteJSON(w, r, resp)
+			WriteJSON(w, r, HealthModel(mods))
 		},
 	}}}
 }
 
-// TableInfo is one row of GET /v1/statedb.
-type TableInfo struct {
-	Name        string   `json:"name"`
-	Objects     int      `json:"objects"`
-	Initialized bool     `json:"initialized"`
-	Pending     []string `json:"pendingInitializers,omitempty"`
-	Indexes     []string `json:"indexes"`
+// HealthModel is the body of GET /v1/healthz for the given module
+// reports: State is "Ok" when none is degraded, else "Degraded".
+func HealthModel(mods []hive.HealthStatus) models.Health {
+	resp := models.Health{State: models.HealthStateOK}
+	if mods != nil {
+		resp.Modules = make([]models.ModuleHealth, len(mods))
+	}
+	for i, m := range mods {
+		if m.Level == hive.LevelDegraded {
+			resp.State = "Degraded"
+		}
+		resp.Modules[i] = models.ModuleHealth{ID: m.ID, Module: m.Module, Level: string(m.Level),
+			Message: m.Message, Error: m.Error, Since: m.Since}
+	}
+	return resp
 }
 
 func statedbHandlers(db *statedb.DB) HandlersOut {
@@ -157,13 +148,13 @@ func statedbHandlers(db *statedb.DB) HandlersOut {
 			Pattern: "GET /statedb",
 			Handler: func(w http.ResponseWriter, r *http.Request) {
 				txn := db.ReadTxn()
-				var out []TableInfo
+				var out []models.TableInfo
 				for _, t := range db.GetTables(txn) {
 					init, _ := t.Initialized(txn)
-					out = append(out, TableInfo{Name: t.Name(), Objects: t.NumObjects(txn), Initialized: init,
+					out = append(out, models.TableInfo{Name: t.Name(), Objects: t.NumObjects(txn), Initialized: init,
 						Pending: t.PendingInitializers(txn), Indexes: t.Indexes()})
 				}
-				slices.SortFunc(out, func(a, b TableInfo) int { return strings.Compare(a.Name, b.Name) })
+				slices.SortFunc(out, func(a, b models.TableInfo) int { return strings.Compare(a.Name, b.Name) })
 				WriteJSON(w, r, out)
 			},
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
 
+	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
@@ -56,10 +57,10 @@ func (a *api) do(method, path, body string) (int, string) {
 	return resp.StatusCode, string(data)
 }
 
-// errorMessage decodes an agentapi.Error body.
+// errorMessage decodes an models.Error body.
 func errorMessage(t *testing.T, body string) string {
 	t.Helper()
-	var e agentapi.Error
+	var e models.Error
 	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Message == "" {
 		t.Fatalf("body %q is not an API error: %v", body, err)
 	}
@@ -172,7 +173,7 @@ func TestRoutingAndErrors(t *testing.T) {
 func TestHealthHandler(t *testing.T) {
 	a := startAPI(t)
 	code, body := a.do("GET", "/v1/healthz", "")
-	var h agentapi.HealthResponse
+	var h models.Health
 	if err := json.Unmarshal([]byte(body), &h); code != 200 || err != nil {
 		t.Fatalf("GET /v1/healthz = %d %q (%v)", code, body, err)
 	}
@@ -181,7 +182,7 @@ func TestHealthHandler(t *testing.T) {
 	}
 	var found bool
 	for _, m := range h.Modules {
-		if m.Module == "test-things" && m.Level == hive.LevelDegraded {
+		if m.Module == "test-things" && m.Level == string(hive.LevelDegraded) {
 			found = true
 		}
 	}
@@ -197,11 +198,11 @@ func TestHealthHandler(t *testing.T) {
 func TestStatedbHandler(t *testing.T) {
 	a := startAPI(t)
 	code, body := a.do("GET", "/v1/statedb", "")
-	var tables []agentapi.TableInfo
+	var tables []models.TableInfo
 	if err := json.Unmarshal([]byte(body), &tables); code != 200 || err != nil {
 		t.Fatalf("GET /v1/statedb = %d %q (%v)", code, body, err)
 	}
-	var got *agentapi.TableInfo
+	var got *models.TableInfo
 	for i := range tables {
 		if tables[i].Name == "test-rows" {
 			got = &tables[i]

@@ -355,7 +355,7 @@ func (a *agent) create(t *testing.T, ns, pod, cid, ip, uid string) models.Endpoi
 	var ep models.Endpoint
 	err := a.call("PUT", "/endpoint", models.EndpointChangeRequest{
 		ContainerID: cid, ContainerInterfaceName: "eth0", K8sNamespace: ns, K8sPodName: pod, K8sUID: uid,
-		InterfaceName: "lxc" + cid, Addressing: ciliumv2.AddressPair{IPV4: ip}, SyncBuildEndpoint: true,
+		InterfaceName: "lxc" + cid, Addressing: models.AddressPair{IPV4: ip}, SyncBuildEndpoint: true,
 	}, &ep)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
@@ -32,6 +33,8 @@ var Cell = hive.Module("cni-config", "CNI configuration",
 	hive.Config(DefaultConfig),
 	// GET /v1/config: MTU, node name, every flag.
 	hive.Provide(configHandler),
+	// The pod MTU for POST /v1/ipam's reply (ipam.PodMTU).
+	hive.Provide(podMTU),
 	// Writes the conflist once endpoints are restored and the local node
 	// has a router IP (IPAM has a pod CIDR).
 	hive.Invoke(registerWriter),
@@ -64,6 +67,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// PodMTU returns --mtu: the MTU of pod interfaces.
+func (c Config) PodMTU() int { return c.MTU }
+
+func podMTU(cfg Config) ipam.PodMTU { return cfg }
 
 func configHandler(cfg Config, node k8s.NodeName, flags hive.FlagValues) agentapi.HandlersOut {
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{{

@@ -128,7 +128,7 @@ func TestDoctorOverRealCells(t *testing.T) {
 	call("POST", "/v1/ipam?owner=default/web", "", &alloc)
 	req, _ := json.Marshal(models.EndpointChangeRequest{ContainerID: "c-web", ContainerInterfaceName: "eth0",
 		K8sNamespace: "default", K8sPodName: "web", K8sUID: "uid-web", InterfaceName: "lxcweb",
-		Addressing: ciliumv2.AddressPair{IPV4: alloc.IPv4.IP}, SyncBuildEndpoint: true})
+		Addressing: models.AddressPair{IPV4: alloc.IPv4.IP}, SyncBuildEndpoint: true})
 	call("PUT", "/v1/endpoint", string(req), nil)
 
 	var report models.DoctorReport

@@ -21,7 +21,7 @@ type apiParams struct {
 // model renders an endpoint as the API returns it; its Status is what
 // the CEP carries.
 func (p apiParams) model(ep *endpoints.Endpoint) models.Endpoint {
-	out := models.Endpoint{ID: int64(ep.ID), Status: ep.Status(p.Manager.NodeIP(p.DB.ReadTxn(), p.Nodes))}
+	out := models.Endpoint{ID: int64(ep.ID), Status: statusModel(ep.Status(p.Manager.NodeIP(p.DB.ReadTxn(), p.Nodes)))}
 	if ep.ContainerID != "" {
 		out.Spec = &models.EndpointChangeRequest{
 			ContainerID: ep.ContainerID, ContainerInterfaceName: ep.ContainerIfName,

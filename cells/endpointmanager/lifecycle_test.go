@@ -1,6 +1,7 @@
 package endpointmanager_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
-	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
@@ -28,7 +28,7 @@ func (e *env) get(id int64) (*endpoints.Endpoint, bool) {
 // messages.
 func (e *env) health(t *testing.T) (string, string) {
 	t.Helper()
-	var h agentapi.HealthResponse
+	var h models.Health
 	e.do(t, "GET", "/healthz?verbose=true", nil, &h)
 	var msgs []string
 	for _, m := range h.Modules {
@@ -82,7 +82,7 @@ func TestRestoredEndpointRetriedUntilIdentity(t *testing.T) {
 	var got models.Endpoint
 	e.do(t, "GET", fmt.Sprintf("/endpoint/%d", live.ID), nil, &got)
 	if n := len(got.Status.Log); n == 0 || got.Status.Log[n-1].Code != "failed" || !strings.Contains(got.Status.Log[n-1].Message, "denied") ||
-		got.Status.Health.OverallHealth != ciliumv2.EndpointHealthFailure {
+		got.Status.Health.OverallHealth != models.EndpointHealthFailure {
 		t.Errorf("status of a stuck endpoint (what its CEP carries): log %+v health %+v", got.Status.Log, got.Status.Health)
 	}
 
@@ -213,7 +213,14 @@ func TestCorruptStateFileRebuiltFromCEP(t *testing.T) {
 	cep := &ciliumv2.CiliumEndpoint{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "live",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "live", UID: "uid-live"}}},
-		Status: live.Status,
+	}
+	// The API's status has the CEP's JSON.
+	raw, err := json.Marshal(live.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &cep.Status); err != nil {
+		t.Fatal(err)
 	}
 	e := startWith(t, dir, nil, liveSeed, []*ciliumv2.CiliumEndpoint{cep})
 	waitFor(t, "the rebuilt endpoint to be ready", func() bool {

@@ -357,7 +357,7 @@ func (e *env) add(t *testing.T, req models.EndpointChangeRequest, out any) int {
 func addReq(cid, podName, ip string) models.EndpointChangeRequest {
 	return models.EndpointChangeRequest{
 		ContainerID: cid, ContainerInterfaceName: "eth0", K8sNamespace: "default", K8sPodName: podName,
-		InterfaceName: "lxc" + cid, Addressing: ciliumv2.AddressPair{IPV4: ip}, SyncBuildEndpoint: true,
+		InterfaceName: "lxc" + cid, Addressing: models.AddressPair{IPV4: ip}, SyncBuildEndpoint: true,
 	}
 }
 
@@ -374,7 +374,7 @@ func TestCreateSharesIdentityAndDeleteReleases(t *testing.T) {
 	}
 	e.add(t, addReq("c2", "web-2", "10.0.0.11"), &b)
 	e.add(t, addReq("c3", "db", "10.0.0.12"), &c)
-	if a.Status.State != ciliumv2.EndpointStateReady || a.Status.Identity == nil {
+	if a.Status.State != models.EndpointStateReady || a.Status.Identity == nil {
 		t.Fatalf("endpoint not ready with identity: %+v", a.Status)
 	}
 	if a.Status.Identity.ID != b.Status.Identity.ID {

@@ -56,11 +56,11 @@ func TestBootWithoutAPIServer(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}}
 
-	var h agentapi.HealthResponse
+	var h models.Health
 	e.do(t, "GET", "/healthz?verbose=true", nil, &h)
 	found := false
 	for _, m := range h.Modules {
-		if m.Module == "k8s-client" && m.Level == hive.LevelDegraded && strings.Contains(m.Message, "127.0.0.1:1") {
+		if m.Module == "k8s-client" && m.Level == string(hive.LevelDegraded) && strings.Contains(m.Message, "127.0.0.1:1") {
 			found = true
 		}
 	}

@@ -74,7 +74,7 @@ func TestAPI(t *testing.T) {
 			continue
 		}
 		if code != http.StatusOK {
-			var e agentapi.Error
+			var e models.Error
 			if err := json.Unmarshal(body, &e); err != nil || e.Code != code || e.Message == "" {
 				t.Errorf("GET %s: error body %s", tt.path, body)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/ipam/pool"
 )
 
@@ -17,15 +18,33 @@ import (
 // CIDRs before it answers 503 with ErrNoPodCIDR's message.
 const apiWaitTimeout = 30 * time.Second
 
+// PodMTU tells the MTU of pod interfaces. POST /v1/ipam returns it with
+// the address, so that the CNI plugin sets up a pod with one call before
+// the endpoint's. The cni-config cell provides it; without it the reply
+// has no mtu and the plugin uses its netconf's.
+type PodMTU interface {
+	// PodMTU returns the MTU of pod interfaces, or 0 when unknown.
+	PodMTU() int
+}
+
 // api serves the IPAM routes of the agent API.
 type api struct {
 	a     *allocator
+	mtu   PodMTU
 	wait  time.Duration
 	grace time.Duration
 }
 
-func apiHandlers(a *allocator, cfg Config) agentapi.HandlersOut {
-	h := &api{a: a, wait: apiWaitTimeout, grace: cfg.IPAMGCGrace}
+// apiParams are what the API handlers need.
+type apiParams struct {
+	hive.In
+	Allocator *allocator
+	Config    Config
+	MTU       PodMTU `optional:"true"`
+}
+
+func apiHandlers(p apiParams) agentapi.HandlersOut {
+	h := &api{a: p.Allocator, mtu: p.MTU, wait: apiWaitTimeout, grace: p.Config.IPAMGCGrace}
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "POST /ipam", Handler: h.allocateNext},
 		{Pattern: "POST /ipam/{ip}", Handler: h.allocateIP},
@@ -36,8 +55,9 @@ func apiHandlers(a *allocator, cfg Config) agentapi.HandlersOut {
 }
 
 // allocateNext is POST /v1/ipam?owner=<namespace>/<pod>[&container-id=<id>][&family=ipv4]:
-// the next free address, answered with 201 and a models.IPAMResponse.
-// The allocation records both the owner and the container ID.
+// the next free address, answered with 201 and a models.IPAMResponse that
+// carries the pod MTU too. The allocation records both the owner and the
+// container ID.
 func (h *api) allocateNext(w http.ResponseWriter, r *http.Request) {
 	owner, ok := ownerParam(w, r)
 	if !ok {
@@ -50,7 +70,7 @@ func (h *api) allocateNext(w http.ResponseWriter, r *http.Request) {
 		writeAllocError(w, err)
 		return
 	}
-	writeCreated(w, models.IPAMResponse{IPv4: toModel(al)})
+	writeCreated(w, h.response(al))
 }
 
 // allocateIP is POST /v1/ipam/{ip}?owner=...[&container-id=...]: claim a
@@ -72,7 +92,7 @@ func (h *api) allocateIP(w http.ResponseWriter, r *http.Request) {
 		writeAllocError(w, err)
 		return
 	}
-	writeCreated(w, models.IPAMResponse{IPv4: toModel(al)})
+	writeCreated(w, h.response(al))
 }
 
 // release is DELETE /v1/ipam/{ip}[?container-id=<id>]. Without
@@ -170,6 +190,15 @@ var allocErrorCodes = agentapi.ErrorCodes{
 }
 
 func writeAllocError(w http.ResponseWriter, err error) { allocErrorCodes.Write(w, err) }
+
+// response is the reply to an allocation: the address and the pod MTU.
+func (h *api) response(al Allocation) models.IPAMResponse {
+	resp := models.IPAMResponse{IPv4: toModel(al)}
+	if h.mtu != nil {
+		resp.MTU = h.mtu.PodMTU()
+	}
+	return resp
+}
 
 func toModel(al Allocation) *models.IPAMAddress {
 	cidrs := make([]string, len(al.CIDRs))

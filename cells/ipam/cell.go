@@ -19,7 +19,8 @@ var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 	// Allocator for the endpoint manager, Lookup for nodediscovery (health IP),
 	// Lister for the doctor.
 	hive.Provide(asAllocator, asLookup, asLister),
-	// POST/DELETE/GET /v1/ipam on the agent API.
+	// POST/DELETE/GET /v1/ipam on the agent API; POST answers with the
+	// PodMTU (optional, from cni-config) too.
 	hive.Provide(apiHandlers),
 	// Jobs: build the pool from this node's CiliumNode pod CIDRs; release
 	// restored addresses of pods that no longer exist; free pod addresses

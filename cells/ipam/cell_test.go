@@ -22,6 +22,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/cniconfig"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/ipam"
@@ -50,16 +51,18 @@ type env struct {
 }
 
 // startIPAM starts the IPAM cell and the agent API with the given state
-// directory; the hive stops when the test ends unless stopped before.
-func startIPAM(t *testing.T, stateDir string) *env {
+// directory and extra cells; the hive stops when the test ends unless
+// stopped before.
+func startIPAM(t *testing.T, stateDir string, extra ...hive.Cell) *env {
 	t.Helper()
 	e := &env{}
 	sock := filepath.Join(t.TempDir(), "cellium.sock")
-	e.h = hivetest.New(t, []string{"--state-dir=" + stateDir, "--socket-path=" + sock},
+	cells := append([]hive.Cell{
 		hive.Provide(func() k8s.NodeName { return "node1" }),
 		testTables, statedir.Cell, ipam.Cell, agentapi.Cell,
 		hivetest.Capture(&e.db), hivetest.Capture(&e.cns), hivetest.Capture(&e.alloc), hivetest.Capture(&e.health),
-	)
+	}, extra...)
+	e.h = hivetest.New(t, []string{"--state-dir=" + stateDir, "--socket-path=" + sock}, cells...)
 	if err := e.h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +146,9 @@ func TestCellAllocatesOverTheAPI(t *testing.T) {
 	}
 	if resp.IPv4 == nil || fmt.Sprint(*resp.IPv4) != fmt.Sprint(want) || want.Since == "" {
 		t.Fatalf("POST /v1/ipam = %+v, want %+v", resp.IPv4, want)
+	}
+	if resp.MTU != 0 {
+		t.Errorf("POST /v1/ipam without a PodMTU provider: mtu %d, want none", resp.MTU)
 	}
 	first := resp.IPv4.IP
 
@@ -272,5 +278,22 @@ func waitHealthMessage(t *testing.T, e *env, want string) {
 			t.Fatalf("ipam health %+v, want message %q", s, want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCellAPIReturnsPodMTU: POST /v1/ipam answers with the pod MTU of
+// cni-config's --mtu, so the CNI plugin needs no GET /v1/config.
+func TestCellAPIReturnsPodMTU(t *testing.T) {
+	e := startIPAM(t, t.TempDir(),
+		hive.Provide(func() ipam.PodMTU { return cniconfig.Config{MTU: 1387} }))
+	e.setCiliumNode(t, "node1", "10.0.5.0/24")
+	for _, path := range []string{"/v1/ipam?owner=ns/a&container-id=c1", "/v1/ipam/10.0.5.9?owner=ns/b"} {
+		var resp models.IPAMResponse
+		if code := e.do(t, "POST", path, &resp); code != http.StatusCreated {
+			t.Fatalf("POST %s = %d", path, code)
+		}
+		if resp.MTU != 1387 || resp.IPv4 == nil {
+			t.Errorf("POST %s = %+v, want mtu 1387 with the address", path, resp)
+		}
 	}
 }

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
-	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
 )
 
@@ -38,6 +36,8 @@ type fakeAgent struct {
 	// putDrop makes every PUT close the connection without a reply, as an
 	// agent that crashes while building the endpoint.
 	putDrop bool
+	// noIPAMMTU makes POST /v1/ipam answer without mtu, as older agents.
+	noIPAMMTU bool
 }
 
 const (
@@ -56,7 +56,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 	a := &fakeAgent{
 		socket:    filepath.Join(dir, "agent.sock"),
 		mtu:       fakeMTU,
-		health:    client.HealthStateOK,
+		health:    models.HealthStateOK,
 		ips:       map[string]string{},
 		endpoints: map[string]*models.Endpoint{},
 		ipCIDs:    map[string]string{},
@@ -81,7 +81,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 	})
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
-		a.calls = append(a.calls, r.Method+" "+r.URL.Path)
+		a.calls = append(a.calls, r.Method+" "+r.URL.RequestURI())
 		a.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
@@ -110,7 +110,7 @@ func (a *fakeAgent) getConfig(w http.ResponseWriter, _ *http.Request) {
 func (a *fakeAgent) getHealthz(w http.ResponseWriter, _ *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	writeJSON(w, http.StatusOK, client.Health{State: a.health})
+	writeJSON(w, http.StatusOK, models.Health{State: a.health})
 }
 
 func (a *fakeAgent) postIPAM(w http.ResponseWriter, r *http.Request) {
@@ -138,9 +138,13 @@ func (a *fakeAgent) postIPAM(w http.ResponseWriter, r *http.Request) {
 		if cid := r.URL.Query().Get("container-id"); cid != "" {
 			a.ipCIDs[ip] = cid
 		}
-		writeJSON(w, http.StatusCreated, models.IPAMResponse{IPv4: &models.IPAMAddress{
+		resp := models.IPAMResponse{IPv4: &models.IPAMAddress{
 			IP: ip, Gateway: fakeGateway, CIDRs: []string{"10.210.0.0/16"}, Owner: owner,
-		}})
+		}}
+		if !a.noIPAMMTU {
+			resp.MTU = a.mtu
+		}
+		writeJSON(w, http.StatusCreated, resp)
 		return
 	}
 	writeError(w, http.StatusInternalServerError, "pool exhausted")
@@ -203,15 +207,15 @@ func (a *fakeAgent) putEndpoint(w http.ResponseWriter, r *http.Request) {
 	ep := &models.Endpoint{
 		ID:   a.nextID,
 		Spec: &req,
-		Status: ciliumv2.EndpointStatus{
+		Status: models.EndpointStatus{
 			ID:    a.nextID,
-			State: ciliumv2.EndpointStateReady,
-			ExternalIdentifiers: &ciliumv2.EndpointIdentifiers{
+			State: models.EndpointStateReady,
+			ExternalIdentifiers: &models.EndpointIdentifiers{
 				ContainerID: req.ContainerID,
 				PodName:     owner,
 			},
-			Networking: &ciliumv2.EndpointNetworking{
-				Addressing: ciliumv2.AddressPairList{{IPV4: req.Addressing.IPV4}},
+			Networking: &models.EndpointNetworking{
+				Addressing: models.AddressPairList{{IPV4: req.Addressing.IPV4}},
 			},
 		},
 	}
@@ -316,7 +320,8 @@ func (a *fakeAgent) endpoint(containerID string) *models.Endpoint {
 	return nil
 }
 
-// callLog returns and clears the calls seen so far.
+// callLog returns and clears the calls seen so far, each as
+// "METHOD path?query".
 func (a *fakeAgent) callLog() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/datapath/link"
 )
@@ -34,7 +33,7 @@ func TestPlanGC(t *testing.T) {
 		// The agent's own endpoint: no pod. Kept, and so is its link.
 		{Spec: &models.EndpointChangeRequest{ContainerID: "cellium-health"}},
 		// No spec: the plugin cannot tell whose it is. Kept.
-		{Status: ciliumv2.EndpointStatus{ExternalIdentifiers: &ciliumv2.EndpointIdentifiers{ContainerID: "restored"}}},
+		{Status: models.EndpointStatus{ExternalIdentifiers: &models.EndpointIdentifiers{ContainerID: "restored"}}},
 	}
 	links := []link.HostLink{
 		hostLink("lxcaaaaaaaaaaaa", "live", "eth0"),

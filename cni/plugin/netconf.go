@@ -39,7 +39,8 @@ func SupportedVersions() version.PluginInfo {
 type NetConf struct {
 	types.PluginConf
 
-	// MTU of the pod interface; 0 takes the agent's (GET /v1/config).
+	// MTU of the pod interface; 0 takes the agent's, which comes with the
+	// address (POST /v1/ipam), or from GET /v1/config for older agents.
 	MTU int `json:"mtu,omitempty"`
 
 	// AgentSocket is the agent API socket; empty is

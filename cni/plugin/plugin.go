@@ -17,7 +17,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/datapath/link"
@@ -148,9 +147,10 @@ func openLogFile(path string) (*os.File, error) {
 	return f, nil
 }
 
-// Add is CNI ADD: allocate the pod's address from the agent, create the
-// veth pair, register the endpoint with the agent and wait until it is
-// ready, print the result. Any failure undoes every step done so far.
+// Add is CNI ADD: allocate the pod's address (and learn the MTU) from the
+// agent, create the veth pair, register the endpoint with the agent and
+// wait until it is ready, print the result: two calls to the agent. Any
+// failure undoes every step done so far.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
 	started := time.Now()
 	s, e := p.start("ADD", args, false)
@@ -180,21 +180,14 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 	ctx, cancel := context.WithTimeout(context.Background(), addTimeout)
 	defer cancel()
 
-	cfg, err := s.agent.GetConfig(ctx)
-	if err != nil {
-		return agentError("get the agent's configuration", err)
-	}
-	mtu := s.conf.MTU
-	if mtu == 0 {
-		mtu = cfg.MTU
-	}
-
-	ipam, err := s.agent.AllocateIPForContainer(ctx, podNamespace+"/"+podName, args.ContainerID)
+	// Two calls to the agent: the address (with the MTU), then the
+	// endpoint.
+	ipam, err := s.agent.AllocateIP(ctx, podNamespace+"/"+podName, args.ContainerID)
 	if err != nil {
 		return agentError("allocate an IP address for pod "+podNamespace+"/"+podName, err)
 	}
 	ipStr := ipam.IPv4.IP
-	s.log.Debug("allocated", "ip", ipStr, "gateway", ipam.IPv4.Gateway)
+	s.log.Debug("allocated", "ip", ipStr, "gateway", ipam.IPv4.Gateway, "mtu", ipam.MTU)
 
 	// From here on, every failure undoes what this ADD did, and only that.
 	var vethMade bool
@@ -207,6 +200,19 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 			s.log.Debug("rolled back")
 		}
 		return withRollback(e, rerr)
+	}
+
+	mtu := s.conf.MTU
+	if mtu == 0 {
+		mtu = ipam.MTU
+	}
+	if mtu == 0 {
+		// An agent older than the mtu of POST /v1/ipam's reply.
+		cfg, err := s.agent.GetConfig(ctx)
+		if err != nil {
+			return fail(agentError("get the agent's configuration", err))
+		}
+		mtu = cfg.MTU
 	}
 
 	ip := net.ParseIP(ipStr).To4()
@@ -243,7 +249,7 @@ func (p *Plugin) add(s *session, args *skel.CmdArgs) *types.Error {
 		MAC:                    res.PodMAC.String(),
 		HostMAC:                res.HostMAC.String(),
 		NetnsPath:              args.Netns,
-		Addressing:             ciliumv2.AddressPair{IPV4: ip.String()},
+		Addressing:             models.AddressPair{IPV4: ip.String()},
 		SyncBuildEndpoint:      true,
 	})
 	if err != nil {
@@ -417,7 +423,7 @@ func (p *Plugin) check(s *session, args *skel.CmdArgs) *types.Error {
 			fmt.Sprintf("no endpoint with container ID %s; the pod's sandbox must be recreated", args.ContainerID))
 	}
 	switch ep.Status.State {
-	case ciliumv2.EndpointStateInvalid, ciliumv2.EndpointStateDisconnecting, ciliumv2.EndpointStateDisconnected:
+	case models.EndpointStateInvalid, models.EndpointStateDisconnecting, models.EndpointStateDisconnected:
 		return newError(ErrCodeEndpointMismatch, "the container's endpoint is not usable",
 			fmt.Sprintf("endpoint %d is %s", ep.ID, ep.Status.State))
 	}
@@ -503,7 +509,7 @@ func (p *Plugin) status(s *session) *types.Error {
 	if err != nil {
 		return newError(types.ErrPluginNotAvailable, "cellium agent not available", err.Error())
 	}
-	if h.State != client.HealthStateOK {
+	if h.State != models.HealthStateOK {
 		var degraded []string
 		for _, m := range h.Modules {
 			if m.Level != "ok" && m.Level != "stopped" {

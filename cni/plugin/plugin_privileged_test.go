@@ -136,9 +136,15 @@ func TestPrivilegedAddCheckDel(t *testing.T) {
 			cid := "ctr-" + strings.ReplaceAll(v, ".", "")
 			rt := podRuntime(cid, pod.Path(), "web")
 
+			e.agent.callLog()
 			res, err := e.add(list, rt)
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
+			}
+			// Two round trips: the MTU comes with the address.
+			wantCalls := []string{"POST /v1/ipam?container-id=" + cid + "&owner=test%2Fweb", "PUT /v1/endpoint"}
+			if calls := e.agent.callLog(); !slices.Equal(calls, wantCalls) {
+				t.Errorf("ADD called the agent with %q, want %q", calls, wantCalls)
 			}
 			if res.Version() != v {
 				t.Fatalf("result version %s, want %s", res.Version(), v)
@@ -230,6 +236,30 @@ func TestPrivilegedAddCheckDel(t *testing.T) {
 			e.assertNothingLeft(t, pod)
 		})
 	}
+}
+
+// TestPrivilegedAddOlderAgent: an agent whose POST /v1/ipam reply has no
+// mtu still gets its MTU applied, from GET /v1/config.
+func TestPrivilegedAddOlderAgent(t *testing.T) {
+	e := privilegedEnv(t)
+	e.agent.set(func(a *fakeAgent) { a.noIPAMMTU = true; a.mtu = 1380 })
+	pod := newTestNS(t)
+	list := e.conflist("1.1.0", nil)
+	rt := podRuntime("ctr-old-agent", pod.Path(), "web")
+	e.agent.callLog()
+	if _, err := e.add(list, rt); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if calls := e.agent.callLog(); len(calls) != 3 || calls[1] != "GET /v1/config" {
+		t.Errorf("ADD called the agent with %q, want POST ipam, GET config, PUT endpoint", calls)
+	}
+	if mtu := findLink(t, pod, "eth0").Attrs().MTU; mtu != 1380 {
+		t.Errorf("pod MTU %d, want the agent's 1380", mtu)
+	}
+	if err := e.del(list, rt); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	e.assertNothingLeft(t, pod)
 }
 
 func findLink(t testing.TB, n ns.NetNS, name string) netlink.Link {

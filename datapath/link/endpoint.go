@@ -17,8 +17,7 @@ const (
 	stepCreateVeth  = "create veth"
 	stepLabelHost   = "label host link"
 	stepHostSysctls = "host sysctls"
-	stepMovePeer    = "move peer"
-	stepRenamePeer  = "rename peer"
+	stepLabelPod    = "label pod link"
 	stepPodSysctls  = "pod sysctls"
 	stepPodUp       = "pod link up"
 	stepHostUp      = "host link up"
@@ -28,7 +27,7 @@ const (
 )
 
 var setupSteps = []string{
-	stepCreateVeth, stepLabelHost, stepHostSysctls, stepMovePeer, stepRenamePeer, stepPodSysctls,
+	stepCreateVeth, stepLabelHost, stepHostSysctls, stepLabelPod, stepPodSysctls,
 	stepPodUp, stepHostUp, stepPodAddress, stepPodRoutes, stepReadBack,
 }
 
@@ -66,9 +65,10 @@ func podSysctls(ifName string) []sysctl {
 //
 // A host link with the same name left by an earlier attempt for the same
 // container is removed first, and so is any link named spec.IfName in the
-// pod. The pod side is created in the host namespace under a temporary
-// name, moved into the pod and renamed, so it never clashes with a host
-// interface of the same name.
+// pod. The pod side is created directly in the pod's namespace under its
+// final name (one netlink request with the peer's namespace set), so it
+// never exists in the host namespace, never clashes with a host interface
+// of the same name, and is not moved or renamed afterwards.
 //
 // On any error, everything SetupEndpoint created is removed (deleting the
 // host end deletes the pair, wherever the peer is); an error during that
@@ -148,7 +148,6 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 		return nil
 	}
 
-	tmpName := tempPeerName(s.HostIfName)
 	veth := &netlink.Veth{
 		LinkAttrs: netlink.LinkAttrs{
 			Name:         s.HostIfName,
@@ -156,17 +155,18 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 			TxQLen:       txQueueLen,
 			HardwareAddr: hostMAC,
 		},
-		PeerName:         tmpName,
+		PeerName:         s.IfName,
 		PeerHardwareAddr: podMAC,
 		PeerMTU:          uint32(s.MTU),
 		PeerTxQLen:       txQueueLen,
+		PeerNamespace:    netlink.NsFd(podNS.Fd()),
 	}
 	if err := step(stepCreateVeth, func() error { return hostH.LinkAdd(veth) }); err != nil {
 		return Result{}, err
 	}
 	// From here on the pair exists: undo it on any failure. LinkAdd
 	// looked up the new link's ifindex; deleting by index (and name)
-	// removes exactly the link this call made.
+	// removes exactly the link this call made, and with it the peer.
 	defer func() {
 		if err != nil {
 			if rerr := deleteCreated(hostH, veth.Index, s.HostIfName); rerr != nil {
@@ -188,22 +188,14 @@ func (h Host) SetupEndpoint(ctx context.Context, spec Spec) (res Result, err err
 	}); err != nil {
 		return Result{}, err
 	}
-	if err := step(stepMovePeer, func() error {
-		peer, err := hostH.LinkByName(tmpName)
-		if err != nil {
-			return err
-		}
-		return hostH.LinkSetNsFd(peer, int(podNS.Fd()))
-	}); err != nil {
-		return Result{}, err
-	}
-	if err := step(stepRenamePeer, func() error {
+	if err := step(stepLabelPod, func() error {
 		var err error
-		if podLink, err = podH.LinkByName(tmpName); err != nil {
+		if podLink, err = podH.LinkByName(s.IfName); err != nil {
 			return err
 		}
-		if err := podH.LinkSetName(podLink, s.IfName); err != nil {
-			return err
+		if podLink.Attrs().ParentIndex != hostLink.Attrs().Index {
+			// Not our peer: the pair was deleted and the name reused.
+			return fmt.Errorf("pod link %s is not the peer of %s", s.IfName, s.HostIfName)
 		}
 		return podH.LinkSetAlias(podLink, podAlias(s.HostIfName))
 	}); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Every address below lives only inside network namespaces the tests make:
@@ -499,8 +500,8 @@ func TestPrivilegedSetupRollback(t *testing.T) {
 	t.Run("host link vanishes midway", func(t *testing.T) {
 		h := node.host
 		h.fail = func(s string) error {
-			if s == stepRenamePeer {
-				// Someone else deletes the pair after the peer moved.
+			if s == stepLabelPod {
+				// Someone else deletes the pair after it was made.
 				return deleteLink(node.nl, HostInterfaceName(spec.ContainerID, "eth0"))
 			}
 			return nil
@@ -956,4 +957,66 @@ func BenchmarkPrivilegedSetupRemoveParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestPrivilegedPeerNeverInHostNetns: the pod's end of the pair is made in
+// the pod's namespace: the node namespace never sees a link other than
+// the host end (no temporary peer created there and moved away).
+func TestPrivilegedPeerNeverInHostNetns(t *testing.T) {
+	requirePrivileged(t)
+	node := newTestNode(t)
+	pod := newTestNS(t)
+	nodeNS, err := netns.GetFromPath(node.ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodeNS.Close()
+	updates := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+		Namespace: &nodeNS, ErrorCallback: func(err error) {
+			select {
+			case <-done: // the subscription's socket is closing
+			default:
+				t.Errorf("link subscription: %v", err)
+			}
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Links that were there before (their state changes may still be
+	// reported) are not the question.
+	before := linkNames(t, node.nl)
+	res := node.setupPod(t, podSpec(0, pod.Path()))
+
+	// A marker link made after SetupEndpoint returned: once its event
+	// arrives, every event of SetupEndpoint has been seen.
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = "mrkpeer0"
+	marker := &netlink.Veth{LinkAttrs: attrs, PeerName: "mrkpeer1", PeerTxQLen: -1}
+	if err := node.nl.LinkAdd(marker); err != nil {
+		t.Fatalf("add marker link: %v", err)
+	}
+	defer func() { _ = deleteLink(node.nl, "mrkpeer0") }()
+	seen := map[string]bool{}
+	timeout := time.After(30 * time.Second)
+	for !seen["mrkpeer0"] {
+		select {
+		case u := <-updates:
+			name := u.Attrs().Name
+			seen[name] = true
+			if name == res.HostIfName || strings.HasPrefix(name, "mrkpeer") || slices.Contains(before, name) {
+				continue
+			}
+			t.Errorf("node namespace saw link %s (type %d, MAC %s) while setting up the pod; pod MAC is %s",
+				name, u.Header.Type, u.Attrs().HardwareAddr, res.PodMAC)
+		case <-timeout:
+			t.Fatal("no event for the marker link")
+		}
+	}
+	if !seen[res.HostIfName] {
+		t.Errorf("no event for the host link %s", res.HostIfName)
+	}
 }

@@ -52,10 +52,11 @@ func endpointHash(containerID, ifName string) string {
 	return hex.EncodeToString(sum[:])[:hashLen]
 }
 
-// tempPeerName is the name of the pod-side veth while it is still in the
-// host namespace. It is derived from the host-side name, so concurrent
-// setups never collide on it (Cilium's "tmp"+5 chars of the container ID
-// can) and a leftover from a crashed attempt is recognisable.
+// tempPeerName is the name the pod-side veth had in the host namespace
+// when earlier versions created it there and moved it; SetupEndpoint now
+// creates it in the pod directly, but still removes such a leftover from
+// a crashed attempt of an earlier version. It is derived from the
+// host-side name, so it is recognisable.
 func tempPeerName(hostIfName string) string {
 	suffix := strings.TrimPrefix(hostIfName, HostIfPrefix)
 	if len(suffix) != hashLen {

@@ -13,6 +13,7 @@ import (
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // PodInterface is the name of the pod's interface (CNI_IFNAME), as
@@ -32,8 +33,43 @@ type cniRuntime struct {
 	cni     *libcni.CNIConfig
 }
 
-func newCNIRuntime(confDir string, binDirs []string, cacheDir string) *cniRuntime {
-	return &cniRuntime{confDir: confDir, cni: NewCNIConfig(binDirs, cacheDir)}
+// newCNIRuntime returns the runtime; with pluginNetns set, plugins run in
+// that network namespace.
+func newCNIRuntime(confDir string, binDirs []string, cacheDir, pluginNetns string) *cniRuntime {
+	exec := newExec()
+	if pluginNetns != "" {
+		exec = &netnsExec{Exec: exec, netns: pluginNetns}
+	}
+	return &cniRuntime{confDir: confDir, cni: libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, exec)}
+}
+
+func newExec() invoke.Exec {
+	return &invoke.DefaultExec{
+		RawExec:       &invoke.RawExec{Stderr: os.Stderr},
+		PluginDecoder: version.PluginDecoder{},
+	}
+}
+
+// netnsExec runs each plugin in a network namespace: the fork happens on
+// an OS thread switched into it, and the child keeps it.
+type netnsExec struct {
+	invoke.Exec
+	netns string
+}
+
+func (e *netnsExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	nsh, err := ns.GetNS(e.netns)
+	if err != nil {
+		return nil, fmt.Errorf("plugin network namespace: %w", err)
+	}
+	defer nsh.Close()
+	var out []byte
+	err = nsh.Do(func(ns.NetNS) error {
+		var err error
+		out, err = e.Exec.ExecPlugin(ctx, pluginPath, stdinData, environ)
+		return err
+	})
+	return out, err
 }
 
 // NewCNIConfig returns a libcni runtime that finds plugins in binDirs and
@@ -41,10 +77,7 @@ func newCNIRuntime(confDir string, binDirs []string, cacheDir string) *cniRuntim
 // its default exec lazily, unsynchronized, when given none.) The
 // plugins' standard error goes to ours.
 func NewCNIConfig(binDirs []string, cacheDir string) *libcni.CNIConfig {
-	return libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, &invoke.DefaultExec{
-		RawExec:       &invoke.RawExec{Stderr: os.Stderr},
-		PluginDecoder: version.PluginDecoder{},
-	})
+	return libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, newExec())
 }
 
 // network loads the network from the configuration directory: the first

@@ -110,7 +110,7 @@ func TestSandboxStore(t *testing.T) {
 
 func TestNetworkSelection(t *testing.T) {
 	dir := t.TempDir()
-	r := newCNIRuntime(dir, []string{dir}, t.TempDir())
+	r := newCNIRuntime(dir, []string{dir}, t.TempDir(), "")
 	if _, err := r.network(); !errors.Is(err, errNoNetwork) {
 		t.Fatalf("empty directory: %v, want errNoNetwork", err)
 	}
@@ -130,7 +130,7 @@ func TestNetworkSelection(t *testing.T) {
 	if err != nil || list.Name != "first" {
 		t.Fatalf("network() = %v, %v; want the first valid file in lexical order", list, err)
 	}
-	if _, err := newCNIRuntime(filepath.Join(dir, "missing"), nil, "").network(); !errors.Is(err, errNoNetwork) {
+	if _, err := newCNIRuntime(filepath.Join(dir, "missing"), nil, "", "").network(); !errors.Is(err, errNoNetwork) {
 		t.Errorf("missing directory: %v", err)
 	}
 }

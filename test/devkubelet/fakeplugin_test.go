@@ -38,6 +38,9 @@ type fakeCall struct {
 	IfName      string `json:"ifName"`
 	Args        string `json:"args"`
 	IP          string `json:"ip,omitempty"`
+	// PluginNetns is the network namespace the plugin ran in, as
+	// /proc/self/ns/net reads ("net:[inode]").
+	PluginNetns string `json:"pluginNetns"`
 }
 
 // fakeIP derives the pod address from the container ID.
@@ -55,7 +58,9 @@ func fakePluginMain() {
 		return &c, nil
 	}
 	logCall := func(c *fakeConf, cmd string, args *skel.CmdArgs, ip string) error {
-		line, _ := json.Marshal(fakeCall{Command: cmd, ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, Args: args.Args, IP: ip})
+		self, _ := os.Readlink("/proc/self/ns/net")
+		line, _ := json.Marshal(fakeCall{Command: cmd, ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, Args: args.Args, IP: ip,
+			PluginNetns: self})
 		f, err := os.OpenFile(c.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			return err

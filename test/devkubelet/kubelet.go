@@ -70,6 +70,12 @@ type Config struct {
 	// Workers is how many pods are set up or torn down at once; default
 	// DefaultWorkers.
 	Workers int
+	// PluginNetns, when set, is the network namespace (a path such as
+	// /run/netns/x) the CNI plugins run in, as the node's own namespace:
+	// their host-side links, routes and sysctls go there instead of into
+	// this process's namespace. devkubelet bench runs the reference
+	// plugins so, leaving the machine's namespace untouched.
+	PluginNetns string
 	// Logger receives progress and errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -136,7 +142,7 @@ func New(cfg Config, cs kubernetes.Interface) (*Kubelet, error) {
 		cfg:       cfg,
 		cs:        cs,
 		log:       cfg.Logger.With("node", cfg.NodeName),
-		cni:       newCNIRuntime(cfg.CNIConfDir, cfg.CNIBinDirs, filepath.Join(cfg.StateDir, "cni-cache")),
+		cni:       newCNIRuntime(cfg.CNIConfDir, cfg.CNIBinDirs, filepath.Join(cfg.StateDir, "cni-cache"), cfg.PluginNetns),
 		store:     sandboxStore{dir: filepath.Join(cfg.StateDir, "sandboxes")},
 		sandboxes: map[string]*Sandbox{},
 		timings:   map[types.UID]*PodTiming{},

@@ -127,3 +127,17 @@ func netnsExists(path string) bool {
 	_ = n.Close()
 	return true
 }
+
+// CreateNodeNetns creates a network namespace pinned at
+// DefaultNetnsDir/name with its loopback up, to serve as a node's own
+// namespace (Config.PluginNetns), and returns its path. Remove it with
+// RemoveNodeNetns.
+func CreateNodeNetns(name string) (string, error) {
+	return createNetns(DefaultNetnsDir, name)
+}
+
+// RemoveNodeNetns removes a namespace made by CreateNodeNetns, with the
+// links in it; a missing one is not an error.
+func RemoveNodeNetns(path string) error {
+	return removeNetns(path)
+}

@@ -95,7 +95,7 @@ func TestPrivilegedAgentRestart(t *testing.T) {
 			if !ok {
 				return fmt.Errorf("endpoint of %s not restored", n)
 			}
-			if ep.Status.State != ciliumv2.EndpointStateReady {
+			if ep.Status.State != models.EndpointStateReady {
 				return fmt.Errorf("endpoint of %s is %s", n, ep.Status.State)
 			}
 		}
@@ -180,7 +180,7 @@ func TestPrivilegedAgentRestart(t *testing.T) {
 			return err
 		}
 		var ok bool
-		if ep, ok = eps["conflict"]; !ok || ep.Status.State != ciliumv2.EndpointStateReady {
+		if ep, ok = eps["conflict"]; !ok || ep.Status.State != models.EndpointStateReady {
 			return fmt.Errorf("endpoint %+v", ep.Status)
 		}
 		return nil

@@ -18,7 +18,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
-	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/api/v1/models"
 )
 
 // TestOperatorAndAgent runs both binaries against the real apiserver: the
@@ -143,7 +143,7 @@ func TestOperatorAndAgent(t *testing.T) {
 		return nil
 	})
 	eventually(t, 30*time.Second, "every table initialized", func() error {
-		var tables []agentapi.TableInfo
+		var tables []models.TableInfo
 		if err := getJSON(api, "http://agent/v1/statedb", &tables); err != nil {
 			return err
 		}

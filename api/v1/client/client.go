@@ -163,33 +163,12 @@ func decodeAPIError(method, path string, resp *http.Response) error {
 }
 
 // GetHealthz returns the agent's health (GET /v1/healthz).
-func (c *Client) GetHealthz(ctx context.Context) (*Health, error) {
-	var h Health
+func (c *Client) GetHealthz(ctx context.Context) (*models.Health, error) {
+	var h models.Health
 	if err := c.Do(ctx, http.MethodGet, "/v1/healthz", nil, &h); err != nil {
 		return nil, err
 	}
 	return &h, nil
-}
-
-// Health is the agent's reply to GET /v1/healthz.
-type Health struct {
-	// State is HealthStateOK when every module is ok or stopped.
-	State string `json:"state"`
-	// Modules is the worst report of each module.
-	Modules []ModuleHealth `json:"modules"`
-}
-
-// HealthStateOK is Health.State of an agent without degraded modules.
-const HealthStateOK = "Ok"
-
-// ModuleHealth is the health of one module of the agent.
-type ModuleHealth struct {
-	ID      string    `json:"id"`
-	Module  string    `json:"module"`
-	Level   string    `json:"level"`
-	Message string    `json:"message,omitempty"`
-	Error   string    `json:"error,omitempty"`
-	Since   time.Time `json:"since"`
 }
 
 // GetConfig returns what clients need to know of the agent's
@@ -202,18 +181,11 @@ func (c *Client) GetConfig(ctx context.Context) (*models.DaemonConfig, error) {
 	return &cfg, nil
 }
 
-// AllocateIP allocates a pod address for owner ("namespace/pod")
-// (POST /v1/ipam?owner=...). The reply's IPv4 is never nil.
-func (c *Client) AllocateIP(ctx context.Context, owner string) (*models.IPAMResponse, error) {
-	return c.AllocateIPForContainer(ctx, owner, "")
-}
-
-// AllocateIPForContainer allocates a pod address for owner
-// ("namespace/pod") and the CNI container containerID (POST
-// /v1/ipam?owner=...&container-id=...): the agent records both, the
-// endpoint of that container can claim it, and DEL of the container frees
-// it. The reply's IPv4 is never nil.
-func (c *Client) AllocateIPForContainer(ctx context.Context, owner, containerID string) (*models.IPAMResponse, error) {
+// AllocateIP allocates a pod address for owner ("namespace/pod") and the
+// pod sandbox containerID (empty when there is none)
+// (POST /v1/ipam?owner=...&container-id=...). The reply's IPv4 is never
+// nil; its MTU is the pod MTU, 0 from an agent that does not send it.
+func (c *Client) AllocateIP(ctx context.Context, owner, containerID string) (*models.IPAMResponse, error) {
 	var resp models.IPAMResponse
 	q := url.Values{"owner": {owner}}
 	if containerID != "" {

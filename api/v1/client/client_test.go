@@ -18,7 +18,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 )
@@ -91,11 +90,11 @@ func TestDefaultSocketPathMatchesAgent(t *testing.T) {
 // TestMethods checks each typed method's request (method, path, query,
 // body) and the decoding of its reply.
 func TestMethods(t *testing.T) {
-	ep := models.Endpoint{ID: 7, Status: ciliumv2.EndpointStatus{ID: 7, State: ciliumv2.EndpointStateReady}}
+	ep := models.Endpoint{ID: 7, Status: models.EndpointStatus{ID: 7, State: models.EndpointStateReady}}
 	replies := map[string]any{
-		"GET /v1/healthz":                Health{State: "Ok", Modules: []ModuleHealth{{ID: "agent-api", Module: "agent-api", Level: "ok"}}},
+		"GET /v1/healthz":                models.Health{State: "Ok", Modules: []models.ModuleHealth{{ID: "agent-api", Module: "agent-api", Level: "ok"}}},
 		"GET /v1/config":                 models.DaemonConfig{MTU: 1450, NodeName: "n1"},
-		"POST /v1/ipam":                  models.IPAMResponse{IPv4: &models.IPAMAddress{IP: "10.0.0.5", Gateway: "10.0.0.1", CIDRs: []string{"10.0.0.0/24"}}},
+		"POST /v1/ipam":                  models.IPAMResponse{IPv4: &models.IPAMAddress{IP: "10.0.0.5", Gateway: "10.0.0.1", CIDRs: []string{"10.0.0.0/24"}}, MTU: 1450},
 		"DELETE /v1/ipam/10.0.0.5":       nil,
 		"PUT /v1/endpoint":               ep,
 		"DELETE /v1/endpoint":            nil,
@@ -144,7 +143,7 @@ func TestMethods(t *testing.T) {
 	cfg, err := c.GetConfig(ctx)
 	must(err)
 	check("GetConfig", *cfg, replies["GET /v1/config"])
-	ipam, err := c.AllocateIP(ctx, "default/pod-a")
+	ipam, err := c.AllocateIP(ctx, "default/pod-a", "c1")
 	must(err)
 	check("AllocateIP", *ipam, replies["POST /v1/ipam"])
 	must(c.ReleaseIP(ctx, "10.0.0.5"))
@@ -180,7 +179,7 @@ func TestMethods(t *testing.T) {
 	want := []request{
 		{Method: "GET", Path: "/v1/healthz"},
 		{Method: "GET", Path: "/v1/config"},
-		{Method: "POST", Path: "/v1/ipam", Query: "owner=default%2Fpod-a"},
+		{Method: "POST", Path: "/v1/ipam", Query: "container-id=c1&owner=default%2Fpod-a"},
 		{Method: "DELETE", Path: "/v1/ipam/10.0.0.5"},
 		{Method: "PUT", Path: "/v1/endpoint", ContentType: "application/json", Body: string(reqBody)},
 		{Method: "DELETE", Path: "/v1/endpoint", Query: "container-id=c1"},
@@ -212,7 +211,7 @@ func TestAPIErrors(t *testing.T) {
 	})
 	ctx := context.Background()
 
-	_, err := c.AllocateIP(ctx, "ns/p")
+	_, err := c.AllocateIP(ctx, "ns/p", "")
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.StatusCode != 503 || ae.Method != "POST" || ae.Path != "/v1/ipam" {
 		t.Fatalf("AllocateIP error = %#v, want *APIError 503", err)
@@ -259,7 +258,7 @@ func TestBadReplies(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	if _, err := c.AllocateIP(ctx, "ns/p"); err == nil || !strings.Contains(err.Error(), "no IPv4 address") {
+	if _, err := c.AllocateIP(ctx, "ns/p", ""); err == nil || !strings.Contains(err.Error(), "no IPv4 address") {
 		t.Errorf("AllocateIP with an empty reply: %v", err)
 	}
 	if _, err := c.GetConfig(ctx); err == nil || !strings.Contains(err.Error(), "empty reply") {

@@ -25,7 +25,7 @@ func TestOwnershipMethods(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	if r, err := c.AllocateIPForContainer(ctx, "default/pod-a", "c1"); err != nil || r.IPv4.ContainerID != "c1" {
+	if r, err := c.AllocateIP(ctx, "default/pod-a", "c1"); err != nil || r.IPv4.ContainerID != "c1" {
 		t.Errorf("AllocateIPForContainer = %+v, %v", r, err)
 	}
 	if ok, err := c.ReleaseContainerIP(ctx, "10.0.0.5", "c1"); !ok || err != nil {

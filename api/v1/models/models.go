@@ -1,12 +1,6 @@
-// Package models holds the JSON types of the agent's API (/v1 on the unix
-// socket), shared by the agent, the CNI plugin and the CLI. An endpoint's
-// status is the CiliumEndpoint status type itself, so `cellium endpoint get`
-// and the CEP print the same .status.
 package models
 
-import (
-	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
-)
+import "time"
 
 // Error is the body of every failed request.
 type Error struct {
@@ -36,7 +30,7 @@ type EndpointChangeRequest struct {
 	// NetnsPath is the pod's network namespace.
 	NetnsPath string `json:"netns-path"`
 	// Addressing is the IP the plugin got from POST /v1/ipam.
-	Addressing ciliumv2.AddressPair `json:"addressing"`
+	Addressing AddressPair `json:"addressing"`
 	// SyncBuildEndpoint makes the call wait until the endpoint is ready.
 	SyncBuildEndpoint bool `json:"sync-build-endpoint"`
 }
@@ -47,7 +41,7 @@ type Endpoint struct {
 	// Spec is what the endpoint was created from.
 	Spec *EndpointChangeRequest `json:"spec,omitempty"`
 	// Status is exactly the .status of the pod's CiliumEndpoint.
-	Status ciliumv2.EndpointStatus `json:"status"`
+	Status EndpointStatus `json:"status"`
 }
 
 // IPAMAddress is one allocated address.
@@ -91,6 +85,10 @@ type IPAMGC struct {
 // IPAMResponse is what POST /v1/ipam returns.
 type IPAMResponse struct {
 	IPv4 *IPAMAddress `json:"ipv4,omitempty"`
+	// MTU is the MTU of pod interfaces (the agent's --mtu, or the one it
+	// derived from the node), so that the CNI plugin needs no other call
+	// to set up the pod. 0 when the agent does not know it.
+	MTU int `json:"mtu,omitempty"`
 }
 
 // Identity is a security identity: GET /v1/identity[/{id}].
@@ -129,4 +127,36 @@ type DaemonConfig struct {
 type LabelsPatch struct {
 	Add    map[string]string `json:"add,omitempty"`
 	Delete []string          `json:"delete,omitempty"`
+}
+
+// Health is the agent's reply to GET /v1/healthz.
+type Health struct {
+	// State is HealthStateOK when every module is ok or stopped, else
+	// "Degraded".
+	State string `json:"state"`
+	// Modules is the worst report of each module (of each part with
+	// ?verbose=true).
+	Modules []ModuleHealth `json:"modules"`
+}
+
+// HealthStateOK is Health.State of an agent without degraded modules.
+const HealthStateOK = "Ok"
+
+// ModuleHealth is the health of one module (or part) of the agent.
+type ModuleHealth struct {
+	ID      string    `json:"id"`
+	Module  string    `json:"module"`
+	Level   string    `json:"level"`
+	Message string    `json:"message,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	Since   time.Time `json:"since"`
+}
+
+// TableInfo is one row of GET /v1/statedb: one of the agent's tables.
+type TableInfo struct {
+	Name        string   `json:"name"`
+	Objects     int      `json:"objects"`
+	Initialized bool     `json:"initialized"`
+	Pending     []string `json:"pendingInitializers,omitempty"`
+	Indexes     []string `json:"indexes"`
 }

@@ -45,17 +45,25 @@ type benchOptions struct {
 	timeout   time.Duration
 	keep      bool
 	verbose   bool
+	// sequential is how many pods the sequential phases run, one at a
+	// time; 0 skips them, negative means pods.
+	sequential int
+	// reference runs the reference plugins (ptp + host-local) too.
+	reference bool
 }
 
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Create and delete N pods through the real CNI path and report latencies, pods/s, agent RSS and API writes per pod",
+		Short: "Create and delete N pods through the real CNI path and report latencies, pods/s, CPU, agent RSS and API writes per pod, beside the reference ptp + host-local plugins",
 		Long: "bench starts a private cluster (etcd, kube-apiserver with an audit log of writes), cellium-operator,\n" +
 			"cellium-agent and a devkubelet in a temporary directory, creates N pods on the node, waits until\n" +
 			"they run and their CiliumEndpoints are ready, deletes them, waits until everything is gone, and\n" +
-			"prints what it measured. Needs root. `make bench-endpoints N=100` runs it.",
+			"prints what it measured. Then it runs --sequential pods one at a time, and the same two runs through\n" +
+			"the reference plugins ptp + host-local on a second devkubelet node (its plugins run in a network\n" +
+			"namespace of its own, on " + refSubnet + "), and prints cellium and the reference side by side.\n" +
+			"Needs root. `make bench-endpoints N=100` runs it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := needRoot("devkubelet bench"); err != nil {
@@ -66,6 +74,9 @@ func newBenchCmd() *cobra.Command {
 			}
 			if o.parallel <= 0 {
 				o.parallel = o.pods
+			}
+			if o.sequential < 0 {
+				o.sequential = o.pods
 			}
 			return runBench(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
@@ -79,6 +90,8 @@ func newBenchCmd() *cobra.Command {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, audit log) afterwards")
 	fs.BoolVar(&o.verbose, "v", false, "log progress of the cluster and the kubelet")
+	fs.IntVar(&o.sequential, "sequential", -1, "pods of the sequential runs (one pod at a time, cellium and reference); 0 skips them; default -n")
+	fs.BoolVar(&o.reference, "reference", true, "also run the reference plugins ptp + host-local (tools/cniplugins) through a devkubelet of their own node and print both side by side")
 	return cmd
 }
 
@@ -332,7 +345,50 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) (er
 			r.cepReady = append(r.cepReady, at.Sub(c))
 		}
 	}
+
+	cmp := comparison{load: [2]string{loadBefore, ""}}
+	cmp.results = append(cmp.results, phaseResult{party: partyCellium, mode: modeAtOnce, pods: o.pods, parallel: o.parallel,
+		add: r.add, del: r.del, addErrors: r.addErrors, createSpan: r.createSpan, deleteSpan: r.deleteSpan, cpu: cpuUsed})
+	if o.sequential > 0 {
+		res, err := runPhase(ctx, phaseSpec{party: partyCellium, mode: modeSequential, prefix: "seq", pods: o.sequential,
+			parallel: 1, node: node.Name, kubelet: k, cs: bcs, cpu: cpu,
+			gone: func() error {
+				if n := ceps.count(); n > 0 {
+					return fmt.Errorf("%d CiliumEndpoints left", n)
+				}
+				return nil
+			}}, progress)
+		if err != nil {
+			return err
+		}
+		cmp.results = append(cmp.results, res)
+	}
+	if o.reference {
+		progress("starting the reference node (ptp + host-local)")
+		ref, version, rerr := startRefNode(ctx, work, bcs, o.workers, log)
+		if rerr != nil {
+			return rerr
+		}
+		// err is runBench's result.
+		defer func() { err = errors.Join(err, ref.cleanup(context.Background())) }()
+		cmp.refVersion = version
+		specs := []phaseSpec{{party: partyReference, mode: modeAtOnce, prefix: "ref", pods: o.pods, parallel: o.parallel}}
+		if o.sequential > 0 {
+			specs = append(specs, phaseSpec{party: partyReference, mode: modeSequential, prefix: "refseq", pods: o.sequential, parallel: 1})
+		}
+		for _, sp := range specs {
+			sp.node, sp.kubelet, sp.cs, sp.cpu = refNodeName, ref.kubelet, bcs, cpu
+			res, perr := runPhase(ctx, sp, progress)
+			if perr != nil {
+				return perr
+			}
+			cmp.results = append(cmp.results, res)
+		}
+	}
+	cmp.load[1] = loadAvg()
+
 	r.print(stdout)
+	cmp.print(stdout)
 	return nil
 }
 

@@ -68,3 +68,42 @@ func TestReportPrint(t *testing.T) {
 		}
 	}
 }
+
+func TestComparisonPrint(t *testing.T) {
+	ms := time.Millisecond
+	durs := func(base time.Duration) []time.Duration {
+		var out []time.Duration
+		for i := 1; i <= 100; i++ {
+			out = append(out, base*time.Duration(i)/100)
+		}
+		return out
+	}
+	c := comparison{refVersion: "v1.10.0", load: [2]string{"1.5", "2.5"}, results: []phaseResult{
+		{party: partyCellium, mode: modeAtOnce, pods: 100, parallel: 50, add: durs(300 * ms), del: durs(100 * ms),
+			createSpan: 2 * time.Second, cpu: cpuTimes{"cellium-cni": 1500 * ms, "cellium-agent": 800 * ms}},
+		{party: partyReference, mode: modeAtOnce, pods: 100, parallel: 50, add: durs(100 * ms), del: durs(50 * ms),
+			createSpan: time.Second, cpu: cpuTimes{"cellium-cni": 2000 * ms, "cellium-agent": 100 * ms}},
+		{party: partyCellium, mode: modeSequential, pods: 100, parallel: 1, add: durs(40 * ms), del: durs(20 * ms),
+			createSpan: 10 * time.Second, cpu: cpuTimes{"cellium-cni": 1000 * ms}},
+		{party: partyReference, mode: modeSequential, pods: 100, parallel: 1, add: durs(30 * ms), del: durs(20 * ms),
+			createSpan: 8 * time.Second, cpu: cpuTimes{"cellium-cni": 1100 * ms}},
+	}}
+	var b bytes.Buffer
+	c.print(&b)
+	out := b.String()
+	for _, want := range []string{
+		"ptp + host-local v1.10.0", "load average 1.5 before, 2.5 after",
+		"ADD p99 (50 at once)", "297.0ms", "99.0ms", "3.00x",
+		"ADD p50 (sequential)", "pods/s to Running (50 at once)", "50.0", "100.0",
+		"plugin CPU per ADD+DEL (50 at once)", "15.0ms", "20.0ms", "0.75x",
+		"plugin+agent CPU per pod (50 at once)", "23.0ms",
+		"ADD p99 <= 1.5x reference (50 at once): MISSED (3.00x)",
+		"plugin CPU per ADD+DEL <= reference (50 at once): met (0.75x)",
+		"ADD p99 <= 1.5x reference (sequential): met (1.33x)",
+		"plugin CPU per ADD+DEL <= reference (sequential): met (0.91x)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, out)
+		}
+	}
+}
