@@ -69,3 +69,37 @@ func TestAllocateRestoredWithoutAPIServer(t *testing.T) {
 		return nil
 	})
 }
+
+// An API server outage while running: the CiliumIdentities are listed, so
+// labels whose identity exists resolve without the API (one this agent
+// uses and one only in the cluster); new labels need a Create and fail as
+// soon as the API refuses it, not after the allocation timeout.
+func TestAllocateDuringAPIServerOutage(t *testing.T) {
+	cs := newFakeClientset(cidObject("30500", time.Now(), "k8s:app=db", "k8s:io.kubernetes.pod.namespace=default",
+		"k8s:io.cilium.k8s.policy.cluster=default", "k8s:io.cilium.k8s.policy.serviceaccount=default"))
+	ag := startAgent(t, cs, nil)
+	web, err := ag.alloc.Allocate(ctxTimeout(t, 10*time.Second), podLabels("web", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	down.Store(true)
+	cs.cilium.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	defer down.Store(false)
+
+	ctx := ctxTimeout(t, time.Minute)
+	if got, err := ag.alloc.Allocate(ctx, podLabels("web", "default")); err != nil || got.ID != web.ID {
+		t.Errorf("Allocate(labels in use) during the outage = %d, %v; want %d", got.ID, err, web.ID)
+	}
+	if got, err := ag.alloc.Allocate(ctx, podLabels("db", "default")); err != nil || got.ID != 30500 {
+		t.Errorf("Allocate(labels of an existing CiliumIdentity) during the outage = %d, %v; want 30500", got.ID, err)
+	}
+	if _, err := ag.alloc.Allocate(ctx, podLabels("new", "default")); err == nil || ctx.Err() != nil {
+		t.Errorf("Allocate(new labels) during the outage: %v (ctx %v), want the API's error before the timeout", err, ctx.Err())
+	}
+}
