@@ -21,9 +21,10 @@ import (
 //     are back within seconds, the restored endpoints are ready with their
 //     saved identities, DEL frees, an ADD fails fast with code 11 and a
 //     message;
-//   - API back: the CiliumEndpoints converge (the deleted endpoints' CEPs
+//   - API back after 60 s: the CiliumEndpoints converge (the deleted endpoints' CEPs
 //     are removed, the one added during the outage is created).
 func TestPrivilegedAPIServerOutage(t *testing.T) {
+	const outageFor = 60 * time.Second
 	e := newEnv(t, envOptions{})
 	names := []string{"out-0", "out-1", "out-2"}
 	spec := map[string]map[string]string{}
@@ -141,12 +142,20 @@ func TestPrivilegedAPIServerOutage(t *testing.T) {
 		t.Errorf("failed ADD left: %v", err)
 	}
 
+	// Hold the outage as long as the (the reflectors' backoff
+	// grows meanwhile), then bring the API server back.
+	select {
+	case <-time.After(time.Until(outage.Add(outageFor))):
+	case <-e.ctx.Done():
+		t.Fatal(e.ctx.Err())
+	}
 	if err := e.c.StartAPIServer(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true
-	t.Logf("API server down for %v", time.Since(outage).Round(time.Second))
-	eventually(t, 60*time.Second, "CiliumEndpoints to converge", func() error {
+	back := time.Now()
+	t.Logf("API server down for %v", back.Sub(outage).Round(time.Second))
+	eventually(t, 90*time.Second, "CiliumEndpoints to converge", func() error {
 		ceps, err := e.ceps()
 		if err != nil {
 			return err
@@ -166,6 +175,8 @@ func TestPrivilegedAPIServerOutage(t *testing.T) {
 		}
 		return nil
 	})
+
+	t.Logf("CiliumEndpoints converged %v after the API server was back", time.Since(back).Round(100*time.Millisecond))
 
 	// The pod added by hand goes with a DEL; the kubelet's are the node's.
 	if _, code := e.runPlugin(pluginCall{command: "DEL", containerID: lateID, netns: lateNS.Path(), args: e.podArgs("late", lateID), stdin: conf}); code != 0 {
