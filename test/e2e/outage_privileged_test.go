@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -107,7 +108,12 @@ func TestPrivilegedAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	began = time.Now()
-	if err := e.node.StartAgent(e.ctx); err != nil {
+	// Bounded: an agent that waits for the API server never writes its
+	// CNI configuration, which StartAgent waits for.
+	startCtx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	err := e.node.StartAgent(startCtx)
+	cancel()
+	if err != nil {
 		t.Fatalf("agent start without the API server: %v", err)
 	}
 	t.Logf("agent serving with its CNI configuration %v after start without the API server", time.Since(began))
