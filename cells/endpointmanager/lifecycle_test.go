@@ -75,6 +75,11 @@ func TestRestoredEndpointRetriedUntilIdentity(t *testing.T) {
 		ep, ok := e.get(live.ID)
 		return ok && ep.Failure() != ""
 	})
+	// The retrier reports health when it sees the failed row.
+	waitFor(t, "healthz to say Degraded while stuck", func() bool {
+		state, _ := e.health(t)
+		return state == "Degraded"
+	})
 	state, msg := e.health(t)
 	if state != "Degraded" || !strings.Contains(msg, fmt.Sprintf("endpoint %d (default/live)", live.ID)) || !strings.Contains(msg, "denied by admission policy") {
 		t.Errorf("healthz while stuck: %s %q", state, msg)
@@ -117,9 +122,11 @@ func TestRelabelFailureRetried(t *testing.T) {
 		cur, ok := e.get(ep.ID)
 		return ok && cur.State == ciliumv2.EndpointStateWaitingToRegenerate && cur.Failure() != ""
 	})
-	if state, _ := e.health(t); state != "Degraded" {
-		t.Errorf("healthz while stuck: %s", state)
-	}
+	// The retrier reports health when it sees the failed row.
+	waitFor(t, "healthz to say Degraded while stuck", func() bool {
+		state, _ := e.health(t)
+		return state == "Degraded"
+	})
 	waitFor(t, "the new identity", func() bool {
 		cur, ok := e.get(ep.ID)
 		return ok && cur.State == ciliumv2.EndpointStateReady && int64(cur.Identity) != ep.Status.Identity.ID &&

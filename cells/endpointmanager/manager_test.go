@@ -493,11 +493,12 @@ func TestLabelChangeMovesIdentity(t *testing.T) {
 		return ok && int64(cur.Identity) != before && cur.State == ciliumv2.EndpointStateReady &&
 			cur.Labels.Has(labels.Make(labels.SourceK8s, "tier", "front"))
 	})
-	e.ids.mu.Lock()
-	defer e.ids.mu.Unlock()
-	if e.ids.refs[identity.NumericIdentity(before)] != 0 {
-		t.Errorf("old identity still referenced: %d", e.ids.refs[identity.NumericIdentity(before)])
-	}
+	// The old identity is released right after the row changes.
+	waitFor(t, "the old identity released", func() bool {
+		e.ids.mu.Lock()
+		defer e.ids.mu.Unlock()
+		return e.ids.refs[identity.NumericIdentity(before)] == 0
+	})
 }
 
 func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
@@ -521,9 +522,17 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	e := start(t, dir, nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
 		pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
 	})
+	// The table is initialized once restore is done with what the node
+	// knows; the pod checks follow.
 	waitFor(t, "restore to finish", func() bool {
-		ok, _ := e.eps.Initialized(e.db.ReadTxn())
-		return ok
+		txn := e.db.ReadTxn()
+		ok, _ := e.eps.Initialized(txn)
+		cur, _, live := e.eps.Get(txn, endpoints.IDIndex.Query(uint16(live.ID)))
+		_, _, gone := e.eps.Get(txn, endpoints.IDIndex.Query(uint16(gone.ID)))
+		e.ipam.mu.Lock()
+		released := slices.Contains(e.ipam.released, netip.MustParseAddr("10.0.0.31"))
+		e.ipam.mu.Unlock()
+		return ok && live && cur.State == ciliumv2.EndpointStateReady && !gone && released
 	})
 	cur, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.IDIndex.Query(uint16(live.ID)))
 	if !ok || cur.ContainerID != "c-live" || cur.IPv4.String() != "10.0.0.30" || cur.State != ciliumv2.EndpointStateReady {

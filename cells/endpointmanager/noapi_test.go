@@ -2,6 +2,7 @@ package endpointmanager_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
@@ -20,17 +24,53 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
+	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/labels"
 )
+
+// restoringIdentities is an allocator without its API server: only the
+// identities restored from the endpoints' state files resolve; any other
+// allocation waits for the API until ctx ends.
+type restoringIdentities struct {
+	fakeIdentities
+	restored map[string]identity.NumericIdentity
+}
+
+func (r *restoringIdentities) Restore(l labels.Labels, id identity.NumericIdentity) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.restored[l.String()] = id
+}
+
+func (r *restoringIdentities) Allocate(ctx context.Context, l labels.Labels) (identitycell.Identity, error) {
+	r.mu.Lock()
+	id, ok := r.restored[l.String()]
+	r.mu.Unlock()
+	if !ok {
+		<-ctx.Done()
+		return identitycell.Identity{}, fmt.Errorf("wait for the CiliumIdentities to be listed: %w", ctx.Err())
+	}
+	return identitycell.Identity{ID: id, Labels: l}, nil
+}
+
+func (r *restoringIdentities) Release(context.Context, identity.NumericIdentity) error { return nil }
 
 // The agent boots with its state from a previous run while the API server
 // is unreachable (a node reboot with the control plane down): start
-// returns at once, the socket serves, CNI DEL of a restored endpoint works
-// and frees its IP, an ADD that needs the API fails fast with 503 (the
-// plugin's code 11), and health says why.
+// returns at once, the socket serves, the restored endpoint is ready again
+// with its saved identity and the endpoints table is initialized (so the
+// CNI configuration is written) without the API, CNI DEL of a restored
+// endpoint works and frees its IP, an ADD that needs the API fails fast
+// with 503 (the plugin's code 11), and health says why.
 func TestBootWithoutAPIServer(t *testing.T) {
 	dir := t.TempDir()
 	live := firstAgent(t, dir)
+	ids := &restoringIdentities{restored: map[string]identity.NumericIdentity{}}
+	var (
+		db  *statedb.DB
+		eps statedb.Table[*endpoints.Endpoint]
+	)
 
 	fipam := &fakeIPAM{owners: map[netip.Addr]ipam.Owner{}}
 	socket := filepath.Join(t.TempDir(), "api.sock")
@@ -42,14 +82,13 @@ func TestBootWithoutAPIServer(t *testing.T) {
 		hive.Provide(
 			func() ipam.Allocator { return fipam },
 			func() ipam.Lookup { return fipam },
-			func() identitycell.Allocator {
-				return &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
-			},
+			func() identitycell.Allocator { return ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointmanager.Cell,
+		hivetest.Capture(&db), hivetest.Capture(&eps),
 	)
 	t.Logf("agent started in %v without the API server", time.Since(began))
 	e := &env{ipam: fipam, api: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -67,6 +106,18 @@ func TestBootWithoutAPIServer(t *testing.T) {
 	if h.State != "Degraded" || !found {
 		t.Errorf("healthz without the API server: %+v", h)
 	}
+
+	// The restored endpoint is ready with its saved identity, and restore
+	// is done as far as the node can tell, without the API server.
+	waitFor(t, "the restored endpoint ready with its saved identity", func() bool {
+		ep, _, ok := eps.Get(db.ReadTxn(), endpoints.IDIndex.Query(uint16(live.ID)))
+		return ok && ep.State == ciliumv2.EndpointStateReady && live.Status.Identity != nil && int64(ep.Identity) == live.Status.Identity.ID
+	})
+	waitFor(t, "the endpoints table initialized", func() bool {
+		ok, _ := eps.Initialized(db.ReadTxn())
+		return ok
+	})
+	t.Logf("restored endpoint ready and endpoints table initialized %v after start", time.Since(began))
 
 	// ADD of a pod the agent knows nothing about needs the API: 503 fast.
 	began = time.Now()

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	identitycell "github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
@@ -55,6 +57,12 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 			continue
 		}
 		ep = ep.WithState(ciliumv2.EndpointStateRestoring, "Restoring endpoint after agent restart", m.now())
+		// The allocator may hand the saved identity out again for the
+		// same labels while the cluster's identities are not listed
+		// (booted with the API server down).
+		if r, ok := m.identities.(identitycell.Restorer); ok && ep.Identity != identity.InvalidIdentity {
+			r.Restore(ep.Labels, ep.Identity)
+		}
 		// This process holds no reference to the old identity yet: the
 		// endpoint gets one when restore resolves its labels again.
 		ep.Identity = identity.InvalidIdentity
@@ -190,23 +198,72 @@ func hostLinkByAlias(sysClassNet, containerID, ifName string) string {
 	return ""
 }
 
-// validateRestored keeps the restored endpoints whose pod still exists on
-// this node with the same UID and whose host interface still exists:
-// their IPs (held by IPAM since the start) are claimed and their
-// identities resolved; they become ready without touching their
-// interfaces. The others are removed and their IPs released. done marks
-// the endpoints table initialized.
+// validateRestored decides about the restored endpoints in two steps, so
+// that a boot with the API server down still serves them at once.
+//
+// First, with what the node knows: an endpoint whose host interface is
+// gone is removed; the others claim their IPs again and resolve the
+// identity of their saved labels (the allocator hands out the restored
+// number while the cluster's identities are not listed); then done marks
+// the endpoints table initialized (the CNI configuration is written, CNI
+// DEL was served all along).
+//
+// Then, once the pods of this node are listed: endpoints whose pod is gone,
+// re-created or moved are removed and their IPs released, placeholders are
+// rebuilt, and the others take their pod's current labels.
 func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.Endpoint, done func(statedb.WriteTxn)) error {
-	defer func() {
+	markDone := sync.OnceFunc(func() {
 		txn := m.db.WriteTxn(m.table)
 		done(txn)
 		txn.Commit()
-	}()
+	})
+	defer markDone()
 	if len(restored) == 0 {
 		return nil
 	}
-	if err := tables.WaitInitialized(ctx, m.db, m.pods); err != nil {
-		return err
+	var local []*endpoints.Endpoint
+	for _, ep := range restored {
+		if isPlaceholder(ep) {
+			continue // rebuilt from the CEP and the pod, later
+		}
+		if why := m.interfaceGone(ep); why != "" {
+			m.log.Info("discarding restored endpoint", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", why)
+			m.remove(ctx, ep, true)
+			continue
+		}
+		// IPAM holds the address since the start (HoldForRestore); a CNI
+		// DEL that ran meanwhile released it, and the claim fails.
+		if err := m.ipam.Claim(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
+			if m.remove(ctx, ep, false) {
+				m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+			}
+			continue
+		}
+		local = append(local, ep)
+	}
+	markDone()
+	for _, ep := range local {
+		cur, ok := m.Get(ep.ID)
+		if !ok || !sameEndpoint(cur, ep) {
+			continue // deleted by a CNI DEL meanwhile
+		}
+		saved := cur.Labels
+		// Bounded: without the API an identity that was not restored waits
+		// for it; the second step resolves it again once the pods are
+		// listed.
+		rctx, cancel := context.WithTimeout(ctx, RestoreIdentityWait)
+		_, err := m.relabel(rctx, cur, &saved, true)
+		cancel()
+		if err != nil {
+			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
+		}
+	}
+
+	if ok, _ := m.pods.Initialized(m.db.ReadTxn()); !ok {
+		m.log.Info("restored endpoints serve with their saved labels until the pods of this node are listed", "count", len(local))
+		if err := tables.WaitInitialized(ctx, m.db, m.pods); err != nil {
+			return err
+		}
 	}
 	kept := 0
 	for _, ep := range restored {
@@ -214,26 +271,30 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 			if ep = m.rebuildPlaceholder(ep); ep == nil {
 				continue
 			}
-		}
-		if why := m.invalidReason(ep); why != "" {
-			m.log.Info("discarding restored endpoint", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", why)
-			m.remove(ctx, ep, true)
-			continue
-		}
-		// IPAM holds the address since the start (HoldForRestore); a CNI
-		// DEL that ran meanwhile released it, and the claim fails.
-		owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
-		if err := m.ipam.Claim(ctx, ep.IPv4, owner); err != nil {
-			if m.remove(ctx, ep, false) {
-				m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+			if why := m.interfaceGone(ep); why != "" {
+				m.log.Info("discarding rebuilt endpoint", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", why)
+				m.remove(ctx, ep, true)
+				continue
 			}
-			continue
+			if err := m.ipam.Claim(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
+				if m.remove(ctx, ep, false) {
+					m.log.Warn("rebuilt endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
+				}
+				continue
+			}
 		}
 		cur, ok := m.Get(ep.ID)
 		if !ok || !sameEndpoint(cur, ep) {
-			continue // deleted by a CNI DEL meanwhile, which released the address
+			continue // removed above, or deleted by a CNI DEL meanwhile
 		}
-		if _, err := m.relabel(ctx, cur, nil, true); err != nil {
+		if why := m.invalidReason(cur); why != "" {
+			m.log.Info("discarding restored endpoint", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", why)
+			m.remove(ctx, cur, true)
+			continue
+		}
+		// The pod's current labels; force when the identity is not
+		// resolved yet.
+		if _, err := m.relabel(ctx, cur, nil, cur.State != ciliumv2.EndpointStateReady); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
 			continue
 		}
@@ -278,12 +339,20 @@ func (m *Manager) rebuildPlaceholder(ph *endpoints.Endpoint) *endpoints.Endpoint
 	return rebuilt
 }
 
-// invalidReason says why a restored endpoint cannot be kept, or "".
-func (m *Manager) invalidReason(ep *endpoints.Endpoint) string {
+// interfaceGone says why a restored endpoint's host interface is gone, or "".
+func (m *Manager) interfaceGone(ep *endpoints.Endpoint) string {
 	if ep.HostIfName != "" {
 		if _, err := net.InterfaceByName(ep.HostIfName); err != nil {
 			return "host interface " + ep.HostIfName + " is gone"
 		}
+	}
+	return ""
+}
+
+// invalidReason says why a restored endpoint cannot be kept, or "".
+func (m *Manager) invalidReason(ep *endpoints.Endpoint) string {
+	if why := m.interfaceGone(ep); why != "" {
+		return why
 	}
 	if ep.PodName == "" {
 		return ""

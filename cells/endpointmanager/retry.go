@@ -25,6 +25,11 @@ const (
 // plugin reports as "try again later" (code 11).
 const PodsSyncWait = 2 * time.Second
 
+// RestoreIdentityWait bounds how long restore waits for the identity of a
+// restored endpoint's saved labels before its pod is known: the identity
+// restored from the state file resolves at once; any other needs the API.
+const RestoreIdentityWait = 2 * time.Second
+
 // markFailed records in the endpoint's log why it is stuck (a failed entry,
 // which Endpoint.Failure reports and the CEP mirrors), so that the retry
 // job picks it up and health says so. Placeholders are never saved.

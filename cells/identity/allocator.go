@@ -65,6 +65,11 @@ type allocator struct {
 	idx   *labelIndex
 	locks keyLocks
 	rec   *reconciler.Reconciler[*allocation]
+
+	// restored maps the labels key of an identity that restored endpoints
+	// used before the agent restarted to its number (see Restore).
+	restoredMu sync.Mutex
+	restored   map[string]identity.NumericIdentity
 }
 
 // newAllocatorWith validates opts and builds the allocator; it starts
@@ -134,7 +139,10 @@ func (a *allocator) Allocate(ctx context.Context, lbls labels.Labels) (Identity,
 	if id, ok := a.addRefByKey(key); ok {
 		return Identity{ID: id, Labels: lbls}, nil
 	}
-	id, err := a.resolve(ctx, lbls, key)
+	id, err := a.resolveRestored(key)
+	if err != nil {
+		id, err = a.resolve(ctx, lbls, key)
+	}
 	if err == nil {
 		err = a.addRef(id, lbls)
 	}
@@ -142,6 +150,43 @@ func (a *allocator) Allocate(ctx context.Context, lbls labels.Labels) (Identity,
 		return Identity{}, fmt.Errorf("allocate identity for %s: %w", lbls, err)
 	}
 	return Identity{ID: id, Labels: lbls}, nil
+}
+
+// Restore implements Restorer.
+func (a *allocator) Restore(lbls labels.Labels, id identity.NumericIdentity) {
+	if id.IsReserved() || !a.inRange(id) || lbls.Len() == 0 {
+		return
+	}
+	a.restoredMu.Lock()
+	defer a.restoredMu.Unlock()
+	if a.restored == nil {
+		a.restored = map[string]identity.NumericIdentity{}
+	}
+	a.restored[lbls.SortedList()] = id
+}
+
+// errNotRestored: no restored identity applies.
+var errNotRestored = fmt.Errorf("no restored identity")
+
+// resolveRestored returns the restored number of the labels key while the
+// CiliumIdentities are not listed yet (the API server is unreachable at
+// boot). Once they are, the cluster's objects decide and the restored
+// numbers are dropped.
+func (a *allocator) resolveRestored(key string) (identity.NumericIdentity, error) {
+	a.restoredMu.Lock()
+	defer a.restoredMu.Unlock()
+	if a.restored == nil {
+		return 0, errNotRestored
+	}
+	if ok, _ := a.cids.Initialized(a.db.ReadTxn()); ok {
+		a.restored = nil
+		return 0, errNotRestored
+	}
+	id, ok := a.restored[key]
+	if !ok {
+		return 0, errNotRestored
+	}
+	return id, nil
 }
 
 // resolve finds the cluster's identity for lbls or creates one.

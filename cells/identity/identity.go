@@ -31,3 +31,15 @@ type Allocator interface {
 	// Lookup returns a known identity by number.
 	Lookup(id identity.NumericIdentity) (Identity, bool)
 }
+
+// Restorer is implemented by allocators that can use the identities of
+// endpoints restored from their state files before the cluster's
+// identities are listed: after a boot with the API server unreachable,
+// Allocate of a restored label set returns its restored number at once
+// instead of waiting for the API. The reference is kept in the API as
+// usual once it is reachable; a conflict (the number was reused for other
+// labels while the agent was down) is reported by the allocator's health.
+type Restorer interface {
+	// Restore records that lbls had identity id before the restart.
+	Restore(lbls labels.Labels, id identity.NumericIdentity)
+}
