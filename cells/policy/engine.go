@@ -91,7 +91,7 @@ func (c *Changes) add(ids ...identity.NumericIdentity) {
 type compiledRule struct {
 	rule    *Rule
 	name    string
-	subject *cachedSelector   // nil: selects nothing
+	subject *cachedSelector        // nil: selects nothing
 	peers   [2][][]*cachedSelector // per direction, per entry
 }
 

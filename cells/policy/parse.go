@@ -212,7 +212,6 @@ type peerFields struct {
 	epField     string
 }
 
-
 func ingressPeers(c *api.IngressCommonRule) peerFields {
 	f := peerFields{endpoints: c.FromEndpoints, endpointsOK: c.FromEndpoints != nil, cidrs: c.FromCIDR,
 		cidrSets: c.FromCIDRSet, entities: c.FromEntities, epField: "fromEndpoints"}
