@@ -71,9 +71,36 @@ func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 	return out
 }
 
-// acc collects the verdicts for one key.
+// acc collects the verdicts for one key: the rules that allow and deny
+// it, as ids of name sets (0: none).
 type acc struct {
-	allow, deny []string // rule names
+	allow, deny int
+}
+
+// nameSets interns the sets of rule names entries derive from, so that the
+// thousands of entries of one endpoint share a handful of slices. Set 0 is
+// empty; rules are added in sorted order, so a set is its names in order.
+type nameSets struct {
+	sets [][]string
+	ext  map[[2]int]int // (set, rule) -> set with the rule appended
+}
+
+func newNameSets() *nameSets {
+	return &nameSets{sets: [][]string{nil}, ext: map[[2]int]int{}}
+}
+
+// add returns the set of set's names plus rule i's name.
+func (n *nameSets) add(set, i int, name string) int {
+	if s := n.sets[set]; len(s) > 0 && s[len(s)-1] == name {
+		return set
+	}
+	if next, ok := n.ext[[2]int{set, i}]; ok {
+		return next
+	}
+	s := append(append(make([]string, 0, len(n.sets[set])+1), n.sets[set]...), name)
+	n.sets = append(n.sets, s)
+	n.ext[[2]int{set, i}] = len(n.sets) - 1
+	return len(n.sets) - 1
 }
 
 func (e *Engine) computeLocked(ep Endpoint, rules []*compiledRule) *statepolicy.EndpointPolicy {
@@ -102,28 +129,15 @@ func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepol
 		}
 		return statepolicy.DirectionPolicy{Entries: []statepolicy.Entry{allowAll}}
 	}
-	keys := map[statepolicy.Key]*acc{}
-	add := func(k statepolicy.Key, deny bool, name string) {
-		a := keys[k]
-		if a == nil {
-			a = &acc{}
-			keys[k] = a
-		}
-		if deny {
-			if len(a.deny) == 0 || a.deny[len(a.deny)-1] != name {
-				a.deny = append(a.deny, name)
-			}
-		} else if len(a.allow) == 0 || a.allow[len(a.allow)-1] != name {
-			a.allow = append(a.allow, name)
-		}
-	}
+	keys := make(map[statepolicy.Key]acc, 64)
+	names := newNameSets()
 	if !defaultDeny {
 		// Every selecting rule opted out of default deny: what no entry
-		// denies passes.
-		keys[allowAll.Key] = &acc{allow: []string{}}
+		// denies passes. The entry derives from no rule.
+		keys[allowAll.Key] = acc{allow: -1}
 	}
 	var ids []identity.NumericIdentity
-	for _, cr := range rules {
+	for ri, cr := range rules {
 		for i, ent := range cr.rule.entries(d) {
 			l4 := e.resolvePorts(ep, d, ent.Ports)
 			if len(l4) == 0 {
@@ -139,29 +153,39 @@ func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepol
 			}
 			for _, id := range ids {
 				for _, k := range l4 {
-					add(statepolicy.NewKey(id, d, k.proto, k.port, k.plen), ent.Deny, cr.name)
+					key := statepolicy.NewKey(id, d, k.proto, k.port, k.plen)
+					a := keys[key]
+					if ent.Deny {
+						a.deny = names.add(a.deny, ri, cr.name)
+					} else if a.allow >= 0 {
+						a.allow = names.add(a.allow, ri, cr.name)
+					}
+					keys[key] = a
 				}
 			}
 		}
 	}
-	return statepolicy.DirectionPolicy{Enforcing: true, Entries: finish(keys)}
+	return statepolicy.DirectionPolicy{Enforcing: true, Entries: finish(keys, names)}
 }
 
 // finish turns the collected keys into sorted entries: a key both allowed
 // and denied is denied, and an allow covered by a deny of the same identity
 // is dropped (the datapath's longest-prefix match would otherwise let the
 // narrower allow win).
-func finish(keys map[statepolicy.Key]*acc) []statepolicy.Entry {
-	denies := map[identity.NumericIdentity][]statepolicy.Key{}
+func finish(keys map[statepolicy.Key]acc, names *nameSets) []statepolicy.Entry {
+	var denies map[identity.NumericIdentity][]statepolicy.Key
 	for k, a := range keys {
-		if len(a.deny) > 0 {
+		if a.deny > 0 {
+			if denies == nil {
+				denies = map[identity.NumericIdentity][]statepolicy.Key{}
+			}
 			denies[k.Identity] = append(denies[k.Identity], k)
 		}
 	}
 	out := make([]statepolicy.Entry, 0, len(keys))
 	for k, a := range keys {
-		if len(a.deny) > 0 {
-			out = append(out, statepolicy.Entry{Key: k, Deny: true, DerivedFrom: sortedNames(a.deny)})
+		if a.deny > 0 {
+			out = append(out, statepolicy.Entry{Key: k, Deny: true, DerivedFrom: names.sets[a.deny]})
 			continue
 		}
 		covered := false
@@ -172,18 +196,15 @@ func finish(keys map[statepolicy.Key]*acc) []statepolicy.Entry {
 			}
 		}
 		if !covered {
-			out = append(out, statepolicy.Entry{Key: k, DerivedFrom: sortedNames(a.allow)})
+			e := statepolicy.Entry{Key: k}
+			if a.allow > 0 {
+				e.DerivedFrom = names.sets[a.allow]
+			}
+			out = append(out, e)
 		}
 	}
 	slices.SortFunc(out, func(a, b statepolicy.Entry) int { return a.Key.Compare(b.Key) })
 	return out
-}
-
-func sortedNames(ns []string) []string {
-	if len(ns) == 0 {
-		return nil
-	}
-	return slices.Compact(slices.Sorted(slices.Values(ns)))
 }
 
 // resolvePorts turns an entry's ports into key parts; nil ports mean every

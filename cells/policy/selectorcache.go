@@ -16,6 +16,148 @@ import (
 type SelectorCache struct {
 	identities map[identity.NumericIdentity]labels.Labels
 	selectors  map[string]*cachedSelector
+
+	// Indexes that keep updates from scanning everything: identities by
+	// label (key, value) and CIDR identities; selectors by the label an
+	// "In" requirement demands, CIDR selectors, and the rest.
+	idsByLabel map[kv]map[identity.NumericIdentity]struct{}
+	cidrIDs    map[identity.NumericIdentity]struct{}
+	selByLabel map[kv]map[*cachedSelector]struct{}
+	cidrSels   map[*cachedSelector]struct{}
+	otherSels  map[*cachedSelector]struct{}
+}
+
+// kv is a label key and value (of any source).
+type kv struct{ key, value string }
+
+// indexLabels returns the (key, value) pairs an "In" requirement of a
+// Selector demands, preferring keys other than the namespace and cluster
+// (which select many identities); nil when the selector has none.
+func indexLabels(m Matcher) []kv {
+	sel, ok := m.(*Selector)
+	if !ok {
+		return nil
+	}
+	var best *Requirement
+	for i := range sel.reqs {
+		r := &sel.reqs[i]
+		if r.Op != OpIn {
+			continue
+		}
+		if best == nil || (best.Key == labels.PodNamespaceLabel || best.Key == labels.PolicyLabelCluster) {
+			best = r
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	out := make([]kv, len(best.Values))
+	for i, v := range best.Values {
+		out[i] = kv{best.Key, v}
+	}
+	return out
+}
+
+func (sc *SelectorCache) indexIdentity(id identity.NumericIdentity, lbls labels.Labels, add bool) {
+	for l := range lbls.All() {
+		k := kv{l.Key, l.Value}
+		if add {
+			if sc.idsByLabel[k] == nil {
+				sc.idsByLabel[k] = map[identity.NumericIdentity]struct{}{}
+			}
+			sc.idsByLabel[k][id] = struct{}{}
+		} else if set := sc.idsByLabel[k]; set != nil {
+			delete(set, id)
+			if len(set) == 0 {
+				delete(sc.idsByLabel, k)
+			}
+		}
+	}
+	if lbls.HasSource(labels.SourceCIDR) {
+		if add {
+			sc.cidrIDs[id] = struct{}{}
+		} else {
+			delete(sc.cidrIDs, id)
+		}
+	}
+}
+
+func (sc *SelectorCache) indexSelector(cs *cachedSelector, add bool) {
+	if _, ok := cs.m.(*CIDRSelector); ok {
+		if add {
+			sc.cidrSels[cs] = struct{}{}
+		} else {
+			delete(sc.cidrSels, cs)
+		}
+		return
+	}
+	kvs := indexLabels(cs.m)
+	if kvs == nil {
+		if add {
+			sc.otherSels[cs] = struct{}{}
+		} else {
+			delete(sc.otherSels, cs)
+		}
+		return
+	}
+	for _, k := range kvs {
+		if add {
+			if sc.selByLabel[k] == nil {
+				sc.selByLabel[k] = map[*cachedSelector]struct{}{}
+			}
+			sc.selByLabel[k][cs] = struct{}{}
+		} else if set := sc.selByLabel[k]; set != nil {
+			delete(set, cs)
+			if len(set) == 0 {
+				delete(sc.selByLabel, k)
+			}
+		}
+	}
+}
+
+// candidateSelectors calls f for every selector that might select the
+// identity (a superset; f may see a selector more than once).
+func (sc *SelectorCache) candidateSelectors(id identity.NumericIdentity, lbls labels.Labels, f func(*cachedSelector)) {
+	for cs := range sc.otherSels {
+		f(cs)
+	}
+	if lbls.HasSource(labels.SourceCIDR) || id == identity.ReservedIdentityWorld ||
+		id == identity.ReservedIdentityWorldIPv4 || id == identity.ReservedIdentityWorldIPv6 {
+		for cs := range sc.cidrSels {
+			f(cs)
+		}
+	}
+	for l := range lbls.All() {
+		for cs := range sc.selByLabel[kv{l.Key, l.Value}] {
+			f(cs)
+		}
+	}
+}
+
+// candidateIdentities calls f for every identity m might select.
+func (sc *SelectorCache) candidateIdentities(m Matcher, f func(identity.NumericIdentity, labels.Labels)) {
+	if _, ok := m.(*CIDRSelector); ok {
+		for id := range sc.cidrIDs {
+			f(id, sc.identities[id])
+		}
+		for _, id := range []identity.NumericIdentity{identity.ReservedIdentityWorld, identity.ReservedIdentityWorldIPv4, identity.ReservedIdentityWorldIPv6} {
+			if l, ok := sc.identities[id]; ok {
+				f(id, l)
+			}
+		}
+		return
+	}
+	if kvs := indexLabels(m); kvs != nil {
+		for _, k := range kvs {
+			for id := range sc.idsByLabel[k] {
+				f(id, sc.identities[id])
+			}
+		}
+		return
+	}
+	for id, l := range sc.identities {
+		f(id, l)
+	}
 }
 
 // cachedSelector is one selector in use, the identities it selects, and
@@ -37,9 +179,15 @@ func NewSelectorCache() *SelectorCache {
 	sc := &SelectorCache{
 		identities: map[identity.NumericIdentity]labels.Labels{},
 		selectors:  map[string]*cachedSelector{},
+		idsByLabel: map[kv]map[identity.NumericIdentity]struct{}{},
+		cidrIDs:    map[identity.NumericIdentity]struct{}{},
+		selByLabel: map[kv]map[*cachedSelector]struct{}{},
+		cidrSels:   map[*cachedSelector]struct{}{},
+		otherSels:  map[*cachedSelector]struct{}{},
 	}
 	for _, r := range identity.AllReserved() {
 		sc.identities[r.ID] = r.Labels
+		sc.indexIdentity(r.ID, r.Labels, true)
 	}
 	return sc
 }
@@ -62,13 +210,14 @@ func (sc *SelectorCache) add(m Matcher) *cachedSelector {
 	}
 	cs := &cachedSelector{m: m, refs: 1, ids: map[identity.NumericIdentity]struct{}{},
 		subjectOf: map[*compiledRule]struct{}{}, peerOf: map[*compiledRule]int{}}
-	for id, lbls := range sc.identities {
+	sc.candidateIdentities(m, func(id identity.NumericIdentity, lbls labels.Labels) {
 		if m.Matches(id, lbls) {
 			cs.ids[id] = struct{}{}
 		}
-	}
+	})
 	cs.resort()
 	sc.selectors[key] = cs
+	sc.indexSelector(cs, true)
 	return cs
 }
 
@@ -77,6 +226,7 @@ func (sc *SelectorCache) release(cs *cachedSelector) {
 	cs.refs--
 	if cs.refs <= 0 {
 		delete(sc.selectors, cs.m.String())
+		sc.indexSelector(cs, false)
 	}
 }
 
@@ -103,26 +253,33 @@ func (cs *cachedSelector) resort() {
 func (sc *SelectorCache) update(upserts map[identity.NumericIdentity]labels.Labels, deletes []identity.NumericIdentity) []*cachedSelector {
 	changed := map[*cachedSelector]struct{}{}
 	for _, id := range deletes {
-		if _, ok := sc.identities[id]; !ok {
+		old, ok := sc.identities[id]
+		if !ok {
 			continue
 		}
-		delete(sc.identities, id)
-		for _, cs := range sc.selectors {
+		sc.candidateSelectors(id, old, func(cs *cachedSelector) {
 			if _, ok := cs.ids[id]; ok {
 				delete(cs.ids, id)
 				changed[cs] = struct{}{}
 			}
-		}
+		})
+		delete(sc.identities, id)
+		sc.indexIdentity(id, old, false)
 	}
 	for id, lbls := range upserts {
-		if old, ok := sc.identities[id]; ok && old.Equal(lbls) {
+		old, had := sc.identities[id]
+		if had && old.Equal(lbls) {
 			continue
 		}
+		if had {
+			sc.indexIdentity(id, old, false)
+		}
 		sc.identities[id] = lbls
-		for _, cs := range sc.selectors {
-			_, had := cs.ids[id]
-			if has := cs.m.Matches(id, lbls); has != had {
-				if has {
+		sc.indexIdentity(id, lbls, true)
+		check := func(cs *cachedSelector) {
+			_, was := cs.ids[id]
+			if is := cs.m.Matches(id, lbls); is != was {
+				if is {
 					cs.ids[id] = struct{}{}
 				} else {
 					delete(cs.ids, id)
@@ -130,6 +287,10 @@ func (sc *SelectorCache) update(upserts map[identity.NumericIdentity]labels.Labe
 				changed[cs] = struct{}{}
 			}
 		}
+		if had {
+			sc.candidateSelectors(id, old, check)
+		}
+		sc.candidateSelectors(id, lbls, check)
 	}
 	out := make([]*cachedSelector, 0, len(changed))
 	for cs := range changed {
