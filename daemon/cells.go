@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/nodediscovery"
+	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/cells/statedir"
 )
 
@@ -36,6 +37,7 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	identity.Cell,
 	endpointmanager.Cell,
 	cepsync.Cell,
+	policy.Cell,
 	cniconfig.Cell,
 )
 

@@ -376,11 +376,14 @@ func (e *Engine) subjectsOf(id identity.NumericIdentity) map[*compiledRule]struc
 }
 
 // SetEgressNamedPorts sets the named ports egress rules are resolved
-// against: the container ports of every pod of the cluster, by name. Every
-// endpoint may be affected.
+// against: the container ports of the pods the agent knows, by name. Every
+// endpoint may be affected, unless the ports are the same as before.
 func (e *Engine) SetEgressNamedPorts(ports map[string][]NamedPort) Changes {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if maps.EqualFunc(e.egressNP, ports, slices.Equal) {
+		return Changes{Revision: e.revision}
+	}
 	e.egressNP = ports
 	e.revision++
 	return Changes{Revision: e.revision, All: true}
