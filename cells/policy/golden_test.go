@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
