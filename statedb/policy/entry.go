@@ -95,18 +95,24 @@ func (d *DirectionPolicy) Get(k Key) (Entry, bool) {
 // It returns whether the packet passes and the entry that decided it (zero
 // when none matched).
 func (d *DirectionPolicy) Verdict(id identity.NumericIdentity, proto uint8, port uint16) (bool, Entry) {
+	ok, e, _ := d.Decide(id, proto, port)
+	return ok, e
+}
+
+// Decide is Verdict that also reports whether an entry matched at all.
+func (d *DirectionPolicy) Decide(id identity.NumericIdentity, proto uint8, port uint16) (allowed bool, decided Entry, matched bool) {
 	l3, okL3 := d.longest(id, proto, port)
 	if okL3 && l3.Deny {
-		return false, l3
+		return false, l3, true
 	}
 	l4, okL4 := d.longest(0, proto, port)
 	switch {
 	case !okL3 && !okL4:
-		return false, Entry{}
+		return false, Entry{}, false
 	case !okL3, okL4 && l4.Deny, okL4 && l4.LPMPrefixLen() > l3.LPMPrefixLen():
-		return !l4.Deny, l4
+		return !l4.Deny, l4, true
 	default:
-		return true, l3
+		return true, l3, true
 	}
 }
 
