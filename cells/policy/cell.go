@@ -19,6 +19,8 @@ var Cell = hive.Module("policy", "Computes endpoint policies from network polici
 	hive.Provide(statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable),
 	// The engine itself, for the API's policy and selector views.
 	hive.Provide(newEngine),
+	// GET /v1/policy, /v1/policy/selectors, /v1/policy/endpoint/{id}, /v1/policy/trace.
+	hive.Provide(apiHandlers),
 	// Tables in, computed policies out.
 	hive.Invoke(registerController),
 )
