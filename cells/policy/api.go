@@ -101,10 +101,11 @@ type apiParams struct {
 	Policies statedb.Table[*statepolicy.EndpointPolicyRow]
 }
 
-// apiHandlers serves GET /v1/policy (rules and revision), /v1/policy/
-// selectors, /v1/policy/endpoint/{id} (an endpoint's computed policy) and
+// APIHandlers returns the policy engine's agent API handlers: GET
+// /v1/policy (rules and revision), /v1/policy/selectors,
+// /v1/policy/endpoint/{id} (an endpoint's computed policy) and
 // /v1/policy/trace.
-func apiHandlers(e *Engine, db *statedb.DB, policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
+func APIHandlers(e *Engine, db *statedb.DB, policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
 	p := apiParams{Engine: e, DB: db, Policies: policies}
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "GET /policy", Handler: p.getPolicy},

@@ -29,7 +29,7 @@ spec:
 	_, _, _ = tbl.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: 7, Identity: w.pods["a/web"].Identity, Policy: w.e.Compute(w.pods["a/web"])})
 	txn.Commit()
 	mux := http.NewServeMux()
-	for _, h := range apiHandlers(w.e, db, tbl).Handlers {
+	for _, h := range APIHandlers(w.e, db, tbl).Handlers {
 		mux.HandleFunc(h.Pattern, h.Handler)
 	}
 	get := func(path string, wantCode int) string {

@@ -20,7 +20,7 @@ var Cell = hive.Module("policy", "Computes endpoint policies from network polici
 	// The engine itself, for the API's policy and selector views.
 	hive.Provide(newEngine),
 	// GET /v1/policy, /v1/policy/selectors, /v1/policy/endpoint/{id}, /v1/policy/trace.
-	hive.Provide(apiHandlers),
+	hive.Provide(APIHandlers),
 	// Tables in, computed policies out.
 	hive.Invoke(registerController),
 )
