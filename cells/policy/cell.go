@@ -17,6 +17,9 @@ var Cell = hive.Module("policy", "Computes endpoint policies from network polici
 	hive.ProvidePrivate(statepolicy.NewTable),
 	// Everyone else (CEP sync, the datapath, the API) reads them.
 	hive.Provide(statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable),
+	// Prefixes rules use and their local identities, for the datapath's ipcache.
+	hive.ProvidePrivate(statepolicy.NewCIDRTable),
+	hive.Provide(statedb.RWTable[*statepolicy.CIDRIdentity].ToTable),
 	// The engine itself, for the API's policy and selector views.
 	hive.Provide(newEngine),
 	// GET /v1/policy, /v1/policy/selectors, /v1/policy/endpoint/{id}, /v1/policy/trace.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/cilium/statedb"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	api "github.com/cellium/cellium/api/policy"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s/k8stest"
@@ -32,6 +34,8 @@ type cellFixture struct {
 	ids   statedb.RWTable[*ciliumv2.CiliumIdentity]
 	eps   statedb.RWTable[*endpoints.Endpoint]
 	rows  statedb.Table[*statepolicy.EndpointPolicyRow]
+	cidrs statedb.Table[*statepolicy.CIDRIdentity]
+	cnps  statedb.RWTable[*ciliumv2.CiliumNetworkPolicy]
 	epLbl map[uint16]labels.Labels
 }
 
@@ -46,7 +50,7 @@ func startCell(t *testing.T, args ...string) *cellFixture {
 		tableCell(endpoints.NewTable),
 		Cell,
 		hivetest.Capture(&f.db), hivetest.Capture(&f.nps), hivetest.Capture(&f.ids),
-		hivetest.Capture(&f.eps), hivetest.Capture(&f.rows),
+		hivetest.Capture(&f.eps), hivetest.Capture(&f.rows), hivetest.Capture(&f.cidrs), hivetest.Capture(&f.cnps),
 	)
 	return f
 }
@@ -119,6 +123,42 @@ func TestCellComputesFromTables(t *testing.T) {
 	f.waitPolicy(t, "endpoint 1 to allow the new identity 1002", 1, func(r *statepolicy.EndpointPolicyRow) error {
 		if _, ok := r.Policy.Ingress.Get(statepolicy.NewKey(1002, statepolicy.Ingress, statepolicy.ProtoTCP, 80, 16)); !ok {
 			return fmt.Errorf("policy:\n%s", r.Policy.Format())
+		}
+		return nil
+	})
+
+	// A CNP with a CIDR rule: its prefixes get local identities in the
+	// CIDR table, and endpoint 1's egress names them.
+	cnp := &ciliumv2.CiliumNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "out", Namespace: "a"},
+		Spec: &api.Rule{EndpointSelector: &api.EndpointSelector{MatchLabels: map[string]string{"app": "web"}},
+			Egress: []api.EgressRule{{EgressCommonRule: api.EgressCommonRule{
+				ToCIDRSet: api.CIDRRuleSlice{{Cidr: "10.0.0.0/8", ExceptCIDRs: []api.CIDR{"10.1.0.0/16"}}}}}}}}
+	txn = f.db.WriteTxn(f.cnps)
+	_, _, _ = f.cnps.Insert(txn, cnp)
+	txn.Commit()
+	var cidrID identity.NumericIdentity
+	k8stest.Eventually(t, "the CIDR identities", func() error {
+		rtxn := f.db.ReadTxn()
+		a, _, okA := f.cidrs.Get(rtxn, statepolicy.CIDRPrefixIndex.Query(netip.MustParsePrefix("10.0.0.0/8")))
+		b, _, okB := f.cidrs.Get(rtxn, statepolicy.CIDRPrefixIndex.Query(netip.MustParsePrefix("10.1.0.0/16")))
+		if !okA || !okB || !a.Identity.HasLocalScope() || !b.Identity.HasLocalScope() || a.Identity == b.Identity {
+			return fmt.Errorf("rows %v %v", a, b)
+		}
+		cidrID = a.Identity
+		return nil
+	})
+	f.waitPolicy(t, "endpoint 1 to allow egress to the CIDR identity", 1, func(r *statepolicy.EndpointPolicyRow) error {
+		if _, ok := r.Policy.Egress.Get(statepolicy.NewKey(cidrID, statepolicy.Egress, 0, 0, 0)); !ok || len(r.Policy.Egress.Entries) != 1 {
+			return fmt.Errorf("policy:\n%s", r.Policy.Format())
+		}
+		return nil
+	})
+	txn = f.db.WriteTxn(f.cnps)
+	_, _, _ = f.cnps.Delete(txn, cnp)
+	txn.Commit()
+	k8stest.Eventually(t, "the CIDR identities to go", func() error {
+		if n := f.cidrs.NumObjects(f.db.ReadTxn()); n != 0 {
+			return fmt.Errorf("%d rows left", n)
 		}
 		return nil
 	})

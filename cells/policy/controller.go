@@ -27,6 +27,7 @@ type controllerParams struct {
 	Engine     *Engine
 	Cluster    identitycell.ClusterName `optional:"true"`
 	Policies   statedb.RWTable[*statepolicy.EndpointPolicyRow]
+	CIDRs      statedb.RWTable[*statepolicy.CIDRIdentity]
 	NPs        statedb.Table[*networkingv1.NetworkPolicy]
 	CNPs       statedb.Table[*ciliumv2.CiliumNetworkPolicy]
 	CCNPs      statedb.Table[*ciliumv2.CiliumClusterwideNetworkPolicy]
@@ -257,8 +258,21 @@ func (c *controller) report(src Source, rules []*Rule, err error) {
 // apply recomputes the affected endpoints and writes the rows that
 // changed.
 func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
-	txn := c.p.DB.WriteTxn(c.p.Policies)
+	txn := c.p.DB.WriteTxn(c.p.Policies, c.p.CIDRs)
 	defer txn.Commit()
+	// The CIDR identities first: the datapath must know a prefix's identity
+	// before an entry allows or denies it.
+	want := c.p.Engine.CIDRIdentities()
+	for row := range c.p.CIDRs.All(txn) {
+		if id, ok := want[row.Prefix]; !ok || id != row.Identity {
+			_, _, _ = c.p.CIDRs.Delete(txn, row)
+		}
+	}
+	for p, id := range want {
+		if cur, _, ok := c.p.CIDRs.Get(txn, statepolicy.CIDRPrefixIndex.Query(p)); !ok || cur.Identity != id {
+			_, _, _ = c.p.CIDRs.Insert(txn, &statepolicy.CIDRIdentity{Prefix: p, Identity: id})
+		}
+	}
 	for id := range pd.deleted {
 		if row, _, ok := c.p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(id)); ok {
 			_, _, _ = c.p.Policies.Delete(txn, row)

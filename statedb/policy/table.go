@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 
 	"github.com/cilium/statedb"
@@ -64,6 +65,50 @@ func NewTable(db *statedb.DB) (statedb.RWTable[*EndpointPolicyRow], error) {
 	t, err := statedb.NewTable(db, TableName, EndpointIDIndex)
 	if err != nil {
 		return nil, fmt.Errorf("create table %s: %w", TableName, err)
+	}
+	return t, nil
+}
+
+// CIDRTableName is the name of the table of prefixes that rules use.
+const CIDRTableName = "policy-cidr-identities"
+
+// CIDRIdentity is a prefix some rule names (in a CIDR, CIDR set or except)
+// and the node-local identity the policy engine gave it. The datapath's
+// ipcache maps addresses of the prefix to the identity (longest prefix
+// wins), which is how CIDR rules and their exceptions take effect.
+type CIDRIdentity struct {
+	Prefix   netip.Prefix             `json:"prefix"`
+	Identity identity.NumericIdentity `json:"identity"`
+}
+
+// TableHeader implements statedb.TableWritable.
+func (c *CIDRIdentity) TableHeader() []string { return []string{"Prefix", "Identity"} }
+
+// TableRow implements statedb.TableWritable.
+func (c *CIDRIdentity) TableRow() []string {
+	return []string{c.Prefix.String(), c.Identity.StringID()}
+}
+
+// CIDRPrefixIndex is the CIDR table's primary index: the prefix.
+var CIDRPrefixIndex = statedb.Index[*CIDRIdentity, netip.Prefix]{
+	Name:       "prefix",
+	FromObject: func(c *CIDRIdentity) index.KeySet { return index.NewKeySet(index.NetIPPrefix(c.Prefix)) },
+	FromKey:    index.NetIPPrefix,
+	FromString: func(s string) (index.Key, error) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("prefix %q: %w", s, err)
+		}
+		return index.NetIPPrefix(p), nil
+	},
+	Unique: true,
+}
+
+// NewCIDRTable creates and registers the CIDR identity table.
+func NewCIDRTable(db *statedb.DB) (statedb.RWTable[*CIDRIdentity], error) {
+	t, err := statedb.NewTable(db, CIDRTableName, CIDRPrefixIndex)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", CIDRTableName, err)
 	}
 	return t, nil
 }
