@@ -209,7 +209,7 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 		cr.subject = e.sc.add(r.Subject)
 		cr.subject.subjectOf[cr] = struct{}{}
 		for id := range cr.subject.ids {
-			e.bySubject[id][cr] = struct{}{}
+			e.subjectsOf(id)[cr] = struct{}{}
 			ch.add(id)
 		}
 	}
