@@ -2,6 +2,7 @@ package policy
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/cellium/cellium/statedb/identity"
@@ -23,7 +24,7 @@ type SelectorCache struct {
 	idsByLabel map[kv]map[identity.NumericIdentity]struct{}
 	cidrIDs    map[identity.NumericIdentity]struct{}
 	selByLabel map[kv]map[*cachedSelector]struct{}
-	cidrSels   map[*cachedSelector]struct{}
+	cidrSels   map[netip.Prefix]map[*cachedSelector]struct{} // by the selector's prefix
 	otherSels  map[*cachedSelector]struct{}
 }
 
@@ -83,11 +84,17 @@ func (sc *SelectorCache) indexIdentity(id identity.NumericIdentity, lbls labels.
 }
 
 func (sc *SelectorCache) indexSelector(cs *cachedSelector, add bool) {
-	if _, ok := cs.m.(*CIDRSelector); ok {
+	if c, ok := cs.m.(*CIDRSelector); ok {
 		if add {
-			sc.cidrSels[cs] = struct{}{}
-		} else {
-			delete(sc.cidrSels, cs)
+			if sc.cidrSels[c.Prefix] == nil {
+				sc.cidrSels[c.Prefix] = map[*cachedSelector]struct{}{}
+			}
+			sc.cidrSels[c.Prefix][cs] = struct{}{}
+		} else if set := sc.cidrSels[c.Prefix]; set != nil {
+			delete(set, cs)
+			if len(set) == 0 {
+				delete(sc.cidrSels, c.Prefix)
+			}
 		}
 		return
 	}
@@ -121,10 +128,23 @@ func (sc *SelectorCache) candidateSelectors(id identity.NumericIdentity, lbls la
 	for cs := range sc.otherSels {
 		f(cs)
 	}
-	if lbls.HasSource(labels.SourceCIDR) || id == identity.ReservedIdentityWorld ||
-		id == identity.ReservedIdentityWorldIPv4 || id == identity.ReservedIdentityWorldIPv6 {
-		for cs := range sc.cidrSels {
-			f(cs)
+	// CIDR selectors select a CIDR identity when their prefix contains the
+	// identity's, and the world identities when their prefix is /0: look
+	// them up by every prefix containing the identity's.
+	if p, ok := CIDRIdentityPrefix(lbls); ok {
+		for bits := 0; bits <= p.Bits(); bits++ {
+			outer, _ := p.Addr().Prefix(bits)
+			for cs := range sc.cidrSels[outer] {
+				f(cs)
+			}
+		}
+	}
+	switch id {
+	case identity.ReservedIdentityWorld, identity.ReservedIdentityWorldIPv4, identity.ReservedIdentityWorldIPv6:
+		for _, all := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
+			for cs := range sc.cidrSels[all] {
+				f(cs)
+			}
 		}
 	}
 	for l := range lbls.All() {
@@ -182,7 +202,7 @@ func NewSelectorCache() *SelectorCache {
 		idsByLabel: map[kv]map[identity.NumericIdentity]struct{}{},
 		cidrIDs:    map[identity.NumericIdentity]struct{}{},
 		selByLabel: map[kv]map[*cachedSelector]struct{}{},
-		cidrSels:   map[*cachedSelector]struct{}{},
+		cidrSels:   map[netip.Prefix]map[*cachedSelector]struct{}{},
 		otherSels:  map[*cachedSelector]struct{}{},
 	}
 	for _, r := range identity.AllReserved() {
