@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries test test-unit vet lint generate up down bench bench-endpoints clean
+.PHONY: all build deps k8s-binaries test test-unit vet lint generate up down bench bench-endpoints bench-policy clean
 
 all: build
 
@@ -61,6 +61,10 @@ bench-endpoints: deps k8s-binaries build
 ## bench: reconciler and statedb benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./statedb/reconciler/
+
+## bench-policy: policy engine benchmarks (full computation, incremental changes, 20k non-selecting rules)
+bench-policy:
+	$(GO) test -run '^$$' -bench . -benchtime 5x -benchmem ./cells/policy/
 
 clean:
 	rm -rf $(BIN)

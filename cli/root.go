@@ -93,6 +93,7 @@ what the agent knows. Most commands that print an object take
 		a.statusCommand(),
 		a.endpointCommand(),
 		a.identityCommand(),
+		a.policyCommand(),
 		a.nodeCommand(),
 		a.configCommand(),
 		a.statedbCommand(),

@@ -13,6 +13,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/nodediscovery"
+	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/cells/statedir"
 )
 
@@ -37,6 +38,7 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	identity.Cell,
 	endpointmanager.Cell,
 	cepsync.Cell,
+	policy.Cell,
 	cniconfig.Cell,
 	// GET /v1/doctor. cellium-agent adds hostlinks.Cell for the veth checks.
 	doctor.Cell,

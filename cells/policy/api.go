@@ -1,0 +1,226 @@
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/statedb"
+
+	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
+)
+
+// RuleInfo is a rule as the API shows it.
+type RuleInfo struct {
+	Name               string   `json:"name"`
+	Source             Source   `json:"source"`
+	Subject            string   `json:"subject"`
+	Ingress            []string `json:"ingress,omitempty"`
+	Egress             []string `json:"egress,omitempty"`
+	IngressDefaultDeny bool     `json:"ingress-default-deny"`
+	EgressDefaultDeny  bool     `json:"egress-default-deny"`
+	Warnings           []string `json:"warnings,omitempty"`
+}
+
+// PolicyInfo is the answer of GET /v1/policy.
+type PolicyInfo struct {
+	Revision uint64     `json:"revision"`
+	Rules    []RuleInfo `json:"rules"`
+}
+
+// String describes an entry: "allow from {k8s:app=web} on tcp/80".
+func (e *Entry) String() string {
+	var b strings.Builder
+	if e.Deny {
+		b.WriteString("deny ")
+	} else {
+		b.WriteString("allow ")
+	}
+	switch {
+	case e.AnyPeer:
+		b.WriteString("any peer")
+	case len(e.Peers) == 0:
+		b.WriteString("no peer")
+	default:
+		parts := make([]string, len(e.Peers))
+		for i, p := range e.Peers {
+			parts[i] = p.String()
+		}
+		b.WriteString(strings.Join(parts, " | "))
+	}
+	if e.Ports == nil {
+		return b.String()
+	}
+	parts := make([]string, 0, len(e.Ports))
+	for _, p := range e.Ports {
+		parts = append(parts, p.String())
+	}
+	return b.String() + " on " + strings.Join(parts, ", ")
+}
+
+// String prints a port spec: "tcp/80", "udp/1000-1999", "any/http",
+// "icmp type 8", "sctp".
+func (p PortSpec) String() string {
+	proto := statepolicy.ProtoName(p.Proto)
+	switch {
+	case p.ICMP:
+		return fmt.Sprintf("%s type %d", proto, p.Port)
+	case p.Name != "":
+		return proto + "/" + p.Name
+	case p.Port == 0:
+		return proto
+	case p.EndPort > p.Port:
+		return fmt.Sprintf("%s/%d-%d", proto, p.Port, p.EndPort)
+	}
+	return fmt.Sprintf("%s/%d", proto, p.Port)
+}
+
+func ruleInfo(r *Rule) RuleInfo {
+	ri := RuleInfo{Name: r.Name(), Source: r.Source, IngressDefaultDeny: r.IngressDefaultDeny,
+		EgressDefaultDeny: r.EgressDefaultDeny, Warnings: r.Warnings, Subject: "(none)"}
+	if r.Subject != nil {
+		ri.Subject = r.Subject.String()
+	}
+	for _, e := range r.Ingress {
+		ri.Ingress = append(ri.Ingress, e.String())
+	}
+	for _, e := range r.Egress {
+		ri.Egress = append(ri.Egress, e.String())
+	}
+	return ri
+}
+
+type apiParams struct {
+	Engine   *Engine
+	DB       *statedb.DB
+	Policies statedb.Table[*statepolicy.EndpointPolicyRow]
+}
+
+// APIHandlers returns the policy engine's agent API handlers: GET
+// /v1/policy (rules and revision), /v1/policy/selectors,
+// /v1/policy/endpoint/{id} (an endpoint's computed policy) and
+// /v1/policy/trace.
+func APIHandlers(e *Engine, db *statedb.DB, policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
+	p := apiParams{Engine: e, DB: db, Policies: policies}
+	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
+		{Pattern: "GET /policy", Handler: p.getPolicy},
+		{Pattern: "GET /policy/selectors", Handler: func(w http.ResponseWriter, r *http.Request) {
+			agentapi.WriteJSON(w, r, p.Engine.Selectors())
+		}},
+		{Pattern: "GET /policy/endpoint/{id}", Handler: p.getEndpoint},
+		{Pattern: "GET /policy/trace", Handler: p.trace},
+	}}
+}
+
+func (p apiParams) getPolicy(w http.ResponseWriter, r *http.Request) {
+	rev := p.Engine.Revision()
+	out := PolicyInfo{Revision: rev, Rules: []RuleInfo{}}
+	for _, rule := range p.Engine.Rules() {
+		out.Rules = append(out.Rules, ruleInfo(rule))
+	}
+	agentapi.WriteJSON(w, r, out)
+}
+
+func (p apiParams) getEndpoint(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseUint(r.PathValue("id"), 10, 16)
+	if err != nil {
+		agentapi.WriteError(w, http.StatusBadRequest, "invalid endpoint ID %q: want a number such as 1090", r.PathValue("id"))
+		return
+	}
+	row, _, ok := p.Policies.Get(p.DB.ReadTxn(), statepolicy.EndpointIDIndex.Query(uint16(n)))
+	if !ok {
+		agentapi.WriteError(w, http.StatusNotFound, "no policy for endpoint %d (no such endpoint, or it has no identity yet)", n)
+		return
+	}
+	agentapi.WriteJSON(w, r, row)
+}
+
+// ParseTraceEnd reads one end of a trace from the query parameters
+// <side>-identity (a number or reserved name), <side>-labels (comma
+// separated) or <side>-cidr (an address).
+//
+// Possible errors: none or several of the three given, or a malformed one.
+func ParseTraceEnd(side, idStr, lblStr, addrStr string) (TraceEnd, error) {
+	set := 0
+	for _, s := range []string{idStr, lblStr, addrStr} {
+		if s != "" {
+			set++
+		}
+	}
+	if set != 1 {
+		return TraceEnd{}, fmt.Errorf("give exactly one of --%[1]s-identity, --%[1]s-labels, --%[1]s-cidr (or --%[1]s-k8s-pod)", side)
+	}
+	switch {
+	case idStr != "":
+		id, err := identity.ParseNumericIdentity(idStr)
+		if err != nil {
+			r, ok := identity.LookupReservedByName(idStr)
+			if !ok {
+				return TraceEnd{}, fmt.Errorf("--%s-identity %q: want a number or a reserved name such as world", side, idStr)
+			}
+			id = r
+		}
+		return TraceEnd{Identity: id}, nil
+	case lblStr != "":
+		return TraceEnd{Labels: labels.ParseLabels(strings.Split(lblStr, ",")...)}, nil
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimSuffix(addrStr, "/32"), "/128"))
+	if err != nil {
+		return TraceEnd{}, fmt.Errorf("--%s-cidr %q: want an address such as 192.0.2.1", side, addrStr)
+	}
+	return TraceEnd{Addr: a}, nil
+}
+
+// ParseDPort reads "PORT[/PROTO]" (protocol TCP by default; ANY is not a
+// packet's protocol).
+func ParseDPort(s string) (uint8, uint16, error) {
+	if s == "" {
+		return statepolicy.ProtoTCP, 0, nil
+	}
+	portStr, protoStr, _ := strings.Cut(s, "/")
+	n, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--dport %q: want PORT[/PROTO] such as 80/TCP", s)
+	}
+	proto := statepolicy.ProtoTCP
+	switch strings.ToUpper(protoStr) {
+	case "", "TCP":
+	case "UDP":
+		proto = statepolicy.ProtoUDP
+	case "SCTP":
+		proto = statepolicy.ProtoSCTP
+	default:
+		return 0, 0, fmt.Errorf("--dport %q: protocol must be TCP, UDP or SCTP", s)
+	}
+	return proto, uint16(n), nil
+}
+
+func (p apiParams) trace(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	src, err := ParseTraceEnd("src", q.Get("src-identity"), q.Get("src-labels"), q.Get("src-cidr"))
+	if err != nil {
+		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	dst, err := ParseTraceEnd("dst", q.Get("dst-identity"), q.Get("dst-labels"), q.Get("dst-cidr"))
+	if err != nil {
+		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	proto, port, err := ParseDPort(q.Get("dport"))
+	if err != nil {
+		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	tr := p.Engine.Trace(src, dst, proto, port)
+	out := struct {
+		Trace
+		Text string `json:"text"`
+	}{tr, tr.Format()}
+	agentapi.WriteJSON(w, r, out)
+}

@@ -1,0 +1,340 @@
+package policy
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	identitycell "github.com/cellium/cellium/cells/identity"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
+)
+
+type controllerParams struct {
+	hive.In
+
+	Log        *slog.Logger
+	DB         *statedb.DB
+	Jobs       hive.Jobs
+	Engine     *Engine
+	Cluster    identitycell.ClusterName `optional:"true"`
+	Policies   statedb.RWTable[*statepolicy.EndpointPolicyRow]
+	CIDRs      statedb.RWTable[*statepolicy.CIDRIdentity]
+	NPs        statedb.Table[*networkingv1.NetworkPolicy]
+	CNPs       statedb.Table[*ciliumv2.CiliumNetworkPolicy]
+	CCNPs      statedb.Table[*ciliumv2.CiliumClusterwideNetworkPolicy]
+	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	Endpoints  statedb.Table[*endpoints.Endpoint]
+	Pods       statedb.Table[*corev1.Pod]
+}
+
+func registerController(p controllerParams) {
+	c := &controller{p: p, opts: ParseOptions{ClusterName: string(p.Cluster)}}
+	p.Jobs.Add(hive.Service("compute-endpoint-policies", c.subscribe, c.run))
+}
+
+// controller feeds the engine from the tables and writes the policies of
+// the endpoints each change affects.
+type controller struct {
+	p    controllerParams
+	opts ParseOptions
+
+	nps   statedb.ChangeIterator[*networkingv1.NetworkPolicy]
+	cnps  statedb.ChangeIterator[*ciliumv2.CiliumNetworkPolicy]
+	ccnps statedb.ChangeIterator[*ciliumv2.CiliumClusterwideNetworkPolicy]
+	ids   statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
+	eps   statedb.ChangeIterator[*endpoints.Endpoint]
+	pods  statedb.ChangeIterator[*corev1.Pod]
+}
+
+func (c *controller) subscribe() error {
+	p := c.p
+	txn := p.DB.WriteTxn(p.NPs, p.CNPs, p.CCNPs, p.Identities, p.Endpoints, p.Pods)
+	defer txn.Commit()
+	var err error
+	if c.nps, err = p.NPs.Changes(txn); err != nil {
+		return err
+	}
+	if c.cnps, err = p.CNPs.Changes(txn); err != nil {
+		return err
+	}
+	if c.ccnps, err = p.CCNPs.Changes(txn); err != nil {
+		return err
+	}
+	if c.ids, err = p.Identities.Changes(txn); err != nil {
+		return err
+	}
+	if c.eps, err = p.Endpoints.Changes(txn); err != nil {
+		return err
+	}
+	c.pods, err = p.Pods.Changes(txn)
+	return err
+}
+
+// pending accumulates what a round of changes affects.
+type pending struct {
+	all     bool
+	ids     map[identity.NumericIdentity]struct{}
+	touched map[uint16]struct{}
+	deleted map[uint16]struct{}
+}
+
+func (pd *pending) merge(ch Changes) {
+	if ch.All {
+		pd.all = true
+	}
+	for id := range ch.Identities {
+		pd.ids[id] = struct{}{}
+	}
+}
+
+func (c *controller) run(ctx context.Context, h hive.Health) {
+	defer c.nps.Close()
+	defer c.cnps.Close()
+	defer c.ccnps.Close()
+	defer c.ids.Close()
+	defer c.eps.Close()
+	defer c.pods.Close()
+	pd := &pending{ids: map[identity.NumericIdentity]struct{}{}, touched: map[uint16]struct{}{}, deleted: map[uint16]struct{}{}}
+	for {
+		rtxn := c.p.DB.ReadTxn()
+		var watches []<-chan struct{}
+		watch := func(ch <-chan struct{}) { watches = append(watches, ch) }
+
+		npCh, w := c.nps.Next(rtxn)
+		watch(w)
+		for ch := range npCh {
+			np := ch.Object
+			src := Source{Kind: KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
+			if ch.Deleted {
+				pd.merge(c.p.Engine.DeleteRules(src))
+				continue
+			}
+			r, err := ParseNetworkPolicy(np, c.opts)
+			var rules []*Rule
+			if err != nil {
+				c.p.Log.Warn("Ignoring an invalid NetworkPolicy", "policy", src.String(), "error", err)
+			} else {
+				rules = []*Rule{r}
+			}
+			pd.merge(c.p.Engine.UpsertRules(src, rules))
+		}
+		cnpCh, w := c.cnps.Next(rtxn)
+		watch(w)
+		for ch := range cnpCh {
+			o := ch.Object
+			src := Source{Kind: KindCNP, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID)}
+			if ch.Deleted {
+				pd.merge(c.p.Engine.DeleteRules(src))
+				continue
+			}
+			rules, err := ParseCNP(o, c.opts)
+			c.report(src, rules, err)
+			pd.merge(c.p.Engine.UpsertRules(src, rules))
+		}
+		ccnpCh, w := c.ccnps.Next(rtxn)
+		watch(w)
+		for ch := range ccnpCh {
+			o := ch.Object
+			src := Source{Kind: KindCCNP, Name: o.Name, UID: string(o.UID)}
+			if ch.Deleted {
+				pd.merge(c.p.Engine.DeleteRules(src))
+				continue
+			}
+			rules, err := ParseCCNP(o, c.opts)
+			c.report(src, rules, err)
+			pd.merge(c.p.Engine.UpsertRules(src, rules))
+		}
+		idCh, w := c.ids.Next(rtxn)
+		watch(w)
+		upserts := map[identity.NumericIdentity]labels.Labels{}
+		var deletes []identity.NumericIdentity
+		for ch := range idCh {
+			id, err := identity.ParseNumericIdentity(ch.Object.Name)
+			if err != nil {
+				continue
+			}
+			if ch.Deleted {
+				delete(upserts, id)
+				deletes = append(deletes, id)
+			} else {
+				upserts[id] = labels.FromMap(ch.Object.SecurityLabels, "")
+			}
+		}
+		if len(upserts)+len(deletes) > 0 {
+			pd.merge(c.p.Engine.UpdateIdentities(upserts, deletes))
+		}
+		podCh, w := c.pods.Next(rtxn)
+		watch(w)
+		podsChanged := false
+		for range podCh {
+			podsChanged = true
+		}
+		if podsChanged {
+			pd.merge(c.p.Engine.SetEgressNamedPorts(podNamedPorts(c.p.Pods.All(rtxn))))
+		}
+		epCh, w := c.eps.Next(rtxn)
+		watch(w)
+		for ch := range epCh {
+			if ch.Deleted {
+				pd.deleted[ch.Object.ID] = struct{}{}
+				delete(pd.touched, ch.Object.ID)
+			} else {
+				pd.touched[ch.Object.ID] = struct{}{}
+				delete(pd.deleted, ch.Object.ID)
+			}
+		}
+
+		// Write nothing until every policy and identity has been listed
+		// once: a half-loaded repository would allow too much.
+		ready := true
+		for _, t := range []interface {
+			Initialized(statedb.ReadTxn) (bool, <-chan struct{})
+		}{c.p.NPs, c.p.CNPs, c.p.CCNPs, c.p.Identities} {
+			if ok, initWatch := t.Initialized(rtxn); !ok {
+				ready = false
+				watch(initWatch)
+			}
+		}
+		if ready {
+			c.apply(rtxn, pd)
+			pd = &pending{ids: map[identity.NumericIdentity]struct{}{}, touched: map[uint16]struct{}{}, deleted: map[uint16]struct{}{}}
+			h.OK("in sync")
+		} else {
+			pd.all = true
+			h.OK("waiting for the policy and identity tables")
+		}
+		if !waitAny(ctx, watches) {
+			return
+		}
+	}
+}
+
+// waitAny blocks until one of the channels closes (true) or ctx ends.
+func waitAny(ctx context.Context, chs []<-chan struct{}) bool {
+	done := make(chan struct{})
+	defer close(done)
+	woke := make(chan struct{}, 1)
+	for _, ch := range chs {
+		go func() {
+			select {
+			case <-ch:
+				select {
+				case woke <- struct{}{}:
+				default:
+				}
+			case <-done:
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-woke:
+		return true
+	}
+}
+
+// report logs rules that failed to parse and parts that are not enforced.
+func (c *controller) report(src Source, rules []*Rule, err error) {
+	if err != nil {
+		c.p.Log.Warn("Some rules of a policy are invalid and ignored", "policy", src.String(), "error", err)
+	}
+	for _, r := range rules {
+		if len(r.Warnings) > 0 {
+			c.p.Log.Info("Parts of a policy are not enforced", "policy", src.String(), "warnings", strings.Join(r.Warnings, "; "))
+		}
+	}
+}
+
+// apply recomputes the affected endpoints and writes the rows that
+// changed.
+func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
+	txn := c.p.DB.WriteTxn(c.p.Policies, c.p.CIDRs)
+	defer txn.Commit()
+	// The CIDR identities first: the datapath must know a prefix's identity
+	// before an entry allows or denies it.
+	want := c.p.Engine.CIDRIdentities()
+	for row := range c.p.CIDRs.All(txn) {
+		if id, ok := want[row.Prefix]; !ok || id != row.Identity {
+			_, _, _ = c.p.CIDRs.Delete(txn, row)
+		}
+	}
+	for p, id := range want {
+		if cur, _, ok := c.p.CIDRs.Get(txn, statepolicy.CIDRPrefixIndex.Query(p)); !ok || cur.Identity != id {
+			_, _, _ = c.p.CIDRs.Insert(txn, &statepolicy.CIDRIdentity{Prefix: p, Identity: id})
+		}
+	}
+	for id := range pd.deleted {
+		if row, _, ok := c.p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(id)); ok {
+			_, _, _ = c.p.Policies.Delete(txn, row)
+		}
+	}
+	for ep := range c.p.Endpoints.All(rtxn) {
+		_, touched := pd.touched[ep.ID]
+		_, affected := pd.ids[ep.Identity]
+		if !pd.all && !touched && !affected {
+			continue
+		}
+		cur, _, exists := c.p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(ep.ID))
+		if ep.Identity == identity.InvalidIdentity {
+			if exists {
+				_, _, _ = c.p.Policies.Delete(txn, cur)
+			}
+			continue
+		}
+		pol := c.p.Engine.Compute(Endpoint{Identity: ep.Identity, Labels: ep.Labels, NamedPorts: endpointNamedPorts(ep.NamedPorts)})
+		if exists && cur.Identity == ep.Identity && cur.Policy.Equal(pol) {
+			continue
+		}
+		_, _, _ = c.p.Policies.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: ep.ID, Identity: ep.Identity, Policy: pol})
+	}
+}
+
+func protoNumber(s string) uint8 {
+	switch strings.ToUpper(s) {
+	case "TCP", "":
+		return statepolicy.ProtoTCP
+	case "UDP":
+		return statepolicy.ProtoUDP
+	case "SCTP":
+		return statepolicy.ProtoSCTP
+	}
+	return 0
+}
+
+func endpointNamedPorts(nps ciliumv2.NamedPorts) map[string][]NamedPort {
+	if len(nps) == 0 {
+		return nil
+	}
+	out := map[string][]NamedPort{}
+	for _, p := range nps {
+		if p != nil && p.Name != "" {
+			out[p.Name] = append(out[p.Name], NamedPort{Port: p.Port, Proto: protoNumber(p.Protocol)})
+		}
+	}
+	return out
+}
+
+// podNamedPorts collects the named container ports of pods.
+func podNamedPorts(pods func(func(*corev1.Pod, statedb.Revision) bool)) map[string][]NamedPort {
+	out := map[string][]NamedPort{}
+	for pod := range pods {
+		for _, ctr := range pod.Spec.Containers {
+			for _, p := range ctr.Ports {
+				if p.Name != "" {
+					out[p.Name] = append(out[p.Name], NamedPort{Port: uint16(p.ContainerPort), Proto: protoNumber(string(p.Protocol))})
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,114 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+
+	"github.com/cellium/cellium/statedb/identity"
+)
+
+// TableName is the name of the desired endpoint policy table.
+const TableName = "endpoint-policies"
+
+// EndpointPolicyRow is the desired policy of one local endpoint, written by
+// the policy cell whenever the endpoint's computed policy changes. Rows are
+// immutable: copy, then insert.
+type EndpointPolicyRow struct {
+	// EndpointID is the local endpoint.
+	EndpointID uint16 `json:"endpoint-id"`
+	// Identity is the endpoint's identity the policy was computed for.
+	Identity identity.NumericIdentity `json:"identity"`
+	// Policy is the computed policy; its Revision is the repository
+	// revision it reflects.
+	Policy *EndpointPolicy `json:"policy"`
+}
+
+// TableHeader implements statedb.TableWritable.
+func (r *EndpointPolicyRow) TableHeader() []string {
+	return []string{"Endpoint", "Identity", "Revision", "Ingress", "Egress"}
+}
+
+// TableRow implements statedb.TableWritable.
+func (r *EndpointPolicyRow) TableRow() []string {
+	dir := func(d *DirectionPolicy) string {
+		s := "non-enforcing"
+		if d.Enforcing {
+			s = "enforcing"
+		}
+		return fmt.Sprintf("%s (%d entries)", s, len(d.Entries))
+	}
+	return []string{strconv.Itoa(int(r.EndpointID)), r.Identity.StringID(), strconv.FormatUint(r.Policy.Revision, 10),
+		dir(&r.Policy.Ingress), dir(&r.Policy.Egress)}
+}
+
+// EndpointIDIndex is the table's primary index: the endpoint ID.
+var EndpointIDIndex = statedb.Index[*EndpointPolicyRow, uint16]{
+	Name:       "id",
+	FromObject: func(r *EndpointPolicyRow) index.KeySet { return index.NewKeySet(index.Uint16(r.EndpointID)) },
+	FromKey:    index.Uint16,
+	FromString: func(s string) (index.Key, error) {
+		n, err := strconv.ParseUint(s, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint ID %q: %w", s, err)
+		}
+		return index.Uint16(uint16(n)), nil
+	},
+	Unique: true,
+}
+
+// NewTable creates and registers the desired endpoint policy table.
+func NewTable(db *statedb.DB) (statedb.RWTable[*EndpointPolicyRow], error) {
+	t, err := statedb.NewTable(db, TableName, EndpointIDIndex)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", TableName, err)
+	}
+	return t, nil
+}
+
+// CIDRTableName is the name of the table of prefixes that rules use.
+const CIDRTableName = "policy-cidr-identities"
+
+// CIDRIdentity is a prefix some rule names (in a CIDR, CIDR set or except)
+// and the node-local identity the policy engine gave it. The datapath's
+// ipcache maps addresses of the prefix to the identity (longest prefix
+// wins), which is how CIDR rules and their exceptions take effect.
+type CIDRIdentity struct {
+	Prefix   netip.Prefix             `json:"prefix"`
+	Identity identity.NumericIdentity `json:"identity"`
+}
+
+// TableHeader implements statedb.TableWritable.
+func (c *CIDRIdentity) TableHeader() []string { return []string{"Prefix", "Identity"} }
+
+// TableRow implements statedb.TableWritable.
+func (c *CIDRIdentity) TableRow() []string {
+	return []string{c.Prefix.String(), c.Identity.StringID()}
+}
+
+// CIDRPrefixIndex is the CIDR table's primary index: the prefix.
+var CIDRPrefixIndex = statedb.Index[*CIDRIdentity, netip.Prefix]{
+	Name:       "prefix",
+	FromObject: func(c *CIDRIdentity) index.KeySet { return index.NewKeySet(index.NetIPPrefix(c.Prefix)) },
+	FromKey:    index.NetIPPrefix,
+	FromString: func(s string) (index.Key, error) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("prefix %q: %w", s, err)
+		}
+		return index.NetIPPrefix(p), nil
+	},
+	Unique: true,
+}
+
+// NewCIDRTable creates and registers the CIDR identity table.
+func NewCIDRTable(db *statedb.DB) (statedb.RWTable[*CIDRIdentity], error) {
+	t, err := statedb.NewTable(db, CIDRTableName, CIDRPrefixIndex)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", CIDRTableName, err)
+	}
+	return t, nil
+}
