@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries test test-unit vet lint generate up down bench bench-endpoints clean
+.PHONY: all build deps k8s-binaries test test-unit vet lint generate manifests up down bench bench-endpoints clean
 
 all: build
 
@@ -44,6 +44,10 @@ lint: vet
 ## generate: regenerate deepcopy, CRD YAML and the typed clientset
 generate:
 	./hack/update-codegen.sh
+
+## manifests: render the Helm chart into install/kubernetes/cellium.yaml (builds helm once)
+manifests:
+	$(GO) run ./install/cmd/render-manifests
 
 ## up: a local cluster on this machine (etcd, kube-apiserver, operator, agent)
 up: deps k8s-binaries build

@@ -114,6 +114,10 @@ type Cluster struct {
 
 	procs []*Running // in start order
 
+	// rbacMu guards rbacDone and the writing of ServiceAccount kubeconfigs.
+	rbacMu   sync.Mutex
+	rbacDone bool
+
 	mu       sync.Mutex
 	keepDir  bool
 	stopped  atomic.Bool

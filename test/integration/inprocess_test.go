@@ -23,6 +23,12 @@ import (
 func TestAgentHiveInProcess(t *testing.T) {
 	c := cluster.Get(t)
 	ns := c.TestNamespace(t)
+	// The agent's ServiceAccount, as installed by the chart (before goleak's
+	// snapshot: applying the RBAC objects may leave idle connections).
+	kubeconfig, err := c.AgentKubeconfig(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ignore := goleak.IgnoreCurrent() // the harness and earlier tests
 	t.Setenv("K8S_NODE_NAME", "node-inproc")
 
@@ -31,7 +37,7 @@ func TestAgentHiveInProcess(t *testing.T) {
 		pods statedb.Table[*corev1.Pod]
 	)
 	h := hivetest.New(t, []string{
-		"--k8s-kubeconfig-path=" + c.Kubeconfig(),
+		"--k8s-kubeconfig-path=" + kubeconfig,
 		"--socket-path=" + filepath.Join(t.TempDir(), "cellium.sock"),
 		"--state-dir=" + t.TempDir(),
 		"--write-cni-conf-when-ready=",

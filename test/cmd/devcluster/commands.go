@@ -140,6 +140,14 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 	// Programs that run on top of the control plane, in start order; down
 	// stops them first.
 	if !node.controlPlaneOnly {
+		// The operator and the agent run with the credentials of their
+		// ServiceAccounts, bound to the chart's roles.
+		if node.agentKubeconfig, err = c.AgentKubeconfig(ctx); err != nil {
+			return fmt.Errorf("%w%s", err, hint)
+		}
+		if node.operatorKubeconfig, err = c.OperatorKubeconfig(ctx); err != nil {
+			return fmt.Errorf("%w%s", err, hint)
+		}
 		for _, a := range addons(dir, c, node) {
 			p, err := a.process()
 			if err != nil {
