@@ -23,7 +23,7 @@ build:
 deps:
 	./hack/install-deps.sh
 
-## k8s-binaries: build etcd, kube-apiserver and kube-controller-manager into the cache
+## k8s-binaries: build etcd, kube-apiserver, kube-controller-manager and helm into the cache
 k8s-binaries:
 	$(GO) run ./test/cmd/devcluster build
 
