@@ -114,9 +114,11 @@ type Cluster struct {
 
 	procs []*Running // in start order
 
-	// rbacMu guards rbacDone and the writing of ServiceAccount kubeconfigs.
-	rbacMu   sync.Mutex
-	rbacDone bool
+	// rbacMu guards rbacDone and saKubeconfigs, the ServiceAccount
+	// kubeconfigs written so far.
+	rbacMu        sync.Mutex
+	rbacDone      bool
+	saKubeconfigs map[string]bool
 
 	mu       sync.Mutex
 	keepDir  bool

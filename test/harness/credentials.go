@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -138,7 +137,10 @@ const saTokenLifetime = 365 * 24 * 60 * 60
 // whose path it returns. A client with it is the user
 // system:serviceaccount:<namespace>:<name> in the groups
 // system:serviceaccounts and system:serviceaccounts:<namespace>, and has
-// the permissions bound to them, no more. It reuses a file written earlier.
+// the permissions bound to them, no more. A second call for the same
+// account returns the file written by the first; a file left by an earlier
+// cluster in the same directory is overwritten (its token is not valid for
+// this cluster's signing key).
 //
 // Errors: the ServiceAccount does not exist; the kubeconfig cannot be
 // written.
@@ -146,7 +148,7 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 	path := filepath.Join(c.dir, "kubeconfig-"+namespace+"-"+name)
 	c.rbacMu.Lock()
 	defer c.rbacMu.Unlock()
-	if _, err := os.Stat(path); err == nil {
+	if c.saKubeconfigs[path] {
 		return path, nil
 	}
 	exp := int64(saTokenLifetime)
@@ -165,5 +167,9 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		return "", fmt.Errorf("write kubeconfig of %s: %w", user, err)
 	}
+	if c.saKubeconfigs == nil {
+		c.saKubeconfigs = map[string]bool{}
+	}
+	c.saKubeconfigs[path] = true
 	return path, nil
 }
