@@ -84,7 +84,6 @@ func TestAgentHiveInProcess(t *testing.T) {
 	// connection whose cancelled watches are still being torn down is not
 	// idle yet: close again until goleak (which retries for a while itself)
 	// finds nothing, or give up after a few rounds.
-	err = nil
 	for range 5 {
 		closeIdleConnections(t, kubeconfig)
 		if err = goleak.Find(ignore, goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*loggingT).flushDaemon")); err == nil {
