@@ -18,21 +18,28 @@ import (
 // fieldManager names the harness in server-side apply.
 const fieldManager = "cellium-harness"
 
-// rbacKinds are the kinds [Cluster.InstallRBAC] applies for real, with their
-// resources.
-var rbacKinds = map[string]schema.GroupVersionResource{
-	"ServiceAccount":     {Version: "v1", Resource: "serviceaccounts"},
-	"ClusterRole":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
-	"ClusterRoleBinding": {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
-	"Role":               {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
-	"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
-}
-
-// workloadKinds are the other kinds of the manifests, which
-// [Cluster.ApplyManifests] can apply as a server-side dry run.
-var workloadKinds = map[string]schema.GroupVersionResource{
-	"DaemonSet":  {Group: "apps", Version: "v1", Resource: "daemonsets"},
-	"Deployment": {Group: "apps", Version: "v1", Resource: "deployments"},
+// kindResource returns the resource of a kind of the manifests, and whether
+// it is RBAC (a ServiceAccount or a role or binding: applied for real) or a
+// workload (applied as a dry run). ok is false for any other kind.
+func kindResource(kind string) (gvr schema.GroupVersionResource, rbac, ok bool) {
+	const rbacGroup = "rbac.authorization.k8s.io"
+	switch kind {
+	case "ServiceAccount":
+		return schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, true, true
+	case "ClusterRole":
+		return schema.GroupVersionResource{Group: rbacGroup, Version: "v1", Resource: "clusterroles"}, true, true
+	case "ClusterRoleBinding":
+		return schema.GroupVersionResource{Group: rbacGroup, Version: "v1", Resource: "clusterrolebindings"}, true, true
+	case "Role":
+		return schema.GroupVersionResource{Group: rbacGroup, Version: "v1", Resource: "roles"}, true, true
+	case "RoleBinding":
+		return schema.GroupVersionResource{Group: rbacGroup, Version: "v1", Resource: "rolebindings"}, true, true
+	case "DaemonSet":
+		return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, false, true
+	case "Deployment":
+		return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, false, true
+	}
+	return schema.GroupVersionResource{}, false, false
 }
 
 // InstallRBAC applies the ServiceAccounts and the RBAC objects of the
@@ -80,15 +87,12 @@ func (c *Cluster) ApplyManifests(ctx context.Context, workloads bool) error {
 		return fmt.Errorf("apply manifests: %w", err)
 	}
 	for _, o := range objs {
-		gvr, rbac := rbacKinds[o.GetKind()]
-		if !rbac {
-			var ok bool
-			if gvr, ok = workloadKinds[o.GetKind()]; !ok {
-				return fmt.Errorf("apply manifests: %s %s: kind unknown to the harness", o.GetKind(), o.GetName())
-			}
-			if !workloads {
-				continue
-			}
+		gvr, rbac, ok := kindResource(o.GetKind())
+		if !ok {
+			return fmt.Errorf("apply manifests: %s %s: kind unknown to the harness", o.GetKind(), o.GetName())
+		}
+		if !rbac && !workloads {
+			continue
 		}
 		opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 		if !rbac {
