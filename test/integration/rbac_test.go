@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,7 +111,8 @@ func TestAgentWithoutAVerbFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx := t.Context()
+		// t.Context() is already cancelled when cleanups run.
+		ctx := context.Background()
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = cs.RbacV1().ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = cs.CoreV1().ServiceAccounts(install.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
