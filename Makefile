@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries test test-unit vet lint generate up down bench bench-endpoints bench-policy clean
+.PHONY: all build deps k8s-binaries test test-unit vet lint generate manifests up down bench bench-endpoints bench-policy clean
 
 all: build
 
@@ -23,7 +23,7 @@ build:
 deps:
 	./hack/install-deps.sh
 
-## k8s-binaries: build etcd, kube-apiserver and kube-controller-manager into the cache
+## k8s-binaries: build etcd, kube-apiserver, kube-controller-manager and helm into the cache
 k8s-binaries:
 	$(GO) run ./test/cmd/devcluster build
 
@@ -44,6 +44,10 @@ lint: vet
 ## generate: regenerate deepcopy, CRD YAML and the typed clientset
 generate:
 	./hack/update-codegen.sh
+
+## manifests: render the Helm chart into install/kubernetes/cellium.yaml (builds helm once)
+manifests:
+	$(GO) run ./install/cmd/render-manifests
 
 ## up: a local cluster on this machine (etcd, kube-apiserver, operator, agent)
 up: deps k8s-binaries build

@@ -145,9 +145,20 @@ func newEnv(t *testing.T, o envOptions) *env {
 		_ = os.RemoveAll(dir)
 	})
 
+	// The operator and the agent run with their ServiceAccounts' tokens,
+	// bound to the roles of install/kubernetes/cellium.yaml: a permission
+	// missing from the chart fails the test.
+	opKubeconfig, err := c.OperatorKubeconfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentKubeconfig, err := c.AgentKubeconfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opCfg := devnode.OperatorConfig{
 		Binary:                  b.Operator,
-		Kubeconfig:              c.Kubeconfig(),
+		Kubeconfig:              opKubeconfig,
 		Dir:                     dir,
 		ClusterPoolIPv4CIDR:     fmt.Sprintf("10.%d.0.0/16", 100+cidrs.Add(1)),
 		ClusterPoolIPv4MaskSize: 24,
@@ -171,7 +182,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = klog.Close() })
-	node, err := devnode.NewNode(c.Kubeconfig(), c.Clientset(), b, devnode.NodeOptions{
+	node, err := devnode.NewNode(agentKubeconfig, c.Clientset(), b, devnode.NodeOptions{
 		Name:      "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
 		Dir:       filepath.Join(dir, "node"),
 		AgentArgs: o.agentArgs,

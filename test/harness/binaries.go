@@ -81,15 +81,7 @@ func coldBuildNeeded() (bool, error) {
 
 // planBinaries works out where each binary lives and how to build it.
 func planBinaries() ([]toolBuild, Binaries, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return nil, Binaries{}, fmt.Errorf("locate binaries: %w", err)
-	}
-	root, err := RepoRoot(wd)
-	if err != nil {
-		return nil, Binaries{}, err
-	}
-	cache, err := CacheDir()
+	root, cache, err := repoAndCache()
 	if err != nil {
 		return nil, Binaries{}, err
 	}
@@ -127,6 +119,22 @@ func planBinaries() ([]toolBuild, Binaries, error) {
 		KubernetesVersion:     k8sVersion,
 	}
 	return []toolBuild{etcd, k8s}, bins, nil
+}
+
+// repoAndCache returns the root of the checkout that contains the working
+// directory and the cache directory.
+func repoAndCache() (root, cache string, err error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", "", fmt.Errorf("locate binaries: %w", err)
+	}
+	if root, err = RepoRoot(wd); err != nil {
+		return "", "", err
+	}
+	if cache, err = CacheDir(); err != nil {
+		return "", "", err
+	}
+	return root, cache, nil
 }
 
 // kubernetesLdflags stamps the version into the Kubernetes binaries, as

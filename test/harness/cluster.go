@@ -114,6 +114,12 @@ type Cluster struct {
 
 	procs []*Running // in start order
 
+	// rbacMu guards rbacDone and saKubeconfigs, the ServiceAccount
+	// kubeconfigs written so far.
+	rbacMu        sync.Mutex
+	rbacDone      bool
+	saKubeconfigs map[string]bool
+
 	mu       sync.Mutex
 	keepDir  bool
 	stopped  atomic.Bool

@@ -3,7 +3,7 @@
 // optionally, kube-controller-manager, each a child process built from the tools
 // modules in this repository (tools/etcd, tools/k8s).
 //
-// It owns three things:
+// It owns four things:
 //
 //   - the binaries: [EnsureBinaries] finds the repository root, reads the pinned
 //     versions from tools/k8s/go.mod and tools/etcd/go.mod, and builds whatever
@@ -13,6 +13,12 @@
 //     service-account key, starts the processes on free loopback ports, waits for
 //     /readyz and writes an admin kubeconfig; [Cluster.Stop] stops everything and
 //     removes the work directory;
+//   - the credentials: [Cluster.InstallRBAC] applies the ServiceAccounts and
+//     RBAC objects of install/kubernetes/cellium.yaml (the Helm chart's), and
+//     [Cluster.AgentKubeconfig] and [Cluster.OperatorKubeconfig] write
+//     kubeconfigs with those ServiceAccounts' tokens: the daemons never run
+//     as system:masters, so a permission missing from the chart fails a test.
+//     [EnsureHelm] builds helm (tools/helm) for the chart's tests;
 //   - the processes: [Process] describes one program (argv, env, log file, pid
 //     file). Every component is run through it, so more programs (cellium-operator,
 //     cellium-agent, a dev kubelet) can be started the same way.

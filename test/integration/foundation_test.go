@@ -19,6 +19,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
 	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/install"
 )
 
 // TestOperatorAndAgent runs both binaries against the real apiserver: the
@@ -27,12 +28,22 @@ import (
 func TestOperatorAndAgent(t *testing.T) {
 	c := cluster.Get(t)
 	ctx := t.Context()
-	kubeconfig := "--k8s-kubeconfig-path=" + c.Kubeconfig()
+	// Each binary runs with its ServiceAccount's token, bound to the roles
+	// of install/kubernetes/cellium.yaml: never as system:masters.
+	opKubeconfig, err := c.OperatorKubeconfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentKubeconfig, err := c.AgentKubeconfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	// The operator: CRDs, leader election, health.
+	// The operator: CRDs, leader election, health. The chart lets it hold
+	// a Lease in its own namespace only.
 	opHealth := freeAddr(t)
-	operator := startDaemon(t, "cellium-operator", nil, kubeconfig,
-		"--operator-api-serve-addr="+opHealth, "--leader-election-namespace=default")
+	operator := startDaemon(t, "cellium-operator", nil, "--k8s-kubeconfig-path="+opKubeconfig,
+		"--operator-api-serve-addr="+opHealth, "--leader-election-namespace="+install.Namespace)
 
 	apiext := apiextclientset.NewForConfigOrDie(c.RESTConfig())
 	want := map[string]string{
@@ -79,7 +90,7 @@ func TestOperatorAndAgent(t *testing.T) {
 
 	// Leader: the Lease names this operator.
 	eventually(t, 30*time.Second, "the operator to hold the Lease", func() error {
-		lease, err := c.Clientset().CoordinationV1().Leases("default").Get(ctx, "cellium-operator-resource-lock", metav1.GetOptions{})
+		lease, err := c.Clientset().CoordinationV1().Leases(install.Namespace).Get(ctx, "cellium-operator-resource-lock", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -107,7 +118,7 @@ func TestOperatorAndAgent(t *testing.T) {
 	// The agent, for node-a.
 	socket := filepath.Join(t.TempDir(), "cellium.sock")
 	metricsAddr := freeAddr(t)
-	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-a"}, kubeconfig,
+	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-a"}, "--k8s-kubeconfig-path="+agentKubeconfig,
 		"--socket-path="+socket, "--prometheus-serve-addr="+metricsAddr,
 		"--state-dir="+t.TempDir(), "--write-cni-conf-when-ready=")
 

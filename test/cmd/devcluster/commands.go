@@ -140,6 +140,14 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 	// Programs that run on top of the control plane, in start order; down
 	// stops them first.
 	if !node.controlPlaneOnly {
+		// The operator and the agent run with the credentials of their
+		// ServiceAccounts, bound to the chart's roles.
+		if node.agentKubeconfig, err = c.AgentKubeconfig(ctx); err != nil {
+			return fmt.Errorf("%w%s", err, hint)
+		}
+		if node.operatorKubeconfig, err = c.OperatorKubeconfig(ctx); err != nil {
+			return fmt.Errorf("%w%s", err, hint)
+		}
 		for _, a := range addons(dir, c, node) {
 			p, err := a.process()
 			if err != nil {
@@ -357,7 +365,7 @@ func readyz(ctx context.Context, kubeconfig string) error {
 func newBuildCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "build",
-		Short: "Build the etcd and Kubernetes binaries into the cache if missing (the first time takes 10-15 minutes)",
+		Short: "Build the etcd, Kubernetes and helm binaries into the cache if missing (the first time takes 10-15 minutes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bins, err := harness.EnsureBinaries(cmd.Context(), logger(cmd.ErrOrStderr()))
@@ -368,6 +376,13 @@ func newBuildCmd() *cobra.Command {
 			fmt.Fprintln(out, bins.Etcd)
 			fmt.Fprintln(out, bins.KubeAPIServer)
 			fmt.Fprintln(out, bins.KubeControllerManager)
+			// helm renders and lints the chart (make manifests, the
+			// install tests).
+			helm, err := harness.EnsureHelm(cmd.Context(), logger(cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, helm)
 			return nil
 		},
 	}

@@ -58,6 +58,10 @@ type nodeOptions struct {
 
 	timeout time.Duration
 	bins    devnode.Binaries
+	// agentKubeconfig and operatorKubeconfig hold tokens of the
+	// ServiceAccounts of install/kubernetes/cellium.yaml: the daemons run
+	// with the chart's permissions, not as cluster-admin.
+	agentKubeconfig, operatorKubeconfig string
 }
 
 func (o *nodeOptions) register(cmd *cobra.Command) {
@@ -113,7 +117,7 @@ type addon struct {
 func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentConfig {
 	return devnode.AgentConfig{
 		Binary:     o.bins.Agent,
-		Kubeconfig: c.Kubeconfig(),
+		Kubeconfig: o.agentKubeconfig,
 		NodeName:   o.nodeName,
 		Dir:        dir,
 		Args:       o.agentArgs,
@@ -129,7 +133,7 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 func addons(dir string, c *harness.Cluster, o nodeOptions) []addon {
 	op := devnode.OperatorConfig{
 		Binary:                  o.bins.Operator,
-		Kubeconfig:              c.Kubeconfig(),
+		Kubeconfig:              o.operatorKubeconfig,
 		Dir:                     dir,
 		ClusterPoolIPv4CIDR:     o.podCIDR,
 		ClusterPoolIPv4MaskSize: o.podMaskSize,

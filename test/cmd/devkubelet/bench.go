@@ -164,9 +164,18 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) (er
 
 	mask := min(24, 32-int(math.Ceil(math.Log2(float64(o.pods+16)))))
 	progress("starting cellium-operator")
+	// The daemons run with their ServiceAccounts' tokens, as installed.
+	opKubeconfig, err := c.OperatorKubeconfig(ctx)
+	if err != nil {
+		return err
+	}
+	agentKubeconfig, err := c.AgentKubeconfig(ctx)
+	if err != nil {
+		return err
+	}
 	op, err := devnode.StartOperator(ctx, devnode.OperatorConfig{
 		Binary:                  bins.Operator,
-		Kubeconfig:              c.Kubeconfig(),
+		Kubeconfig:              opKubeconfig,
 		Dir:                     work,
 		ClusterPoolIPv4CIDR:     "10.200.0.0/16",
 		ClusterPoolIPv4MaskSize: mask,
@@ -176,7 +185,7 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) (er
 	}
 	defer func() { err = errors.Join(err, op.Stop(15*time.Second)) }()
 
-	node, err := devnode.NewNode(c.Kubeconfig(), c.Clientset(), bins, devnode.NodeOptions{
+	node, err := devnode.NewNode(agentKubeconfig, c.Clientset(), bins, devnode.NodeOptions{
 		Name:      "bench-node",
 		Dir:       filepath.Join(work, "node"),
 		AgentArgs: o.agentArgs,

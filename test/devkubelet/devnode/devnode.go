@@ -142,7 +142,9 @@ func fileExists(p string) bool {
 type OperatorConfig struct {
 	// Binary is the cellium-operator executable.
 	Binary string
-	// Kubeconfig is the cluster's admin kubeconfig.
+	// Kubeconfig is the operator's kubeconfig: the harness's
+	// Cluster.OperatorKubeconfig (its ServiceAccount's token), so that it
+	// runs with the chart's permissions. WaitOperator uses it too.
 	Kubeconfig string
 	// Dir receives cellium-operator.log and .pid.
 	Dir string
@@ -243,7 +245,9 @@ func waitOperatorHealth(ctx context.Context, addr string, proc *harness.Running)
 type AgentConfig struct {
 	// Binary is the cellium-agent executable.
 	Binary string
-	// Kubeconfig is the cluster's kubeconfig.
+	// Kubeconfig is the agent's kubeconfig: the harness's
+	// Cluster.AgentKubeconfig (its ServiceAccount's token), so that it runs
+	// with the chart's permissions.
 	Kubeconfig string
 	// NodeName is the agent's node (K8S_NODE_NAME).
 	NodeName string

@@ -79,7 +79,9 @@ type Node struct {
 }
 
 // NewNode prepares a node on the cluster: its directories and the CNI
-// plugin in its CNI binary directory. It starts nothing.
+// plugin in its CNI binary directory. It starts nothing. kubeconfig is the
+// agent's (Cluster.AgentKubeconfig: its ServiceAccount's token); cs, an
+// admin clientset, is the kubelet's.
 func NewNode(kubeconfig string, cs kubernetes.Interface, bins Binaries, opts NodeOptions) (*Node, error) {
 	if opts.Name == "" {
 		opts.Name = "node-" + strings.ToLower(rand.Text()[:5])
