@@ -55,9 +55,9 @@ spec:
 	}
 	mux.HandleFunc("GET /v1/endpoint", func(w http.ResponseWriter, r *http.Request) {
 		ep := func(id int64, pod string, ident int64) models.Endpoint {
-			return models.Endpoint{ID: id, Status: ciliumv2.EndpointStatus{ID: id,
-				ExternalIdentifiers: &ciliumv2.EndpointIdentifiers{PodName: pod},
-				Identity:            &ciliumv2.EndpointIdentity{ID: ident}}}
+			return models.Endpoint{ID: id, Status: models.EndpointStatus{ID: id,
+				ExternalIdentifiers: &models.EndpointIdentifiers{PodName: pod},
+				Identity:            &models.EndpointIdentity{ID: ident}}}
 		}
 		agentapi.WriteJSON(w, r, []models.Endpoint{ep(1, "default/client", 2000), ep(2, "default/web", 2001)})
 	})
