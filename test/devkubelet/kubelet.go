@@ -360,7 +360,9 @@ func (k *Kubelet) createSandbox(pod *corev1.Pod) (*Sandbox, error) {
 		return nil, err
 	}
 	if _, err := createNetns(k.cfg.NetnsDir, sb.NetnsName()); err != nil {
+		k.mu.Lock()       // Sandboxes() copies the record under mu
 		sb.ConfList = nil // nothing attached: DEL not needed
+		k.mu.Unlock()
 		return fail(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), addTimeout)
@@ -373,11 +375,13 @@ func (k *Kubelet) createSandbox(pod *corev1.Pod) (*Sandbox, error) {
 		return fail(fmt.Errorf("CNI ADD for pod %s (network %q): %w", sb.Key(), list.Name, err))
 	}
 	k.noteAdd(pod.UID, took, nil)
-	sb.IP, sb.HostInterfaces = podIP(res)
-	if sb.IP == "" {
+	ip, hostIfs := podIP(res)
+	if ip == "" {
 		return fail(fmt.Errorf("CNI ADD for pod %s (network %q) returned no IP address", sb.Key(), list.Name))
 	}
-	sb.State = SandboxReady
+	k.mu.Lock() // Sandboxes() copies the record under mu
+	sb.IP, sb.HostInterfaces, sb.State = ip, hostIfs, SandboxReady
+	k.mu.Unlock()
 	if err := k.store.save(sb); err != nil {
 		return fail(err)
 	}
