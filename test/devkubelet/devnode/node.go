@@ -144,30 +144,50 @@ func (n *Node) Kubelet() *devkubelet.Kubelet {
 // StartAgent starts cellium-agent and waits until it answers and has
 // written its conflist.
 func (n *Node) StartAgent(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.agent != nil {
-		return fmt.Errorf("node %s: agent already running", n.Name)
-	}
-	// A conflist left by the previous run would let the kubelet go on
-	// before the agent is back.
-	if err := os.Remove(n.agentCfg.ConfListPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	p, err := n.agentCfg.Process()
-	if err != nil {
-		return err
-	}
-	r, err := p.Start()
+	r, err := n.LaunchAgent()
 	if err != nil {
 		return err
 	}
 	if err := WaitAgent(ctx, n.agentCfg, r); err != nil {
+		n.mu.Lock()
+		if n.agent == r {
+			n.agent = nil
+		}
+		n.mu.Unlock()
 		_ = r.Stop(stopTimeout)
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	n.agent = r
 	return nil
+}
+
+// LaunchAgent starts cellium-agent and returns without waiting for it to
+// be ready ([WaitAgent] does that): for a restart while the API server
+// is down, when readiness may take long or never come. The node holds
+// the process as its agent until StopAgent or KillAgent.
+//
+// Errors: an agent is running already; the conflist of the previous run
+// cannot be removed; the process cannot be started.
+func (n *Node) LaunchAgent() (*harness.Running, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent != nil {
+		return nil, fmt.Errorf("node %s: agent already running", n.Name)
+	}
+	// A conflist left by the previous run would let the kubelet go on
+	// before the agent is back.
+	if err := os.Remove(n.agentCfg.ConfListPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	p, err := n.agentCfg.Process()
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.Start()
+	if err != nil {
+		return nil, err
+	}
+	n.agent = r
+	return r, nil
 }
 
 // StopAgent stops the agent (SIGTERM); its state directory stays, so
@@ -181,6 +201,20 @@ func (n *Node) StopAgent() error {
 		return nil
 	}
 	return r.Stop(stopTimeout)
+}
+
+// KillAgent kills the agent with SIGKILL, as a crash or the OOM killer
+// would: it cleans nothing up, its socket file and state stay for the
+// next StartAgent.
+func (n *Node) KillAgent() error {
+	n.mu.Lock()
+	r := n.agent
+	n.agent = nil
+	n.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.Kill()
 }
 
 // StartKubelet starts the devkubelet in-process: Run goes on in the
