@@ -56,6 +56,9 @@ type NodeOptions struct {
 	Workers int
 	// Logger receives the kubelet's log; nil discards it.
 	Logger *slog.Logger
+	// SandboxIDPrefix starts the kubelet's sandbox IDs (see
+	// devkubelet.Config.SandboxIDPrefix).
+	SandboxIDPrefix string
 }
 
 // Node is one node of a harness cluster run by this process: the agent
@@ -226,13 +229,14 @@ func (n *Node) StartKubelet() error {
 		return fmt.Errorf("node %s: kubelet already running", n.Name)
 	}
 	k, err := devkubelet.New(devkubelet.Config{
-		NodeName:   n.Name,
-		NodeIP:     n.IP,
-		CNIConfDir: n.agentCfg.CNIConfDir(),
-		CNIBinDirs: []string{n.CNIBinDir()},
-		StateDir:   n.KubeletStateDir(),
-		Workers:    n.opts.Workers,
-		Logger:     n.opts.Logger,
+		NodeName:        n.Name,
+		NodeIP:          n.IP,
+		CNIConfDir:      n.agentCfg.CNIConfDir(),
+		CNIBinDirs:      []string{n.CNIBinDir()},
+		StateDir:        n.KubeletStateDir(),
+		Workers:         n.opts.Workers,
+		Logger:          n.opts.Logger,
+		SandboxIDPrefix: n.opts.SandboxIDPrefix,
 	}, n.cs)
 	if err != nil {
 		return err
