@@ -215,10 +215,12 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 
 	nodeName := "soak-" + strings.TrimPrefix(cfg.Namespace[strings.LastIndex(cfg.Namespace, "-")+1:], "-")
 	s.opCfg = devnode.OperatorConfig{
-		Binary:                  cfg.Binaries.Operator,
-		Kubeconfig:              cfg.Cluster.Kubeconfig(),
-		Dir:                     cfg.Dir,
-		ClusterPoolIPv4CIDR:     "10.250.0.0/16",
+		Binary:     cfg.Binaries.Operator,
+		Kubeconfig: cfg.Cluster.Kubeconfig(),
+		Dir:        cfg.Dir,
+		// Apart from the e2e tests' 10.101.0.0/16 and up: pod routes live
+		// in the host's table, shared with tests running beside.
+		ClusterPoolIPv4CIDR:     "10.231.0.0/16",
 		ClusterPoolIPv4MaskSize: 24,
 		Args: []string{
 			"--identity-gc-interval=2s",
@@ -769,6 +771,9 @@ func (s *Soak) Close() error {
 		errs = append(errs, s.op.Stop(15*time.Second))
 	}
 	if s.node != nil {
+		if r := s.node.Agent(); r != nil && exited(r) {
+			_ = s.node.StopAgent() // so that Cleanup starts a new one
+		}
 		errs = append(errs, s.node.Cleanup(ctx))
 		if err := s.cilium.CiliumV2().CiliumNodes().Delete(ctx, s.node.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete CiliumNode %s: %w", s.node.Name, err))
