@@ -42,7 +42,7 @@ const (
 
 // agentServeWithin is how soon an agent restarted while the API server is
 // down must answer on its socket: CNI DEL must work during an outage.
-const agentServeWithin = 20 * time.Second
+const agentServeWithin = 10 * time.Second
 
 // agentReadyWithin bounds an agent restart with the API server up.
 const agentReadyWithin = 2 * time.Minute
@@ -80,7 +80,7 @@ type Config struct {
 	// CheckEvery is the time between quiescent points; Converge bounds
 	// the wait for convergence at each (twice that at the end).
 	CheckEvery, Converge time.Duration
-	// MaxOutage is the longest API server outage; default a sixth of
+	// MaxOutage is the longest API server outage; default a fifth of
 	// Duration, between 5 s and 60 s.
 	MaxOutage time.Duration
 	// MaxPods bounds the live pods.
@@ -109,7 +109,7 @@ func (c *Config) setDefaults() error {
 		c.Converge = DefaultConverge
 	}
 	if c.MaxOutage <= 0 {
-		c.MaxOutage = min(max(c.Duration/6, minOutage), MaxOutageCap)
+		c.MaxOutage = min(max(c.Duration/5, minOutage), MaxOutageCap)
 	}
 	if c.MaxPods <= 0 {
 		c.MaxPods = DefaultMaxPods
@@ -494,9 +494,9 @@ func (s *Soak) disrupt(ctx context.Context, ev plannedEvent) {
 		s.count("outages", 1)
 		s.tl.Addf("api-outage", "kube-apiserver stopped for %s", ev.outage.Truncate(time.Millisecond))
 		if s.outages == 1 || s.rng.IntN(2) == 0 {
-			// Kill the agent during the outage: it must come back and
+			// Kill the agent early in the outage: it must come back and
 			// serve CNI DEL without the API server.
-			in := time.Second + time.Duration(s.rng.Int64N(int64(ev.outage/3)))
+			in := time.Second + time.Duration(s.rng.Int64N(int64(2*time.Second)))
 			s.plan = append(s.plan, plannedEvent{at: s.now() + in, kind: "agent-kill"})
 			slices.SortStableFunc(s.plan, func(a, b plannedEvent) int { return int(a.at - b.at) })
 		}
@@ -518,6 +518,9 @@ func (s *Soak) disrupt(ctx context.Context, ev plannedEvent) {
 		}
 		s.count("agent-kills", 1)
 		back := time.Duration(s.rng.Int64N(int64(3 * time.Second)))
+		if s.apiDown {
+			back /= 3
+		}
 		s.agentRestartAt = time.Now().Add(back)
 		s.tl.Addf("agent-kill", "SIGKILL; restart in %s (API server down: %v)", back.Truncate(time.Millisecond), s.apiDown)
 	case "operator-kill":
