@@ -44,6 +44,7 @@ func TestPrivilegedSoak(t *testing.T) {
 	t.Logf("soak: seed %d (repeat with -soak.seed=%d or CELLIUM_SOAK_SEED=%d)", seed, seed, seed)
 
 	ctx := t.Context()
+	began := time.Now()
 	c := harness.ForTest(t, harness.Options{})
 	binDir := t.TempDir()
 	bins, err := devnode.BuildBinaries(ctx, binDir, devnode.Agent, devnode.Operator, devnode.CNIPlugin, devnode.CLI)
@@ -69,9 +70,11 @@ func TestPrivilegedSoak(t *testing.T) {
 	})
 	t.Cleanup(func() {
 		if s != nil {
+			began := time.Now()
 			if err := s.Close(); err != nil {
 				t.Errorf("soak clean-up: %v", err)
 			}
+			t.Logf("soak: cleaned up in %s", time.Since(began).Truncate(time.Millisecond))
 		}
 		if t.Failed() {
 			if s != nil {
@@ -86,6 +89,7 @@ func TestPrivilegedSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Logf("soak: set up in %s (API server, binaries, operator, node)", time.Since(began).Truncate(time.Millisecond))
 	r := s.Run(ctx)
 	t.Logf("soak: %s", r.Summary())
 	if len(r.Violations) > 0 {
