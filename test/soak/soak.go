@@ -51,7 +51,7 @@ const agentReadyWithin = 2 * time.Minute
 var Actions = []string{
 	"create", "delete", "force-delete", "recreate", "relabel",
 	"dup-del", "del-storm", "del-race", "add-retry", "add-other-netns",
-	"agent-kill", "operator-kill", "api-outage",
+	"agent-kill", "operator-kill", "api-outage", "outage-agent-kill",
 }
 
 // Config configures a soak.
@@ -500,7 +500,7 @@ func (s *Soak) disrupt(ctx context.Context, ev plannedEvent) {
 		s.count("outages", 1)
 		s.tl.Addf("api-outage", "kube-apiserver stopped (took %s) for %s in all",
 			time.Since(began).Truncate(time.Millisecond), ev.outage.Truncate(time.Millisecond))
-		if s.outages == 1 || s.rng.IntN(2) == 0 {
+		if (s.outages == 1 || s.rng.IntN(2) == 0) && !s.cfg.Skip["outage-agent-kill"] {
 			// Kill the agent early in the outage: it must come back and
 			// serve CNI DEL without the API server.
 			in := time.Second + time.Duration(s.rng.Int64N(int64(2*time.Second)))
