@@ -37,6 +37,12 @@ type sources struct {
 	agentStateDir string // the agent's --state-dir
 	netnsDir      string
 	netnsPrefixes []string
+	// host is the host network namespace, opened when the soak
+	// started: link.Host{} would use /proc/self/ns/net, the main
+	// thread's namespace, which a goroutine that made a pod's netns
+	// (devkubelet, testutils.NewNS) and exited locked on the main
+	// thread leaves in that pod's namespace for good.
+	host link.Host
 	// noAllocations is set once the agent said it has no allocations
 	// table (the refs check is then skipped).
 	noAllocations bool
@@ -78,7 +84,7 @@ func (src *sources) snapshot(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	s.IPAMStateFile = readIPAMState(filepath.Join(src.agentStateDir, ipam.StateSubdir, ipam.StateFileName))
-	if s.HostLinks, err = link.ListHostInterfaces(); err != nil {
+	if s.HostLinks, err = src.host.ListHostInterfaces(); err != nil {
 		return nil, err
 	}
 	names, err := listDir(src.netnsDir)

@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,6 +150,8 @@ type Soak struct {
 	src    *sources
 	klog   *os.File
 	prefix string // of the kubelet's sandbox IDs
+	hostNS ns.NetNS
+	host   link.Host // in hostNS
 
 	stopInformers context.CancelFunc
 	informersDone sync.WaitGroup
@@ -210,8 +214,18 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 		ownNetns: map[string]bool{},
 	}
 	s.tl = NewTimeline(600, s.start, nil)
+	// Pin the host network namespace before anything enters another.
+	runtime.LockOSThread()
+	hostNS, err := ns.GetCurrentNS()
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, fmt.Errorf("soak: open the host network namespace: %w", err)
+	}
+	s.hostNS = hostNS
+	s.host = link.Host{NetnsPath: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), hostNS.Fd())}
 	s.ids = newIdentityWatch(s.tl, s.poke)
 	s.prefix = fmt.Sprintf("50a%05x", cfg.Seed&0xfffff)
+	var op *harness.Running
 
 	nodeName := "soak-" + strings.TrimPrefix(cfg.Namespace[strings.LastIndex(cfg.Namespace, "-")+1:], "-")
 	s.opCfg = devnode.OperatorConfig{
@@ -231,7 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 			"--leader-election-retry-period=1s",
 		},
 	}
-	op, err := devnode.StartOperator(ctx, s.opCfg)
+	op, err = devnode.StartOperator(ctx, s.opCfg)
 	if err != nil {
 		return s, fmt.Errorf("soak: start operator: %w", err)
 	}
@@ -269,6 +283,7 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 		agentStateDir: s.node.AgentConfig().StateDir(),
 		netnsDir:      devkubelet.DefaultNetnsDir,
 		netnsPrefixes: []string{"cellium-" + cfg.Namespace + "-"},
+		host:          s.host,
 	}
 	s.startInformers()
 	return s, nil
@@ -805,17 +820,23 @@ func (s *Soak) Close() error {
 // IDs and the soak's pinned network namespaces, and says which.
 func (s *Soak) removeLeftovers() []string {
 	var forced []string
-	if links, err := link.ListHostInterfaces(); err == nil {
-		for _, l := range links {
-			if s.prefix == "" || !strings.HasPrefix(l.ContainerID, s.prefix) {
-				continue
-			}
-			if nl, err := netlink.LinkByIndex(l.Index); err == nil && nl.Attrs().Name == l.Name {
-				if err := netlink.LinkDel(nl); err == nil {
-					forced = append(forced, "link "+l.Name)
+	if links, err := s.host.ListHostInterfaces(); err == nil && s.hostNS != nil {
+		_ = s.hostNS.Do(func(ns.NetNS) error {
+			for _, l := range links {
+				if s.prefix == "" || !strings.HasPrefix(l.ContainerID, s.prefix) {
+					continue
+				}
+				if nl, err := netlink.LinkByIndex(l.Index); err == nil && nl.Attrs().Name == l.Name {
+					if err := netlink.LinkDel(nl); err == nil {
+						forced = append(forced, "link "+l.Name)
+					}
 				}
 			}
-		}
+			return nil
+		})
+	}
+	if s.hostNS != nil {
+		_ = s.hostNS.Close()
 	}
 	if s.src != nil {
 		names, _ := listDir(s.src.netnsDir)
