@@ -679,6 +679,7 @@ func (s *Soak) quiescent(ctx context.Context, name string, converge time.Duratio
 	defer tick.Stop()
 	var (
 		vs      []Violation
+		waited  []Violation // the last disagreement before convergence
 		snapErr error
 		snap    *Snapshot
 	)
@@ -695,6 +696,7 @@ func (s *Soak) quiescent(ctx context.Context, name string, converge time.Duratio
 				if len(vs) == 0 {
 					break
 				}
+				waited = vs
 			}
 		} else {
 			snapErr = fmt.Errorf("not everything is up yet (API server down %v, agent starting %v, agent running %v, %d pod deletions pending)",
@@ -716,7 +718,13 @@ func (s *Soak) quiescent(ctx context.Context, name string, converge time.Duratio
 		vs = s.ids.check(snap, s.aliveNames())
 	}
 	if len(vs) == 0 {
-		s.tl.Addf("check", "quiescent point %s: all invariants hold (converged in %s)", name, time.Since(began).Truncate(time.Millisecond))
+		took := time.Since(began)
+		s.tl.Addf("check", "quiescent point %s: all invariants hold (converged in %s)", name, took.Truncate(time.Millisecond))
+		if took > s.cfg.Converge/4 && len(waited) > 0 {
+			// Slow, though in time: say what it waited for.
+			s.cfg.Logf("soak: quiescent point %s converged slowly (%s); the last of %d disagreements was %s",
+				name, took.Truncate(time.Millisecond), len(waited), waited[0])
+		}
 		vs = s.doctor(ctx)
 	}
 	if len(vs) > 0 {
