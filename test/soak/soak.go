@@ -722,7 +722,7 @@ func (s *Soak) quiescent(ctx context.Context, name string, converge time.Duratio
 		s.tl.Addf("check", "quiescent point %s: all invariants hold (converged in %s)", name, took.Truncate(time.Millisecond))
 		if took > s.cfg.Converge/4 && len(waited) > 0 {
 			// Slow, though in time: say what it waited for.
-			s.cfg.Logf("soak: quiescent point %s converged slowly (%s); the last of %d disagreements was %s",
+			s.cfg.Logf("soak: quiescent point %s converged slowly (%s); the snapshot before still had %d disagreement(s), e.g. %s",
 				name, took.Truncate(time.Millisecond), len(waited), waited[0])
 		}
 		vs = s.doctor(ctx)
