@@ -351,7 +351,7 @@ var countOrder = []string{
 	"dup-del", "del-storm", "del-race", "del-calls", "add-retry", "add-other-netns",
 	"agent-kills", "agent-kills-in-outage", "agent-restarts", "agent-exits", "operator-kills", "operator-exits",
 	"outages", "outage-seconds", "identity-deletions",
-	"quiescent-points", "snapshots", "invariant-checks", "doctor-runs",
+	"quiescent-points", "snapshots", "invariant-checks", "doctor-runs", "doctor-foreign",
 }
 
 // Summary is the report's figures, one line.
@@ -756,8 +756,24 @@ func (s *Soak) doctor(ctx context.Context) []Violation {
 	if err != nil {
 		return []Violation{{Invariant: "doctor-failed", Object: "cellium doctor", Message: err.Error()}}
 	}
+	// The doctor sees every lxc link of the host, also those of other
+	// tests' agents running beside the soak: a finding about a link
+	// labelled with a container that is not the soak's is theirs.
+	foreign := map[string]string{}
+	if links, err := s.host.ListHostInterfaces(); err == nil {
+		for _, l := range links {
+			if !strings.HasPrefix(l.ContainerID, s.prefix) {
+				foreign[l.Name] = l.ContainerID
+			}
+		}
+	}
 	var out []Violation
 	for _, f := range findings {
+		if cid, ok := foreign[f.Object]; ok {
+			s.count("doctor-foreign", 1)
+			s.tl.Addf("doctor", "ignored finding %s about %s: container %q is not the soak's (another test's agent)", f.Kind, f.Object, shortID(cid))
+			continue
+		}
 		out = append(out, Violation{Invariant: "doctor:" + f.Kind, Object: f.Object, Message: f.Message + " (hint: " + f.Hint + ")"})
 	}
 	if len(out) == 0 {
