@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries test test-unit vet lint generate manifests up down bench bench-endpoints bench-policy clean
+.PHONY: all build deps k8s-binaries test test-unit vet lint generate manifests up down bench bench-endpoints bench-policy soak clean
 
 all: build
 
@@ -61,6 +61,16 @@ down:
 N ?= 100
 bench-endpoints: deps k8s-binaries build
 	$(BIN)/devkubelet bench -n $(N) --bin-dir $(BIN)
+
+## soak: the chaos soak for DURATION (default 30m) against the real binaries (root);
+## SEED=N repeats a run, SKIP=add-retry,... leaves actions out. `make test` runs 2 minutes of it.
+DURATION     ?= 30m
+SEED         ?= 0
+SKIP         ?=
+SOAK_TIMEOUT ?= 3h
+soak: deps k8s-binaries
+	CELLIUM_REQUIRE_PRIVILEGED=1 CELLIUM_SOAK_DURATION=$(DURATION) CELLIUM_SOAK_SEED=$(SEED) CELLIUM_SOAK_SKIP=$(SKIP) \
+		$(GO) test -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestPrivilegedSoak$$' ./test/soak/
 
 ## bench: reconciler and statedb benchmarks
 bench:

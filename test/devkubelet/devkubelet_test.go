@@ -72,7 +72,7 @@ func TestPercentile(t *testing.T) {
 
 func TestSandboxStore(t *testing.T) {
 	s := sandboxStore{dir: t.TempDir()}
-	sb := &Sandbox{ID: newSandboxID(), Namespace: "ns", Name: "p", UID: "u1", NetnsPath: "/var/run/netns/x",
+	sb := &Sandbox{ID: newSandboxID(""), Namespace: "ns", Name: "p", UID: "u1", NetnsPath: "/var/run/netns/x",
 		IfName: "eth0", State: SandboxReady, ConfList: []byte(`{"name":"n"}`), IP: "10.0.0.2", Created: time.Now().UTC()}
 	if len(sb.ID) != 64 {
 		t.Fatalf("sandbox ID %q: want 64 hex digits", sb.ID)
@@ -171,5 +171,26 @@ func TestNewValidates(t *testing.T) {
 	}
 	if k.cfg.Workers != DefaultWorkers || k.cfg.NetnsDir != DefaultNetnsDir {
 		t.Errorf("defaults: %+v", k.cfg)
+	}
+}
+
+func TestSandboxIDPrefix(t *testing.T) {
+	id := newSandboxID("50ab")
+	if len(id) != 64 || id[:4] != "50ab" {
+		t.Fatalf("newSandboxID(50ab) = %q: want 64 hex digits starting with 50ab", id)
+	}
+	if other := newSandboxID("50ab"); other == id {
+		t.Fatalf("two IDs with one prefix are equal: %s", id)
+	}
+	base := Config{NodeName: "n", NodeIP: netip.MustParseAddr("127.0.0.2"), CNIConfDir: "/c", CNIBinDirs: []string{"/b"}, StateDir: "/s"}
+	for _, tt := range []struct {
+		prefix string
+		ok     bool
+	}{{"", true}, {"0123456789ABCDEF", true}, {"0123456789abcdef0", false}, {"xyz", false}, {"ab-", false}} {
+		c := base
+		c.SandboxIDPrefix = tt.prefix
+		if err := c.setDefaults(); (err == nil) != tt.ok {
+			t.Errorf("SandboxIDPrefix %q: error %v, want ok %v", tt.prefix, err, tt.ok)
+		}
 	}
 }

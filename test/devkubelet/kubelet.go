@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,11 @@ type Config struct {
 	PluginNetns string
 	// Logger receives progress and errors; nil discards them.
 	Logger *slog.Logger
+	// SandboxIDPrefix, hexadecimal digits (at most 16), starts every
+	// sandbox ID this kubelet makes, so that a test can tell its own
+	// container IDs (in veth aliases, say) from those of other tests on
+	// the machine. Empty means fully random IDs.
+	SandboxIDPrefix string
 }
 
 func (c *Config) setDefaults() error {
@@ -100,6 +106,10 @@ func (c *Config) setDefaults() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("devkubelet configuration lacks %v", missing)
 	}
+	if len(c.SandboxIDPrefix) > maxSandboxIDPrefix || strings.Trim(strings.ToLower(c.SandboxIDPrefix), "0123456789abcdef") != "" {
+		return fmt.Errorf("devkubelet SandboxIDPrefix %q: want at most %d hexadecimal digits", c.SandboxIDPrefix, maxSandboxIDPrefix)
+	}
+	c.SandboxIDPrefix = strings.ToLower(c.SandboxIDPrefix)
 	if c.NetnsDir == "" {
 		c.NetnsDir = DefaultNetnsDir
 	}
@@ -334,7 +344,7 @@ func (k *Kubelet) createSandbox(pod *corev1.Pod) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := newSandboxID()
+	id := newSandboxID(k.cfg.SandboxIDPrefix)
 	sb := &Sandbox{
 		ID:        id,
 		Namespace: pod.Namespace,

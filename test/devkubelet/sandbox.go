@@ -63,12 +63,16 @@ func (s *Sandbox) Key() string { return s.Namespace + "/" + s.Name }
 // `ip netns exec`.
 func (s *Sandbox) NetnsName() string { return filepath.Base(s.NetnsPath) }
 
+// maxSandboxIDPrefix bounds Config.SandboxIDPrefix: the rest of the ID
+// stays random.
+const maxSandboxIDPrefix = 16
+
 // newSandboxID returns a random 64-hex-digit ID, the form container
-// runtimes use.
-func newSandboxID() string {
+// runtimes use, that starts with prefix (hexadecimal digits).
+func newSandboxID(prefix string) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return prefix + hex.EncodeToString(b)[len(prefix):]
 }
 
 // maxNetnsName bounds netns names, so that they stay readable in

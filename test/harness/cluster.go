@@ -36,6 +36,15 @@ var (
 	ErrAlreadyRunning = errors.New("a cluster is already running in this directory")
 )
 
+// Errors returned by [Cluster.StopAPIServer] and [Cluster.StartAPIServer].
+var (
+	// ErrClusterStopped means that [Cluster.Stop] was called.
+	ErrClusterStopped = errors.New("the cluster was stopped")
+	// ErrAPIServerRunning means that StartAPIServer was called while the API
+	// server runs.
+	ErrAPIServerRunning = errors.New("kube-apiserver is running")
+)
+
 // Names of the components; each names its log file (<name>.log) and pid file
 // (<name>.pid) in the work directory.
 const (
@@ -112,7 +121,11 @@ type Cluster struct {
 	httpClient      *http.Client
 	clientset       *kubernetes.Clientset
 
-	procs []*Running // in start order
+	apiMu     sync.Mutex // serialises StopAPIServer and StartAPIServer
+	procMu    sync.Mutex
+	procs     []*Running // in start order
+	apiProc   Process    // how kube-apiserver was started, for StartAPIServer
+	apiServer *Running   // the current kube-apiserver process
 
 	// rbacMu guards rbacDone and saKubeconfigs, the ServiceAccount
 	// kubeconfigs written so far.
@@ -253,7 +266,11 @@ func (c *Cluster) CACert() []byte { return c.pki.caCert }
 func (c *Cluster) Binaries() Binaries { return c.bins }
 
 // Processes are the cluster's processes in start order.
-func (c *Cluster) Processes() []*Running { return append([]*Running(nil), c.procs...) }
+func (c *Cluster) Processes() []*Running {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	return append([]*Running(nil), c.procs...)
+}
 
 // Ready asks the API server's /readyz and returns nil if it answers ok.
 func (c *Cluster) Ready(ctx context.Context) error {
@@ -287,10 +304,13 @@ func (c *Cluster) EnsureServiceAccount(ctx context.Context, ns string) error {
 // calls return the first call's result.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
+		c.procMu.Lock()
 		c.stopped.Store(true)
+		procs := slices.Clone(c.procs)
+		c.procMu.Unlock()
 		var errs []error
-		for i := len(c.procs) - 1; i >= 0; i-- {
-			p, began := c.procs[i], time.Now()
+		for i := len(procs) - 1; i >= 0; i-- {
+			p, began := procs[i], time.Now()
 			errs = append(errs, p.Stop(c.opts.StopTimeout))
 			c.log.Debug("component stopped", "name", p.Name(), "pid", p.Pid(), "took", time.Since(began).Round(time.Millisecond))
 		}
@@ -408,6 +428,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 		}
 		p := c.process(KubeAPIServer, c.bins.KubeAPIServer, append(args, c.opts.APIServerArgs...))
 		r, err := c.startAndWait(ctx, p, c.Ready)
+		if err == nil {
+			c.procMu.Lock()
+			c.apiProc, c.apiServer = p, r
+			c.procMu.Unlock()
+		}
 		if err == nil || try == portTries || c.opts.APIServerPort != 0 || !portClash(r) {
 			if err != nil && c.opts.APIServerPort != 0 && portClash(r) {
 				err = fmt.Errorf("%w (%w: 127.0.0.1:%d)", err, ErrPortInUse, port)
@@ -448,11 +473,18 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 // returned process is nil if it could not be started.
 func (c *Cluster) startAndWait(ctx context.Context, p Process, ready func(context.Context) error) (*Running, error) {
 	began := time.Now()
+	c.procMu.Lock()
+	if c.stopped.Load() {
+		c.procMu.Unlock()
+		return nil, fmt.Errorf("start %s: %w", p.Name, ErrClusterStopped)
+	}
 	r, err := p.Start()
 	if err != nil {
+		c.procMu.Unlock()
 		return nil, err
 	}
 	c.procs = append(c.procs, r)
+	c.procMu.Unlock()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var lastErr error
@@ -480,7 +512,86 @@ func (c *Cluster) startAndWait(ctx context.Context, p Process, ready func(contex
 // forget drops a process that failed to start (and has exited) from the
 // cluster's processes.
 func (c *Cluster) forget(r *Running) {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
 	c.procs = slices.DeleteFunc(c.procs, func(p *Running) bool { return p == r })
+}
+
+// StopAPIServer stops kube-apiserver alone (SIGTERM, then SIGKILL after
+// Options.StopTimeout), leaving etcd and the controller-manager running: an
+// outage of the control plane as clients see it. [Cluster.StartAPIServer]
+// brings it back with the same port, etcd and certificates. Stopping an API
+// server that is already stopped does nothing.
+//
+// Errors: [ErrClusterStopped]; the pid file cannot be removed.
+func (c *Cluster) StopAPIServer() error {
+	c.apiMu.Lock()
+	defer c.apiMu.Unlock()
+	c.procMu.Lock()
+	if c.stopped.Load() {
+		c.procMu.Unlock()
+		return fmt.Errorf("stop kube-apiserver: %w", ErrClusterStopped)
+	}
+	r := c.apiServer
+	c.apiServer = nil
+	c.procMu.Unlock()
+	if r == nil {
+		return nil
+	}
+	began := time.Now()
+	err := r.Stop(c.opts.StopTimeout)
+	c.forget(r)
+	if c.httpClient != nil {
+		utilnet.CloseIdleConnectionsFor(c.httpClient.Transport)
+	}
+	c.log.Debug("kube-apiserver stopped", "pid", r.Pid(), "took", time.Since(began).Round(time.Millisecond))
+	return err
+}
+
+// StartAPIServer starts kube-apiserver again after [Cluster.StopAPIServer],
+// with the flags, port, etcd and certificates it had, and waits until its
+// /readyz is ok, at most Options.StartTimeout. The kubeconfig, the
+// RESTConfig and the clientset stay valid: clients made before the outage
+// reconnect on their own.
+//
+// Errors: [ErrClusterStopped]; [ErrAPIServerRunning]; the process exits or is
+// not ready in time (with the tail of its log); [ErrPortInUse] when another
+// process took the port during the outage.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	c.apiMu.Lock()
+	defer c.apiMu.Unlock()
+	c.procMu.Lock()
+	switch {
+	case c.stopped.Load():
+		c.procMu.Unlock()
+		return fmt.Errorf("start kube-apiserver: %w", ErrClusterStopped)
+	case c.apiServer != nil:
+		c.procMu.Unlock()
+		return fmt.Errorf("start kube-apiserver: %w", ErrAPIServerRunning)
+	case c.apiProc.Path == "":
+		c.procMu.Unlock()
+		return errors.New("start kube-apiserver: the cluster never started one")
+	}
+	p := c.apiProc
+	c.procMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer cancel()
+	r, err := c.startAndWait(ctx, p, c.Ready)
+	if err != nil {
+		if r != nil {
+			if portClash(r) {
+				err = fmt.Errorf("%w (%w: %s)", err, ErrPortInUse, c.apiURL)
+			}
+			_ = r.Stop(c.opts.StopTimeout)
+			c.forget(r)
+		}
+		return fmt.Errorf("restart kube-apiserver: %w", err)
+	}
+	c.procMu.Lock()
+	c.apiServer = r
+	c.procMu.Unlock()
+	return nil
 }
 
 // portClash reports whether r failed because its port was taken.

@@ -174,6 +174,64 @@ func TestShared(t *testing.T) {
 	}
 }
 
+// TestAPIServerRestart: the API server alone stops and comes back on the
+// same port with the same etcd: objects survive, the clientset made before
+// works again, and the misuses fail with their sentinels.
+func TestAPIServerRestart(t *testing.T) {
+	verifyNoLeaks(t)
+	ctx := t.Context()
+	c := ForTest(t, Options{})
+	ns := c.TestNamespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: ns}}
+	created, err := c.Clientset().CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartAPIServer(ctx); !errors.Is(err, ErrAPIServerRunning) {
+		t.Fatalf("StartAPIServer while running: %v; want ErrAPIServerRunning", err)
+	}
+	etcdBefore := c.Processes()[0]
+
+	if err := c.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StopAPIServer(); err != nil {
+		t.Fatalf("second StopAPIServer: %v", err)
+	}
+	if err := c.Ready(ctx); err == nil {
+		t.Fatal("the API server answers after StopAPIServer")
+	}
+	for _, p := range c.Processes() {
+		if p.Name() == KubeAPIServer {
+			t.Errorf("kube-apiserver (pid %d) still listed after StopAPIServer", p.Pid())
+		}
+	}
+
+	if err := c.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Clientset().CoreV1().ConfigMaps(ns).Get(ctx, "survivor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get through the old clientset after the restart: %v", err)
+	}
+	if got.UID != created.UID {
+		t.Errorf("object replaced across the restart: UID %s, was %s", got.UID, created.UID)
+	}
+	if p := c.Processes()[0]; p != etcdBefore || p.Err() != nil {
+		t.Errorf("etcd was restarted or stopped too")
+	}
+
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartAPIServer(ctx); !errors.Is(err, ErrClusterStopped) {
+		t.Errorf("StartAPIServer after Stop: %v; want ErrClusterStopped", err)
+	}
+	if err := c.StopAPIServer(); !errors.Is(err, ErrClusterStopped) {
+		t.Errorf("StopAPIServer after Stop: %v; want ErrClusterStopped", err)
+	}
+}
+
 func TestStartPortInUse(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

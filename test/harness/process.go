@@ -173,6 +173,29 @@ func (r *Running) Stop(timeout time.Duration) error {
 	return nil
 }
 
+// Kill sends SIGKILL at once (no SIGTERM first: the program gets no chance to
+// clean up, as after a crash or an OOM kill), waits for the process to be
+// reaped and removes the pid file. Like Stop it is safe to call more than once
+// and after the process has exited; a later Stop or Kill does nothing more. It
+// returns an error only when the pid file cannot be removed.
+func (r *Running) Kill() error {
+	r.stopOnce.Do(func() {
+		select {
+		case <-r.done:
+			return
+		default:
+		}
+		_ = r.os.Kill()
+		<-r.done
+	})
+	if r.proc.PidFile != "" {
+		if err := os.Remove(r.proc.PidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kill %s: %w", r.proc.Name, err)
+		}
+	}
+	return nil
+}
+
 // ReadPidFile reads a pid file written by [Process.Start] and reports whether
 // that process is still running: the pid is alive, not a zombie, and its
 // environment names this pid file (see [PidFileEnv]). A missing file is not an

@@ -80,6 +80,48 @@ func TestProcessStopKills(t *testing.T) {
 	}
 }
 
+// TestProcessKill: Kill sends SIGKILL without SIGTERM first (a TERM trap
+// would print), reaps the process and removes the pid file.
+func TestProcessKill(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dir := t.TempDir()
+	p := Process{
+		Name:    "victim",
+		Path:    "/bin/sh",
+		Args:    []string{"-c", `trap "echo got-term" TERM; echo ready; while :; do sleep 0.05; done`},
+		LogFile: filepath.Join(dir, "victim.log"),
+		PidFile: filepath.Join(dir, "victim.pid"),
+	}
+	r, err := p.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(r.LogTail(5), "\nready") })
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Done():
+	default:
+		t.Fatal("Done not closed after Kill")
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("exit status = %v, want killed", err)
+	}
+	if strings.Contains(r.LogTail(5), "\ngot-term") { // the first line quotes the command
+		t.Error("Kill sent SIGTERM first")
+	}
+	if _, err := os.Stat(p.PidFile); !os.IsNotExist(err) {
+		t.Errorf("pid file left after Kill: %v", err)
+	}
+	if err := r.Kill(); err != nil {
+		t.Errorf("second Kill: %v", err)
+	}
+	if err := r.Stop(time.Second); err != nil {
+		t.Errorf("Stop after Kill: %v", err)
+	}
+}
+
 // TestPidFileStop stops a detached process through its pid file, as
 // devcluster down does from another process.
 func TestPidFileStop(t *testing.T) {

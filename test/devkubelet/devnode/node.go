@@ -56,6 +56,9 @@ type NodeOptions struct {
 	Workers int
 	// Logger receives the kubelet's log; nil discards it.
 	Logger *slog.Logger
+	// SandboxIDPrefix starts the kubelet's sandbox IDs (see
+	// devkubelet.Config.SandboxIDPrefix).
+	SandboxIDPrefix string
 }
 
 // Node is one node of a harness cluster run by this process: the agent
@@ -146,30 +149,50 @@ func (n *Node) Kubelet() *devkubelet.Kubelet {
 // StartAgent starts cellium-agent and waits until it answers and has
 // written its conflist.
 func (n *Node) StartAgent(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.agent != nil {
-		return fmt.Errorf("node %s: agent already running", n.Name)
-	}
-	// A conflist left by the previous run would let the kubelet go on
-	// before the agent is back.
-	if err := os.Remove(n.agentCfg.ConfListPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	p, err := n.agentCfg.Process()
-	if err != nil {
-		return err
-	}
-	r, err := p.Start()
+	r, err := n.LaunchAgent()
 	if err != nil {
 		return err
 	}
 	if err := WaitAgent(ctx, n.agentCfg, r); err != nil {
+		n.mu.Lock()
+		if n.agent == r {
+			n.agent = nil
+		}
+		n.mu.Unlock()
 		_ = r.Stop(stopTimeout)
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	n.agent = r
 	return nil
+}
+
+// LaunchAgent starts cellium-agent and returns without waiting for it to
+// be ready ([WaitAgent] does that): for a restart while the API server
+// is down, when readiness may take long or never come. The node holds
+// the process as its agent until StopAgent or KillAgent.
+//
+// Errors: an agent is running already; the conflist of the previous run
+// cannot be removed; the process cannot be started.
+func (n *Node) LaunchAgent() (*harness.Running, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.agent != nil {
+		return nil, fmt.Errorf("node %s: agent already running", n.Name)
+	}
+	// A conflist left by the previous run would let the kubelet go on
+	// before the agent is back.
+	if err := os.Remove(n.agentCfg.ConfListPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	p, err := n.agentCfg.Process()
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.Start()
+	if err != nil {
+		return nil, err
+	}
+	n.agent = r
+	return r, nil
 }
 
 // StopAgent stops the agent (SIGTERM); its state directory stays, so
@@ -185,6 +208,20 @@ func (n *Node) StopAgent() error {
 	return r.Stop(stopTimeout)
 }
 
+// KillAgent kills the agent with SIGKILL, as a crash or the OOM killer
+// would: it cleans nothing up, its socket file and state stay for the
+// next StartAgent.
+func (n *Node) KillAgent() error {
+	n.mu.Lock()
+	r := n.agent
+	n.agent = nil
+	n.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.Kill()
+}
+
 // StartKubelet starts the devkubelet in-process: Run goes on in the
 // background (it registers the node and handles pods) until StopKubelet.
 func (n *Node) StartKubelet() error {
@@ -194,13 +231,14 @@ func (n *Node) StartKubelet() error {
 		return fmt.Errorf("node %s: kubelet already running", n.Name)
 	}
 	k, err := devkubelet.New(devkubelet.Config{
-		NodeName:   n.Name,
-		NodeIP:     n.IP,
-		CNIConfDir: n.agentCfg.CNIConfDir(),
-		CNIBinDirs: []string{n.CNIBinDir()},
-		StateDir:   n.KubeletStateDir(),
-		Workers:    n.opts.Workers,
-		Logger:     n.opts.Logger,
+		NodeName:        n.Name,
+		NodeIP:          n.IP,
+		CNIConfDir:      n.agentCfg.CNIConfDir(),
+		CNIBinDirs:      []string{n.CNIBinDir()},
+		StateDir:        n.KubeletStateDir(),
+		Workers:         n.opts.Workers,
+		Logger:          n.opts.Logger,
+		SandboxIDPrefix: n.opts.SandboxIDPrefix,
 	}, n.cs)
 	if err != nil {
 		return err
