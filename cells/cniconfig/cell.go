@@ -103,8 +103,13 @@ type writerParams struct {
 	Node      k8s.NodeName
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	LocalNode statedb.Table[*nodes.LocalNode]
-	Jobs      hive.Jobs
-	Log       *slog.Logger
+	// IPAM, when present, says when the node can hand out addresses: from
+	// its CiliumNode or, with the API server down after a reboot, from the
+	// CIDRs of its state file. Without it the router IP on the local-node
+	// row (known only once the Node object is seen) stands for that.
+	IPAM ipam.Lookup `optional:"true"`
+	Jobs hive.Jobs
+	Log  *slog.Logger
 }
 
 func registerWriter(p writerParams) {
@@ -116,7 +121,7 @@ func registerWriter(p writerParams) {
 		if err := tables.WaitInitialized(ctx, p.DB, p.Endpoints); err != nil {
 			return nil // stopped
 		}
-		if err := waitRouterIP(ctx, p.DB, p.LocalNode, p.Node); err != nil {
+		if err := waitPodCIDR(ctx, p); err != nil {
 			return nil // stopped
 		}
 		data, err := ConfList(p.API.SocketPath, p.Config.MTU)
@@ -129,6 +134,16 @@ func registerWriter(p writerParams) {
 		p.Log.Info("wrote CNI configuration", "path", p.Config.WriteCNIConfWhenReady)
 		return nil
 	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
+}
+
+// waitPodCIDR waits until IPAM can allocate (its wait is on a channel
+// closed when the pool is built), or for the local node's router IP.
+func waitPodCIDR(ctx context.Context, p writerParams) error {
+	if p.IPAM != nil {
+		_, err := p.IPAM.OwnedBy(ctx, ipam.HealthOwner)
+		return err
+	}
+	return waitRouterIP(ctx, p.DB, p.LocalNode, p.Node)
 }
 
 // waitRouterIP waits until the local-node row has a router IP: IPAM has a

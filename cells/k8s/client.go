@@ -124,7 +124,7 @@ func NewClientset(p ClientsetParams) (Clientset, error) {
 		p.Lifecycle.Append(hive.Hook{
 			Name: "k8s-client-close-idle",
 			OnStop: func(context.Context) error {
-				cs.(*clientset).closeIdle()
+				CloseIdleConnections(cs)
 				return nil
 			},
 		})
@@ -168,10 +168,13 @@ func NewClientsetFromConfig(rc *rest.Config) (Clientset, error) {
 	return &clientset{Clientset: core, cilium: cilium, apiext: apiext, config: rc, http: hc, enabled: true}, nil
 }
 
-// closeIdle closes the pool's idle connections, looking through the
-// round-tripper wrappers to the transport that holds them.
-func (c *clientset) closeIdle() {
-	if c.http != nil {
+// CloseIdleConnections closes the idle connections of cs's connection
+// pool, looking through the round-tripper wrappers to the transport that
+// holds them. The client cell does it at stop; a test that stops a hive
+// and checks for leaked goroutines may call it again for a connection
+// whose cancelled watches were still closing then.
+func CloseIdleConnections(cs Clientset) {
+	if c, ok := cs.(*clientset); ok && c.http != nil {
 		utilnet.CloseIdleConnectionsFor(c.http.Transport)
 	}
 }

@@ -11,11 +11,9 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/daemon"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
@@ -38,13 +36,14 @@ func TestAgentHiveInProcess(t *testing.T) {
 	var (
 		db   *statedb.DB
 		pods statedb.Table[*corev1.Pod]
+		cs   k8s.Clientset
 	)
 	h := hivetest.New(t, []string{
 		"--k8s-kubeconfig-path=" + kubeconfig,
 		"--socket-path=" + filepath.Join(t.TempDir(), "cellium.sock"),
 		"--state-dir=" + t.TempDir(),
 		"--write-cni-conf-when-ready=",
-	}, daemon.Agent, hivetest.Capture(&db), hivetest.Capture(&pods))
+	}, daemon.Agent, hivetest.Capture(&db), hivetest.Capture(&pods), hivetest.Capture(&cs))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := h.Start(ctx); err != nil {
@@ -76,34 +75,15 @@ func TestAgentHiveInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = true
-	// client-go keeps one transport per TLS configuration for the whole
-	// process, and the agent's clients do not close its idle connections on
-	// stop (harmless in the agent, whose process exits). With the admin
-	// credentials the transport was the harness's; with the ServiceAccount
-	// token it is the agent's own, so close its idle connection here. A
+	// The client cell closes its idle connections at stop, but a
 	// connection whose cancelled watches are still being torn down is not
-	// idle yet: close again until goleak (which retries for a while itself)
-	// finds nothing, or give up after a few rounds.
+	// idle yet then: close again until goleak (which retries for a while
+	// itself) finds nothing, or give up after a few rounds.
 	for range 5 {
-		closeIdleConnections(t, kubeconfig)
+		k8s.CloseIdleConnections(cs)
 		if err = goleak.Find(ignore, goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*loggingT).flushDaemon")); err == nil {
 			return
 		}
 	}
 	t.Fatalf("goroutines left after stop: %v", err)
-}
-
-// closeIdleConnections closes the idle connections of the transport
-// client-go shares among the clients built from kubeconfig.
-func closeIdleConnections(t *testing.T, kubeconfig string) {
-	t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := rest.TransportFor(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	utilnet.CloseIdleConnectionsFor(tr)
 }
