@@ -1,0 +1,545 @@
+package routing
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/datapath/link"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/routes"
+	"github.com/cellium/cellium/test/privileged"
+)
+
+// Every address below lives only inside network namespaces the test makes:
+// one plays the node, one each pod. The node namespace has no default
+// route and no link to the outside, and the pods route only through it,
+// so no packet can leave the test namespaces.
+var (
+	testRouter = netip.MustParseAddr("10.213.0.1")
+	testPodA   = netip.MustParseAddr("10.213.0.10")
+	testPodB   = netip.MustParseAddr("10.213.0.11")
+)
+
+func newTestNS(tb testing.TB) ns.NetNS {
+	tb.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		tb.Fatalf("create netns: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = n.Close()
+		if err := testutils.UnmountNS(n); err != nil {
+			tb.Errorf("remove netns %s: %v", n.Path(), err)
+		}
+	})
+	return n
+}
+
+type nopHealth struct{}
+
+func (nopHealth) OK(string)              {}
+func (nopHealth) Degraded(string, error) {}
+
+// harness runs the deriver and the three reconcilers against a node
+// namespace, fed by endpoints and local-node tables the test writes.
+type harness struct {
+	t         *testing.T
+	db        *statedb.DB
+	eps       statedb.RWTable[*endpoints.Endpoint]
+	local     statedb.RWTable[*nodes.LocalNode]
+	tables    Tables
+	epsInit   func(statedb.WriteTxn)
+	nodeNetns Netns
+}
+
+func startHarness(t *testing.T, node ns.NetNS) *harness {
+	t.Helper()
+	db := statedb.New()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	eps, err := endpoints.NewTable(db)
+	must(err)
+	local, err := nodes.NewLocalNodeTable(db)
+	must(err)
+	rt, err := routes.NewRoutesTable(db)
+	must(err)
+	dt, err := routes.NewDevicesTable(db)
+	must(err)
+	st, err := routes.NewSysctlsTable(db)
+	must(err)
+	h := &harness{t: t, db: db, eps: eps, local: local, nodeNetns: Netns{Path: node.Path()}}
+	wtxn := db.WriteTxn(eps)
+	h.epsInit = eps.RegisterInitializer(wtxn, "test")
+	wtxn.Commit()
+	h.tables = Tables{DB: db, Endpoints: eps, LocalNode: local, Routes: rt, Devices: dt, Sysctls: st}
+
+	d := NewDeriver(h.tables)
+	rc, dc, sc := Reconcilers(h.tables, h.nodeNetns)
+	rc.FullInterval, dc.FullInterval, sc.FullInterval = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	rr, err := reconciler.New(db, rc)
+	must(err)
+	dr, err := reconciler.New(db, dc)
+	must(err)
+	sr, err := reconciler.New(db, sc)
+	must(err)
+	must(rr.Subscribe())
+	must(dr.Subscribe())
+	must(sr.Subscribe())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context, reconciler.Health){d.Run, rr.Run, dr.Run, sr.Run} {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(ctx, nopHealth{}) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return h
+}
+
+func (h *harness) setLocalNode(router netip.Addr) {
+	wtxn := h.db.WriteTxn(h.local)
+	_, _, _ = h.local.Insert(wtxn, &nodes.LocalNode{Name: "test-node", RouterIP: router,
+		PodCIDRs: []netip.Prefix{netip.PrefixFrom(router, 24).Masked()}})
+	wtxn.Commit()
+}
+
+func (h *harness) upsertEndpoint(ep *endpoints.Endpoint) {
+	wtxn := h.db.WriteTxn(h.eps)
+	_, _, _ = h.eps.Insert(wtxn, ep)
+	wtxn.Commit()
+}
+
+func (h *harness) deleteEndpoint(id uint16) {
+	wtxn := h.db.WriteTxn(h.eps)
+	_, _, _ = h.eps.Delete(wtxn, &endpoints.Endpoint{ID: id})
+	wtxn.Commit()
+}
+
+func (h *harness) endpointsRestored() {
+	wtxn := h.db.WriteTxn(h.eps)
+	h.epsInit(wtxn)
+	wtxn.Commit()
+}
+
+// waitTables waits until cond holds over a snapshot, re-checking on every
+// change of the three desired tables.
+func (h *harness) waitTables(what string, cond func(txn statedb.ReadTxn) bool) {
+	h.t.Helper()
+	timeout := time.After(15 * time.Second)
+	for {
+		txn := h.db.ReadTxn()
+		_, w1 := h.tables.Routes.AllWatch(txn)
+		_, w2 := h.tables.Devices.AllWatch(txn)
+		_, w3 := h.tables.Sysctls.AllWatch(txn)
+		if cond(txn) {
+			return
+		}
+		select {
+		case <-w1:
+		case <-w2:
+		case <-w3:
+		case <-timeout:
+			h.t.Fatalf("timed out waiting for %s; routes: %v", what, dumpRoutes(txn, h.tables.Routes))
+		}
+	}
+}
+
+func dumpRoutes(txn statedb.ReadTxn, t statedb.Table[*routes.Route]) []string {
+	var out []string
+	for r := range t.All(txn) {
+		out = append(out, fmt.Sprintf("%s dev %s %s", r.Prefix, r.Device, r.Status))
+	}
+	return out
+}
+
+func allDone(txn statedb.ReadTxn, tb Tables, nRoutes int) bool {
+	n := 0
+	for r := range tb.Routes.All(txn) {
+		if r.Status.Kind != reconciler.StatusDone {
+			return false
+		}
+		n++
+	}
+	nd := 0
+	for d := range tb.Devices.All(txn) {
+		if d.Status.Kind != reconciler.StatusDone {
+			return false
+		}
+		nd++
+	}
+	ns := 0
+	for s := range tb.Sysctls.All(txn) {
+		if s.Status.Kind != reconciler.StatusDone {
+			return false
+		}
+		ns++
+	}
+	return n == nRoutes && nd == 1 && ns > 0
+}
+
+// waitKernel polls the node namespace until cond holds (the reconciler
+// writes to the kernel after the table says so, or by itself when
+// pruning, so there is no table event to wait for).
+func waitKernel(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nodeRoutes lists the main-table IPv4 routes of the node namespace.
+func nodeRoutes(nh *netlink.Handle) ([]netlink.Route, error) {
+	return retryDump(func() ([]netlink.Route, error) {
+		return nh.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: syscall.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	})
+}
+
+func findRoute(rs []netlink.Route, dst string, proto int) *netlink.Route {
+	for i, r := range rs {
+		if r.Dst != nil && r.Dst.String() == dst && int(r.Protocol) == proto {
+			return &rs[i]
+		}
+	}
+	return nil
+}
+
+func setupPod(t *testing.T, node ns.NetNS, id int, ip netip.Addr) (ns.NetNS, link.Result) {
+	t.Helper()
+	pod := newTestNS(t)
+	res, err := link.Host{NetnsPath: node.Path()}.SetupEndpoint(context.Background(), link.Spec{
+		ContainerID: fmt.Sprintf("routing-test-%d", id),
+		NetnsPath:   pod.Path(),
+		IPv4:        ip.AsSlice(),
+		Gateway:     testRouter.AsSlice(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod, res
+}
+
+func nodeHandle(t *testing.T, node ns.NetNS) *netlink.Handle {
+	t.Helper()
+	var nh *netlink.Handle
+	err := node.Do(func(ns.NetNS) error {
+		var err error
+		nh, err = netlink.NewHandle(syscall.NETLINK_ROUTE)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nh.Close)
+	return nh
+}
+
+// TestPrivilegedConnectivity: two pods made by the CNI path's link package
+// on a test node; from the endpoints and local-node tables alone the
+// reconcilers program cilium_host, the routes and the sysctls, and then
+// pods reach each other and the node (ICMP and TCP). On the old code
+// nothing made cilium_host or the routes, and the pods could not talk.
+func TestPrivilegedConnectivity(t *testing.T) {
+	privileged.Require(t)
+	node := newTestNS(t)
+	nh := nodeHandle(t, node)
+	podA, resA := setupPod(t, node, 1, testPodA)
+	podB, resB := setupPod(t, node, 2, testPodB)
+
+	h := startHarness(t, node)
+	h.setLocalNode(testRouter)
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: resA.HostIfName, State: ciliumv2.EndpointStateReady})
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 2, IPv4: testPodB, HostIfName: resB.HostIfName, State: ciliumv2.EndpointStateReady})
+	h.endpointsRestored()
+	h.waitTables("all rows reconciled", func(txn statedb.ReadTxn) bool { return allDone(txn, h.tables, 2) })
+
+	// What the kernel now holds.
+	host, err := nh.LinkByName(routes.HostDevice)
+	if err != nil {
+		t.Fatalf("cilium_host: %v", err)
+	}
+	if host.Type() != "veth" || host.Attrs().Flags&net.FlagUp == 0 {
+		t.Errorf("cilium_host is a %s with flags %v, want an up veth", host.Type(), host.Attrs().Flags)
+	}
+	addrs, err := nh.AddrList(host, netlink.FAMILY_V4)
+	if err != nil || len(addrs) != 1 || addrs[0].IPNet.String() != "10.213.0.1/32" {
+		t.Errorf("cilium_host addresses = %v (%v), want 10.213.0.1/32", addrs, err)
+	}
+	rs, err := nodeRoutes(nh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ip, dev := range map[netip.Addr]link.Result{testPodA: resA, testPodB: resB} {
+		r := findRoute(rs, ip.String()+"/32", routes.Protocol)
+		if r == nil || r.LinkIndex != dev.HostIfIndex || r.Scope != netlink.SCOPE_LINK {
+			t.Errorf("route to %s = %+v, want scope link dev %s proto %d", ip, r, dev.HostIfName, routes.Protocol)
+		}
+	}
+	var fwd string
+	_ = node.Do(func(ns.NetNS) error {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+		fwd = string(b)
+		return err
+	})
+	if fwd != "1\n" {
+		t.Errorf("node ip_forward = %q, want 1", fwd)
+	}
+
+	t.Run("icmp", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			from ns.NetNS
+			dst  netip.Addr
+		}{{"A->B", podA, testPodB}, {"B->A", podB, testPodA}, {"A->router", podA, testRouter}} {
+			if err := ping(c.from, c.dst); err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+		}
+	})
+	t.Run("tcp", func(t *testing.T) {
+		peer, err := tcpEcho(podB, testPodB, podA, []byte("pod A to pod B"))
+		if err != nil {
+			t.Fatalf("pod A -> pod B: %v", err)
+		}
+		if peer != testPodA {
+			t.Errorf("pod B saw %s, want pod A's %s", peer, testPodA)
+		}
+		if _, err := tcpEcho(node, testRouter, podA, []byte("pod A to the node")); err != nil {
+			t.Errorf("pod A -> node (router IP): %v", err)
+		}
+		if _, err := tcpEcho(podA, testPodA, node, []byte("node to pod A")); err != nil {
+			t.Errorf("node -> pod A: %v", err)
+		}
+	})
+}
+
+// TestPrivilegedPrune: deleting an endpoint row removes its route; a route
+// with the agent's protocol that nothing desires (left by an earlier
+// agent) is pruned by the full reconciliation; routes with other
+// protocols, even to a pod address, are never touched; a route whose
+// device is missing shows the error in its row.
+func TestPrivilegedPrune(t *testing.T) {
+	privileged.Require(t)
+	node := newTestNS(t)
+	nh := nodeHandle(t, node)
+	_, resA := setupPod(t, node, 1, testPodA)
+	_, resB := setupPod(t, node, 2, testPodB)
+
+	// Before the agent: a stale route of ours and two foreign ones.
+	hostA, err := nh.LinkByName(resA.HostIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(dst string, proto int, typ int, linkIndex int) {
+		t.Helper()
+		_, ipn, _ := net.ParseCIDR(dst)
+		r := &netlink.Route{Dst: ipn, Table: syscall.RT_TABLE_MAIN, Protocol: netlink.RouteProtocol(proto), Type: typ, LinkIndex: linkIndex}
+		if typ == syscall.RTN_UNICAST {
+			r.Scope = netlink.SCOPE_LINK
+		}
+		if err := nh.RouteAdd(r); err != nil {
+			t.Fatalf("add route %s: %v", dst, err)
+		}
+	}
+	add("10.213.0.98/32", routes.Protocol, syscall.RTN_UNICAST, hostA.Attrs().Index) // stale, ours
+	add("10.213.0.99/32", syscall.RTPROT_STATIC, syscall.RTN_UNICAST, hostA.Attrs().Index)
+	add("10.213.9.0/24", syscall.RTPROT_STATIC, syscall.RTN_BLACKHOLE, 0)
+
+	h := startHarness(t, node)
+	h.setLocalNode(testRouter)
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: resA.HostIfName, State: ciliumv2.EndpointStateReady})
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 2, IPv4: testPodB, HostIfName: resB.HostIfName, State: ciliumv2.EndpointStateReady})
+	h.endpointsRestored()
+	h.waitTables("all rows reconciled", func(txn statedb.ReadTxn) bool { return allDone(txn, h.tables, 2) })
+
+	waitKernel(t, "the stale route 10.213.0.98/32 pruned", func() (bool, error) {
+		rs, err := nodeRoutes(nh)
+		return findRoute(rs, "10.213.0.98/32", routes.Protocol) == nil, err
+	})
+	rs, err := nodeRoutes(nh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if findRoute(rs, "10.213.0.99/32", syscall.RTPROT_STATIC) == nil {
+		t.Error("the foreign route 10.213.0.99/32 proto static was removed")
+	}
+	if findRoute(rs, "10.213.9.0/24", syscall.RTPROT_STATIC) == nil {
+		t.Error("the foreign blackhole 10.213.9.0/24 was removed")
+	}
+
+	h.deleteEndpoint(2)
+	waitKernel(t, "the route to the deleted endpoint removed", func() (bool, error) {
+		rs, err := nodeRoutes(nh)
+		return findRoute(rs, testPodB.String()+"/32", routes.Protocol) == nil, err
+	})
+	rs, _ = nodeRoutes(nh)
+	if findRoute(rs, testPodA.String()+"/32", routes.Protocol) == nil {
+		t.Error("the route to endpoint 1 went with endpoint 2's")
+	}
+
+	// An endpoint whose veth is gone: the row says why it is not routed.
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 3, IPv4: netip.MustParseAddr("10.213.0.12"), HostIfName: "lxcmissing", State: ciliumv2.EndpointStateReady})
+	h.waitTables("an error status on the route without a device", func(txn statedb.ReadTxn) bool {
+		r, _, ok := h.tables.Routes.Get(txn, routes.PrefixIndex.Query(netip.MustParsePrefix("10.213.0.12/32")))
+		return ok && r.Status.Kind == reconciler.StatusError &&
+			strings.Contains(r.Status.Error, "lxcmissing")
+	})
+
+	// Without a router IP cilium_host is not desired: it is removed.
+	h.setLocalNode(netip.Addr{})
+	waitKernel(t, "cilium_host removed", func() (bool, error) {
+		l, err := linkByName(nh, routes.HostDevice)
+		return l == nil, err
+	})
+}
+
+// ping sends ICMP echo requests to dst from inside from over a raw socket
+// until a reply comes back (at most 5 s).
+func ping(from ns.NetNS, dst netip.Addr) error {
+	return from.Do(func(ns.NetNS) error {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.IPPROTO_ICMP)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer syscall.Close(fd)
+		tv := syscall.Timeval{Usec: 200_000}
+		if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		d4 := dst.As4()
+		id := uint16(os.Getpid()) ^ binary.BigEndian.Uint16(d4[2:])
+		to := &syscall.SockaddrInet4{Addr: d4}
+		buf := make([]byte, 1500)
+		deadline := time.Now().Add(5 * time.Second)
+		for seq := uint16(1); time.Now().Before(deadline); seq++ {
+			if err := syscall.Sendto(fd, echoRequest(id, seq), 0, to); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			for sent := time.Now(); time.Since(sent) < time.Second; {
+				n, _, err := syscall.Recvfrom(fd, buf, 0)
+				if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("receive: %w", err)
+				}
+				pkt := buf[:n] // a raw IPv4 socket delivers the IP header too
+				if len(pkt) < 20 {
+					continue
+				}
+				ihl := int(pkt[0]&0x0f) * 4
+				if len(pkt) < ihl+8 || [4]byte(pkt[12:16]) != d4 {
+					continue
+				}
+				if icmp := pkt[ihl:]; icmp[0] == 0 && binary.BigEndian.Uint16(icmp[4:]) == id {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no echo reply from %s within 5s", dst)
+	})
+}
+
+func echoRequest(id, seq uint16) []byte {
+	msg := make([]byte, 8+16)
+	msg[0] = 8 // echo request
+	binary.BigEndian.PutUint16(msg[4:], id)
+	binary.BigEndian.PutUint16(msg[6:], seq)
+	copy(msg[8:], "cellium-routing")
+	var sum uint32
+	for i := 0; i < len(msg); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(msg[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	binary.BigEndian.PutUint16(msg[2:], ^uint16(sum))
+	return msg
+}
+
+// tcpEcho listens on serverIP inside server, connects from inside client,
+// sends msg, reads it back, and returns the client address the server saw.
+func tcpEcho(server ns.NetNS, serverIP netip.Addr, client ns.NetNS, msg []byte) (netip.Addr, error) {
+	var ln net.Listener
+	if err := server.Do(func(ns.NetNS) error {
+		var err error
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(serverIP, 0).String())
+		return err
+	}); err != nil {
+		return netip.Addr{}, fmt.Errorf("listen: %w", err)
+	}
+	type accepted struct {
+		peer netip.Addr
+		err  error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- accepted{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.CopyN(c, c, int64(len(msg)))
+		done <- accepted{peer: c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap(), err: err}
+	}()
+	var conn net.Conn
+	err := client.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp4", ln.Addr().String())
+		return err
+	})
+	if err != nil {
+		ln.Close()
+		<-done
+		return netip.Addr{}, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(msg))
+	_, werr := conn.Write(msg)
+	_, rerr := io.ReadFull(conn, got)
+	ln.Close()
+	a := <-done
+	if err := errors.Join(werr, rerr, a.err); err != nil {
+		return netip.Addr{}, err
+	}
+	if string(got) != string(msg) {
+		return netip.Addr{}, fmt.Errorf("echo returned %q, want %q", got, msg)
+	}
+	return a.peer, nil
+}
