@@ -121,7 +121,9 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 		NodeName:   o.nodeName,
 		Dir:        dir,
 		Args:       o.agentArgs,
-		Detach:     true,
+		// Pods of `make up` reach each other and the node.
+		HostRouting: true,
+		Detach:      true,
 	}
 }
 

@@ -1,0 +1,84 @@
+// Package hostrouting composes the agent's host-routing datapath cell: the
+// desired routes, devices and sysctls tables (statedb/routes), the deriver
+// that fills them from the endpoints and local-node tables, and their three
+// reconcilers into the kernel (datapath/routing), behind
+// --enable-endpoint-routes. Like daemon/hostlinks it is a package of its
+// own, composed only by cellium-agent's main, so that what links the daemon
+// package does not link the datapath.
+package hostrouting
+
+import (
+	"context"
+	"time"
+
+	"github.com/cilium/statedb"
+
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
+	"github.com/cellium/cellium/datapath/routing"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/routes"
+)
+
+// FullInterval is how often the reconcilers check every row against the
+// kernel again (repairing a route or address removed behind the agent's
+// back) and prune the routes and devices the agent owns but no longer
+// wants.
+const FullInterval = 30 * time.Second
+
+// Flag switches the cell on and off.
+const Flag = "enable-endpoint-routes"
+
+// Cell programs the node's host networking: cilium_host with the router
+// IP, a /32 route per endpoint through its veth, IPv4 forwarding.
+var Cell = hive.Module("host-routing", "Host device, routes to endpoints and forwarding sysctls",
+	hive.Feature(Flag, true,
+		"Program cilium_host with the router IP, a route to each endpoint through its veth and the forwarding sysctls (pods cannot reach each other without it)",
+		// The desired tables: written only by the deriver here, their
+		// status only by the reconcilers here.
+		hive.ProvidePrivate(routes.NewRoutesTable, routes.NewDevicesTable, routes.NewSysctlsTable),
+		// Anyone may read them (cellium statedb, the doctor, readiness).
+		hive.Provide(
+			statedb.RWTable[*routes.Route].ToTable,
+			statedb.RWTable[*routes.Device].ToTable,
+			statedb.RWTable[*routes.Sysctl].ToTable,
+		),
+		// Endpoints + local node -> desired tables -> the kernel.
+		hive.Invoke(register),
+	),
+)
+
+type params struct {
+	hive.In
+	DB        *statedb.DB
+	Endpoints statedb.Table[*endpoints.Endpoint]
+	LocalNode statedb.Table[*nodes.LocalNode]
+	Routes    statedb.RWTable[*routes.Route]
+	Devices   statedb.RWTable[*routes.Device]
+	Sysctls   statedb.RWTable[*routes.Sysctl]
+	Jobs      hive.Jobs
+	Reconcile reconcilejob.Params
+}
+
+func register(p params) error {
+	t := routing.Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode,
+		Routes: p.Routes, Devices: p.Devices, Sysctls: p.Sysctls}
+	d := routing.NewDeriver(t)
+	rc, dc, sc := routing.Reconcilers(t, routing.Netns{})
+	for _, c := range []*time.Duration{&rc.FullInterval, &dc.FullInterval, &sc.FullInterval} {
+		*c = FullInterval
+	}
+	// Jobs "reconcile-routes", "reconcile-devices", "reconcile-sysctls".
+	if _, err := reconcilejob.New(p.Reconcile, rc, nil); err != nil {
+		return err
+	}
+	if _, err := reconcilejob.New(p.Reconcile, dc, nil); err != nil {
+		return err
+	}
+	if _, err := reconcilejob.New(p.Reconcile, sc, nil); err != nil {
+		return err
+	}
+	p.Jobs.Add(hive.Service("derive-host-routing", nil, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
+	return nil
+}
