@@ -30,24 +30,31 @@ const FullInterval = 30 * time.Second
 // Flag switches the cell on and off.
 const Flag = "enable-endpoint-routes"
 
-// Cell programs the node's host networking: cilium_host with the router
-// IP, a /32 route per endpoint through its veth, IPv4 forwarding.
-var Cell = hive.Module("host-routing", "Host device, routes to endpoints and forwarding sysctls",
-	hive.Feature(Flag, true,
-		"Program cilium_host with the router IP, a route to each endpoint through its veth and the forwarding sysctls (pods cannot reach each other without it)",
-		// The desired tables: written only by the deriver here, their
-		// status only by the reconcilers here.
-		hive.ProvidePrivate(routes.NewRoutesTable, routes.NewDevicesTable, routes.NewSysctlsTable),
-		// Anyone may read them (cellium statedb, the doctor, readiness).
-		hive.Provide(
-			statedb.RWTable[*routes.Route].ToTable,
-			statedb.RWTable[*routes.Device].ToTable,
-			statedb.RWTable[*routes.Sysctl].ToTable,
+// Cell programs the node's host networking in the agent's own network
+// namespace: cilium_host with the router IP, a /32 route per endpoint
+// through its veth, IPv4 forwarding.
+var Cell = NewCell(routing.Netns{})
+
+// NewCell is Cell acting on the network namespace n (tests give the
+// namespace they made to play the node).
+func NewCell(n routing.Netns) hive.Cell {
+	return hive.Module("host-routing", "Host device, routes to endpoints and forwarding sysctls",
+		hive.Feature(Flag, true,
+			"Program cilium_host with the router IP, a route to each endpoint through its veth and the forwarding sysctls (pods cannot reach each other without it)",
+			// The desired tables: written only by the deriver here, their
+			// status only by the reconcilers here.
+			hive.ProvidePrivate(routes.NewRoutesTable, routes.NewDevicesTable, routes.NewSysctlsTable),
+			// Anyone may read them (cellium statedb, the doctor, readiness).
+			hive.Provide(
+				statedb.RWTable[*routes.Route].ToTable,
+				statedb.RWTable[*routes.Device].ToTable,
+				statedb.RWTable[*routes.Sysctl].ToTable,
+			),
+			// Endpoints + local node -> desired tables -> the kernel.
+			hive.Invoke(func(p params) error { return register(p, n) }),
 		),
-		// Endpoints + local node -> desired tables -> the kernel.
-		hive.Invoke(register),
-	),
-)
+	)
+}
 
 type params struct {
 	hive.In
@@ -61,11 +68,11 @@ type params struct {
 	Reconcile reconcilejob.Params
 }
 
-func register(p params) error {
+func register(p params, n routing.Netns) error {
 	t := routing.Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode,
 		Routes: p.Routes, Devices: p.Devices, Sysctls: p.Sysctls}
 	d := routing.NewDeriver(t)
-	rc, dc, sc := routing.Reconcilers(t, routing.Netns{})
+	rc, dc, sc := routing.Reconcilers(t, n)
 	for _, c := range []*time.Duration{&rc.FullInterval, &dc.FullInterval, &sc.FullInterval} {
 		*c = FullInterval
 	}
