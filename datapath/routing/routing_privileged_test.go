@@ -68,7 +68,7 @@ type harness struct {
 	nodeNetns Netns
 }
 
-func startHarness(t *testing.T, node ns.NetNS) *harness {
+func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration) *harness {
 	t.Helper()
 	db := statedb.New()
 	must := func(err error) {
@@ -95,7 +95,7 @@ func startHarness(t *testing.T, node ns.NetNS) *harness {
 
 	d := NewDeriver(h.tables)
 	rc, dc, sc := Reconcilers(h.tables, h.nodeNetns)
-	rc.FullInterval, dc.FullInterval, sc.FullInterval = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	rc.FullInterval, dc.FullInterval, sc.FullInterval = fullInterval, fullInterval, fullInterval
 	rr, err := reconciler.New(db, rc)
 	must(err)
 	dr, err := reconciler.New(db, dc)
@@ -276,7 +276,7 @@ func TestPrivilegedConnectivity(t *testing.T) {
 	podA, resA := setupPod(t, node, 1, testPodA)
 	podB, resB := setupPod(t, node, 2, testPodB)
 
-	h := startHarness(t, node)
+	h := startHarness(t, node, time.Hour)
 	h.setLocalNode(testRouter)
 	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: resA.HostIfName, State: ciliumv2.EndpointStateReady})
 	h.upsertEndpoint(&endpoints.Endpoint{ID: 2, IPv4: testPodB, HostIfName: resB.HostIfName, State: ciliumv2.EndpointStateReady})
@@ -375,7 +375,7 @@ func TestPrivilegedPrune(t *testing.T) {
 	add("10.213.0.99/32", syscall.RTPROT_STATIC, syscall.RTN_UNICAST, hostA.Attrs().Index)
 	add("10.213.9.0/24", syscall.RTPROT_STATIC, syscall.RTN_BLACKHOLE, 0)
 
-	h := startHarness(t, node)
+	h := startHarness(t, node, 100*time.Millisecond)
 	h.setLocalNode(testRouter)
 	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: resA.HostIfName, State: ciliumv2.EndpointStateReady})
 	h.upsertEndpoint(&endpoints.Endpoint{ID: 2, IPv4: testPodB, HostIfName: resB.HostIfName, State: ciliumv2.EndpointStateReady})
@@ -421,4 +421,42 @@ func TestPrivilegedPrune(t *testing.T) {
 		l, err := linkByName(nh, routes.HostDevice)
 		return l == nil, err
 	})
+}
+
+// TestPrivilegedVethRecreated: the CNI plugin re-creates a pod's veth under
+// the same name (an ADD retried): the kernel dropped the route with the old
+// link, and the endpoint's new ifindex alone brings it back, without
+// waiting for a full reconciliation (there is none in this test).
+func TestPrivilegedVethRecreated(t *testing.T) {
+	privileged.Require(t)
+	node := newTestNS(t)
+	nh := nodeHandle(t, node)
+	podA, resA := setupPod(t, node, 1, testPodA)
+	h := startHarness(t, node, time.Hour)
+	h.setLocalNode(testRouter)
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: resA.HostIfName, HostIfIndex: resA.HostIfIndex, State: ciliumv2.EndpointStateReady})
+	h.endpointsRestored()
+	h.waitTables("all rows reconciled", func(txn statedb.ReadTxn) bool { return allDone(txn, h.tables, 1) })
+
+	res2, err := link.Host{NetnsPath: node.Path()}.SetupEndpoint(context.Background(), link.Spec{
+		ContainerID: "routing-test-1", NetnsPath: podA.Path(), IPv4: testPodA.AsSlice(), Gateway: testRouter.AsSlice(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.HostIfName != resA.HostIfName || res2.HostIfIndex == resA.HostIfIndex {
+		t.Fatalf("re-created veth %s/%d, want the name %s with a new index", res2.HostIfName, res2.HostIfIndex, resA.HostIfName)
+	}
+	if rs, _ := nodeRoutes(nh); findRoute(rs, testPodA.String()+"/32", routes.Protocol) != nil {
+		t.Fatal("the route survived the veth's deletion; the test proves nothing")
+	}
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: res2.HostIfName, HostIfIndex: res2.HostIfIndex, State: ciliumv2.EndpointStateReady})
+	waitKernel(t, "the route through the new veth", func() (bool, error) {
+		rs, err := nodeRoutes(nh)
+		r := findRoute(rs, testPodA.String()+"/32", routes.Protocol)
+		return r != nil && r.LinkIndex == res2.HostIfIndex, err
+	})
+	if err := privileged.Ping(podA, testRouter); err != nil {
+		t.Errorf("pod -> node after the veth was re-created: %v", err)
+	}
 }

@@ -43,7 +43,8 @@ func Derive(local *nodes.LocalNode, eps iter.Seq[*endpoints.Endpoint]) Desired {
 			continue
 		}
 		d.Routes = append(d.Routes, &Route{
-			Prefix: netip.PrefixFrom(ep.IPv4, 32), Device: ep.HostIfName, EndpointID: ep.ID,
+			Prefix: netip.PrefixFrom(ep.IPv4, 32), Device: ep.HostIfName, DeviceIndex: ep.HostIfIndex,
+			EndpointID: ep.ID,
 		})
 	}
 	slices.SortFunc(d.Routes, func(a, b *Route) int { return comparePrefix(a.Prefix, b.Prefix) })

@@ -89,6 +89,12 @@ func TestSync(t *testing.T) {
 	if changed, _ := Sync(wtxn, tbl, []*Route{r("10.0.0.1/32", "a"), r("10.0.0.2/32", "b")}, status); changed {
 		t.Error("second identical sync changed the table")
 	}
+	// The same device name with a new ifindex (a re-created veth) is a change.
+	moved := r("10.0.0.1/32", "a")
+	moved.DeviceIndex = 7
+	if changed, _ := Sync(wtxn, tbl, []*Route{moved, r("10.0.0.2/32", "b")}, status); !changed {
+		t.Error("a new device index is not a change")
+	}
 	// 10.0.0.2 moves to another device, 10.0.0.1 goes, 10.0.0.3 comes.
 	if changed, _ := Sync(wtxn, tbl, []*Route{r("10.0.0.2/32", "c"), r("10.0.0.3/32", "d")}, status); !changed {
 		t.Error("third sync changed nothing")

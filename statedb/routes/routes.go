@@ -46,6 +46,11 @@ type Route struct {
 	Prefix netip.Prefix `json:"prefix"`
 	// Device is the link the route goes through (the endpoint's host veth).
 	Device string `json:"device"`
+	// DeviceIndex is the device's ifindex as the endpoint recorded it. The
+	// route is installed through the link named Device; the index only
+	// makes a veth re-created under the same name a change, so the route
+	// (which the kernel dropped with the old link) is put back at once.
+	DeviceIndex int `json:"device-index,omitempty"`
 	// EndpointID is the endpoint the route leads to.
 	EndpointID uint16 `json:"endpoint-id"`
 	// Status is the reconciliation status.
@@ -54,7 +59,7 @@ type Route struct {
 
 // SameAs reports whether r and o differ at most in Status.
 func (r *Route) SameAs(o *Route) bool {
-	return r.Prefix == o.Prefix && r.Device == o.Device && r.EndpointID == o.EndpointID
+	return r.Prefix == o.Prefix && r.Device == o.Device && r.DeviceIndex == o.DeviceIndex && r.EndpointID == o.EndpointID
 }
 
 // WithStatus returns a copy of r with status s.
