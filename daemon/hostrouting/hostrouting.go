@@ -76,7 +76,8 @@ func register(p params, n routing.Netns) error {
 	for _, c := range []*time.Duration{&rc.FullInterval, &dc.FullInterval, &sc.FullInterval} {
 		*c = FullInterval
 	}
-	// Jobs "reconcile-routes", "reconcile-devices", "reconcile-sysctls".
+	// Jobs "reconcile-host-routes", "reconcile-host-devices",
+	// "reconcile-host-sysctls".
 	if _, err := reconcilejob.New(p.Reconcile, rc, nil); err != nil {
 		return err
 	}

@@ -117,18 +117,19 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want route
 
 // Reconcilers returns the configurations of the three reconcilers, for
 // statedb/reconciler (or cells/hive/reconcilejob in the agent): names
-// "routes", "devices" and "sysctls", acting on n.
+// "host-routes", "host-devices" and "host-sysctls" (the table names),
+// acting on n.
 func Reconcilers(t Tables, n Netns) (reconciler.Config[*routes.Route], reconciler.Config[*routes.Device], reconciler.Config[*routes.Sysctl]) {
 	return reconciler.Config[*routes.Route]{
-			Name: "routes", Table: t.Routes, Operations: RouteOps{Netns: n},
+			Name: routes.RoutesTableName, Table: t.Routes, Operations: RouteOps{Netns: n},
 			GetStatus: func(r *routes.Route) reconciler.Status { return r.Status },
 			SetStatus: (*routes.Route).WithStatus,
 		}, reconciler.Config[*routes.Device]{
-			Name: "devices", Table: t.Devices, Operations: DeviceOps{Netns: n},
+			Name: routes.DevicesTableName, Table: t.Devices, Operations: DeviceOps{Netns: n},
 			GetStatus: func(r *routes.Device) reconciler.Status { return r.Status },
 			SetStatus: (*routes.Device).WithStatus,
 		}, reconciler.Config[*routes.Sysctl]{
-			Name: "sysctls", Table: t.Sysctls, Operations: SysctlOps{Netns: n},
+			Name: routes.SysctlsTableName, Table: t.Sysctls, Operations: SysctlOps{Netns: n},
 			GetStatus: func(r *routes.Sysctl) reconciler.Status { return r.Status },
 			SetStatus: (*routes.Sysctl).WithStatus,
 		}

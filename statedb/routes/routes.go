@@ -34,9 +34,9 @@ const Protocol = 201
 
 // Table names.
 const (
-	RoutesTableName  = "routes"
-	DevicesTableName = "devices"
-	SysctlsTableName = "sysctls"
+	RoutesTableName  = "host-routes"
+	DevicesTableName = "host-devices"
+	SysctlsTableName = "host-sysctls"
 )
 
 // Route is one desired route in the main table: Prefix through Device,

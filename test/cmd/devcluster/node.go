@@ -53,6 +53,7 @@ type nodeOptions struct {
 	podCIDR          string
 	podMaskSize      int
 	demoPods         bool
+	hostRouting      bool
 	agentArgs        []string
 	operatorArgs     []string
 
@@ -73,6 +74,7 @@ func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs.StringVar(&o.podCIDR, "cluster-pool-ipv4-cidr", "10.244.0.0/16", "the pod address space the operator carves node CIDRs out of")
 	fs.IntVar(&o.podMaskSize, "cluster-pool-ipv4-mask-size", 24, "prefix length of each node's pod CIDR")
 	fs.BoolVar(&o.demoPods, "demo-pods", true, "create three demo pods in namespace "+demoNamespace)
+	fs.BoolVar(&o.hostRouting, "host-routing", true, "let the agent program this machine's network namespace (cilium_host, a route per pod, ip_forward) so that pods reach each other and the node; down removes them and restores the sysctls")
 	fs.StringSliceVar(&o.agentArgs, "agent-arg", nil, "extra cellium-agent flag (repeatable)")
 	fs.StringSliceVar(&o.operatorArgs, "operator-arg", nil, "extra cellium-operator flag (repeatable)")
 }
@@ -122,7 +124,7 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 		Dir:        dir,
 		Args:       o.agentArgs,
 		// Pods of `make up` reach each other and the node.
-		HostRouting: true,
+		HostRouting: o.hostRouting,
 		Detach:      true,
 	}
 }
