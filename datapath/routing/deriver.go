@@ -20,6 +20,16 @@ type Tables struct {
 	Routes    statedb.RWTable[*routes.Route]
 	Devices   statedb.RWTable[*routes.Device]
 	Sysctls   statedb.RWTable[*routes.Sysctl]
+	// Masquerade is nil when masquerading is off.
+	Masquerade statedb.RWTable[*routes.Masquerade]
+}
+
+func (t Tables) written() []statedb.TableMeta {
+	out := []statedb.TableMeta{t.Routes, t.Devices, t.Sysctls}
+	if t.Masquerade != nil {
+		out = append(out, t.Masquerade)
+	}
+	return out
 }
 
 // Deriver keeps the routes, devices and sysctls tables equal to
@@ -37,12 +47,16 @@ type Deriver struct {
 // router IP, so that an agent restart never removes cilium_host or a
 // route before it knows what is desired.
 func NewDeriver(t Tables) *Deriver {
-	wtxn := t.DB.WriteTxn(t.Routes, t.Devices, t.Sysctls)
+	tables := t.written()
+	wtxn := t.DB.WriteTxn(tables...)
 	d := &Deriver{t: t, initDone: []func(statedb.WriteTxn){
 		t.Routes.RegisterInitializer(wtxn, "host-routing"),
 		t.Devices.RegisterInitializer(wtxn, "host-routing"),
 		t.Sysctls.RegisterInitializer(wtxn, "host-routing"),
 	}}
+	if t.Masquerade != nil {
+		d.initDone = append(d.initDone, t.Masquerade.RegisterInitializer(wtxn, "host-routing"))
+	}
 	wtxn.Commit()
 	return d
 }
@@ -92,7 +106,8 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 }
 
 func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want routes.Desired) error {
-	wtxn := d.t.DB.WriteTxn(d.t.Routes, d.t.Devices, d.t.Sysctls)
+	tables := d.t.written()
+	wtxn := d.t.DB.WriteTxn(tables...)
 	defer wtxn.Abort()
 	if _, err := routes.Sync(wtxn, d.t.Routes, want.Routes, func(r *routes.Route) reconciler.Status { return r.Status }); err != nil {
 		return fmt.Errorf("routes: %w", err)
@@ -102,6 +117,11 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want route
 	}
 	if _, err := routes.Sync(wtxn, d.t.Sysctls, want.Sysctls, func(r *routes.Sysctl) reconciler.Status { return r.Status }); err != nil {
 		return fmt.Errorf("sysctls: %w", err)
+	}
+	if d.t.Masquerade != nil {
+		if _, err := routes.Sync(wtxn, d.t.Masquerade, routes.DeriveMasquerade(local), func(m *routes.Masquerade) reconciler.Status { return m.Status }); err != nil {
+			return fmt.Errorf("masquerade: %w", err)
+		}
 	}
 	if d.initDone != nil && local != nil && local.RouterIP.IsValid() {
 		if ok, _ := d.t.Endpoints.Initialized(rtxn); ok {
@@ -133,4 +153,14 @@ func Reconcilers(t Tables, n Netns) (reconciler.Config[*routes.Route], reconcile
 			GetStatus: func(r *routes.Sysctl) reconciler.Status { return r.Status },
 			SetStatus: (*routes.Sysctl).WithStatus,
 		}
+}
+
+// MasqueradeReconciler is the configuration of the masquerade table's
+// reconciler (name "host-masquerade"), acting on n.
+func MasqueradeReconciler(t Tables, n Netns) reconciler.Config[*routes.Masquerade] {
+	return reconciler.Config[*routes.Masquerade]{
+		Name: routes.MasqueradeTableName, Table: t.Masquerade, Operations: MasqueradeOps{Netns: n},
+		GetStatus: func(m *routes.Masquerade) reconciler.Status { return m.Status },
+		SetStatus: (*routes.Masquerade).WithStatus,
+	}
 }

@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
@@ -68,7 +70,7 @@ type harness struct {
 	nodeNetns Netns
 }
 
-func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration) *harness {
+func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration, masquerade ...bool) *harness {
 	t.Helper()
 	db := statedb.New()
 	must := func(err error) {
@@ -92,6 +94,18 @@ func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration) *harn
 	h.epsInit = eps.RegisterInitializer(wtxn, "test")
 	wtxn.Commit()
 	h.tables = Tables{DB: db, Endpoints: eps, LocalNode: local, Routes: rt, Devices: dt, Sysctls: st}
+	var runs []func(context.Context, reconciler.Health)
+	if len(masquerade) > 0 && masquerade[0] {
+		mt, err := routes.NewMasqueradeTable(db)
+		must(err)
+		h.tables.Masquerade = mt
+		mc := MasqueradeReconciler(h.tables, h.nodeNetns)
+		mc.FullInterval = fullInterval
+		mr, err := reconciler.New(db, mc)
+		must(err)
+		must(mr.Subscribe())
+		runs = append(runs, mr.Run)
+	}
 
 	d := NewDeriver(h.tables)
 	rc, dc, sc := Reconcilers(h.tables, h.nodeNetns)
@@ -108,7 +122,7 @@ func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration) *harn
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context, reconciler.Health){d.Run, rr.Run, dr.Run, sr.Run} {
+	for _, run := range append(runs, d.Run, rr.Run, dr.Run, sr.Run) {
 		wg.Add(1)
 		go func() { defer wg.Done(); run(ctx, nopHealth{}) }()
 	}
@@ -117,9 +131,12 @@ func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration) *harn
 }
 
 func (h *harness) setLocalNode(router netip.Addr) {
+	h.setLocalNodeCIDR(router, netip.PrefixFrom(router, 24).Masked())
+}
+
+func (h *harness) setLocalNodeCIDR(router netip.Addr, cidr netip.Prefix) {
 	wtxn := h.db.WriteTxn(h.local)
-	_, _, _ = h.local.Insert(wtxn, &nodes.LocalNode{Name: "test-node", RouterIP: router,
-		PodCIDRs: []netip.Prefix{netip.PrefixFrom(router, 24).Masked()}})
+	_, _, _ = h.local.Insert(wtxn, &nodes.LocalNode{Name: "test-node", RouterIP: router, PodCIDRs: []netip.Prefix{cidr}})
 	wtxn.Commit()
 }
 
@@ -151,6 +168,15 @@ func (h *harness) waitTables(what string, cond func(txn statedb.ReadTxn) bool) {
 		_, w1 := h.tables.Routes.AllWatch(txn)
 		_, w2 := h.tables.Devices.AllWatch(txn)
 		_, w3 := h.tables.Sysctls.AllWatch(txn)
+		var w4 <-chan struct{}
+		var masq []string
+		if h.tables.Masquerade != nil {
+			var rows iter.Seq2[*routes.Masquerade, statedb.Revision]
+			rows, w4 = h.tables.Masquerade.AllWatch(txn)
+			for m := range rows {
+				masq = append(masq, m.Prefix.String()+" "+m.Status.String())
+			}
+		}
 		if cond(txn) {
 			return
 		}
@@ -158,8 +184,9 @@ func (h *harness) waitTables(what string, cond func(txn statedb.ReadTxn) bool) {
 		case <-w1:
 		case <-w2:
 		case <-w3:
+		case <-w4:
 		case <-timeout:
-			h.t.Fatalf("timed out waiting for %s; routes: %v", what, dumpRoutes(txn, h.tables.Routes))
+			h.t.Fatalf("timed out waiting for %s; routes: %v; masquerade: %v", what, dumpRoutes(txn, h.tables.Routes), masq)
 		}
 	}
 }
@@ -459,4 +486,84 @@ func TestPrivilegedVethRecreated(t *testing.T) {
 	if err := privileged.Ping(podA, testRouter); err != nil {
 		t.Errorf("pod -> node after the veth was re-created: %v", err)
 	}
+}
+
+// TestPrivilegedMasquerade: a pod reaches a namespace playing the outside
+// world through the node, masqueraded to the node's address on that link
+// (the world has no route back to the pod CIDR); pod to pod is not
+// masqueraded; a pod CIDR that goes away takes its rule with it.
+func TestPrivilegedMasquerade(t *testing.T) {
+	privileged.Require(t)
+	node := newTestNS(t)
+	nh := nodeHandle(t, node)
+	world := newTestNS(t)
+	wh := nodeHandle(t, world)
+	podA, resA := setupPod(t, node, 1, testPodA)
+	podB, resB := setupPod(t, node, 2, testPodB)
+
+	// node 10.215.0.1/24 (cw-out) <-> world 10.215.0.2/24 (cw-in).
+	out := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cw-out"}, PeerName: "cw-in", PeerNamespace: netlink.NsFd(int(world.Fd()))}
+	if err := nh.LinkAdd(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		h          *netlink.Handle
+		name, addr string
+	}{{nh, "cw-out", "10.215.0.1/24"}, {wh, "cw-in", "10.215.0.2/24"}} {
+		l, err := c.h.LinkByName(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := netlink.ParseAddr(c.addr)
+		if err := c.h.AddrAdd(l, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	h := startHarness(t, node, time.Hour, true)
+	h.setLocalNode(testRouter)
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 1, IPv4: testPodA, HostIfName: resA.HostIfName, State: ciliumv2.EndpointStateReady})
+	h.upsertEndpoint(&endpoints.Endpoint{ID: 2, IPv4: testPodB, HostIfName: resB.HostIfName, State: ciliumv2.EndpointStateReady})
+	h.endpointsRestored()
+	masqDone := func(txn statedb.ReadTxn) bool {
+		n := 0
+		for m := range h.tables.Masquerade.All(txn) {
+			if m.Status.Kind != reconciler.StatusDone {
+				return false
+			}
+			n++
+		}
+		return n == 1
+	}
+	h.waitTables("all rows reconciled", func(txn statedb.ReadTxn) bool {
+		return allDone(txn, h.tables, 2) && masqDone(txn)
+	})
+
+	peer, err := privileged.TCPEcho(world, netip.MustParseAddr("10.215.0.2"), podA, []byte("pod A to the world"))
+	if err != nil {
+		t.Fatalf("pod A -> world: %v", err)
+	}
+	if want := netip.MustParseAddr("10.215.0.1"); peer != want {
+		t.Errorf("the world saw %s, want the node's %s (masqueraded)", peer, want)
+	}
+	if peer, err := privileged.TCPEcho(podB, testPodB, podA, []byte("pod A to pod B")); err != nil || peer != testPodA {
+		t.Errorf("pod A -> pod B: seen as %s (%v), want %s: pod to pod is not masqueraded", peer, err, testPodA)
+	}
+
+	// Another pod CIDR: the old rule is removed, the new one added.
+	h.setLocalNodeCIDR(testRouter, netip.MustParsePrefix("10.213.0.0/23"))
+	waitKernel(t, "the masquerade rule of 10.213.0.0/24 replaced", func() (bool, error) {
+		var tags []string
+		err := MasqueradeOps{Netns: h.nodeNetns}.conn(func(c *nftables.Conn) error {
+			rs, err := rules(c)
+			for _, r := range rs {
+				tags = append(tags, string(r.UserData))
+			}
+			return err
+		})
+		return len(tags) == 1 && tags[0] == masqTag+"10.213.0.0/23", err
+	})
 }

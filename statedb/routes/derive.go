@@ -106,3 +106,20 @@ func Sync[Obj interface {
 	}
 	return changed, nil
 }
+
+// DeriveMasquerade is the masquerade rules of the local node (nil while
+// unknown): one per IPv4 pod CIDR, never for traffic leaving through
+// cilium_host.
+func DeriveMasquerade(local *nodes.LocalNode) []*Masquerade {
+	if local == nil {
+		return nil
+	}
+	var out []*Masquerade
+	for _, p := range local.PodCIDRs {
+		if p.Addr().Is4() {
+			out = append(out, &Masquerade{Prefix: p.Masked(), ExceptDevice: HostDevice})
+		}
+	}
+	slices.SortFunc(out, func(a, b *Masquerade) int { return comparePrefix(a.Prefix, b.Prefix) })
+	return out
+}

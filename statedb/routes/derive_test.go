@@ -109,3 +109,20 @@ func TestSync(t *testing.T) {
 	}
 	wtxn.Commit()
 }
+
+func TestDeriveMasquerade(t *testing.T) {
+	if got := DeriveMasquerade(nil); got != nil {
+		t.Errorf("no local node: %v", got)
+	}
+	local := &nodes.LocalNode{PodCIDRs: []netip.Prefix{
+		netip.MustParsePrefix("fd00::/120"), netip.MustParsePrefix("10.200.1.0/24"), netip.MustParsePrefix("10.200.0.0/24"),
+	}}
+	var got []string
+	for _, m := range DeriveMasquerade(local) {
+		got = append(got, m.Prefix.String()+" except "+m.ExceptDevice)
+	}
+	want := []string{"10.200.0.0/24 except cilium_host", "10.200.1.0/24 except cilium_host"}
+	if !slices.Equal(got, want) {
+		t.Errorf("masquerade = %q, want %q", got, want)
+	}
+}

@@ -191,3 +191,54 @@ func comparePrefix(a, b netip.Prefix) int {
 	}
 	return cmp.Compare(a.Bits(), b.Bits())
 }
+
+// MasqueradeTableName is the name of the masquerade table.
+const MasqueradeTableName = "host-masquerade"
+
+// Masquerade is one desired source NAT rule: packets from Prefix (a pod
+// CIDR) to anywhere outside it, leaving through any device but
+// ExceptDevice, get the address of the device they leave through (Cilium's
+// --enable-ipv4-masquerade with iptables).
+type Masquerade struct {
+	// Prefix is the source range (the node's pod CIDR); destinations in it
+	// are not masqueraded.
+	Prefix netip.Prefix `json:"prefix"`
+	// ExceptDevice is the output device never masqueraded (cilium_host).
+	ExceptDevice string `json:"except-device"`
+	// Status is the reconciliation status.
+	Status reconciler.Status `json:"status"`
+}
+
+// SameAs reports whether m and o differ at most in Status.
+func (m *Masquerade) SameAs(o *Masquerade) bool {
+	return m.Prefix == o.Prefix && m.ExceptDevice == o.ExceptDevice
+}
+
+// WithStatus returns a copy of m with status s.
+func (m *Masquerade) WithStatus(s reconciler.Status) *Masquerade {
+	c := *m
+	c.Status = s
+	return &c
+}
+
+// TableHeader implements statedb.TableWritable.
+func (*Masquerade) TableHeader() []string { return []string{"Prefix", "ExceptDevice", "Status"} }
+
+// TableRow implements statedb.TableWritable.
+func (m *Masquerade) TableRow() []string {
+	return []string{m.Prefix.String(), m.ExceptDevice, m.Status.String()}
+}
+
+// MasqueradePrefixIndex keys masquerade rules by source prefix.
+var MasqueradePrefixIndex = statedb.Index[*Masquerade, netip.Prefix]{
+	Name:       "prefix",
+	FromObject: func(m *Masquerade) index.KeySet { return index.NewKeySet(index.NetIPPrefix(m.Prefix)) },
+	FromKey:    index.NetIPPrefix,
+	FromString: index.NetIPPrefixString,
+	Unique:     true,
+}
+
+// NewMasqueradeTable creates the masquerade table.
+func NewMasqueradeTable(db *statedb.DB) (statedb.RWTable[*Masquerade], error) {
+	return statedb.NewTable(db, MasqueradeTableName, MasqueradePrefixIndex)
+}
