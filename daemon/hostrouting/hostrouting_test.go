@@ -37,6 +37,8 @@ func TestAgentGraphWithHostRouting(t *testing.T) {
 	for _, want := range []string{
 		"host-routing (Host device, routes to endpoints and forwarding sysctls)",
 		"--enable-endpoint-routes=true (default true)",
+		"--enable-ipv4-masquerade=true (default true)",
+		"⇦ statedb.Table[*routes.Masquerade]",
 		"⇦ statedb.Table[*routes.Route]",
 		"⇦ statedb.Table[*routes.Device]",
 		"⇦ statedb.Table[*routes.Sysctl]",

@@ -69,8 +69,9 @@ func restoreHostSysctls(dir, procSys string) (bool, error) {
 }
 
 // restoreHostNetwork undoes what the agent's host routing left in this
-// machine's namespace once the agent is stopped: cilium_host/cilium_net
-// and any route it owns (protocol 201) are removed, and the sysctls saved
+// machine's namespace once the agent is stopped: cilium_host/cilium_net,
+// any route it owns (protocol 201) and its nftables table (masquerading)
+// are removed, and the sysctls saved
 // by up are written back. It does nothing when up did not turn host
 // routing on.
 func restoreHostNetwork(dir string, w io.Writer) error {
@@ -82,9 +83,10 @@ func restoreHostNetwork(dir string, w io.Writer) error {
 	noRoutes := iter.Seq2[*routes.Route, statedb.Revision](func(func(*routes.Route, statedb.Revision) bool) {})
 	err = errors.Join(err,
 		routing.DeviceOps{}.Prune(context.Background(), nil, none),
+		routing.RemoveNFTable(routing.Netns{}),
 		routing.RouteOps{}.Prune(context.Background(), nil, noRoutes))
 	if err == nil {
-		fmt.Fprintf(w, "removed %s and the agent's routes; restored %s\n", routes.HostDevice, strings.Join(hostSysctls, ", "))
+		fmt.Fprintf(w, "removed %s, the agent's routes and nftables table %s; restored %s\n", routes.HostDevice, routing.NFTable, strings.Join(hostSysctls, ", "))
 	}
 	return err
 }

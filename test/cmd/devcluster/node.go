@@ -54,6 +54,7 @@ type nodeOptions struct {
 	podMaskSize      int
 	demoPods         bool
 	hostRouting      bool
+	masquerade       bool
 	agentArgs        []string
 	operatorArgs     []string
 
@@ -75,6 +76,7 @@ func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs.IntVar(&o.podMaskSize, "cluster-pool-ipv4-mask-size", 24, "prefix length of each node's pod CIDR")
 	fs.BoolVar(&o.demoPods, "demo-pods", true, "create three demo pods in namespace "+demoNamespace)
 	fs.BoolVar(&o.hostRouting, "host-routing", true, "let the agent program this machine's network namespace (cilium_host, a route per pod, ip_forward) so that pods reach each other and the node; down removes them and restores the sysctls")
+	fs.BoolVar(&o.masquerade, "masquerade", false, "with --host-routing, let the agent masquerade pod traffic leaving the machine (pods then reach whatever this machine reaches)")
 	fs.StringSliceVar(&o.agentArgs, "agent-arg", nil, "extra cellium-agent flag (repeatable)")
 	fs.StringSliceVar(&o.operatorArgs, "operator-arg", nil, "extra cellium-operator flag (repeatable)")
 }
@@ -122,7 +124,7 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 		Kubeconfig: o.agentKubeconfig,
 		NodeName:   o.nodeName,
 		Dir:        dir,
-		Args:       o.agentArgs,
+		Args:       append([]string{"--enable-ipv4-masquerade=" + strconv.FormatBool(o.masquerade)}, o.agentArgs...),
 		// Pods of `make up` reach each other and the node.
 		HostRouting: o.hostRouting,
 		Detach:      true,
