@@ -154,6 +154,15 @@ func (o DeviceOps) Update(_ context.Context, _ statedb.ReadTxn, d *routes.Device
 			return fmt.Errorf("%s exists and is a %s, not a veth: delete it or stop whatever made it", d.Name, l.Type())
 		}
 		if l == nil {
+			// A peer left without its pair (half-deleted) blocks the
+			// creation: remove it.
+			if stray, err := linkByName(h, d.Peer); err != nil {
+				return err
+			} else if stray != nil && stray.Type() == "veth" {
+				if err := h.LinkDel(stray); err != nil {
+					return fmt.Errorf("remove stray %s: %w", d.Peer, err)
+				}
+			}
 			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: d.Name, TxQLen: 1000}, PeerName: d.Peer}
 			if err := h.LinkAdd(veth); err != nil {
 				return fmt.Errorf("create veth %s/%s: %w", d.Name, d.Peer, err)

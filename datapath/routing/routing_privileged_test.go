@@ -567,3 +567,26 @@ func TestPrivilegedMasquerade(t *testing.T) {
 		return len(tags) == 1 && tags[0] == masqTag+"10.213.0.0/23", err
 	})
 }
+
+// TestPrivilegedStrayPeer: a cilium_net left without its cilium_host (its
+// veth peer is something else) does not block creating the pair.
+func TestPrivilegedStrayPeer(t *testing.T) {
+	privileged.Require(t)
+	node := newTestNS(t)
+	nh := nodeHandle(t, node)
+	if err := nh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: routes.NetDevice}, PeerName: "cr-stray"}); err != nil {
+		t.Fatal(err)
+	}
+	h := startHarness(t, node, time.Hour)
+	h.setLocalNode(testRouter)
+	h.endpointsRestored()
+	h.waitTables("cilium_host reconciled", func(txn statedb.ReadTxn) bool { return allDone(txn, h.tables, 0) })
+	l, err := nh.LinkByName(routes.HostDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := nh.LinkByName(routes.NetDevice)
+	if err != nil || peer.Attrs().ParentIndex != l.Attrs().Index {
+		t.Errorf("cilium_net (%v) is not the peer of cilium_host", err)
+	}
+}
