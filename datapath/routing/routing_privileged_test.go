@@ -61,7 +61,7 @@ func (nopHealth) Degraded(string, error) {}
 // harness runs the deriver and the three reconcilers against a node
 // namespace, fed by endpoints and local-node tables the test writes.
 type harness struct {
-	t         *testing.T
+	t         testing.TB
 	db        *statedb.DB
 	eps       statedb.RWTable[*endpoints.Endpoint]
 	local     statedb.RWTable[*nodes.LocalNode]
@@ -70,7 +70,7 @@ type harness struct {
 	nodeNetns Netns
 }
 
-func startHarness(t *testing.T, node ns.NetNS, fullInterval time.Duration, masquerade ...bool) *harness {
+func startHarness(t testing.TB, node ns.NetNS, fullInterval time.Duration, masquerade ...bool) *harness {
 	t.Helper()
 	db := statedb.New()
 	must := func(err error) {
@@ -227,7 +227,7 @@ func allDone(txn statedb.ReadTxn, tb Tables, nRoutes int) bool {
 // waitKernel polls the node namespace until cond holds (the reconciler
 // writes to the kernel after the table says so, or by itself when
 // pruning, so there is no table event to wait for).
-func waitKernel(t *testing.T, what string, cond func() (bool, error)) {
+func waitKernel(t testing.TB, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -276,7 +276,7 @@ func setupPod(t *testing.T, node ns.NetNS, id int, ip netip.Addr) (ns.NetNS, lin
 	return pod, res
 }
 
-func nodeHandle(t *testing.T, node ns.NetNS) *netlink.Handle {
+func nodeHandle(t testing.TB, node ns.NetNS) *netlink.Handle {
 	t.Helper()
 	var nh *netlink.Handle
 	err := node.Do(func(ns.NetNS) error {
@@ -589,4 +589,15 @@ func TestPrivilegedStrayPeer(t *testing.T) {
 	if err != nil || peer.Attrs().ParentIndex != l.Attrs().Index {
 		t.Errorf("cilium_net (%v) is not the peer of cilium_host", err)
 	}
+}
+
+// routesOwned counts the routes with the agent's protocol in the node.
+func (h *harness) routesOwned() (int, error) {
+	n := 0
+	err := h.nodeNetns.handle(func(nh *netlink.Handle) error {
+		rs, err := RouteOps{}.list(nh)
+		n = len(rs)
+		return err
+	})
+	return n, err
 }
