@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/vishvananda/netlink"
 
+	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/routes"
 )
 
@@ -51,17 +52,66 @@ func (o RouteOps) route(h *netlink.Handle, r *routes.Route, needLink bool) (*net
 // Update implements reconciler.Operations: it replaces the route to
 // r.Prefix with one through r.Device.
 func (o RouteOps) Update(_ context.Context, _ statedb.ReadTxn, r *routes.Route) error {
-	err := o.Netns.handle(func(h *netlink.Handle) error {
-		nr, err := o.route(h, r, true)
-		if err != nil {
-			return err
-		}
-		return h.RouteReplace(nr)
-	})
+	return o.Netns.handle(func(h *netlink.Handle) error { return o.update(h, r) })
+}
+
+func (o RouteOps) update(h *netlink.Handle, r *routes.Route) error {
+	nr, err := o.route(h, r, true)
+	if err == nil {
+		err = h.RouteReplace(nr)
+	}
 	if err != nil {
 		return fmt.Errorf("route %s dev %s: %w", r.Prefix, r.Device, err)
 	}
 	return nil
+}
+
+// UpdateBatch implements reconciler.BatchOperations: Update of every
+// entry over one netlink handle.
+func (o RouteOps) UpdateBatch(_ context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*routes.Route]) {
+	err := o.Netns.handle(func(h *netlink.Handle) error {
+		for i := range batch {
+			batch[i].Result = o.update(h, batch[i].Object)
+		}
+		return nil
+	})
+	setAll(batch, err)
+}
+
+// DeleteBatch implements reconciler.BatchOperations: Delete of every
+// entry, with one listing of the agent's routes.
+func (o RouteOps) DeleteBatch(_ context.Context, _ statedb.ReadTxn, batch []reconciler.BatchEntry[*routes.Route]) {
+	err := o.Netns.handle(func(h *netlink.Handle) error {
+		owned, err := o.list(h)
+		if err != nil {
+			return fmt.Errorf("list routes: %w", err)
+		}
+		byDst := map[string][]netlink.Route{}
+		for _, nr := range owned {
+			if nr.Dst != nil {
+				byDst[nr.Dst.String()] = append(byDst[nr.Dst.String()], nr)
+			}
+		}
+		for i := range batch {
+			for _, nr := range byDst[batch[i].Object.Prefix.String()] {
+				if err := h.RouteDel(&nr); err != nil && !errors.Is(err, syscall.ESRCH) {
+					batch[i].Result = fmt.Errorf("delete route %s: %w", batch[i].Object.Prefix, err)
+				}
+			}
+		}
+		return nil
+	})
+	setAll(batch, err)
+}
+
+// setAll gives every entry err when the batch as a whole failed.
+func setAll[T any](batch []reconciler.BatchEntry[T], err error) {
+	if err == nil {
+		return
+	}
+	for i := range batch {
+		batch[i].Result = err
+	}
 }
 
 // Delete implements reconciler.Operations: it removes the route to
