@@ -8,10 +8,11 @@ import (
 
 	"github.com/cellium/cellium/daemon"
 	"github.com/cellium/cellium/daemon/hostlinks"
+	"github.com/cellium/cellium/daemon/hostrouting"
 )
 
 func main() {
-	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell).ExecuteContext(context.Background()); err != nil {
+	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}

@@ -121,6 +121,13 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 		return err
 	}
 
+	if !node.controlPlaneOnly && node.hostRouting {
+		// The agent turns on forwarding; down turns it back.
+		if err := saveHostSysctls(dir, "/proc/sys"); err != nil {
+			return err
+		}
+	}
+
 	opts.Dir = dir
 	opts.Detach = true
 	opts.Logger = log
@@ -262,7 +269,7 @@ func down(stdout io.Writer, dir string) error {
 		}
 		errs = append(errs, err, harness.StopPidFile(pidFile, processStopTimeout(name)))
 	}
-	errs = append(errs, removeNodeLeftovers(dir, stdout))
+	errs = append(errs, removeNodeLeftovers(dir, stdout), restoreHostNetwork(dir, stdout))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop cluster in %s: %w", dir, err)
 	}

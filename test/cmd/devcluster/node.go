@@ -53,6 +53,8 @@ type nodeOptions struct {
 	podCIDR          string
 	podMaskSize      int
 	demoPods         bool
+	hostRouting      bool
+	masquerade       bool
 	agentArgs        []string
 	operatorArgs     []string
 
@@ -73,6 +75,8 @@ func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs.StringVar(&o.podCIDR, "cluster-pool-ipv4-cidr", "10.244.0.0/16", "the pod address space the operator carves node CIDRs out of")
 	fs.IntVar(&o.podMaskSize, "cluster-pool-ipv4-mask-size", 24, "prefix length of each node's pod CIDR")
 	fs.BoolVar(&o.demoPods, "demo-pods", true, "create three demo pods in namespace "+demoNamespace)
+	fs.BoolVar(&o.hostRouting, "host-routing", true, "let the agent program this machine's network namespace (cilium_host, a route per pod, ip_forward) so that pods reach each other and the node; down removes them and restores the sysctls")
+	fs.BoolVar(&o.masquerade, "masquerade", false, "with --host-routing, let the agent masquerade pod traffic leaving the machine (pods then reach whatever this machine reaches)")
 	fs.StringSliceVar(&o.agentArgs, "agent-arg", nil, "extra cellium-agent flag (repeatable)")
 	fs.StringSliceVar(&o.operatorArgs, "operator-arg", nil, "extra cellium-operator flag (repeatable)")
 }
@@ -120,8 +124,10 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 		Kubeconfig: o.agentKubeconfig,
 		NodeName:   o.nodeName,
 		Dir:        dir,
-		Args:       o.agentArgs,
-		Detach:     true,
+		Args:       append([]string{"--enable-ipv4-masquerade=" + strconv.FormatBool(o.masquerade)}, o.agentArgs...),
+		// Pods of `make up` reach each other and the node.
+		HostRouting: o.hostRouting,
+		Detach:      true,
 	}
 }
 

@@ -257,6 +257,12 @@ type AgentConfig struct {
 	Dir string
 	// Args are more flags.
 	Args []string
+	// HostRouting lets the agent program the host's network namespace
+	// (cilium_host, routes to pods, ip_forward: --enable-endpoint-routes).
+	// Off by default: the agent runs in this machine's own namespace, where
+	// agents of harness clusters running side by side would each claim
+	// cilium_host and prune each other's routes. devcluster up turns it on.
+	HostRouting bool
 	// Detach lets the process outlive the caller (devcluster up).
 	Detach bool
 }
@@ -292,6 +298,7 @@ func (c AgentConfig) Process() (harness.Process, error) {
 		"--state-dir=" + c.StateDir(),
 		"--write-cni-conf-when-ready=" + c.ConfListPath(),
 		"--prometheus-serve-addr=",
+		"--enable-endpoint-routes=" + strconv.FormatBool(c.HostRouting),
 	}
 	return harness.Process{
 		Name:    Agent,

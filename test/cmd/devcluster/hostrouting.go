@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/statedb"
+
+	"github.com/cellium/cellium/datapath/routing"
+	"github.com/cellium/cellium/statedb/routes"
+)
+
+// hostSysctls are the settings of this machine's network namespace that the
+// agent changes when it programs host routing (--enable-endpoint-routes):
+// up saves them, down puts them back.
+var hostSysctls = []string{"net/ipv4/ip_forward", "net/ipv4/conf/all/rp_filter"}
+
+// savedSysctlsFile, in the cluster's directory, holds "path value" lines.
+const savedSysctlsFile = "host-sysctls.orig"
+
+// saveHostSysctls records the current values of hostSysctls under procSys
+// (/proc/sys) in dir, unless a record is already there.
+func saveHostSysctls(dir, procSys string) error {
+	file := filepath.Join(dir, savedSysctlsFile)
+	if _, err := os.Stat(file); err == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, p := range hostSysctls {
+		v, err := os.ReadFile(filepath.Join(procSys, p))
+		if err != nil {
+			return fmt.Errorf("save host sysctls: %w", err)
+		}
+		fmt.Fprintf(&b, "%s %s\n", p, strings.TrimSpace(string(v)))
+	}
+	return os.WriteFile(file, []byte(b.String()), 0o644)
+}
+
+// restoreHostSysctls writes back what saveHostSysctls recorded in dir, and
+// reports whether there was a record (host routing was on).
+func restoreHostSysctls(dir, procSys string) (bool, error) {
+	f, err := os.Open(filepath.Join(dir, savedSysctlsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var errs []error
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		path, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.Contains(path, "..") {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(procSys, path), []byte(value+"\n"), 0); err != nil {
+			errs = append(errs, fmt.Errorf("restore %s: %w", path, err))
+		}
+	}
+	return true, errors.Join(append(errs, sc.Err())...)
+}
+
+// restoreHostNetwork undoes what the agent's host routing left in this
+// machine's namespace once the agent is stopped: cilium_host/cilium_net,
+// any route it owns (protocol 201) and its nftables table (masquerading)
+// are removed, and the sysctls saved
+// by up are written back. It does nothing when up did not turn host
+// routing on.
+func restoreHostNetwork(dir string, w io.Writer) error {
+	restored, err := restoreHostSysctls(dir, "/proc/sys")
+	if !restored {
+		return err
+	}
+	none := iter.Seq2[*routes.Device, statedb.Revision](func(func(*routes.Device, statedb.Revision) bool) {})
+	noRoutes := iter.Seq2[*routes.Route, statedb.Revision](func(func(*routes.Route, statedb.Revision) bool) {})
+	err = errors.Join(err,
+		routing.DeviceOps{}.Prune(context.Background(), nil, none),
+		routing.RemoveNFTable(routing.Netns{}),
+		routing.RouteOps{}.Prune(context.Background(), nil, noRoutes))
+	if err == nil {
+		fmt.Fprintf(w, "removed %s, the agent's routes and nftables table %s; restored %s\n", routes.HostDevice, routing.NFTable, strings.Join(hostSysctls, ", "))
+	}
+	return err
+}
