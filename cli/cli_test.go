@@ -359,7 +359,7 @@ func TestEnforcement(t *testing.T) {
 		{&models.EndpointPolicyDirection{}, "Disabled"},
 		{&models.EndpointPolicyDirection{Enforcing: true}, "Enabled"},
 		{&models.EndpointPolicyDirection{State: models.EndpointPolicyStateEnforcing}, "Enabled"},
-		{&models.EndpointPolicyDirection{State: models.EndpointPolicyStateNonEnforcing}, "Disabled (Audit)"},
+		{&models.EndpointPolicyDirection{State: models.EndpointPolicyStateNonEnforcing}, "Disabled"},
 		{&models.EndpointPolicyDirection{Enforcing: true, State: models.EndpointPolicyStateDisabled}, "Disabled"},
 		{&models.EndpointPolicyDirection{State: "bogus"}, "Unknown"},
 	} {

@@ -92,9 +92,11 @@ func writeEndpointList(w io.Writer, eps []models.Endpoint, noHeaders bool) error
 	return t.flush(w)
 }
 
-// enforcement renders one direction of an endpoint's policy as cilium-dbg
-// does: Enabled, Disabled, Disabled (Audit) or Unknown. No policy block
-// means nothing is enforced.
+// enforcement renders one direction of an endpoint's policy in cilium-dbg's
+// words: Enabled, Disabled or Unknown. The agent writes non-enforcing for
+// a direction no rule selects the endpoint for (it has no audit mode, so
+// cilium-dbg's "Disabled (Audit)" never applies). No policy block means
+// nothing is enforced.
 func enforcement(d *models.EndpointPolicyDirection) string {
 	if d == nil {
 		return "Disabled"
@@ -102,9 +104,7 @@ func enforcement(d *models.EndpointPolicyDirection) string {
 	switch d.State {
 	case models.EndpointPolicyStateEnforcing:
 		return "Enabled"
-	case models.EndpointPolicyStateNonEnforcing:
-		return "Disabled (Audit)"
-	case models.EndpointPolicyStateDisabled:
+	case models.EndpointPolicyStateNonEnforcing, models.EndpointPolicyStateDisabled:
 		return "Disabled"
 	case "":
 		if d.Enforcing {

@@ -41,6 +41,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/nodes"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -116,6 +117,7 @@ type agent struct {
 	db     *statedb.DB
 	eps    statedb.Table[*endpoints.Endpoint]
 	des    statedb.Table[*cepsync.DesiredCEP]
+	pols   statedb.RWTable[*statepolicy.EndpointPolicyRow]
 	socket string
 }
 
@@ -134,11 +136,14 @@ func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string)
 			func() identitycell.Allocator { return &fakeIdentities{ids: map[string]identity.NumericIdentity{}} },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
+			// The policy engine's table, empty: no endpoint has a policy.
+			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			nodes.NewLocalNodeTable,
 			statedb.RWTable[*nodes.LocalNode].ToTable,
 		),
 		endpointmanager.Cell, cepsync.Cell,
 		hivetest.Capture(&a.db), hivetest.Capture(&a.eps), hivetest.Capture(&a.des), hivetest.Capture(&local),
+		hivetest.Capture(&a.pols),
 	)
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)

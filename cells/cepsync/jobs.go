@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -33,6 +34,7 @@ type jobsParams struct {
 	Desired   statedb.RWTable[*DesiredCEP]
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Pods      statedb.Table[*corev1.Pod]
+	Policies  statedb.Table[*statepolicy.EndpointPolicyRow]
 	LocalNode statedb.Table[*nodes.LocalNode]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	Clientset k8s.Clientset
@@ -89,19 +91,24 @@ func localNodeIP(txn statedb.ReadTxn, t statedb.Table[*nodes.LocalNode], name k8
 }
 
 // deriver turns endpoints into desired CEPs. It re-derives an endpoint's
-// CEP when the endpoint, its pod's labels or the node IP change.
+// CEP when the endpoint, its pod's labels, its computed policy or the node
+// IP change.
 type deriver struct {
 	p        jobsParams
 	initDone func(statedb.WriteTxn)
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	pods     statedb.ChangeIterator[*corev1.Pod]
+	policies statedb.ChangeIterator[*statepolicy.EndpointPolicyRow]
 }
 
 func (d *deriver) subscribe() error {
-	txn := d.p.DB.WriteTxn(d.p.Endpoints, d.p.Pods)
+	txn := d.p.DB.WriteTxn(d.p.Endpoints, d.p.Pods, d.p.Policies)
 	defer txn.Commit()
 	var err error
 	if d.eps, err = d.p.Endpoints.Changes(txn); err != nil {
+		return err
+	}
+	if d.policies, err = d.p.Policies.Changes(txn); err != nil {
 		return err
 	}
 	d.pods, err = d.p.Pods.Changes(txn)
@@ -111,6 +118,7 @@ func (d *deriver) subscribe() error {
 func (d *deriver) run(ctx context.Context, h hive.Health) {
 	defer d.eps.Close()
 	defer d.pods.Close()
+	defer d.policies.Close()
 	lastNodeIP := ""
 	for {
 		rtxn := d.p.DB.ReadTxn()
@@ -130,6 +138,10 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 				touched[ep.ID] = true
 			}
 		}
+		polChanges, polWatch := d.policies.Next(rtxn)
+		for c := range polChanges {
+			touched[c.Object.EndpointID] = true
+		}
 		ip, nodeWatch := localNodeIP(rtxn, d.p.LocalNode, d.p.Node)
 		if ip != lastNodeIP {
 			lastNodeIP = ip
@@ -144,6 +156,7 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 			return
 		case <-epWatch:
 		case <-podWatch:
+		case <-polWatch:
 		case <-nodeWatch:
 		}
 	}
@@ -198,6 +211,7 @@ func (d *deriver) desired(rtxn statedb.ReadTxn, ep *endpoints.Endpoint, nodeIP s
 		PodName: ep.PodName, PodUID: ep.PodUID, Health: ep.Health,
 		Status: ep.Status(nodeIP),
 	}
+	out.Status.Policy = statepolicy.EndpointStatus(rtxn, d.p.Policies, ep.ID, ep.Identity)
 	if !ep.Health {
 		pod, _, ok := d.p.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(ep.PodKey()))
 		if !ok || string(pod.UID) != ep.PodUID {

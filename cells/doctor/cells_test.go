@@ -30,6 +30,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 // countingIdentities gives every label set identity 70000.
@@ -88,6 +89,8 @@ func TestDoctorOverRealCells(t *testing.T) {
 			func() identitycell.Allocator { return &countingIdentities{} },
 			func() identitycell.LabelFilter { return allLabels{} },
 			func() identitycell.ClusterName { return "default" },
+			// The policy engine's table, empty: no endpoint has a policy.
+			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 		),
 		ipam.Cell,
 		endpointmanager.Cell,

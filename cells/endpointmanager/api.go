@@ -10,18 +10,23 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/statedb/endpoints"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 type apiParams struct {
-	Manager *Manager
-	DB      *statedb.DB
-	Nodes   statedb.Table[*corev1.Node]
+	Manager  *Manager
+	DB       *statedb.DB
+	Nodes    statedb.Table[*corev1.Node]
+	Policies statedb.Table[*statepolicy.EndpointPolicyRow]
 }
 
 // model renders an endpoint as the API returns it; its Status is what
-// the CEP carries.
+// the CEP carries, policy included (from the policy engine's table).
 func (p apiParams) model(ep *endpoints.Endpoint) models.Endpoint {
-	out := models.Endpoint{ID: int64(ep.ID), Status: statusModel(ep.Status(p.Manager.NodeIP(p.DB.ReadTxn(), p.Nodes)))}
+	txn := p.DB.ReadTxn()
+	st := ep.Status(p.Manager.NodeIP(txn, p.Nodes))
+	st.Policy = statepolicy.EndpointStatus(txn, p.Policies, ep.ID, ep.Identity)
+	out := models.Endpoint{ID: int64(ep.ID), Status: statusModel(st)}
 	if ep.ContainerID != "" {
 		out.Spec = &models.EndpointChangeRequest{
 			ContainerID: ep.ContainerID, ContainerInterfaceName: ep.ContainerIfName,
@@ -50,8 +55,8 @@ func (p apiParams) id(w http.ResponseWriter, r *http.Request) (uint16, bool) {
 	return uint16(n), ok
 }
 
-func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node]) agentapi.HandlersOut {
-	p := apiParams{Manager: m, DB: db, Nodes: nodes}
+func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node], policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
+	p := apiParams{Manager: m, DB: db, Nodes: nodes, Policies: policies}
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "PUT /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
 			var req models.EndpointChangeRequest

@@ -38,6 +38,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -252,6 +253,7 @@ type env struct {
 	pods statedb.RWTable[*corev1.Pod]
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
+	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
 	ipam *fakeIPAM
 	ids  *fakeIdentities
 	api  *http.Client
@@ -289,11 +291,13 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
+			// The policy engine's table, empty: no endpoint has a policy.
+			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointmanager.Cell,
-		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint]) {
-			e.db, e.pods, e.eps, e.ceps = db, pods, eps, cepTable
+		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
+			e.db, e.pods, e.eps, e.ceps, e.pols = db, pods, eps, cepTable, pols
 			txn := db.WriteTxn(pods, nss, cepTable)
 			for _, c := range ceps {
 				cepTable.Insert(txn, c)
@@ -813,6 +817,8 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			},
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
+			// The policy engine's table, empty: no endpoint has a policy.
+			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointmanager.Cell,

@@ -16,7 +16,8 @@ import (
 // cellium-cni, the agent) get 20 ready CiliumEndpoints with the pods'
 // names, IPs, node and identities; pods with the same security labels
 // share an identity; each endpoint's .status from the agent API and from
-// `cellium endpoint get -o json` equals its CEP's .status; the veths are
+// `cellium endpoint get -o json` equals its CEP's .status, which carries the
+// computed policy (non-enforcing: no rule selects the pods); the veths are
 // there. Deleting the pods removes CEPs, endpoints, IPs, veths and netns.
 func TestPrivilegedPodsEndToEnd(t *testing.T) {
 	e := newEnv(t, envOptions{})
@@ -79,6 +80,12 @@ func TestPrivilegedPodsEndToEnd(t *testing.T) {
 			}
 			if ok, a, b := jsonEqual(ep.Status, cep.Status); !ok {
 				return fmt.Errorf("pod %s: agent .status\n%s\n!= CEP .status\n%s", n, a, b)
+			}
+			// The policy engine's result is part of both: no rule
+			// selects these pods, so neither direction enforces.
+			if p := cep.Status.Policy; p == nil || p.Ingress == nil || p.Egress == nil ||
+				p.Ingress.State != "non-enforcing" || p.Egress.State != "non-enforcing" {
+				return fmt.Errorf("pod %s: CEP .status.policy %+v, want both directions non-enforcing", n, p)
 			}
 		}
 		return nil

@@ -42,10 +42,10 @@ type CiliumEndpointList struct {
 	Items []CiliumEndpoint `json:"items"`
 }
 
-// EndpointStatus is the observable state of an endpoint. The agent fills only
-// id, external-identifiers, identity, networking, state, encryption,
-// named-ports and service-account; controllers, health, log and policy are
-// kept so that objects carrying them still decode.
+// EndpointStatus is the observable state of an endpoint. Recent Cilium fills
+// only id, external-identifiers, identity, networking, state, encryption,
+// named-ports and service-account; cellium also fills health, log and
+// policy. Controllers is kept so that objects carrying it still decode.
 type EndpointStatus struct {
 	// ID is the endpoint's ID, unique on its node only.
 	//
@@ -64,7 +64,7 @@ type EndpointStatus struct {
 	// +optional
 	ExternalIdentifiers *EndpointIdentifiers `json:"external-identifiers,omitempty"`
 
-	// Health summarises the endpoint's health. Not filled any more.
+	// Health summarises the endpoint's health.
 	//
 	// +optional
 	Health *EndpointHealth `json:"health,omitempty"`
@@ -74,8 +74,7 @@ type EndpointStatus struct {
 	// +optional
 	Identity *EndpointIdentity `json:"identity,omitempty"`
 
-	// Log holds the last few status changes of the endpoint. Not filled any
-	// more.
+	// Log holds the last few status changes of the endpoint.
 	//
 	// +optional
 	Log []*EndpointStatusChange `json:"log,omitempty"`
@@ -91,8 +90,8 @@ type EndpointStatus struct {
 	// +optional
 	Encryption EncryptionSpec `json:"encryption,omitempty"`
 
-	// Policy lists the peers the endpoint's policy allows and denies. Not
-	// filled any more.
+	// Policy lists, per direction, whether the endpoint's policy is enforced
+	// and the peers it allows and denies.
 	//
 	// +optional
 	Policy *EndpointPolicy `json:"policy,omitempty"`
@@ -429,6 +428,7 @@ type EndpointPolicyDirection struct {
 
 	// State is the enforcement mode.
 	//
+	// +kubebuilder:validation:Enum=enforcing;non-enforcing;disabled
 	// +optional
 	State EndpointPolicyState `json:"state,omitempty"`
 }
