@@ -367,3 +367,41 @@ func (a *agent) create(t *testing.T, ns, pod, cid, ip, uid string) models.Endpoi
 	}
 	return ep
 }
+
+// A pod deleted and re-created under the same name (a new UID, a new
+// sandbox) gets a new CEP owned by the new pod: the agent's CEP of the old
+// pod is deleted, not patched with the new pod's status while still naming
+// the old pod as owner (the chaos soak found a pod left without a CEP so).
+func TestCEPOfRecreatedPod(t *testing.T) {
+	c, cs := setup(t, "cep-node-re", "192.0.2.11")
+	ns := c.TestNamespace(t)
+	old := createPod(t, c, ns, "web", "cep-node-re")
+
+	a := startAgent(t, c, "cep-node-re", "192.0.2.11", t.TempDir())
+	defer a.stop(t)
+	a.create(t, ns, "web", "c-old", "10.1.0.20", string(old.UID))
+	ownedBy := func(uid types.UID) func() error {
+		return func() error {
+			cep, err := cs.CiliumV2().CiliumEndpoints(ns).Get(t.Context(), "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(cep.OwnerReferences) != 1 || cep.OwnerReferences[0].UID != uid {
+				return fmt.Errorf("owner references %+v, want pod UID %s", cep.OwnerReferences, uid)
+			}
+			return nil
+		}
+	}
+	eventually(t, "the CEP of the first pod", ownedBy(old.UID))
+
+	if err := c.Clientset().CoreV1().Pods(ns).Delete(t.Context(), "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := createPod(t, c, ns, "web", "cep-node-re")
+	if fresh.UID == old.UID {
+		t.Fatal("the re-created pod has the old UID")
+	}
+	// The new sandbox's endpoint replaces the old pod's.
+	a.create(t, ns, "web", "c-new", "10.1.0.21", string(fresh.UID))
+	eventually(t, "the CEP of the re-created pod", ownedBy(fresh.UID))
+}

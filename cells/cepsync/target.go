@@ -37,6 +37,27 @@ type target struct {
 
 	mu   sync.Mutex
 	uids map[string]types.UID // "ns/name" -> UID of the CEP we own
+	// pods is the pod UID each owned CEP was written for: a pod re-created
+	// under the same name needs a new CEP (owner reference), not a patch.
+	pods map[string]string
+}
+
+// owned records that the CEP key (UID cep) is ours, written for pod UID pod.
+func (t *target) owned(key string, cep types.UID, pod string) {
+	t.setUID(key, cep)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pods == nil {
+		t.pods = map[string]string{}
+	}
+	t.pods[key] = pod
+}
+
+// podUID is the pod UID the owned CEP key was written for.
+func (t *target) podUID(key string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pods[key]
 }
 
 func (t *target) uid(key string) (types.UID, bool) {
@@ -51,6 +72,7 @@ func (t *target) setUID(key string, u types.UID) {
 	defer t.mu.Unlock()
 	if u == "" {
 		delete(t.uids, key)
+		delete(t.pods, key)
 	} else {
 		t.uids[key] = u
 	}
@@ -60,6 +82,15 @@ func (t *target) setUID(key string, u types.UID) {
 func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) error {
 	key := d.Key()
 	uid, known := t.uid(key)
+	if known && t.podUID(key) != d.PodUID {
+		// The pod was re-created under the same name: our CEP names the old
+		// pod as owner. Delete it (only that UID) and create the new one.
+		if err := t.deleteUID(ctx, d.Namespace, d.Name, uid); err != nil {
+			return err
+		}
+		t.setUID(key, "")
+		known = false
+	}
 	if known {
 		// Skip identical writes: the mirror of the CEP already matches.
 		if cur, _, ok := t.ceps.Get(t.db.ReadTxn(), k8stables.NameIndex[*ciliumv2.CiliumEndpoint]().Query(key)); ok &&
@@ -76,7 +107,7 @@ func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) e
 		if err != nil {
 			return fmt.Errorf("create CiliumEndpoint %s: %w", key, err)
 		}
-		t.setUID(key, created.UID)
+		t.owned(key, created.UID, d.PodUID)
 		return nil
 	case err != nil:
 		return fmt.Errorf("get CiliumEndpoint %s: %w", key, err)
@@ -84,7 +115,7 @@ func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) e
 	if why := t.notOurs(cur, d); why != "" {
 		return fmt.Errorf("CiliumEndpoint %s (UID %s) %s: not taking it over; retrying until it is deleted", key, cur.UID, why)
 	}
-	t.setUID(key, cur.UID)
+	t.owned(key, cur.UID, d.PodUID)
 	if equality.Semantic.DeepEqual(cur.Status, d.Status) && equality.Semantic.DeepEqual(cur.Labels, d.Labels) {
 		return nil
 	}
