@@ -393,6 +393,13 @@ func TestCEPOfRecreatedPod(t *testing.T) {
 		}
 	}
 	eventually(t, "the CEP of the first pod", ownedBy(old.UID))
+	// Kubernetes' garbage collector (the controller-manager) would delete
+	// the CEP of the deleted pod after a while, or never without one: the
+	// agent must not wait for it. Hide the owner reference from it.
+	unowned := []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`)
+	if _, err := cs.CiliumV2().CiliumEndpoints(ns).Patch(t.Context(), "web", types.JSONPatchType, unowned, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := c.Clientset().CoreV1().Pods(ns).Delete(t.Context(), "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
