@@ -2,11 +2,10 @@ package link
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -21,6 +20,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/cellium/cellium/test/privileged"
 )
 
 // Every address below lives only inside network namespaces the tests make:
@@ -347,127 +348,18 @@ func TestPrivilegedSetupEndpointTraffic(t *testing.T) {
 	})
 }
 
-// ping sends ICMP echo requests to dst from inside from, over a raw socket,
-// until a reply comes back (at most 5 s), and returns the reply's TTL.
+// ping is privileged.PingTTL for a net.IP.
 func ping(from ns.NetNS, dst net.IP) (ttl int, err error) {
-	err = from.Do(func(ns.NetNS) error {
-		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.IPPROTO_ICMP)
-		if err != nil {
-			return fmt.Errorf("raw socket: %w", err)
-		}
-		defer syscall.Close(fd)
-		tv := syscall.Timeval{Usec: 200_000}
-		if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		id := uint16(os.Getpid()) ^ binary.BigEndian.Uint16(dst.To4()[2:])
-		to := &syscall.SockaddrInet4{Addr: [4]byte(dst.To4())}
-		buf := make([]byte, 1500)
-		deadline := time.Now().Add(5 * time.Second)
-		for seq := uint16(1); time.Now().Before(deadline); seq++ {
-			if err := syscall.Sendto(fd, echoRequest(id, seq), 0, to); err != nil {
-				return fmt.Errorf("send: %w", err)
-			}
-			for sent := time.Now(); time.Since(sent) < time.Second; {
-				n, _, err := syscall.Recvfrom(fd, buf, 0)
-				if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("receive: %w", err)
-				}
-				// A raw IPv4 socket delivers the IP header too.
-				pkt := buf[:n]
-				if len(pkt) < 20 {
-					continue
-				}
-				ihl := int(pkt[0]&0x0f) * 4
-				if len(pkt) < ihl+8 || !net.IP(pkt[12:16]).Equal(dst) {
-					continue
-				}
-				icmp := pkt[ihl:]
-				if icmp[0] == 0 && binary.BigEndian.Uint16(icmp[4:]) == id {
-					ttl = int(pkt[8])
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no echo reply from %s within 5s", dst)
-	})
-	return ttl, err
+	return privileged.PingTTL(from, netip.AddrFrom4([4]byte(dst.To4())))
 }
 
-func echoRequest(id, seq uint16) []byte {
-	msg := make([]byte, 8+16)
-	msg[0] = 8 // echo request
-	binary.BigEndian.PutUint16(msg[4:], id)
-	binary.BigEndian.PutUint16(msg[6:], seq)
-	copy(msg[8:], "cellium-link-test")
-	var sum uint32
-	for i := 0; i < len(msg); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(msg[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	binary.BigEndian.PutUint16(msg[2:], ^uint16(sum))
-	return msg
-}
-
-// tcpEcho listens on serverIP inside server, connects from inside client,
-// sends msg and reads it back; it returns the client address the server
-// saw.
+// tcpEcho is privileged.TCPEcho for net.IPs.
 func tcpEcho(server ns.NetNS, serverIP net.IP, client ns.NetNS, msg []byte) (net.IP, error) {
-	var ln net.Listener
-	if err := server.Do(func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp4", net.JoinHostPort(serverIP.String(), "0"))
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	type accepted struct {
-		peer net.IP
-		err  error
-	}
-	done := make(chan accepted, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			done <- accepted{err: err}
-			return
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		_, err = io.CopyN(c, c, int64(len(msg)))
-		done <- accepted{peer: c.RemoteAddr().(*net.TCPAddr).IP, err: err}
-	}()
-
-	var conn net.Conn
-	err := client.Do(func(ns.NetNS) error {
-		var err error
-		conn, err = (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp4", ln.Addr().String())
-		return err
-	})
+	peer, err := privileged.TCPEcho(server, netip.AddrFrom4([4]byte(serverIP.To4())), client, msg)
 	if err != nil {
-		ln.Close()
-		<-done
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, len(msg))
-	_, werr := conn.Write(msg)
-	_, rerr := io.ReadFull(conn, got)
-	ln.Close()
-	a := <-done
-	if err := errors.Join(werr, rerr, a.err); err != nil {
 		return nil, err
 	}
-	if string(got) != string(msg) {
-		return nil, fmt.Errorf("echo returned %q, want %q", got, msg)
-	}
-	return a.peer, nil
+	return net.IP(peer.AsSlice()), nil
 }
 
 var errInjected = errors.New("injected failure")

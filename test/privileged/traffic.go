@@ -20,7 +20,14 @@ import (
 // Ping sends ICMP echo requests to dst from inside from over a raw socket
 // until a reply comes back (at most 5 s).
 func Ping(from ns.NetNS, dst netip.Addr) error {
-	return from.Do(func(ns.NetNS) error {
+	_, err := PingTTL(from, dst)
+	return err
+}
+
+// PingTTL is Ping that also returns the TTL of the echo reply (64 minus
+// the routed hops on the way back).
+func PingTTL(from ns.NetNS, dst netip.Addr) (ttl int, err error) {
+	err = from.Do(func(ns.NetNS) error {
 		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.IPPROTO_ICMP)
 		if err != nil {
 			return fmt.Errorf("raw socket: %w", err)
@@ -56,12 +63,14 @@ func Ping(from ns.NetNS, dst netip.Addr) error {
 					continue
 				}
 				if icmp := pkt[ihl:]; icmp[0] == 0 && binary.BigEndian.Uint16(icmp[4:]) == id {
+					ttl = int(pkt[8])
 					return nil
 				}
 			}
 		}
 		return fmt.Errorf("no echo reply from %s within 5s", dst)
 	})
+	return ttl, err
 }
 
 func echoRequest(id, seq uint16) []byte {
