@@ -49,6 +49,14 @@ const agentServeWithin = 10 * time.Second
 // agentReadyWithin bounds an agent restart with the API server up.
 const agentReadyWithin = 2 * time.Minute
 
+// client-go's reflector backoff after failed lists/watches: capped at
+// 30 s with jitter 1.0 (so up to 60 s), reset after 2 minutes without a
+// failure. See [Soak.convergeWindow].
+const (
+	reflectorMaxBackoff   = 60 * time.Second
+	reflectorBackoffReset = 2*time.Minute + reflectorMaxBackoff
+)
+
 // Actions are the names of what the soak does, for Config.Skip.
 var Actions = []string{
 	"create", "delete", "force-delete", "recreate", "relabel",
@@ -174,6 +182,7 @@ type Soak struct {
 	apiDown    bool
 	apiDownAt  time.Time
 	apiBackAt  time.Time
+	apiUpAt    time.Time // when the API server last came back
 	apiRetries int
 
 	agentRestartAt  time.Time
@@ -413,7 +422,7 @@ func (s *Soak) Run(ctx context.Context) *Report {
 			continue
 		}
 		if !s.apiDown && s.agentStarting == nil && time.Now().After(nextCheck) {
-			s.quiescent(ctx, fmt.Sprintf("#%d", s.counts["quiescent-points"]), s.cfg.Converge)
+			s.quiescent(ctx, fmt.Sprintf("#%d", s.counts["quiescent-points"]), s.convergeWindow())
 			nextCheck = time.Now().Add(s.cfg.CheckEvery)
 			continue
 		}
@@ -579,7 +588,7 @@ func (s *Soak) supervise(ctx context.Context) {
 			s.violate("apiserver-start", "kube-apiserver", "could not be restarted: %v", err)
 			s.apiBackAt = time.Now().Add(5 * time.Second)
 		} else {
-			s.apiDown = false
+			s.apiDown, s.apiUpAt = false, time.Now()
 			s.count("outage-seconds", int(time.Since(s.apiDownAt).Seconds()))
 			s.tl.Addf("api-back", "kube-apiserver ready again after %s down (start took %s)",
 				time.Since(s.apiDownAt).Truncate(time.Millisecond), time.Since(began).Truncate(time.Millisecond))
@@ -673,6 +682,20 @@ func exited(r *harness.Running) bool {
 	default:
 		return false
 	}
+}
+
+// convergeWindow is the configured convergence bound, plus the
+// informers' longest reconnect delay if the API server came back
+// recently: a client-go reflector whose watch kept failing through an
+// outage waits up to twice its 30 s backoff cap (jitter 1.0) before it
+// lists again, and resets that backoff only after two quiet minutes. The
+// dev-kubelet's pod informer and the agent's are such reflectors; a
+// real kubelet has the same delay.
+func (s *Soak) convergeWindow() time.Duration {
+	if !s.apiUpAt.IsZero() && time.Since(s.apiUpAt) < reflectorBackoffReset {
+		return s.cfg.Converge + reflectorMaxBackoff
+	}
+	return s.cfg.Converge
 }
 
 // quiescent brings everything up, waits (at most converge) until the
