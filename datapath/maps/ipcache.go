@@ -128,8 +128,9 @@ func (c *IPCache) Delete(p netip.Prefix) error {
 	return deleteKey(c.m, &k)
 }
 
-// Lookup returns the entry of exactly prefix p, or an error wrapping
-// ebpf.ErrKeyNotExist.
+// Lookup returns the entry of the longest prefix in the map that contains
+// p, as the datapath sees it (an LPM trie lookup is not exact), or an error
+// wrapping ebpf.ErrKeyNotExist when none does. Iterate for exact entries.
 func (c *IPCache) Lookup(p netip.Prefix) (IPCacheEntry, error) {
 	k, err := IPCacheKey(p)
 	if err != nil {

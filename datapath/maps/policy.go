@@ -144,19 +144,25 @@ func (p *PolicyMap) Delete(k policy.Key) error {
 	return deleteKey(p.m, &bk)
 }
 
-// Lookup returns the entry stored under exactly key k (DerivedFrom empty),
-// or an error wrapping ebpf.ErrKeyNotExist.
-func (p *PolicyMap) Lookup(k policy.Key) (policy.Entry, error) {
+// PolicyValue is what a policy map lookup finds.
+type PolicyValue struct {
+	Deny bool
+	// LPMPrefixLen is the protocol/port prefix length of the entry that
+	// matched (policy.Key.LPMPrefixLen), telling which one it was.
+	LPMPrefixLen uint8
+}
+
+// Lookup returns the longest entry matching k's identity, direction,
+// protocol and port (an LPM trie lookup, as the datapath does it), or an
+// error wrapping ebpf.ErrKeyNotExist when none does. Iterate for exact
+// entries.
+func (p *PolicyMap) Lookup(k policy.Key) (PolicyValue, error) {
 	bk := PolicyKey(k)
 	var v bpf.LxcPolicyEntry
 	if err := p.m.Lookup(&bk, &v); err != nil {
-		return policy.Entry{}, fmt.Errorf("look up policy %s: %w", k, err)
+		return PolicyValue{}, fmt.Errorf("look up policy %s: %w", k, err)
 	}
-	got, err := PolicyKeyFrom(bk)
-	if err != nil {
-		return policy.Entry{}, err
-	}
-	return policy.Entry{Key: got, Deny: v.Deny != 0}, nil
+	return PolicyValue{Deny: v.Deny != 0, LPMPrefixLen: v.LpmPrefixLength}, nil
 }
 
 // Iterate calls yield for every entry until it returns false.
