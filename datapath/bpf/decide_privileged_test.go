@@ -57,7 +57,7 @@ func TestPrivilegedProgramPolicyMatchesDecide(t *testing.T) {
 	remotes := map[netip.Addr]identity.NumericIdentity{
 		netip.MustParseAddr("10.7.0.11"): 1001,
 		netip.MustParseAddr("10.7.0.12"): 1002,
-		netip.MustParseAddr("10.7.1.13"): 1003, // via the /24 below
+		netip.MustParseAddr("10.7.1.13"): 1003,                           // via the /24 below
 		netip.MustParseAddr("192.0.2.1"): identity.ReservedIdentityWorld, // not in the ipcache
 	}
 	for p, id := range map[string]identity.NumericIdentity{"10.7.0.10/32": 1000, "10.7.0.11/32": 1001, "10.7.0.12/32": 1002, "10.7.1.0/24": 1003} {
