@@ -158,6 +158,19 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 		expect(t, "echo reply with another id", to, other, tcActShot)
 	})
 
+	t.Run("flush by address", func(t *testing.T) {
+		other := netip.MustParseAddr("10.7.0.99")
+		expect(t, "to another peer", from, packet(self, other, 17, 6000, 53, 0), tcActShot) // no allow for world
+		n, err := m.CT4.DeleteMatching(func(k maps.CTKey, _ maps.CTEntry) bool { return k.Dst == remote && k.Proto == 17 })
+		if err != nil || n != 1 {
+			t.Errorf("DeleteMatching removed %d entries (%v), want the one UDP entry", n, err)
+		}
+		if _, err := m.CT4.Lookup(maps.CTKey{Src: self, Dst: remote, SrcPort: 5000, DstPort: 53, Proto: 17, Dir: maps.CTEgress}); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("UDP entry still there: %v", err)
+		}
+		entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 77, Proto: 1, Dir: maps.CTEgress}) // the ICMP one stays
+	})
+
 	t.Run("other packets", func(t *testing.T) {
 		fwd := func() uint64 {
 			v, err := m.Metrics.Get(maps.MetricsKey{Reason: maps.ReasonForwarded, Dir: maps.DirEgress})

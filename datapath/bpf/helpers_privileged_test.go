@@ -213,13 +213,11 @@ const (
 // clearCT deletes every conntrack entry.
 func clearCT(tb testing.TB, m *maps.Maps) {
 	tb.Helper()
-	var keys []maps.CTKey
-	if err := m.CT4.Iterate(func(k maps.CTKey, _ maps.CTEntry) bool { keys = append(keys, k); return true }); err != nil {
+	if _, err := m.CT4.DeleteMatching(func(maps.CTKey, maps.CTEntry) bool { return true }); err != nil {
 		tb.Fatal(err)
 	}
-	for _, k := range keys {
-		if err := m.CT4.Delete(k); err != nil {
-			tb.Fatal(err)
-		}
+	n := 0
+	if err := m.CT4.Iterate(func(maps.CTKey, maps.CTEntry) bool { n++; return true }); err != nil || n != 0 {
+		tb.Fatalf("conntrack holds %d entries after clearing (%v)", n, err)
 	}
 }
