@@ -210,6 +210,9 @@ func TestReadyOnlyWhenProgramsAttached(t *testing.T) {
 	if r.code != 201 || r.ep.Status.State != models.EndpointStateReady {
 		t.Fatalf("ADD: %d, state %s; want 201 ready", r.code, r.ep.Status.State)
 	}
+	if h := r.ep.Status.Health; h == nil || h.Bpf != models.EndpointHealthOK {
+		t.Errorf("health %+v, want bpf OK", h)
+	}
 	last := r.ep.Status.Log[len(r.ep.Status.Log)-1]
 	if !strings.Contains(last.Message, "Successfully regenerated endpoint program") {
 		t.Errorf("last log entry %q", last.Message)
@@ -262,6 +265,11 @@ func TestProgramFailureInEndpointLog(t *testing.T) {
 	st := ep.Status("")
 	if st.Health.OverallHealth != ciliumv2.EndpointHealthFailure || !strings.Contains(st.Log[len(st.Log)-1].Message, "Failed to load the endpoint's BPF programs") {
 		t.Errorf("CEP status: health %s, log %+v", st.Health.OverallHealth, st.Log[len(st.Log)-1])
+	}
+	var got models.Endpoint
+	e.do(t, "GET", fmt.Sprintf("/endpoint/%d", ok.ID), nil, &got)
+	if h := got.Status.Health; h == nil || h.Bpf != models.EndpointHealthFailure || h.OverallHealth != models.EndpointHealthFailure {
+		t.Errorf("API health %+v, want bpf and overall Failure", h)
 	}
 	// The loader succeeds (a fixed program): ready.
 	fl.set(func() { delete(fl.fail, next) })

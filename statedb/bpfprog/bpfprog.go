@@ -152,3 +152,20 @@ func EndpointState(txn statedb.ReadTxn, t statedb.Table[*Program], ep *endpoints
 	}
 	return StatePending, ""
 }
+
+// Health is the endpoint's `.status.health.bpf` as its CEP shows it: OK
+// once its programs are attached for its identity, Failure while loading
+// them fails, Pending before, Disabled without the loader (t nil) or for
+// an endpoint that gets no programs.
+func Health(txn statedb.ReadTxn, t statedb.Table[*Program], ep *endpoints.Endpoint) ciliumv2.EndpointHealthStatus {
+	if t == nil || Derive(ep, false) == nil {
+		return ciliumv2.EndpointHealthDisabled
+	}
+	switch st, _ := EndpointState(txn, t, ep); st {
+	case StateReady:
+		return ciliumv2.EndpointHealthOK
+	case StateFailed:
+		return ciliumv2.EndpointHealthFailure
+	}
+	return ciliumv2.EndpointHealthPending
+}
