@@ -46,11 +46,19 @@ type ClosableMaps interface {
 	Close() error
 }
 
+// Cell loads the agent's programs (datapath/bpf) with the maps pinned in
+// <bpf-root>/cellium (datapath/maps) and attaches them to the endpoints'
+// veths in the agent's own network namespace.
+var Cell = NewCell(loader.Netns{}, Sources{
+	Spec:     loader.LoadSpec,
+	OpenMaps: func(dir string) ClosableMaps { return loader.NewPinnedMaps(dir) },
+})
+
 // NewCell is the loader cell acting on the veths of network namespace n
 // with the programs and maps of src (tests give a namespace they made and
 // programs of their own).
 func NewCell(n loader.Netns, src Sources) hive.Cell {
-	return hive.Module("bpf-loader", "Per-endpoint eBPF programs on the pods' veths",
+	return hive.Module("bpf-loader", "Per-endpoint eBPF programs on the pod veths",
 		hive.Feature(Flag, true,
 			"Load each endpoint's eBPF programs (policy enforcement, conntrack, events) and attach them to its host veth",
 			// --bpf-root, --policy-audit-mode.

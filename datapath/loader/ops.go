@@ -114,6 +114,9 @@ type Ops struct {
 
 	mu      sync.Mutex
 	applied map[uint16]applied
+	// spec is the collection as Spec returned it, parsed once; each load
+	// works on a copy.
+	spec *ebpf.CollectionSpec
 	// forceClsact skips tcx (tests of the fallback).
 	forceClsact bool
 }
@@ -169,10 +172,14 @@ func (o *Ops) Update(_ context.Context, _ statedb.ReadTxn, p *bpfprog.Program) e
 
 // load loads the collection for p with its constants and maps.
 func (o *Ops) load(p *bpfprog.Program, ifindex int) (*ebpf.Collection, error) {
-	spec, err := o.cfg.Spec()
-	if err != nil {
-		return nil, fmt.Errorf("load collection spec: %w", err)
+	if o.spec == nil {
+		spec, err := o.cfg.Spec()
+		if err != nil {
+			return nil, fmt.Errorf("load collection spec: %w", err)
+		}
+		o.spec = spec
 	}
+	spec := o.spec.Copy()
 	for _, name := range []string{ProgFromContainer, ProgToContainer} {
 		if spec.Programs[name] == nil {
 			return nil, fmt.Errorf("collection has no program %s: rebuild bpf/ (make bpf)", name)
