@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/cellium/cellium/statedb/bpfprog"
+	"github.com/cellium/cellium/statedb/reconciler"
 )
 
 // Names of the programs and of the policy map template in the collection
@@ -138,7 +139,7 @@ func (o *Ops) Update(_ context.Context, _ statedb.ReadTxn, p *bpfprog.Program) e
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	row := *p
-	row.Status = bpfprog.Program{}.Status
+	row.Status = reconciler.Status{}
 	err := o.cfg.Netns.do(func(h *netlink.Handle) error {
 		l, err := linkByName(h, p.HostIfName)
 		if err != nil {
