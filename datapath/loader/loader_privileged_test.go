@@ -610,3 +610,120 @@ func BenchmarkPrivilegedLoaderReplace(b *testing.B) {
 		}
 	})
 }
+
+// TestPrivilegedLoaderVethRecreated: the veth is deleted and made again
+// under the same name (a new ifindex). The pinned links of the old one
+// are dropped and new ones attached to the new veth, with the new
+// ifindex as ENDPOINT_IFINDEX; the periodic check of an unchanged row
+// also repairs a link removed behind the loader's back.
+func TestPrivilegedLoaderVethRecreated(t *testing.T) {
+	privileged.Require(t)
+	layout := Layout{Root: t.TempDir()}
+	if err := layout.MountBPFFS(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(layout.Root, 0); err != nil {
+			t.Errorf("unmount test bpffs: %v", err)
+		}
+	})
+	maps, err := newTestMaps(layout.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer maps.Close()
+	node := newTestNS(t)
+	mkVeth := func() (idx int) {
+		t.Helper()
+		err := node.Do(func(ns.NetNS) error {
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ldrtest0"}, PeerName: "ldrtest1"}); err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName("ldrtest0")
+			if err != nil {
+				return err
+			}
+			idx = l.Attrs().Index
+			return netlink.LinkSetUp(l)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return idx
+	}
+	progsOn := func(idx int) (out [2][]link.AttachedProgram) {
+		t.Helper()
+		err := node.Do(func(ns.NetNS) error {
+			for i, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: at})
+				if err != nil {
+					return err
+				}
+				out[i] = res.Programs
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	ops := NewOps(OpsConfig{Layout: layout, Netns: Netns{Path: node.Path()}, Spec: testSpec, Maps: maps})
+	first := mkVeth()
+	row := &bpfprog.Program{EndpointID: 5, HostIfName: "ldrtest0", HostIfIndex: first, Identity: 1234}
+	if err := ops.Update(context.Background(), nil, row); err != nil {
+		t.Fatal(err)
+	}
+	if got := progsOn(first); len(got[0]) != 1 || len(got[1]) != 1 {
+		t.Fatalf("programs on the first veth: %+v", got)
+	}
+	if err := node.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("ldrtest0")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	second := mkVeth()
+	if second == first {
+		t.Fatalf("the re-created veth has the same ifindex %d", first)
+	}
+	row2 := *row
+	row2.HostIfIndex = second
+	if err := ops.Update(context.Background(), nil, &row2); err != nil {
+		t.Fatal(err)
+	}
+	got := progsOn(second)
+	if len(got[0]) != 1 || len(got[1]) != 1 {
+		t.Fatalf("programs on the re-created veth: %+v", got)
+	}
+	if _, _, _, ifindex, _, err := rodata(got[0][0].ID); err != nil || int(ifindex) != second {
+		t.Errorf("ENDPOINT_IFINDEX %d (%v), want %d", ifindex, err, second)
+	}
+	for _, hk := range hooks {
+		l, err := link.LoadPinnedLink(layout.LinkPin(row.EndpointID, hk.prog), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !linkOn(l, second, hk.tcx) {
+			t.Errorf("pinned link %s is not on the re-created veth", hk.prog)
+		}
+		l.Close()
+	}
+
+	// Someone removes a link: the next check of the same row repairs it.
+	if err := removeLinkPin(layout.LinkPin(row.EndpointID, ProgToContainer)); err != nil {
+		t.Fatal(err)
+	}
+	if got := progsOn(second); len(got[1]) != 0 {
+		t.Fatalf("egress program still there after its link was removed: %+v", got[1])
+	}
+	if err := ops.Update(context.Background(), nil, &row2); err != nil {
+		t.Fatal(err)
+	}
+	if got := progsOn(second); len(got[0]) != 1 || len(got[1]) != 1 {
+		t.Errorf("programs after the repair: %+v", got)
+	}
+}
