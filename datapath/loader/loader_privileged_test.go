@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/cellium/cellium/datapath/bpf"
 	dplink "github.com/cellium/cellium/datapath/link"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/identity"
@@ -196,7 +197,7 @@ func TestPrivilegedLoaderAttach(t *testing.T) {
 			t.Errorf("no pinned link %s", f.layout.LinkPin(row.EndpointID, hk.prog))
 		}
 	}
-	wantMAC, _ := macConstant(row.MAC)
+	wantMAC, _ := bpf.MACConstant(f.eps[0].PodMAC)
 	for h, a := range first {
 		id, audit, ident, ifindex, mac, err := rodata(a.prog)
 		if err != nil {

@@ -19,21 +19,21 @@ import (
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
-func TestMACConstant(t *testing.T) {
+func TestParseMAC(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want uint64
+		want string
 		bad  bool
 	}{
-		{in: "", want: 0},
-		// 0a:1b:2c:3d:4e:5f in memory order: 0a first (lowest byte).
-		{in: "0a:1b:2c:3d:4e:5f", want: 0x5f4e3d2c1b0a},
+		{in: "", want: ""},
+		{in: "0a:1b:2c:3d:4e:5f", want: "0a:1b:2c:3d:4e:5f"},
 		{in: "0a:1b:2c", bad: true},
+		{in: "00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01", bad: true}, // 20 bytes
 		{in: "not a mac", bad: true},
 	} {
-		got, err := macConstant(tc.in)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("macConstant(%q) = %#x, %v; want %#x (error %v)", tc.in, got, err, tc.want, tc.bad)
+		got, err := parseMAC(tc.in)
+		if (err != nil) != tc.bad || got.String() != tc.want {
+			t.Errorf("parseMAC(%q) = %v, %v; want %q (error %v)", tc.in, got, err, tc.want, tc.bad)
 		}
 	}
 }

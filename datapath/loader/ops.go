@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/vishvananda/netlink"
 
+	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
@@ -30,15 +31,6 @@ const (
 	// PolicyTemplate is the policy map the collection declares; each load
 	// replaces it with the endpoint's own pinned map.
 	PolicyTemplate = "cellium_policy"
-)
-
-// Names of the load-time constants (volatile const globals).
-const (
-	ConstEndpointID       = "ENDPOINT_ID"       // __u16
-	ConstSecurityIdentity = "SECURITY_IDENTITY" // __u32
-	ConstEndpointIfindex  = "ENDPOINT_IFINDEX"  // __u32
-	ConstEndpointMAC      = "ENDPOINT_MAC"      // __u64
-	ConstPolicyAuditMode  = "POLICY_AUDIT_MODE" // __u8
 )
 
 // SpecLoader returns the collection of the datapath programs
@@ -186,31 +178,16 @@ func (o *Ops) load(p *bpfprog.Program, ifindex int) (*ebpf.Collection, error) {
 			return nil, fmt.Errorf("collection has no program %s: rebuild bpf/ (make bpf)", name)
 		}
 	}
-	mac, err := macConstant(p.MAC)
+	mac, err := parseMAC(p.MAC)
 	if err != nil {
 		return nil, err
 	}
-	audit := uint8(0)
-	if p.AuditMode {
-		audit = 1
+	consts := bpf.EndpointConstants{
+		EndpointID: p.EndpointID, Identity: uint32(p.Identity), IfIndex: uint32(ifindex),
+		MAC: mac, AuditMode: p.AuditMode,
 	}
-	for _, c := range []struct {
-		name  string
-		value any
-	}{
-		{ConstEndpointID, p.EndpointID},
-		{ConstSecurityIdentity, uint32(p.Identity)},
-		{ConstEndpointIfindex, uint32(ifindex)},
-		{ConstEndpointMAC, mac},
-		{ConstPolicyAuditMode, audit},
-	} {
-		v := spec.Variables[c.name]
-		if v == nil {
-			return nil, fmt.Errorf("collection has no constant %s: rebuild bpf/ (make bpf)", c.name)
-		}
-		if err := v.Set(c.value); err != nil {
-			return nil, fmt.Errorf("set %s: %w", c.name, err)
-		}
+	if err := consts.Apply(spec); err != nil {
+		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
 	opts := ebpf.CollectionOptions{
 		Maps:            ebpf.MapOptions{PinPath: o.cfg.Layout.Dir()},
@@ -245,22 +222,16 @@ func (o *Ops) load(p *bpfprog.Program, ifindex int) (*ebpf.Collection, error) {
 	return coll, nil
 }
 
-// macConstant is ENDPOINT_MAC's value for mac: the six bytes in their
-// order in memory (network order), in the low 48 bits of a little-endian
-// __u64. "" is 0.
-func macConstant(mac string) (uint64, error) {
+// parseMAC parses the endpoint's MAC; "" is none.
+func parseMAC(mac string) (net.HardwareAddr, error) {
 	if mac == "" {
-		return 0, nil
+		return nil, nil
 	}
 	hw, err := net.ParseMAC(mac)
 	if err != nil || len(hw) != 6 {
-		return 0, fmt.Errorf("endpoint MAC %q is not a 6-byte MAC address", mac)
+		return nil, fmt.Errorf("endpoint MAC %q is not a 6-byte MAC address", mac)
 	}
-	var v uint64
-	for i, b := range hw {
-		v |= uint64(b) << (8 * i)
-	}
-	return v, nil
+	return hw, nil
 }
 
 // Delete implements reconciler.Operations: it detaches the programs of

@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
+
+	"github.com/cellium/cellium/datapath/bpf"
 )
 
 // The test collection, built with the asm package (no clang): both
@@ -26,8 +28,8 @@ const (
 	countLen     = 14 + 20 + 8 + countPayload
 
 	// Offsets of the constants in .rodata.
-	offID, offAudit, offIdentity, offIfindex, offMAC = 0, 2, 4, 8, 16
-	rodataSize                                       = 24
+	offID, offAudit, offTrace, offIdentity, offIfindex, offMAC = 0, 2, 3, 4, 8, 16
+	rodataSize                                                 = 24
 )
 
 func rodataVar(name string, off uint32, size int) *ebpf.VariableSpec {
@@ -78,11 +80,12 @@ func testSpec() (*ebpf.CollectionSpec, error) {
 			countMap:       countSpec(),
 		},
 		Variables: map[string]*ebpf.VariableSpec{
-			ConstEndpointID:       rodataVar(ConstEndpointID, offID, 2),
-			ConstPolicyAuditMode:  rodataVar(ConstPolicyAuditMode, offAudit, 1),
-			ConstSecurityIdentity: rodataVar(ConstSecurityIdentity, offIdentity, 4),
-			ConstEndpointIfindex:  rodataVar(ConstEndpointIfindex, offIfindex, 4),
-			ConstEndpointMAC:      rodataVar(ConstEndpointMAC, offMAC, 8),
+			bpf.LxcVarENDPOINT_ID:       rodataVar(bpf.LxcVarENDPOINT_ID, offID, 2),
+			bpf.LxcVarPOLICY_AUDIT_MODE: rodataVar(bpf.LxcVarPOLICY_AUDIT_MODE, offAudit, 1),
+			bpf.LxcVarTRACE_ENABLED:     rodataVar(bpf.LxcVarTRACE_ENABLED, offTrace, 1),
+			bpf.LxcVarSECURITY_IDENTITY: rodataVar(bpf.LxcVarSECURITY_IDENTITY, offIdentity, 4),
+			bpf.LxcVarENDPOINT_IFINDEX:  rodataVar(bpf.LxcVarENDPOINT_IFINDEX, offIfindex, 4),
+			bpf.LxcVarENDPOINT_MAC:      rodataVar(bpf.LxcVarENDPOINT_MAC, offMAC, 8),
 		},
 		Programs: map[string]*ebpf.ProgramSpec{
 			ProgFromContainer: pass(ProgFromContainer, ebpf.AttachTCXIngress, true),
