@@ -53,7 +53,7 @@ func (l Layout) MountBPFFS() error {
 	}
 	if !mounted {
 		if err := unix.Mount("bpffs", l.Root, "bpf", 0, "mode=0700"); err != nil {
-			return fmt.Errorf("mount bpffs at %s: %w (mount it yourself or pass another --bpf-root)", l.Root, err)
+			return fmt.Errorf("mount bpffs at %s: %w (run the agent as root, mount a bpffs there yourself, pass another --bpf-root, or turn the eBPF datapath off with --enable-bpf-datapath=false)", l.Root, err)
 		}
 	}
 	if err := os.MkdirAll(l.EndpointsDir(), 0o700); err != nil {
