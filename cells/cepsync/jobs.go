@@ -14,6 +14,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -35,6 +36,9 @@ type jobsParams struct {
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Pods      statedb.Table[*corev1.Pod]
 	Policies  statedb.Table[*statepolicy.EndpointPolicyRow]
+	// Programs is the eBPF loader's table, for .status.health.bpf
+	// (absent without the loader: Disabled).
+	Programs  statedb.Table[*bpfprog.Program] `optional:"true"`
 	LocalNode statedb.Table[*nodes.LocalNode]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	Clientset k8s.Clientset
@@ -212,6 +216,7 @@ func (d *deriver) desired(rtxn statedb.ReadTxn, ep *endpoints.Endpoint, nodeIP s
 		Status: ep.Status(nodeIP),
 	}
 	out.Status.Policy = statepolicy.EndpointStatus(rtxn, d.p.Policies, ep.ID, ep.Identity)
+	out.Status.Health.Bpf = bpfprog.Health(rtxn, d.p.Programs, ep)
 	if !ep.Health {
 		pod, _, ok := d.p.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(ep.PodKey()))
 		if !ok || string(pod.UID) != ep.PodUID {

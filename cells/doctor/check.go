@@ -13,8 +13,10 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/reconciler"
 )
 
 // Kinds of findings. Documentation/operations/troubleshooting.md explains
@@ -33,6 +35,11 @@ const (
 	KindEndpointWithoutCEP   = "endpoint-without-cep"
 	KindPodWithoutEndpoint   = "pod-without-endpoint"
 	KindEndpointWithoutPod   = "endpoint-without-pod"
+	// KindProgramsFailed: loading an endpoint's eBPF programs fails.
+	KindProgramsFailed = "endpoint-programs-failed"
+	// KindReadyWithoutPrograms: a ready endpoint's programs are not
+	// attached for its identity.
+	KindReadyWithoutPrograms = "endpoint-ready-without-programs"
 )
 
 const (
@@ -85,6 +92,10 @@ type Facts struct {
 	Pods      []*corev1.Pod
 	PodsKnown bool
 
+	// Programs are the eBPF loader's rows (statedb/bpfprog).
+	Programs      []*bpfprog.Program
+	ProgramsKnown bool
+
 	// Skipped says why checks were skipped.
 	Skipped []string
 }
@@ -120,6 +131,9 @@ func Check(f *Facts) []models.DoctorFinding {
 	}
 	if f.PodsKnown {
 		c.pods()
+	}
+	if f.ProgramsKnown {
+		c.programs()
 	}
 	slices.SortFunc(c.out, func(a, b models.DoctorFinding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Object, b.Object))
@@ -351,6 +365,35 @@ func (c *checker) pods() {
 			c.add(KindEndpointWithoutPod, epObject(ep),
 				fmt.Sprintf("%s belongs to pod %s, which is not scheduled to this node any more", epObject(ep), k),
 				fmt.Sprintf("the endpoint GC removes it; to remove it now: curl --unix-socket "+agentapi.DefaultSocketPath+" -X DELETE http://localhost/v1/endpoint/%d", ep.ID))
+		}
+	}
+}
+
+// programs checks that every endpoint that needs eBPF programs has them:
+// a failed load, or a ready endpoint whose programs are not attached for
+// its identity and veth.
+func (c *checker) programs() {
+	rows := map[uint16]*bpfprog.Program{}
+	for _, p := range c.f.Programs {
+		rows[p.EndpointID] = p
+	}
+	for _, ep := range c.f.Endpoints {
+		want := bpfprog.Derive(ep, false)
+		if want == nil {
+			continue
+		}
+		row := rows[ep.ID]
+		current := row != nil && row.Identity == want.Identity && row.HostIfName == want.HostIfName && row.HostIfIndex == want.HostIfIndex
+		switch {
+		case current && row.Status.Kind == reconciler.StatusError:
+			msg, _, _ := strings.Cut(row.Status.Error, "\n")
+			c.add(KindProgramsFailed, epObject(ep),
+				fmt.Sprintf("the eBPF programs of %s fail to load: %s", epObject(ep), msg),
+				"cellium statedb "+bpfprog.TableName+" shows the whole error (the verifier's log); the loader retries")
+		case ep.State == ciliumv2.EndpointStateReady && (!current || row.Status.Kind != reconciler.StatusDone):
+			c.add(KindReadyWithoutPrograms, epObject(ep),
+				fmt.Sprintf("%s is ready but its eBPF programs are not attached for identity %d on %s: its policy may not be enforced", epObject(ep), ep.Identity, ep.HostIfName),
+				"cellium endpoint regenerate "+strconv.Itoa(int(ep.ID))+"; cellium statedb "+bpfprog.TableName+" shows the loader's view")
 		}
 	}
 }

@@ -89,6 +89,7 @@ func TestCheck(t *testing.T) {
 			want: []string{"orphan-veth lxcmanual: no container recorded"},
 		},
 	}
+	tests = append(tests, programTests()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := doctor.Check(&tt.f)

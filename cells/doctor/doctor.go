@@ -23,6 +23,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
+	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -53,6 +54,8 @@ type Params struct {
 	Nodes    statedb.Table[*corev1.Node]             `optional:"true"`
 	// CEPSync tells whether this agent writes CiliumEndpoints at all.
 	CEPSync cepsync.Config `optional:"true"`
+	// Programs is the eBPF loader's table (absent with the loader off).
+	Programs statedb.Table[*bpfprog.Program] `optional:"true"`
 }
 
 // Doctor gathers the facts and checks them. Safe for concurrent use.
@@ -109,10 +112,22 @@ func (d *Doctor) Facts() *Facts {
 	d.pods(txn, f)
 	d.ceps(txn, f)
 	d.identities(txn, f)
+	d.programs(txn, f)
 	d.allocations(f)
 	d.links(f)
 	d.stateFiles(f)
 	return f
+}
+
+func (d *Doctor) programs(txn statedb.ReadTxn, f *Facts) {
+	if d.p.Programs == nil {
+		return // the loader is off (--enable-bpf-datapath=false): no programs to check
+	}
+	if ok, _ := d.p.Programs.Initialized(txn); !ok {
+		d.skip(f, "eBPF programs: the loader has not derived its table yet")
+		return
+	}
+	f.Programs, f.ProgramsKnown = statedb.Collect(d.p.Programs.All(txn)), true
 }
 
 func (d *Doctor) skip(f *Facts, format string, args ...any) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
@@ -26,6 +27,7 @@ func (p apiParams) model(ep *endpoints.Endpoint) models.Endpoint {
 	txn := p.DB.ReadTxn()
 	st := ep.Status(p.Manager.NodeIP(txn, p.Nodes))
 	st.Policy = statepolicy.EndpointStatus(txn, p.Policies, ep.ID, ep.Identity)
+	st.Health.Bpf = bpfprog.Health(txn, p.Manager.programs, ep)
 	out := models.Endpoint{ID: int64(ep.ID), Status: statusModel(st)}
 	if ep.ContainerID != "" {
 		out.Spec = &models.EndpointChangeRequest{

@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
+	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/labels"
 )
@@ -35,6 +36,9 @@ type managerParams struct {
 	Node       k8s.NodeName
 	// CEPs lets restore rebuild an endpoint whose state file is unreadable.
 	CEPs statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
+	// Programs is the eBPF loader's table (absent without the loader):
+	// endpoints are ready once their programs are attached.
+	Programs statedb.Table[*bpfprog.Program] `optional:"true"`
 }
 
 func newManager(p managerParams) *Manager {
@@ -42,7 +46,7 @@ func newManager(p managerParams) *Manager {
 		log: p.Log, db: p.DB, table: p.Table, pods: p.Pods, namespaces: p.Namespaces,
 		clientset: p.Clientset, ipam: p.IPAM, identities: p.Identities, filter: p.Filter,
 		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints", now: time.Now}, node: p.Node, now: time.Now,
-		ceps: p.CEPs, sysClassNet: "/sys/class/net",
+		ceps: p.CEPs, sysClassNet: "/sys/class/net", programs: p.Programs,
 	}
 }
 
@@ -82,6 +86,11 @@ func registerJobs(p jobsParams) {
 			return err
 		},
 	})
+	if m.programs != nil {
+		// Regenerating -> ready once the programs are attached; failed
+		// loads into the endpoint's log.
+		p.Jobs.Add(hive.Service("endpoint-programs", nil, m.followPrograms))
+	}
 	p.Jobs.Add(
 		hive.OneShot("endpoint-restore", func(ctx context.Context, _ hive.Health) error {
 			return m.validateRestored(ctx, restored, restoreDone)

@@ -21,6 +21,7 @@ import (
 	identitycell "github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -60,6 +61,11 @@ type Manager struct {
 	// endpoint from when its state file is unreadable (restore.go).
 	ceps        statedb.Table[*ciliumv2.CiliumEndpoint]
 	sysClassNet string
+
+	// programs (optional: only with the eBPF loader) is the datapath's
+	// bpf-programs table; endpoints are ready only once their programs
+	// are attached (programs.go).
+	programs statedb.Table[*bpfprog.Program]
 }
 
 // Manager errors carry a sentinel for the API's status code.
@@ -137,6 +143,13 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 	if err != nil {
 		m.remove(ctx, ep, false)
 		return nil, fmt.Errorf("%w: allocate identity for %s: %v", ErrUnavailable, ep.PodKey(), err)
+	}
+	if ready.State != ciliumv2.EndpointStateReady && m.wantsPrograms(ready) {
+		// The pod's traffic is policed once its programs are attached.
+		if ready, err = m.waitPrograms(ctx, ready); err != nil {
+			m.remove(ctx, ep, false)
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
 	}
 	return ready, nil
 }
@@ -318,7 +331,9 @@ func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 		old = cur.Identity
 		c := cur.WithState(ciliumv2.EndpointStateRegenerating, "Regenerating endpoint", m.now())
 		c.Identity = id.ID
-		c = c.WithState(ciliumv2.EndpointStateReady, "Successfully regenerated endpoint program (identity "+id.ID.String()+")", m.now())
+		if !m.wantsPrograms(c) {
+			c = c.WithState(ciliumv2.EndpointStateReady, readyMessage(c), m.now())
+		} // else ready once its programs are attached (followPrograms)
 		updated = c
 		return c
 	})

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
 )
 
@@ -269,7 +270,10 @@ func down(stdout io.Writer, dir string) error {
 		}
 		errs = append(errs, err, harness.StopPidFile(pidFile, processStopTimeout(name)))
 	}
-	errs = append(errs, removeNodeLeftovers(dir, stdout), restoreHostNetwork(dir, stdout))
+	// The agent's own bpffs (devcluster up --bpf): unmounting it detaches
+	// the programs it pinned.
+	errs = append(errs, removeNodeLeftovers(dir, stdout), restoreHostNetwork(dir, stdout),
+		devnode.AgentConfig{Dir: dir}.UnmountBPF())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop cluster in %s: %w", dir, err)
 	}

@@ -55,6 +55,7 @@ type nodeOptions struct {
 	demoPods         bool
 	hostRouting      bool
 	masquerade       bool
+	bpf              bool
 	agentArgs        []string
 	operatorArgs     []string
 
@@ -77,6 +78,7 @@ func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs.BoolVar(&o.demoPods, "demo-pods", true, "create three demo pods in namespace "+demoNamespace)
 	fs.BoolVar(&o.hostRouting, "host-routing", true, "let the agent program this machine's network namespace (cilium_host, a route per pod, ip_forward) so that pods reach each other and the node; down removes them and restores the sysctls")
 	fs.BoolVar(&o.masquerade, "masquerade", false, "with --host-routing, let the agent masquerade pod traffic leaving the machine (pods then reach whatever this machine reaches)")
+	fs.BoolVar(&o.bpf, "bpf", false, "let the agent attach its eBPF programs to the pods' veths (--enable-bpf-datapath), pinned in a bpffs of its own in the cluster directory; down unmounts it")
 	fs.StringSliceVar(&o.agentArgs, "agent-arg", nil, "extra cellium-agent flag (repeatable)")
 	fs.StringSliceVar(&o.operatorArgs, "operator-arg", nil, "extra cellium-operator flag (repeatable)")
 }
@@ -127,6 +129,7 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 		Args:       append([]string{"--enable-ipv4-masquerade=" + strconv.FormatBool(o.masquerade)}, o.agentArgs...),
 		// Pods of `make up` reach each other and the node.
 		HostRouting: o.hostRouting,
+		BPF:         o.bpf,
 		Detach:      true,
 	}
 }

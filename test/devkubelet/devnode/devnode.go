@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -263,12 +264,29 @@ type AgentConfig struct {
 	// agents of harness clusters running side by side would each claim
 	// cilium_host and prune each other's routes. devcluster up turns it on.
 	HostRouting bool
+	// BPF lets the agent load and attach its eBPF programs to the pods'
+	// veths (--enable-bpf-datapath), with its pins in a bpffs of its own,
+	// BPFRoot (mounted by the agent; unmount it with UnmountBPF when the
+	// agent is gone). Off by default, like HostRouting.
+	BPF bool
 	// Detach lets the process outlive the caller (devcluster up).
 	Detach bool
 }
 
 // SocketPath is the agent's API socket: Dir/cellium.sock.
 func (c AgentConfig) SocketPath() string { return filepath.Join(c.Dir, "cellium.sock") }
+
+// BPFRoot is the agent's --bpf-root when BPF is on: Dir/bpffs.
+func (c AgentConfig) BPFRoot() string { return filepath.Join(c.Dir, "bpffs") }
+
+// UnmountBPF unmounts the agent's bpffs (BPFRoot), which drops the
+// programs it attached; nothing mounted there is not an error.
+func (c AgentConfig) UnmountBPF() error {
+	if err := unix.Unmount(c.BPFRoot(), 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount the agent's bpffs %s: %w", c.BPFRoot(), err)
+	}
+	return nil
+}
 
 // StateDir is the agent's --state-dir: Dir/state.
 func (c AgentConfig) StateDir() string { return filepath.Join(c.Dir, "state") }
@@ -299,6 +317,10 @@ func (c AgentConfig) Process() (harness.Process, error) {
 		"--write-cni-conf-when-ready=" + c.ConfListPath(),
 		"--prometheus-serve-addr=",
 		"--enable-endpoint-routes=" + strconv.FormatBool(c.HostRouting),
+		"--enable-bpf-datapath=" + strconv.FormatBool(c.BPF),
+	}
+	if c.BPF {
+		args = append(args, "--bpf-root="+c.BPFRoot())
 	}
 	return harness.Process{
 		Name:    Agent,

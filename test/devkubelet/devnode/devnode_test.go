@@ -77,6 +77,13 @@ func TestProcesses(t *testing.T) {
 			t.Errorf("agent args %v lack %s", p.Args, want)
 		}
 	}
+	if !slices.Contains(p.Args, "--enable-bpf-datapath=false") || slices.ContainsFunc(p.Args, func(a string) bool { return strings.HasPrefix(a, "--bpf-root") }) {
+		t.Errorf("agent args %v: want the eBPF datapath off by default, with no --bpf-root", p.Args)
+	}
+	ag.BPF = true
+	if p, _ = ag.Process(); !slices.Contains(p.Args, "--enable-bpf-datapath=true") || !slices.Contains(p.Args, "--bpf-root=/d/bpffs") {
+		t.Errorf("agent args with BPF %v: want the eBPF datapath on with its own bpffs /d/bpffs", p.Args)
+	}
 	ag.Dir = "/" + strings.Repeat("x", 100)
 	if _, err := ag.Process(); err == nil || !strings.Contains(err.Error(), "shorter directory") {
 		t.Errorf("socket path too long: %v", err)

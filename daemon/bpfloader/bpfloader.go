@@ -1,0 +1,156 @@
+// Package bpfloader composes the agent's eBPF loader cell: the desired
+// bpf-programs table (statedb/bpfprog), the deriver that fills it from the
+// endpoints table and its reconciler into the kernel (datapath/loader),
+// behind --enable-bpf-datapath. Like daemon/hostrouting it is a package of
+// its own, composed only by cellium-agent's main, so that what links the
+// daemon package does not link the datapath.
+package bpfloader
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/spf13/pflag"
+
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
+	"github.com/cellium/cellium/datapath/loader"
+	"github.com/cellium/cellium/statedb/bpfprog"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// FullInterval is how often every row is checked against the kernel
+// again (a link removed behind the agent's back is attached again) and
+// the pins of endpoints that are gone are pruned. A check of an endpoint
+// whose links are intact loads nothing.
+const FullInterval = 30 * time.Second
+
+// Flag switches the cell on and off.
+const Flag = "enable-bpf-datapath"
+
+// Sources are where the loader gets its programs and shared maps.
+type Sources struct {
+	// Spec loads the programs' collection.
+	Spec loader.SpecLoader
+	// OpenMaps returns the shared maps pinned in dir (the agent's bpffs
+	// directory); they are opened lazily and closed when the cell stops.
+	OpenMaps func(dir string) ClosableMaps
+}
+
+// ClosableMaps are loader.Maps the cell closes when it stops.
+type ClosableMaps interface {
+	loader.Maps
+	Close() error
+}
+
+// Cell loads the agent's programs (datapath/bpf) with the maps pinned in
+// <bpf-root>/cellium (datapath/maps) and attaches them to the endpoints'
+// veths in the agent's own network namespace.
+var Cell = NewCell(loader.Netns{}, Sources{
+	Spec:     loader.LoadSpec,
+	OpenMaps: func(dir string) ClosableMaps { return loader.NewPinnedMaps(dir) },
+})
+
+// NewCell is the loader cell acting on the veths of network namespace n
+// with the programs and maps of src (tests give a namespace they made and
+// programs of their own).
+func NewCell(n loader.Netns, src Sources) hive.Cell {
+	return hive.Module("bpf-loader", "Per-endpoint eBPF programs on the pod veths",
+		hive.Feature(Flag, true,
+			"Load each endpoint's eBPF programs (policy enforcement, conntrack, events) and attach them to its host veth",
+			// --bpf-root, --policy-audit-mode.
+			hive.Config(DefaultConfig),
+			// The desired table: rows written only by the deriver here,
+			// their status only by the reconciler here.
+			hive.ProvidePrivate(bpfprog.NewTable),
+			// Anyone may read it: the endpoint manager derives readiness
+			// and failures from it, the doctor and `cellium statedb`.
+			hive.Provide(statedb.RWTable[*bpfprog.Program].ToTable),
+			// Endpoints -> bpf-programs -> the kernel.
+			hive.Invoke(func(p params) error { return register(p, n, src) }),
+		),
+	)
+}
+
+// Config is the loader cell's configuration.
+type Config struct {
+	// BPFRoot is where bpffs is (or gets) mounted.
+	BPFRoot string
+	// PolicyAuditMode loads the programs so that policy verdicts are
+	// logged and nothing is dropped by policy (Cilium's flag).
+	PolicyAuditMode bool
+}
+
+// DefaultConfig uses the usual bpffs mount and enforces policy.
+var DefaultConfig = Config{BPFRoot: "/sys/fs/bpf"}
+
+// Flags registers --bpf-root and --policy-audit-mode.
+func (def Config) Flags(fs *pflag.FlagSet) {
+	fs.String("bpf-root", def.BPFRoot,
+		"Where bpffs is mounted (mounted there if absent); the agent's maps and pinned links live in <bpf-root>/cellium")
+	fs.Bool("policy-audit-mode", def.PolicyAuditMode,
+		"Log policy verdicts (audit) instead of dropping the packets policy denies")
+}
+
+// Validate implements hive.Validator.
+func (c Config) Validate() error {
+	if c.BPFRoot == "" {
+		return fmt.Errorf("--bpf-root is empty: give the directory where bpffs is or may be mounted (default %s)", DefaultConfig.BPFRoot)
+	}
+	return nil
+}
+
+type params struct {
+	hive.In
+	Config    Config
+	DB        *statedb.DB
+	Endpoints statedb.Table[*endpoints.Endpoint]
+	Programs  statedb.RWTable[*bpfprog.Program]
+	Jobs      hive.Jobs
+	Reconcile reconcilejob.Params
+}
+
+func register(p params, n loader.Netns, src Sources) error {
+	layout := loader.Layout{Root: p.Config.BPFRoot}
+	t := loader.Tables{DB: p.DB, Endpoints: p.Endpoints, Programs: p.Programs}
+	d := loader.NewDeriver(t, p.Config.PolicyAuditMode)
+	var maps ClosableMaps
+	if src.OpenMaps != nil {
+		maps = src.OpenMaps(layout.Dir())
+	}
+	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec}
+	if maps != nil {
+		opsCfg.Maps = maps
+	}
+	cfg := loader.ReconcilerConfig(t, loader.NewOps(opsCfg))
+	cfg.FullInterval = FullInterval
+	cfg.Metrics = p.Reconcile.Metrics
+	r, err := reconciler.New(p.DB, cfg)
+	if err != nil {
+		return err
+	}
+	p.Jobs.Add(
+		hive.Service("derive-bpf-programs", nil, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }),
+		// Like reconcilejob.Job, and the maps are closed once it stopped
+		// (the pins stay: the programs keep running without the agent).
+		hive.Service("reconcile-"+bpfprog.TableName,
+			func() error {
+				if err := layout.MountBPFFS(); err != nil {
+					return err
+				}
+				return r.Subscribe()
+			},
+			func(ctx context.Context, h hive.Health) {
+				r.Run(ctx, h)
+				if maps != nil {
+					if err := maps.Close(); err != nil {
+						h.Degraded("close maps", err)
+					}
+				}
+			}),
+	)
+	return nil
+}
