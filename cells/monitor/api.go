@@ -147,6 +147,10 @@ func Model(ev *hub.Event) models.MonitorEvent {
 		}
 	case hub.TypePolicyVerdict:
 		m.Verdict = ev.Verdict.String()
+		// A deny or audit verdict carries the drop reason the policy gave.
+		if ev.Reason != 0 {
+			m.ReasonCode, m.Reason = ev.Reason, ev.ReasonName
+		}
 	}
 	return m
 }

@@ -23,7 +23,8 @@ type MonitorEvent struct {
 	// EndpointID is the local endpoint whose program saw the packet.
 	EndpointID uint16 `json:"endpoint-id,omitempty"`
 	// ReasonCode and Reason are a drop's reason, as Cilium numbers and
-	// words it (133, "Policy denied").
+	// words it (133, "Policy denied"); a deny or audit policy verdict
+	// carries the reason the policy gave.
 	ReasonCode uint8  `json:"reason-code,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 	// ObservationPointCode and ObservationPoint are where a trace saw the
