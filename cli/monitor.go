@@ -27,8 +27,8 @@ const monitorSeparator = "------------------------------------------------------
 
 func (a *app) monitorCommand() *cobra.Command {
 	var types []string
-	var relatedTo uint16
-	var verbose bool
+	var relatedTo []string
+	var verbose, jsonFlag bool
 	cmd := &cobra.Command{
 		Use:   "monitor",
 		Short: "Print the datapath's events as they happen: drops, policy verdicts, traces",
@@ -49,8 +49,9 @@ is counted in a "Lost N events" line.`,
 	}
 	cmd.Flags().StringSliceVarP(&types, "type", "t", nil,
 		"Only events of this type: "+strings.Join(monitorTypes, ", ")+" (repeat or separate with commas)")
-	cmd.Flags().Uint16Var(&relatedTo, "related-to", 0, "Only events of this endpoint ID")
+	cmd.Flags().StringSliceVar(&relatedTo, "related-to", nil, "Only events of these endpoint IDs (repeat or separate with commas)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "Print each event in the longer, multi-line form")
+	cmd.Flags().BoolVarP(&jsonFlag, "json", "j", false, "Same as -o json (cilium-dbg's flag)")
 	out := cmd.Flags().StringP("output", "o", "", "Output format: json (one event per line)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *out != "" && *out != formatJSON {
@@ -61,14 +62,22 @@ is counted in a "Lost N events" line.`,
 				return fmt.Errorf("unknown --type %q: use %s", t, strings.Join(monitorTypes, ", "))
 			}
 		}
-		return a.monitor(cmd.Context(), types, relatedTo, *out == formatJSON, verbose)
+		var endpoints []uint16
+		for _, s := range relatedTo {
+			n, err := strconv.ParseUint(s, 10, 16)
+			if err != nil || n == 0 {
+				return fmt.Errorf("invalid --related-to %q: want an endpoint ID from 1 to 65535 (cellium endpoint list shows them)", s)
+			}
+			endpoints = append(endpoints, uint16(n))
+		}
+		return a.monitor(cmd.Context(), types, endpoints, jsonFlag || *out == formatJSON, verbose)
 	}
 	return cmd
 }
 
 // monitor streams events until ctx ends (Ctrl-C), which is a success.
 // --timeout bounds only the wait for the agent to answer.
-func (a *app) monitor(ctx context.Context, types []string, endpoint uint16, asJSON, verbose bool) error {
+func (a *app) monitor(ctx context.Context, types []string, endpoints []uint16, asJSON, verbose bool) error {
 	path, err := socketPath(a.host)
 	if err != nil {
 		return err
@@ -85,7 +94,7 @@ func (a *app) monitor(ctx context.Context, types []string, endpoint uint16, asJS
 	}
 	c := client.New(path)
 	defer c.Close()
-	stream, err := c.Monitor(ctx, types, endpoint)
+	stream, err := c.Monitor(ctx, types, endpoints)
 	if timer != nil && !timer.Stop() && timedOut.Load() {
 		if stream != nil {
 			stream.Close()

@@ -120,6 +120,8 @@ func TestMonitorFakeAgent(t *testing.T) {
 		{"monitor-verbose", []string{"-v", "--type", "drop,policy-verdict", "--type", "trace", "--related-to", "1234"},
 			3 + 3 + 2 + 2 + 1 + 3 + 3, "GET /v1/monitor?endpoint=1234&type=drop&type=policy-verdict&type=trace"},
 		{"monitor-json", []string{"-o", "json", "-t", "drop"}, len(monitorEvents), "GET /v1/monitor?type=drop"},
+		{"monitor-json", []string{"-j", "--related-to", "7,1234", "--related-to", "9"}, len(monitorEvents),
+			"GET /v1/monitor?endpoint=7&endpoint=1234&endpoint=9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(f.seen())
@@ -147,6 +149,10 @@ func TestMonitorErrors(t *testing.T) {
 	}
 	if r := run(t, sock, "monitor", "--type", "capture"); r.code != 1 || r.stderr != "Error: unknown --type \"capture\": use drop, trace, policy-verdict\n" {
 		t.Errorf("--type capture: %+v", r)
+	}
+	if r := run(t, sock, "monitor", "--related-to", "web"); r.code != 1 ||
+		r.stderr != "Error: invalid --related-to \"web\": want an endpoint ID from 1 to 65535 (cellium endpoint list shows them)\n" {
+		t.Errorf("--related-to web: %+v", r)
 	}
 	if r := run(t, sock, "monitor", "-o", "yaml"); r.code != 1 || !strings.Contains(r.stderr, "use -o json") {
 		t.Errorf("-o yaml: %+v", r)

@@ -19,9 +19,9 @@ func apiHandlers(cfg Config, h *hub.Hub) agentapi.HandlersOut {
 	}}}
 }
 
-// ParseFilter reads the query of GET /v1/monitor: type (repeatable or
-// comma-separated: drop, trace, policy-verdict) and endpoint (an endpoint
-// ID).
+// ParseFilter reads the query of GET /v1/monitor: type (drop, trace,
+// policy-verdict) and endpoint (an endpoint ID), each repeatable or
+// comma-separated.
 //
 // Errors: a message for the client naming the bad parameter and the
 // values it takes.
@@ -36,12 +36,14 @@ func ParseFilter(q map[string][]string) (hub.Filter, error) {
 			f.Types = append(f.Types, t)
 		}
 	}
-	if v := q["endpoint"]; len(v) > 0 && v[0] != "" {
-		n, err := strconv.ParseUint(v[0], 10, 16)
-		if err != nil || n == 0 {
-			return f, &filterError{"invalid endpoint " + strconv.Quote(v[0]) + ": want an endpoint ID from 1 to 65535"}
+	for _, v := range q["endpoint"] {
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+			if err != nil || n == 0 {
+				return f, &filterError{"invalid endpoint " + strconv.Quote(s) + ": want an endpoint ID from 1 to 65535"}
+			}
+			f.EndpointIDs = append(f.EndpointIDs, uint16(n))
 		}
-		f.EndpointID = uint16(n)
 	}
 	return f, nil
 }

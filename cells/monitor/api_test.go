@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,12 +90,12 @@ func TestStreamFiltersAndEndsWithClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	all, err := c.Monitor(ctx, nil, 0)
+	all, err := c.Monitor(ctx, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer all.Close()
-	verdicts7, err := c.Monitor(ctx, []string{"policy-verdict", "drop"}, 7)
+	verdicts7, err := c.Monitor(ctx, []string{"policy-verdict", "drop"}, []uint16{7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestStreamEndsWhenAgentStops(t *testing.T) {
 	a := startAgent(t)
 	c := client.New(a.socket)
 	defer c.Close()
-	s, err := c.Monitor(context.Background(), nil, 0)
+	s, err := c.Monitor(context.Background(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestBadFilter(t *testing.T) {
 	for q, want := range map[string]string{
 		"capture": `unknown event type "capture": use one of drop, trace, policy-verdict`,
 	} {
-		_, err := c.Monitor(context.Background(), []string{q}, 0)
+		_, err := c.Monitor(context.Background(), []string{q}, nil)
 		var apiErr *client.APIError
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Payload.Message != want {
 			t.Errorf("Monitor(type=%s) error = %v, want 400 %q", q, err, want)
@@ -203,8 +204,8 @@ func TestBadFilter(t *testing.T) {
 		err.Error() != `invalid endpoint "0": want an endpoint ID from 1 to 65535` {
 		t.Errorf("ParseFilter(endpoint=0) = %v", err)
 	}
-	f, err := monitor.ParseFilter(map[string][]string{"type": {"drop,trace", "policy-verdict"}, "endpoint": {"42"}})
-	if err != nil || len(f.Types) != 3 || f.EndpointID != 42 {
+	f, err := monitor.ParseFilter(map[string][]string{"type": {"drop,trace", "policy-verdict"}, "endpoint": {"42,43", "7"}})
+	if err != nil || len(f.Types) != 3 || !slices.Equal(f.EndpointIDs, []uint16{42, 43, 7}) {
 		t.Errorf("ParseFilter = %+v, %v", f, err)
 	}
 }

@@ -97,7 +97,7 @@ func TestPrivilegedDropReachesMonitor(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := c.Monitor(ctx, []string{"drop", "policy-verdict"}, testEndpoint)
+	stream, err := c.Monitor(ctx, []string{"drop", "policy-verdict"}, []uint16{testEndpoint})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,8 +147,8 @@ type Event struct {
 type Filter struct {
 	// Types, when not empty, are the only types selected.
 	Types []Type
-	// EndpointID, when not zero, selects only this endpoint's events.
-	EndpointID uint16
+	// EndpointIDs, when not empty, select only these endpoints' events.
+	EndpointIDs []uint16
 }
 
 // Match reports whether the filter selects ev.
@@ -156,5 +156,5 @@ func (f Filter) Match(ev *Event) bool {
 	if len(f.Types) > 0 && !slices.Contains(f.Types, ev.Type) {
 		return false
 	}
-	return f.EndpointID == 0 || ev.EndpointID == f.EndpointID
+	return len(f.EndpointIDs) == 0 || slices.Contains(f.EndpointIDs, ev.EndpointID)
 }

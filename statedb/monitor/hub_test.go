@@ -35,8 +35,8 @@ func TestFanOutAndFilters(t *testing.T) {
 	h := NewHub()
 	all := h.Subscribe(Filter{}, 0)
 	drops := h.Subscribe(Filter{Types: []Type{TypeDrop}}, 0)
-	ep7 := h.Subscribe(Filter{EndpointID: 7}, 0)
-	verdicts7 := h.Subscribe(Filter{Types: []Type{TypePolicyVerdict, TypeTrace}, EndpointID: 7}, 0)
+	ep7 := h.Subscribe(Filter{EndpointIDs: []uint16{7}}, 0)
+	verdicts7 := h.Subscribe(Filter{Types: []Type{TypePolicyVerdict, TypeTrace}, EndpointIDs: []uint16{7, 8}}, 0)
 	defer func() {
 		for _, s := range []*Subscription{all, drops, ep7, verdicts7} {
 			s.Close()

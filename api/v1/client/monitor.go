@@ -21,8 +21,8 @@ type MonitorStream struct {
 }
 
 // Monitor opens the stream of datapath events of the given types (all
-// when none: drop, trace, policy-verdict) and, when endpoint is not zero,
-// only of that endpoint (GET /v1/monitor?type=...&endpoint=...). It returns
+// when none: drop, trace, policy-verdict) and, when endpoints are given,
+// only of those endpoints (GET /v1/monitor?type=...&endpoint=...). It returns
 // once the agent has answered; the stream then lasts until ctx ends, the
 // stream is closed or the agent stops. Unlike the other methods it applies
 // no DefaultTimeout: bound the wait for the answer with ctx if needed, and
@@ -30,13 +30,13 @@ type MonitorStream struct {
 //
 // Errors: as Do's (ErrAgentUnreachable, *APIError for an unknown type,
 // the context's error).
-func (c *Client) Monitor(ctx context.Context, types []string, endpoint uint16) (*MonitorStream, error) {
+func (c *Client) Monitor(ctx context.Context, types []string, endpoints []uint16) (*MonitorStream, error) {
 	q := url.Values{}
 	for _, t := range types {
 		q.Add("type", t)
 	}
-	if endpoint != 0 {
-		q.Set("endpoint", strconv.Itoa(int(endpoint)))
+	for _, ep := range endpoints {
+		q.Add("endpoint", strconv.Itoa(int(ep)))
 	}
 	path := "/v1/monitor"
 	if len(q) > 0 {
