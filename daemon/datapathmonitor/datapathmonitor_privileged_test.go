@@ -24,6 +24,7 @@ import (
 	cellmonitor "github.com/cellium/cellium/cells/monitor"
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/test/privileged"
 )
 
@@ -39,17 +40,29 @@ const (
 	testPort     = 9999
 )
 
-// TestPrivilegedDropReachesMonitor loads cellium's real endpoint program
-// on the host side of a veth (in namespaces of the test) with an empty
-// policy map, sends one UDP datagram to the "pod", and follows the drop
-// from the kernel's ring buffer through the cell and the hub to a GET
-// /v1/monitor stream, and into cellium_drop_count_total.
-func TestPrivilegedDropReachesMonitor(t *testing.T) {
-	privileged.Require(t)
+// datapath is cellium's real endpoint program on the host side of a veth
+// between two namespaces of the test ("node" and "pod"), its maps in a
+// bpffs of the test's own, and an agent (API, metrics, the hub and this
+// cell) reading them.
+type datapath struct {
+	t      *testing.T
+	node   ns.NetNS
+	policy *maps.PolicyMap
+	reg    *prometheus.Registry
+	client *client.Client
+	ifidx  int
+}
 
-	// The agent's bpffs directory, <bpf-root>/cellium, a bpffs of the
-	// test's own; unmounted after the hive stops (cleanups run in
-	// reverse).
+// newDatapath sets it all up; allow are the endpoint's policy entries
+// (none: every packet to the pod is denied), trace loads the program with
+// traces on. Everything is removed when the test ends.
+func newDatapath(t *testing.T, trace bool, allow ...policy.Entry) *datapath {
+	t.Helper()
+	privileged.Require(t)
+	d := &datapath{t: t}
+
+	// The agent's bpffs directory, <bpf-root>/cellium; unmounted after
+	// the hive stops (cleanups run in reverse).
 	root := t.TempDir()
 	dir := filepath.Join(root, "cellium")
 	if err := maps.EnsureBPFFS(dir); err != nil {
@@ -64,102 +77,167 @@ func TestPrivilegedDropReachesMonitor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	policy, err := maps.OpenPolicyMap(dir, testEndpoint)
-	if err != nil {
+	t.Cleanup(func() { m.Close() })
+	if d.policy, err = maps.OpenPolicyMap(dir, testEndpoint); err != nil {
 		t.Fatal(err)
 	}
-	defer policy.Close()
+	t.Cleanup(func() { d.policy.Close() })
+	for _, e := range allow {
+		if err := d.policy.Update(e); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	node, pod := newNetns(t), newNetns(t)
-	hostIfindex := vethPair(t, node, pod)
-	coll := loadProgram(t, m, policy, hostIfindex)
-	defer coll.Close()
+	d.node = newNetns(t)
+	pod := newNetns(t)
+	d.ifidx = vethPair(t, d.node, pod)
+	coll := loadProgram(t, m, d.policy, d.ifidx, trace)
+	t.Cleanup(coll.Close)
 	var l link.Link
-	if err := node.Do(func(ns.NetNS) error {
+	if err := d.node.Do(func(ns.NetNS) error {
 		var err error
-		l, err = link.AttachTCX(link.TCXOptions{Interface: hostIfindex,
+		l, err = link.AttachTCX(link.TCXOptions{Interface: d.ifidx,
 			Program: coll.Programs["cil_to_container"], Attach: ebpf.AttachTCXEgress})
 		return err
 	}); err != nil {
 		t.Fatalf("attach cil_to_container (tcx egress): %v", err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 
-	// The agent: API, metrics, the hub and this cell, with the loader's
-	// flags pointing at the test's bpffs.
 	sock := filepath.Join(t.TempDir(), "api.sock")
-	var reg *prometheus.Registry
 	hivetest.Start(t, []string{"--socket-path=" + sock, "--bpf-root=" + root},
-		fakeLoader, metrics.Cell, agentapi.Cell, cellmonitor.Cell, Cell, hivetest.Capture(&reg))
+		fakeLoader, metrics.Cell, agentapi.Cell, cellmonitor.Cell, Cell, hivetest.Capture(&d.reg))
+	d.client = client.New(sock)
+	t.Cleanup(d.client.Close)
+	return d
+}
 
-	c := client.New(sock)
-	defer c.Close()
+// monitor opens GET /v1/monitor for the test endpoint's events of types.
+func (d *datapath) monitor(types ...string) *client.MonitorStream {
+	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	stream, err := c.Monitor(ctx, []string{"drop", "policy-verdict"}, []uint16{testEndpoint})
+	d.t.Cleanup(cancel)
+	stream, err := d.client.Monitor(ctx, types, []uint16{testEndpoint})
 	if err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
-	defer stream.Close()
+	d.t.Cleanup(func() { stream.Close() })
+	return stream
+}
 
-	if err := node.Do(func(ns.NetNS) error {
+// sendUDP sends one datagram from the node to the pod's testPort.
+func (d *datapath) sendUDP() {
+	d.t.Helper()
+	if err := d.node.Do(func(ns.NetNS) error {
 		conn, err := net.Dial("udp4", netip.AddrPortFrom(podAddr, testPort).String())
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		_, err = conn.Write([]byte("denied"))
+		_, err = conn.Write([]byte("monitor"))
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
+}
 
-	common := models.MonitorEvent{EndpointID: testEndpoint, Direction: "ingress", SrcIdentity: 2, DstIdentity: testIdentity,
-		SrcIP: nodeAddr.String(), DstIP: podAddr.String(), DstPort: testPort, Protocol: "udp", Ifindex: uint32(hostIfindex)}
-	verdict, drop := common, common
-	verdict.Type, verdict.Verdict, verdict.ReasonCode, verdict.Reason = "policy-verdict", "deny", 133, "Policy denied"
-	drop.Type, drop.ReasonCode, drop.Reason = "drop", 133, "Policy denied"
-	for _, want := range []models.MonitorEvent{verdict, drop} {
-		got, err := stream.Next()
-		if err != nil {
-			t.Fatalf("waiting for the %s event: %v", want.Type, err)
-		}
-		if got.Timestamp.IsZero() || time.Since(got.Timestamp).Abs() > time.Hour {
-			t.Errorf("%s event's timestamp %v is not about now", got.Type, got.Timestamp)
-		}
-		// What the test cannot know beforehand: the time, the source
-		// port the kernel chose, the packet's length.
-		want.Timestamp, want.SrcPort, want.Length = got.Timestamp, got.SrcPort, got.Length
-		if got.SrcPort == 0 || got.Length < 28+6 {
-			t.Errorf("%s event: source port %d, length %d", got.Type, got.SrcPort, got.Length)
-		}
-		if got != want {
-			t.Errorf("event:\n got %+v\nwant %+v", got, want)
+// expect reads the stream until it has seen each of want in order,
+// skipping events of other packets (ARP, which the program passes and
+// traces, carries no addresses). Fields the test cannot know beforehand
+// (time, source port, length) are checked for plausibility and copied.
+func (d *datapath) expect(stream *client.MonitorStream, want ...models.MonitorEvent) {
+	d.t.Helper()
+	for _, w := range want {
+		for {
+			got, err := stream.Next()
+			if err != nil {
+				d.t.Fatalf("waiting for the %s event: %v", w.Type, err)
+			}
+			if got.Protocol != "udp" {
+				continue
+			}
+			if got.Timestamp.IsZero() || time.Since(got.Timestamp).Abs() > time.Hour {
+				d.t.Errorf("%s event's timestamp %v is not about now", got.Type, got.Timestamp)
+			}
+			if got.SrcPort == 0 || got.Length < 28+7 {
+				d.t.Errorf("%s event: source port %d, length %d", got.Type, got.SrcPort, got.Length)
+			}
+			w.Timestamp, w.SrcPort, w.Length = got.Timestamp, got.SrcPort, got.Length
+			if got != w {
+				d.t.Errorf("event:\n got %+v\nwant %+v", got, w)
+			}
+			break
 		}
 	}
+}
 
-	mfs, err := reg.Gather()
+// counter returns the value of metric name with labels.
+func (d *datapath) counter(name string, labels map[string]string) float64 {
+	d.t.Helper()
+	mfs, err := d.reg.Gather()
 	if err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
-	var drops float64
 	for _, mf := range mfs {
-		if mf.GetName() != "cellium_drop_count_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, metric := range mf.GetMetric() {
-			labels := map[string]string{}
 			for _, lp := range metric.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue metrics
+				}
 			}
-			if labels["reason"] == "Policy denied" && labels["direction"] == "INGRESS" {
-				drops = metric.GetCounter().GetValue()
-			}
+			return metric.GetCounter().GetValue()
 		}
 	}
-	if drops < 1 {
-		t.Errorf(`cellium_drop_count_total{reason="Policy denied",direction="INGRESS"} = %v, want at least 1`, drops)
+	return 0
+}
+
+// udpEvent is the datagram's event as the endpoint's ingress program
+// sees it: from the node (world: unknown to the ipcache) to the pod.
+func (d *datapath) udpEvent(typ string) models.MonitorEvent {
+	return models.MonitorEvent{Type: typ, EndpointID: testEndpoint, Direction: "ingress", SrcIdentity: 2,
+		DstIdentity: testIdentity, SrcIP: nodeAddr.String(), DstIP: podAddr.String(), DstPort: testPort,
+		Protocol: "udp", Ifindex: uint32(d.ifidx)}
+}
+
+// TestPrivilegedDropReachesMonitor: with an empty policy map the program
+// denies a UDP datagram to the pod; the policy verdict and the drop go
+// from the kernel's ring buffer through the cell and the hub to a GET
+// /v1/monitor stream, and the drop into cellium_drop_count_total.
+func TestPrivilegedDropReachesMonitor(t *testing.T) {
+	d := newDatapath(t, false)
+	stream := d.monitor("drop", "policy-verdict")
+	d.sendUDP()
+
+	verdict, drop := d.udpEvent("policy-verdict"), d.udpEvent("drop")
+	verdict.Verdict, verdict.ReasonCode, verdict.Reason = "deny", 133, "Policy denied"
+	drop.ReasonCode, drop.Reason = 133, "Policy denied"
+	d.expect(stream, verdict, drop)
+
+	if n := d.counter("cellium_drop_count_total", map[string]string{"reason": "Policy denied", "direction": "INGRESS"}); n < 1 {
+		t.Errorf(`cellium_drop_count_total{reason="Policy denied",direction="INGRESS"} = %v, want at least 1`, n)
+	}
+}
+
+// TestPrivilegedAllowAndTrace: with the datagram allowed by an L4 rule
+// and traces on, the stream shows the allow verdict and the trace of the
+// delivery to the endpoint, and the forward counter moves.
+func TestPrivilegedAllowAndTrace(t *testing.T) {
+	allow := policy.Entry{Key: policy.NewKey(2, policy.Ingress, 17, testPort, 16)}
+	d := newDatapath(t, true, allow)
+	stream := d.monitor("policy-verdict", "trace")
+	d.sendUDP()
+
+	verdict, trace := d.udpEvent("policy-verdict"), d.udpEvent("trace")
+	verdict.Verdict = "allow"
+	trace.ObservationPoint = "to-endpoint" // code 0
+	d.expect(stream, verdict, trace)
+
+	if n := d.counter("cellium_forward_count_total", map[string]string{"direction": "INGRESS"}); n < 1 {
+		t.Errorf(`cellium_forward_count_total{direction="INGRESS"} = %v, want at least 1`, n)
 	}
 }
 
@@ -230,7 +308,7 @@ func vethPair(t *testing.T, node, pod ns.NetNS) int {
 
 // loadProgram loads the endpoint programs with the test endpoint's
 // constants and the maps of dir, as the loader does.
-func loadProgram(t *testing.T, m *maps.Maps, policy *maps.PolicyMap, ifindex int) *ebpf.Collection {
+func loadProgram(t *testing.T, m *maps.Maps, policy *maps.PolicyMap, ifindex int, trace bool) *ebpf.Collection {
 	t.Helper()
 	spec, err := bpf.LoadLxc()
 	if err != nil {
@@ -240,6 +318,7 @@ func loadProgram(t *testing.T, m *maps.Maps, policy *maps.PolicyMap, ifindex int
 		"ENDPOINT_ID":       uint16(testEndpoint),
 		"SECURITY_IDENTITY": uint32(testIdentity),
 		"ENDPOINT_IFINDEX":  uint32(ifindex),
+		"TRACE_ENABLED":     boolByte(trace),
 	} {
 		vs, ok := spec.Variables[name]
 		if !ok {
@@ -254,4 +333,11 @@ func loadProgram(t *testing.T, m *maps.Maps, policy *maps.PolicyMap, ifindex int
 		t.Fatalf("load the endpoint programs: %v", err)
 	}
 	return coll
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
