@@ -314,30 +314,13 @@ func loadProgram(t *testing.T, m *maps.Maps, policy *maps.PolicyMap, ifindex int
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]any{
-		"ENDPOINT_ID":       uint16(testEndpoint),
-		"SECURITY_IDENTITY": uint32(testIdentity),
-		"ENDPOINT_IFINDEX":  uint32(ifindex),
-		"TRACE_ENABLED":     boolByte(trace),
-	} {
-		vs, ok := spec.Variables[name]
-		if !ok {
-			t.Fatalf("the program has no constant %s", name)
-		}
-		if err := vs.Set(v); err != nil {
-			t.Fatalf("set %s: %v", name, err)
-		}
+	c := bpf.EndpointConstants{EndpointID: testEndpoint, Identity: testIdentity, IfIndex: uint32(ifindex), Trace: trace}
+	if err := c.Apply(spec); err != nil {
+		t.Fatal(err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.Replacements(policy)})
 	if err != nil {
 		t.Fatalf("load the endpoint programs: %v", err)
 	}
 	return coll
-}
-
-func boolByte(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
 }
