@@ -267,3 +267,16 @@ func TestSlowClientGetsLostRecord(t *testing.T) {
 		t.Errorf("Content-Type = %q", ct)
 	}
 }
+
+func TestQueueSizeValidated(t *testing.T) {
+	h := hivetest.New(t, []string{"--socket-path=" + filepath.Join(t.TempDir(), "s.sock"), "--monitor-queue-size=0"},
+		metrics.Cell, agentapi.Cell, monitor.Cell)
+	err := h.Start(context.Background())
+	if err == nil {
+		_ = h.Stop(context.Background())
+		t.Fatal("start with --monitor-queue-size=0 succeeded")
+	}
+	if !strings.Contains(err.Error(), "--monitor-queue-size=0: give the number of events to buffer") {
+		t.Errorf("error %v does not name the flag", err)
+	}
+}

@@ -1,6 +1,10 @@
 package monitor
 
-import "github.com/spf13/pflag"
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+)
 
 // Config is the monitor cell's configuration.
 type Config struct {
@@ -16,4 +20,13 @@ var DefaultConfig = Config{MonitorQueueSize: 4096}
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Int("monitor-queue-size", def.MonitorQueueSize,
 		"Events buffered for each monitor client (cellium monitor) before the agent drops events for a client that reads too slowly")
+}
+
+// Validate implements hive.Validator.
+func (c Config) Validate() error {
+	if c.MonitorQueueSize < 1 {
+		return fmt.Errorf("--monitor-queue-size=%d: give the number of events to buffer for each monitor client, at least 1 (default %d)",
+			c.MonitorQueueSize, DefaultConfig.MonitorQueueSize)
+	}
+	return nil
 }
