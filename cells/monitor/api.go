@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,6 +20,9 @@ func apiHandlers(cfg Config, h *hub.Hub) agentapi.HandlersOut {
 	}}}
 }
 
+// MaxFilterValues bounds the types plus endpoints of one GET /v1/monitor.
+const MaxFilterValues = 256
+
 // ParseFilter reads the query of GET /v1/monitor: type (drop, trace,
 // policy-verdict) and endpoint (an endpoint ID), each repeatable or
 // comma-separated.
@@ -27,6 +31,9 @@ func apiHandlers(cfg Config, h *hub.Hub) agentapi.HandlersOut {
 // values it takes.
 func ParseFilter(q map[string][]string) (hub.Filter, error) {
 	var f hub.Filter
+	if n := len(q["type"]) + len(q["endpoint"]); n > MaxFilterValues {
+		return f, fmt.Errorf("%d type and endpoint parameters: at most %d", n, MaxFilterValues)
+	}
 	for _, v := range q["type"] {
 		for _, name := range strings.Split(v, ",") {
 			t, err := hub.ParseType(strings.TrimSpace(name))
@@ -40,17 +47,16 @@ func ParseFilter(q map[string][]string) (hub.Filter, error) {
 		for _, s := range strings.Split(v, ",") {
 			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
 			if err != nil || n == 0 {
-				return f, &filterError{"invalid endpoint " + strconv.Quote(s) + ": want an endpoint ID from 1 to 65535"}
+				return f, fmt.Errorf("invalid endpoint %q: want an endpoint ID from 1 to 65535", s)
 			}
 			f.EndpointIDs = append(f.EndpointIDs, uint16(n))
 		}
 	}
+	if len(f.Types)+len(f.EndpointIDs) > MaxFilterValues {
+		return hub.Filter{}, fmt.Errorf("%d types and endpoints: at most %d", len(f.Types)+len(f.EndpointIDs), MaxFilterValues)
+	}
 	return f, nil
 }
-
-type filterError struct{ msg string }
-
-func (e *filterError) Error() string { return e.msg }
 
 // StreamHandler serves the events of h as newline-delimited JSON
 // (models.MonitorEvent), one event per line, flushed as it comes, until
