@@ -42,6 +42,11 @@ type fakeAgent struct {
 	Missing []string
 	// Hang makes every request wait until the client gives up.
 	Hang bool
+	// Monitor is what GET /v1/monitor streams, whatever the query; the
+	// stream then stays open until the client goes, or ends at once when
+	// MonitorEnds is set.
+	Monitor     []models.MonitorEvent
+	MonitorEnds bool
 
 	mu       sync.Mutex
 	requests []string
@@ -144,6 +149,17 @@ func (f *fakeAgent) handler() http.Handler {
 		ep.Status.Identity = &models.EndpointIdentity{ID: 60001, Labels: next}
 		f.mu.Unlock()
 		agentapi.WriteJSON(w, r, *ep)
+	})
+	handle("GET /monitor", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		for _, ev := range f.Monitor {
+			_ = enc.Encode(ev)
+		}
+		w.(http.Flusher).Flush()
+		if !f.MonitorEnds {
+			<-r.Context().Done()
+		}
 	})
 	handle("GET /statedb", func(w http.ResponseWriter, r *http.Request) { agentapi.WriteJSON(w, r, f.Tables) })
 	handle("GET /statedb/{table}", func(w http.ResponseWriter, r *http.Request) {

@@ -98,6 +98,7 @@ what the agent knows. Most commands that print an object take
 		a.configCommand(),
 		a.statedbCommand(),
 		a.doctorCommand(),
+		a.monitorCommand(),
 	)
 	return root
 }

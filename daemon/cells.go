@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
+	"github.com/cellium/cellium/cells/monitor"
 	"github.com/cellium/cellium/cells/nodediscovery"
 	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/cells/statedir"
@@ -42,6 +43,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	cniconfig.Cell,
 	// GET /v1/doctor. cellium-agent adds hostlinks.Cell for the veth checks.
 	doctor.Cell,
+	// The datapath event hub and GET /v1/monitor; cellium-agent adds
+	// datapathmonitor.Cell, which fills the hub from the BPF ring buffer.
+	monitor.Cell,
 )
 
 // Agent is the whole agent.

@@ -111,6 +111,7 @@ var agentOnly = []string{
 	"cells/endpointmanager",
 	"cells/identity",
 	"cells/ipam",
+	"cells/monitor",
 	"cells/nodediscovery",
 	"cells/statedir",
 	"statedb/endpoints",
