@@ -1,0 +1,14 @@
+// Package healthcheck is the agent's prober of the node's health endpoint
+// (Cilium's cilium-health connectivity check, for the local node): every
+// interval, and as soon as the health endpoint's interface appears or
+// changes, it asks the responder in the health namespace for GET
+// http://<health IP>:4240/hello from the node, and records in the
+// health-probes table (statedb/health) whether it answered, how fast, and
+// why not. GET /v1/healthz and `cellium status` show the result as
+// "Cluster health".
+//
+// A probe goes out only through the health endpoint's own host interface
+// (the socket is bound to it), and only once the endpoint has one: without
+// the datapath (--enable-endpoint-health-checking=false) or without host
+// routes, the probe fails locally and never leaves the node another way.
+package healthcheck
