@@ -7,8 +7,10 @@
 // why not. GET /v1/healthz and `cellium status` show the result as
 // "Cluster health".
 //
-// A probe goes out only through the health endpoint's own host interface
-// (the socket is bound to it), and only once the endpoint has one: without
-// the datapath (--enable-endpoint-health-checking=false) or without host
-// routes, the probe fails locally and never leaves the node another way.
+// A probe is sent only when the endpoint has a host interface and the
+// node routes the health IP through it (the path a pod's traffic takes),
+// and then from a socket bound to that interface: without the datapath
+// (--enable-endpoint-health-checking=false) or without host routes
+// (--enable-endpoint-routes=false) the probe is reported unreachable with
+// that reason and no packet leaves the node another way.
 package healthcheck

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/statedb"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/cells/hive"
@@ -137,7 +138,10 @@ func (p *Prober) probe(ctx context.Context, t target) *health.Probe {
 		row.Error = "the health endpoint has no interface (is --enable-endpoint-health-checking on?)"
 	default:
 		start := p.now()
-		err := p.get(ctx, t)
+		err := p.checkRoute(t)
+		if err == nil {
+			err = p.get(ctx, t)
+		}
 		row.LastProbed = p.now()
 		if err != nil {
 			row.Error = err.Error()
@@ -202,21 +206,46 @@ func (p *Prober) dial(ctx context.Context, network, addr, device string) (net.Co
 		}
 		return nil
 	}}
-	if p.opts.NetnsPath == "" {
-		return d.DialContext(ctx, network, addr)
-	}
-	n, err := ns.GetNS(p.opts.NetnsPath)
-	if err != nil {
-		return nil, err
-	}
-	defer n.Close()
 	var conn net.Conn
-	err = n.Do(func(ns.NetNS) error {
+	err := p.inNetns(func() error {
 		var err error
 		conn, err = d.DialContext(ctx, network, addr)
 		return err
 	})
 	return conn, err
+}
+
+// inNetns runs f in the prober's namespace.
+func (p *Prober) inNetns(f func() error) error {
+	if p.opts.NetnsPath == "" {
+		return f()
+	}
+	n, err := ns.GetNS(p.opts.NetnsPath)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	return n.Do(func(ns.NetNS) error { return f() })
+}
+
+// checkRoute makes sure the node routes t.ip through t.device, as it
+// routes a pod's address through its veth: a probe tests that path, and
+// without it (host routing off) it is not sent at all.
+func (p *Prober) checkRoute(t target) error {
+	return p.inNetns(func() error {
+		rs, err := netlink.RouteGet(t.ip.AsSlice())
+		if err != nil || len(rs) == 0 {
+			return fmt.Errorf("the node has no route to %s (is --enable-endpoint-routes on?)", t.ip)
+		}
+		l, err := netlink.LinkByIndex(rs[0].LinkIndex)
+		if err != nil {
+			return fmt.Errorf("route to %s: %w", t.ip, err)
+		}
+		if name := l.Attrs().Name; name != t.device {
+			return fmt.Errorf("the node routes %s through %s, not through the health endpoint's %s (is --enable-endpoint-routes on?)", t.ip, name, t.device)
+		}
+		return nil
+	})
 }
 
 // write stores row.

@@ -14,9 +14,15 @@ import (
 	"github.com/cellium/cellium/statedb/health"
 )
 
-// ErrClosed is returned by Update once Close was called: the agent is
-// stopping and starts no responder any more.
-var ErrClosed = errors.New("health endpoint operations closed")
+// Errors of Update.
+var (
+	// ErrClosed is returned once Close was called: the agent is stopping
+	// and starts no responder any more.
+	ErrClosed = errors.New("health endpoint operations closed")
+	// ErrResponderStopped is returned while StopResponder holds the
+	// responder stopped.
+	ErrResponderStopped = errors.New("health responder stopped on request")
+)
 
 // Ops is the reconciler's target for the health-netns table: it makes the
 // namespace, the veth and the responder of a row, or adopts and repairs
@@ -32,6 +38,7 @@ type Ops struct {
 	mu     sync.Mutex
 	resp   *responder
 	closed bool
+	held   bool // StopResponder holds the responder stopped
 }
 
 // NewOps returns the operations acting on the node namespace host (the
@@ -94,6 +101,9 @@ func (o *Ops) Update(ctx context.Context, _ statedb.ReadTxn, n *health.Netns) er
 		o.resp = nil
 	}
 	if o.resp == nil {
+		if o.held {
+			return ErrResponderStopped
+		}
 		r, err := startResponder(n.NetnsPath, inode, n.Port)
 		if err != nil {
 			return fmt.Errorf("health responder: %w", err)
@@ -153,12 +163,20 @@ func (o *Ops) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*health.Netns, s
 	return nil
 }
 
-// StopResponder stops the responder (for tests and fault injection); the
-// next Update starts it again.
-func (o *Ops) StopResponder() {
+// StopResponder stops the responder and keeps it stopped until resume is
+// called (Update fails with ErrResponderStopped meanwhile, so the
+// health-netns row says why); the reconciler's next Update after resume
+// starts it again. It is for tests and fault injection.
+func (o *Ops) StopResponder() (resume func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.held = true
 	o.stopLocked()
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.held = false
+	}
 }
 
 // Close stops the responder for good: Update fails with ErrClosed after.
