@@ -142,17 +142,18 @@ func (m *Manager) followHealthInterface(ctx context.Context, ifaces statedb.Tabl
 		}
 		if hep != nil {
 			want := hep.Clone()
-			want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC, want.NetnsPath, want.ContainerID = "", 0, "", "", "", ""
+			want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC = "", 0, "", ""
+			want.NetnsPath, want.ContainerID, want.ContainerIfName = "", "", ""
 			if iface != nil && iface.IPv4 == hep.IPv4 {
 				want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC = iface.HostIfName, iface.HostIfIndex, iface.MAC, iface.HostMAC
-				want.NetnsPath, want.ContainerID = iface.NetnsPath, iface.ContainerID
+				want.NetnsPath, want.ContainerID, want.ContainerIfName = iface.NetnsPath, iface.ContainerID, iface.IfName
 			}
 			if sameInterface(want, hep) {
 				h.OK("health endpoint interface " + orNone(hep.HostIfName))
 			} else if err := m.modify(hep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
 				c := cur.Clone()
 				c.HostIfName, c.HostIfIndex, c.MAC, c.HostMAC = want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC
-				c.NetnsPath, c.ContainerID = want.NetnsPath, want.ContainerID
+				c.NetnsPath, c.ContainerID, c.ContainerIfName = want.NetnsPath, want.ContainerID, want.ContainerIfName
 				return c
 			}); err != nil {
 				h.Degraded("record the health endpoint's interface", err)
@@ -169,7 +170,7 @@ func (m *Manager) followHealthInterface(ctx context.Context, ifaces statedb.Tabl
 
 func sameInterface(a, b *endpoints.Endpoint) bool {
 	return a.HostIfName == b.HostIfName && a.HostIfIndex == b.HostIfIndex && a.MAC == b.MAC &&
-		a.HostMAC == b.HostMAC && a.NetnsPath == b.NetnsPath && a.ContainerID == b.ContainerID
+		a.HostMAC == b.HostMAC && a.NetnsPath == b.NetnsPath && a.ContainerID == b.ContainerID && a.ContainerIfName == b.ContainerIfName
 }
 
 func orNone(s string) string {

@@ -602,12 +602,12 @@ func TestHealthEndpointInterface(t *testing.T) {
 		wtxn.Commit()
 	}
 	row := &health.Interface{HostIfName: "lxc_health", HostIfIndex: 42, HostMAC: "02:00:00:00:00:01", MAC: "02:00:00:00:00:02",
-		NetnsPath: "/var/run/netns/cilium-health", NetnsInode: 9, ContainerID: "cilium-health", IPv4: netip.MustParseAddr("10.0.0.2")}
+		NetnsPath: "/var/run/netns/cilium-health", NetnsInode: 9, ContainerID: "cilium-health", IfName: "cilium", IPv4: netip.MustParseAddr("10.0.0.2")}
 	set(row)
 	waitFor(t, "the interface in the health endpoint row", func() bool {
 		ep := healthEP()
 		return ep.HostIfName == "lxc_health" && ep.HostIfIndex == 42 && ep.MAC == row.MAC && ep.HostMAC == row.HostMAC &&
-			ep.NetnsPath == row.NetnsPath && ep.ContainerID == "cilium-health"
+			ep.NetnsPath == row.NetnsPath && ep.ContainerID == "cilium-health" && ep.ContainerIfName == "cilium"
 	})
 	other := *row
 	other.IPv4, other.HostIfIndex = netip.MustParseAddr("10.0.0.99"), 43

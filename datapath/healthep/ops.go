@@ -124,7 +124,7 @@ func (o *Ops) record(n *health.Netns, inode uint64) error {
 		return fmt.Errorf("read health veth peer: %w", err)
 	}
 	row := &health.Interface{
-		HostIfName: n.HostIfName, HostIfIndex: hostIndex, HostMAC: hostMAC, MAC: mac,
+		HostIfName: n.HostIfName, HostIfIndex: hostIndex, HostMAC: hostMAC, IfName: n.IfName, MAC: mac,
 		NetnsPath: n.NetnsPath, NetnsInode: inode, ContainerID: n.ContainerID, IPv4: n.IPv4,
 	}
 	wtxn := o.db.WriteTxn(o.interfaces)

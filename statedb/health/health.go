@@ -107,8 +107,9 @@ type Interface struct {
 	HostIfName  string `json:"host-interface"`
 	HostIfIndex int    `json:"host-interface-index"`
 	HostMAC     string `json:"host-mac"`
-	// MAC is the address of the interface inside the namespace.
-	MAC string `json:"mac"`
+	// IfName is the interface inside the namespace, MAC its address.
+	IfName string `json:"interface"`
+	MAC    string `json:"mac"`
 	// NetnsPath is the namespace's path; NetnsInode identifies the
 	// namespace itself (it changes when the namespace is made anew).
 	NetnsPath  string `json:"netns-path"`
