@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +63,8 @@ type agent struct {
 	probes statedb.Table[*health.Probe]
 	netns  statedb.Table[*health.Netns]
 
-	stopped bool
+	nodePath, healthPath string
+	stopped              bool
 }
 
 // The prober's timeout is generous: tests run niced on a busy machine.
@@ -72,7 +75,7 @@ type agent struct {
 // health-interface row into the health endpoint row.
 func startAgent(t *testing.T, node ns.NetNS, names healthep.Names) *agent {
 	t.Helper()
-	a := &agent{}
+	a := &agent{nodePath: node.Path(), healthPath: names.NetnsPath()}
 	var (
 		eps   statedb.RWTable[*endpoints.Endpoint]
 		local statedb.RWTable[*nodes.LocalNode]
@@ -172,9 +175,30 @@ func (a *agent) waitProbe(t *testing.T, what string, ok func(*health.Probe) bool
 		select {
 		case <-watch:
 		case <-timeout:
-			t.Fatalf("health endpoint not %s within 60s: last probe %+v; health-netns: %s", what, last, a.netnsStatus())
+			t.Fatalf("health endpoint not %s within 60s: last probe %+v; health-netns: %s\n%s", what, last, a.netnsStatus(), a.dump())
 		}
 	}
+}
+
+// dump shows the namespaces' links, addresses, routes, neighbours and
+// sysctls, to tell why a probe failed.
+func (a *agent) dump() string {
+	var b strings.Builder
+	for _, n := range []string{a.nodePath, a.healthPath} {
+		name := filepath.Base(n)
+		for _, args := range [][]string{{"-d", "link"}, {"addr"}, {"route"}, {"neigh"}} {
+			out, _ := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput()
+			fmt.Fprintf(&b, "ip -n %s %s:\n%s", name, strings.Join(args, " "), out)
+		}
+		out, _ := exec.Command("ip", "netns", "exec", name, "sh", "-c", "sysctl -a 2>/dev/null | grep -E 'rp_filter|arp_ignore|arp_filter|ip_forward |accept_local|route_localnet'; nstat -az 2>/dev/null | grep -v ' 0 '").CombinedOutput()
+		fmt.Fprintf(&b, "%s sysctls and counters:\n%s", name, out)
+	}
+	for _, tbl := range []string{"host-routes", "host-devices", "host-sysctls"} {
+		var buf strings.Builder
+		_ = a.db.ReadTxn().WriteJSON(&buf, tbl)
+		fmt.Fprintf(&b, "%s: %s\n", tbl, buf.String())
+	}
+	return b.String()
 }
 
 func (a *agent) netnsStatus() string {
