@@ -257,6 +257,20 @@ func hostLinks(t *testing.T, node ns.NetNS, name string) (n int) {
 func TestPrivilegedHealthEndpoint(t *testing.T) {
 	privileged.Require(t)
 	node := newTestNS(t)
+	// A node's loopback is up: without any address the namespace has no
+	// local routing table yet, and the kernel would take the health IP
+	// for a broadcast address (a NOARP neighbour with ff:ff:ff:ff:ff:ff,
+	// whose SYNs the health namespace's TCP ignores) if a packet went out
+	// before cilium_host has the router IP.
+	if err := node.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	names := healthep.Names{
 		NetnsName:   fmt.Sprintf("cellium-health-test-%d", os.Getpid()),
 		HostIfName:  "lxc_hlthtest",
