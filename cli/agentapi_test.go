@@ -54,6 +54,8 @@ func TestRealAgentAPI(t *testing.T) {
 	for _, want := range []string{
 		"Cellium:                 Degraded\n",
 		"Endpoints:               unavailable: get endpoints: the agent does not serve GET /v1/endpoint: is it older than this cellium CLI?\n",
+		// No prober in this agent.
+		"Cluster health:          Probe disabled\n",
 		"Modules Health:          Stopped(0) Degraded(1) OK(",
 		"  demo ",
 		"sync with the API server: connection refused\n",

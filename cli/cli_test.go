@@ -202,6 +202,9 @@ func TestStatusDegraded(t *testing.T) {
 		Message: "update CiliumEndpoint default/web-0", Error: "the server is currently unable to handle the request",
 		Since: testNow.Add(-42 * time.Second)}
 	f.Missing = []string{"GET /identity", "GET /node"}
+	f.Health.ClusterHealth.Reachable = 0
+	f.Health.ClusterHealth.Probes[0].Reachable = false
+	f.Health.ClusterHealth.Probes[0].Error = "GET 10.0.0.12:4240/hello: dial tcp 10.0.0.12:4240: connect: connection refused"
 	sock := f.start(t)
 
 	r := run(t, sock, "status")

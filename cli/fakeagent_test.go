@@ -263,7 +263,7 @@ func webStatus() ciliumv2.EndpointStatus {
 func newFakeAgent() *fakeAgent {
 	web := webStatus()
 	since := testNow.Add(-90 * time.Minute)
-	return &fakeAgent{
+	f := &fakeAgent{
 		Endpoints: []models.Endpoint{
 			{ID: 3071, Status: asModel(ciliumv2.EndpointStatus{ID: 3071, State: ciliumv2.EndpointStateWaitingForIdentity,
 				Networking: &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: "10.0.0.23"}}, NodeIP: "192.168.1.11"}})},
@@ -317,4 +317,9 @@ func newFakeAgent() *fakeAgent {
 			"endpoints": json.RawMessage(`[{"id":142,"state":"ready"},{"id":1090,"state":"ready","pod":"default/web-0"}]`),
 		},
 	}
+	f.Health.ClusterHealth = &models.ClusterHealth{Reachable: 1, Total: 1, Probes: []models.HealthProbe{{
+		Name: "health-endpoint", IP: "10.0.0.12", Reachable: true, Latency: 412 * time.Microsecond,
+		LastProbed: testNow.Add(-4 * time.Second),
+	}}}
+	return f
 }

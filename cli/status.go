@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -44,6 +45,9 @@ type statusReport struct {
 	Nodes *int `json:"nodes,omitempty"`
 	// Modules is the health of each module (of each part with --verbose).
 	Modules []models.ModuleHealth `json:"modules"`
+	// ClusterHealth is what probing the health endpoint found; nil when
+	// the agent does not probe (Cluster health: Probe disabled).
+	ClusterHealth *models.ClusterHealth `json:"cluster-health,omitempty"`
 	// Unavailable says, per section, why the agent could not provide it.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 }
@@ -114,7 +118,7 @@ func gatherStatus(ctx context.Context, c *client.Client, verbose bool) (*statusR
 	if err := c.Do(ctx, http.MethodGet, path, nil, &h); err != nil {
 		return nil, explain(err, "get agent health", "")
 	}
-	r := &statusReport{State: h.State, Modules: h.Modules, Unavailable: map[string]string{}}
+	r := &statusReport{State: h.State, Modules: h.Modules, ClusterHealth: h.ClusterHealth, Unavailable: map[string]string{}}
 	optional := func(section string, err error) error {
 		if errors.Is(err, client.ErrAgentUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return err
@@ -228,6 +232,8 @@ func (a *app) writeStatus(w io.Writer, r *statusReport, verbose bool) error {
 		line("Nodes", unavailable("nodes"))
 	}
 
+	writeClusterHealth(line, r.ClusterHealth)
+
 	count := map[string]int{}
 	for _, m := range r.Modules {
 		count[m.Level]++
@@ -257,4 +263,30 @@ func (a *app) writeStatus(w io.Writer, r *statusReport, verbose bool) error {
 		t.row("  "+m.ID, m.Level, since, healthMessage(m))
 	}
 	return t.flush(w)
+}
+
+// writeClusterHealth prints "Cluster health" as cilium-dbg does (N/M
+// reachable, or Probe disabled), then one line per probe.
+func writeClusterHealth(line func(label, value string), ch *models.ClusterHealth) {
+	if ch == nil {
+		line("Cluster health", "Probe disabled")
+		return
+	}
+	line("Cluster health", fmt.Sprintf("%d/%d reachable", ch.Reachable, ch.Total))
+	for _, p := range ch.Probes {
+		label := p.Name
+		if p.Name == "health-endpoint" {
+			label = "Health endpoint"
+		}
+		ip := p.IP
+		if ip == "" {
+			ip = "(no IP)"
+		}
+		switch {
+		case p.Reachable:
+			line("  "+label, fmt.Sprintf("%s reachable (%s)", ip, p.Latency.Round(time.Microsecond)))
+		default:
+			line("  "+label, fmt.Sprintf("%s unreachable: %s", ip, p.Error))
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/cellium/cellium/cells/cniconfig"
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/healthcheck"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
@@ -41,6 +42,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	cepsync.Cell,
 	policy.Cell,
 	cniconfig.Cell,
+	// Probes the health endpoint (Cluster health in cellium status);
+	// cellium-agent adds healthendpoint.Cell for its namespace and veth.
+	healthcheck.Cell,
 	// GET /v1/doctor. cellium-agent adds hostlinks.Cell for the veth checks.
 	doctor.Cell,
 	// The datapath event hub and GET /v1/monitor; cellium-agent adds

@@ -3,6 +3,7 @@ package agentapi
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/httpserve"
 	"github.com/cellium/cellium/cells/statedir"
+	"github.com/cellium/cellium/statedb/health"
 )
 
 // APIVersionPrefix prefixes every path of the API.
@@ -112,17 +114,51 @@ func registerSafely(mux *http.ServeMux, pattern string, h http.HandlerFunc) (err
 	return nil
 }
 
-func healthHandlers(reporter hive.HealthReporter) HandlersOut {
+type healthParams struct {
+	hive.In
+	Reporter hive.HealthReporter
+	DB       *statedb.DB
+	// Probes is absent when the agent does not probe its health endpoint.
+	Probes statedb.Table[*health.Probe] `optional:"true"`
+}
+
+func healthHandlers(p healthParams) HandlersOut {
 	return HandlersOut{Handlers: []Handler{{
 		Pattern: "GET /healthz",
 		Handler: func(w http.ResponseWriter, r *http.Request) {
-			mods := reporter.Modules()
+			mods := p.Reporter.Modules()
 			if r.URL.Query().Get("verbose") == "true" {
-				mods = reporter.Statuses()
+				mods = p.Reporter.Statuses()
 			}
-			WriteJSON(w, r, HealthModel(mods))
+			m := HealthModel(mods)
+			if p.Probes != nil {
+				m.ClusterHealth = ClusterHealthModel(p.Probes.All(p.DB.ReadTxn()))
+			}
+			WriteJSON(w, r, m)
 		},
 	}}}
+}
+
+// ClusterHealthModel is the cluster-health of GET /v1/healthz for the
+// given rows of the health-probes table.
+func ClusterHealthModel(probes iter.Seq2[*health.Probe, statedb.Revision]) *models.ClusterHealth {
+	out := &models.ClusterHealth{Probes: []models.HealthProbe{}}
+	for p := range probes {
+		hp := models.HealthProbe{Name: p.Name, Reachable: p.Reachable, Error: p.Error, Latency: p.Latency, LastProbed: p.LastProbed}
+		if p.IP.IsValid() {
+			hp.IP = p.IP.String()
+		}
+		if !p.LastReachable.IsZero() {
+			t := p.LastReachable
+			hp.LastReachable = &t
+		}
+		out.Total++
+		if p.Reachable {
+			out.Reachable++
+		}
+		out.Probes = append(out.Probes, hp)
+	}
+	return out
 }
 
 // HealthModel is the body of GET /v1/healthz for the given module

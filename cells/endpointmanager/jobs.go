@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/labels"
 )
 
@@ -61,6 +62,9 @@ type jobsParams struct {
 	Jobs      hive.Jobs
 	Lookup    ipam.Lookup
 	Node      k8s.NodeName
+	// HealthInterfaces is the health endpoint's veth as the datapath made
+	// it; absent when the agent has no health endpoint datapath.
+	HealthInterfaces statedb.Table[*health.Interface] `optional:"true"`
 }
 
 func registerJobs(p jobsParams) {
@@ -117,6 +121,72 @@ func registerJobs(p jobsParams) {
 			return m.ensureHealthEndpoint(ctx, p.Lookup, h)
 		}, hive.WithRetry(-1, time.Second, 30*time.Second)),
 	)
+	if p.HealthInterfaces != nil {
+		// The health endpoint row gets the veth the datapath made, so
+		// that routes (and programs) treat it like a pod's.
+		p.Jobs.Add(hive.Service("health-endpoint-interface", nil, func(ctx context.Context, h hive.Health) {
+			m.followHealthInterface(ctx, p.HealthInterfaces, h)
+		}))
+	}
+}
+
+// followHealthInterface copies the health-interface row (or its absence)
+// into the health endpoint row whenever either changes.
+func (m *Manager) followHealthInterface(ctx context.Context, ifaces statedb.Table[*health.Interface], h hive.Health) {
+	for {
+		txn := m.db.ReadTxn()
+		var iface *health.Interface
+		rows, ifWatch := ifaces.AllWatch(txn)
+		for r := range rows {
+			iface = r
+			break
+		}
+		var hep *endpoints.Endpoint
+		eps, epWatch := m.table.AllWatch(txn)
+		for ep := range eps {
+			if ep.Health {
+				hep = ep
+				break
+			}
+		}
+		if hep != nil {
+			want := hep.Clone()
+			want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC = "", 0, "", ""
+			want.NetnsPath, want.ContainerID, want.ContainerIfName = "", "", ""
+			if iface != nil && iface.IPv4 == hep.IPv4 {
+				want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC = iface.HostIfName, iface.HostIfIndex, iface.MAC, iface.HostMAC
+				want.NetnsPath, want.ContainerID, want.ContainerIfName = iface.NetnsPath, iface.ContainerID, iface.IfName
+			}
+			if sameInterface(want, hep) {
+				h.OK("health endpoint interface " + orNone(hep.HostIfName))
+			} else if err := m.modify(hep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
+				c := cur.Clone()
+				c.HostIfName, c.HostIfIndex, c.MAC, c.HostMAC = want.HostIfName, want.HostIfIndex, want.MAC, want.HostMAC
+				c.NetnsPath, c.ContainerID, c.ContainerIfName = want.NetnsPath, want.ContainerID, want.ContainerIfName
+				return c
+			}); err != nil {
+				h.Degraded("record the health endpoint's interface", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ifWatch:
+		case <-epWatch:
+		}
+	}
+}
+
+func sameInterface(a, b *endpoints.Endpoint) bool {
+	return a.HostIfName == b.HostIfName && a.HostIfIndex == b.HostIfIndex && a.MAC == b.MAC &&
+		a.HostMAC == b.HostMAC && a.NetnsPath == b.NetnsPath && a.ContainerID == b.ContainerID && a.ContainerIfName == b.ContainerIfName
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none yet)"
+	}
+	return s
 }
 
 // ensureHealthEndpoint creates the node's health endpoint,

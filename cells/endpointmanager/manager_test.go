@@ -35,6 +35,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
@@ -267,7 +268,7 @@ func start(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.
 }
 
 // startWith is start with CiliumEndpoints in the CEPs table.
-func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]), ceps []*ciliumv2.CiliumEndpoint) *env {
+func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]), ceps []*ciliumv2.CiliumEndpoint, extra ...hive.Cell) *env {
 	t.Helper()
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
@@ -296,6 +297,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointmanager.Cell,
+		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
 			e.db, e.pods, e.eps, e.ceps, e.pols = db, pods, eps, cepTable, pols
 			txn := db.WriteTxn(pods, nss, cepTable)
@@ -573,6 +575,51 @@ func TestHealthEndpoint(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestHealthEndpointInterface: the health endpoint row follows the
+// health-interface row the datapath writes (so that routes and programs
+// treat it like a pod's), only for its own address, and loses the
+// interface when the row goes.
+func TestHealthEndpointInterface(t *testing.T) {
+	var ifaces statedb.RWTable[*health.Interface]
+	e := startWith(t, t.TempDir(), nil, nil, nil,
+		hive.Provide(health.NewInterfaceTable, statedb.RWTable[*health.Interface].ToTable),
+		hivetest.Capture(&ifaces))
+	healthEP := func() *endpoints.Endpoint {
+		for ep := range e.eps.List(e.db.ReadTxn(), endpoints.CEPIndex.Query("kube-system/cilium-health-node-a")) {
+			return ep
+		}
+		return nil
+	}
+	waitFor(t, "health endpoint", func() bool { return healthEP() != nil })
+	set := func(rows ...*health.Interface) {
+		wtxn := e.db.WriteTxn(ifaces)
+		_ = ifaces.DeleteAll(wtxn)
+		for _, r := range rows {
+			_, _, _ = ifaces.Insert(wtxn, r)
+		}
+		wtxn.Commit()
+	}
+	row := &health.Interface{HostIfName: "lxc_health", HostIfIndex: 42, HostMAC: "02:00:00:00:00:01", MAC: "02:00:00:00:00:02",
+		NetnsPath: "/var/run/netns/cilium-health", NetnsInode: 9, ContainerID: "cilium-health", IfName: "cilium", IPv4: netip.MustParseAddr("10.0.0.2")}
+	set(row)
+	waitFor(t, "the interface in the health endpoint row", func() bool {
+		ep := healthEP()
+		return ep.HostIfName == "lxc_health" && ep.HostIfIndex == 42 && ep.MAC == row.MAC && ep.HostMAC == row.HostMAC &&
+			ep.NetnsPath == row.NetnsPath && ep.ContainerID == "cilium-health" && ep.ContainerIfName == "cilium"
+	})
+	other := *row
+	other.IPv4, other.HostIfIndex = netip.MustParseAddr("10.0.0.99"), 43
+	set(&other)
+	waitFor(t, "an interface for another address to be ignored", func() bool {
+		ep := healthEP()
+		return ep.HostIfName == "" && ep.HostIfIndex == 0 && ep.ContainerID == ""
+	})
+	set(row)
+	waitFor(t, "the interface again", func() bool { return healthEP().HostIfIndex == 42 })
+	set()
+	waitFor(t, "the interface to go with its row", func() bool { return healthEP().HostIfName == "" })
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

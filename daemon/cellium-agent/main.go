@@ -9,12 +9,13 @@ import (
 	"github.com/cellium/cellium/daemon"
 	"github.com/cellium/cellium/daemon/bpfloader"
 	"github.com/cellium/cellium/daemon/datapathmonitor"
+	"github.com/cellium/cellium/daemon/healthendpoint"
 	"github.com/cellium/cellium/daemon/hostlinks"
 	"github.com/cellium/cellium/daemon/hostrouting"
 )
 
 func main() {
-	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, bpfloader.Cell, datapathmonitor.Cell).ExecuteContext(context.Background()); err != nil {
+	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfloader.Cell, datapathmonitor.Cell).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}

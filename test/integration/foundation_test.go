@@ -121,7 +121,7 @@ func TestOperatorAndAgent(t *testing.T) {
 	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-a"}, "--k8s-kubeconfig-path="+agentKubeconfig,
 		"--socket-path="+socket, "--prometheus-serve-addr="+metricsAddr,
 		"--state-dir="+t.TempDir(), "--write-cni-conf-when-ready=",
-		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false") // never program this machine's own namespace
+		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false") // never program this machine's own namespace
 
 	pods := c.Clientset().CoreV1().Pods(ns)
 	for _, p := range []struct{ name, node string }{{"web-1", "node-a"}, {"web-2", "node-a"}, {"elsewhere", "node-b"}} {

@@ -125,7 +125,7 @@ func TestAgentWithoutAVerbFails(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "cellium.sock")
 	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-lacking"}, "--k8s-kubeconfig-path="+kubeconfig,
 		"--socket-path="+socket, "--prometheus-serve-addr=", "--state-dir="+t.TempDir(), "--write-cni-conf-when-ready=",
-		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false") // never program this machine's own namespace
+		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false") // never program this machine's own namespace
 	refusal := fmt.Sprintf(`User "system:serviceaccount:%s:%s" cannot watch resource "pods"`, install.Namespace, name)
 	eventually(t, 60*time.Second, "the API server's refusal in the agent's log", func() error {
 		b, err := os.ReadFile(agent.log)

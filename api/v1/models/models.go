@@ -137,6 +137,32 @@ type Health struct {
 	// Modules is the worst report of each module (of each part with
 	// ?verbose=true).
 	Modules []ModuleHealth `json:"modules"`
+	// ClusterHealth is what probing the node's health endpoint found; nil
+	// when probing is off (--enable-health-checking=false).
+	ClusterHealth *ClusterHealth `json:"cluster-health,omitempty"`
+}
+
+// ClusterHealth counts the health responders the agent probes and how
+// many answered (Cilium's "Cluster health: N/M reachable").
+type ClusterHealth struct {
+	Reachable int           `json:"reachable"`
+	Total     int           `json:"total"`
+	Probes    []HealthProbe `json:"probes"`
+}
+
+// HealthProbe is the last probe of one health responder.
+type HealthProbe struct {
+	// Name says what was probed: "health-endpoint" is this node's.
+	Name string `json:"name"`
+	// IP is the address probed ("" while there is none).
+	IP        string `json:"ip,omitempty"`
+	Reachable bool   `json:"reachable"`
+	// Error says why it is not reachable.
+	Error string `json:"error,omitempty"`
+	// Latency is the duration of the last successful probe.
+	Latency       time.Duration `json:"latency-ns,omitempty"`
+	LastProbed    time.Time     `json:"last-probed"`
+	LastReachable *time.Time    `json:"last-reachable,omitempty"`
 }
 
 // HealthStateOK is Health.State of an agent without degraded modules.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/cilium/statedb"
 
+	"github.com/cellium/cellium/datapath/healthep"
+	"github.com/cellium/cellium/datapath/link"
 	"github.com/cellium/cellium/datapath/routing"
 	"github.com/cellium/cellium/statedb/routes"
 )
@@ -70,8 +72,9 @@ func restoreHostSysctls(dir, procSys string) (bool, error) {
 
 // restoreHostNetwork undoes what the agent's host routing left in this
 // machine's namespace once the agent is stopped: cilium_host/cilium_net,
-// any route it owns (protocol 201) and its nftables table (masquerading)
-// are removed, and the sysctls saved
+// any route it owns (protocol 201), its nftables table (masquerading) and
+// the health endpoint (the cilium-health namespace and the lxc_health
+// veth, made with host routing) are removed, and the sysctls saved
 // by up are written back. It does nothing when up did not turn host
 // routing on.
 func restoreHostNetwork(dir string, w io.Writer) error {
@@ -81,12 +84,15 @@ func restoreHostNetwork(dir string, w io.Writer) error {
 	}
 	none := iter.Seq2[*routes.Device, statedb.Revision](func(func(*routes.Device, statedb.Revision) bool) {})
 	noRoutes := iter.Seq2[*routes.Route, statedb.Revision](func(func(*routes.Route, statedb.Revision) bool) {})
+	names := healthep.Names{}.WithDefaults()
 	err = errors.Join(err,
+		healthep.Remove(context.Background(), link.Host{}, names.NetnsPath(), names.HostIfName),
 		routing.DeviceOps{}.Prune(context.Background(), nil, none),
 		routing.RemoveNFTable(routing.Netns{}),
 		routing.RouteOps{}.Prune(context.Background(), nil, noRoutes))
 	if err == nil {
-		fmt.Fprintf(w, "removed %s, the agent's routes and nftables table %s; restored %s\n", routes.HostDevice, routing.NFTable, strings.Join(hostSysctls, ", "))
+		fmt.Fprintf(w, "removed %s, the health endpoint (%s, netns %s), the agent's routes and nftables table %s; restored %s\n",
+			routes.HostDevice, names.HostIfName, names.NetnsName, routing.NFTable, strings.Join(hostSysctls, ", "))
 	}
 	return err
 }

@@ -20,6 +20,9 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
+	"github.com/cellium/cellium/api/v1/client"
+	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/test/devkubelet"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
@@ -279,6 +282,13 @@ func demo(ctx context.Context, w io.Writer, dir string, c *harness.Cluster, o no
 		fmt.Sprintf("%s -H unix://%s status", cli, agent.SocketPath()),
 		fmt.Sprintf("%s -H unix://%s endpoint list", cli, agent.SocketPath()),
 	}
+	if o.hostRouting {
+		if ip := showHealthEndpoint(ctx, w, agent, o.timeout); ip != "" {
+			try = append(try,
+				fmt.Sprintf("curl http://%s:%d%s", ip, health.Port, health.Path),
+				fmt.Sprintf("ip netns exec %s ip -4 addr show %s", health.NetnsName, health.IfName))
+		}
+	}
 	if !o.demoPods {
 		printTry(w, try)
 		return nil
@@ -372,6 +382,39 @@ func demo(ctx context.Context, w io.Writer, dir string, c *harness.Cluster, o no
 	}
 	printTry(w, try)
 	return nil
+}
+
+// showHealthEndpoint waits (at most timeout) until the agent's probe of
+// its health endpoint answers, prints one line saying where the endpoint
+// is and whether it answers, and returns its IP ("" if it has none).
+func showHealthEndpoint(ctx context.Context, w io.Writer, agent devnode.AgentConfig, timeout time.Duration) string {
+	cl := client.New(agent.SocketPath())
+	defer cl.Close()
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last models.HealthProbe
+	err := devnode.WaitFor(wctx, nil, func() error {
+		h, err := cl.GetHealthz(wctx)
+		if err != nil {
+			return err
+		}
+		if h.ClusterHealth == nil || len(h.ClusterHealth.Probes) == 0 {
+			return errors.New("the agent does not probe its health endpoint")
+		}
+		last = h.ClusterHealth.Probes[0]
+		if !last.Reachable {
+			return errors.New(last.Error)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		fmt.Fprintf(w, "health endpoint: %s in netns %s (veth %s) answers GET :%d%s (%s)\n\n",
+			last.IP, health.NetnsName, health.HostIfName, health.Port, health.Path, last.Latency.Round(time.Microsecond))
+	default:
+		fmt.Fprintf(w, "health endpoint: %s not reachable yet: %v (cellium status shows Cluster health)\n\n", last.IP, err)
+	}
+	return last.IP
 }
 
 func printTry(w io.Writer, try []string) {

@@ -259,7 +259,9 @@ type AgentConfig struct {
 	// Args are more flags.
 	Args []string
 	// HostRouting lets the agent program the host's network namespace
-	// (cilium_host, routes to pods, ip_forward: --enable-endpoint-routes).
+	// (cilium_host, routes to pods, ip_forward: --enable-endpoint-routes)
+	// and give the health endpoint its namespace, veth and responder
+	// (--enable-endpoint-health-checking, --enable-health-checking).
 	// Off by default: the agent runs in this machine's own namespace, where
 	// agents of harness clusters running side by side would each claim
 	// cilium_host and prune each other's routes. devcluster up turns it on.
@@ -317,6 +319,11 @@ func (c AgentConfig) Process() (harness.Process, error) {
 		"--write-cni-conf-when-ready=" + c.ConfListPath(),
 		"--prometheus-serve-addr=",
 		"--enable-endpoint-routes=" + strconv.FormatBool(c.HostRouting),
+		// The health endpoint's namespace and veth have fixed names in the
+		// machine's namespace (cilium-health, lxc_health), and without
+		// host routes its IP is unreachable: both follow HostRouting.
+		"--enable-endpoint-health-checking=" + strconv.FormatBool(c.HostRouting),
+		"--enable-health-checking=" + strconv.FormatBool(c.HostRouting),
 		"--enable-bpf-datapath=" + strconv.FormatBool(c.BPF),
 	}
 	if c.BPF {

@@ -72,7 +72,8 @@ func TestProcesses(t *testing.T) {
 		t.Errorf("agent env %v lacks K8S_NODE_NAME", p.Env)
 	}
 	for _, want := range []string{"--k8s-kubeconfig-path=/k", "--socket-path=/d/cellium.sock", "--state-dir=/d/state",
-		"--write-cni-conf-when-ready=/d/net.d/05-cellium.conflist"} {
+		"--write-cni-conf-when-ready=/d/net.d/05-cellium.conflist",
+		"--enable-endpoint-routes=false", "--enable-endpoint-health-checking=false", "--enable-health-checking=false"} {
 		if !slices.Contains(p.Args, want) {
 			t.Errorf("agent args %v lack %s", p.Args, want)
 		}
