@@ -58,8 +58,17 @@ type agent struct {
 func startAgent(t *testing.T, node ns.NetNS, root string, seed []*endpoints.Endpoint) *agent {
 	t.Helper()
 	a := &agent{}
+	// The endpoints table is initialized only once the seed (the agent's
+	// restored endpoints) is in, as in the agent: otherwise the first full
+	// reconciliation may prune the seed's pinned links before it is seen.
+	var restored func(statedb.WriteTxn)
 	a.h = hivetest.New(t, []string{"--bpf-root=" + root},
 		hive.Provide(endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable),
+		hive.Invoke(func(db *statedb.DB, eps statedb.RWTable[*endpoints.Endpoint]) {
+			wtxn := db.WriteTxn(eps)
+			restored = eps.RegisterInitializer(wtxn, "restore")
+			wtxn.Commit()
+		}),
 		bpfloader.NewCell(loader.Netns{Path: node.Path()}, bpfloader.Sources{
 			Spec:     loader.LoadSpec,
 			OpenMaps: func(dir string) bpfloader.ClosableMaps { return loader.NewPinnedMaps(dir) },
@@ -73,6 +82,7 @@ func startAgent(t *testing.T, node ns.NetNS, root string, seed []*endpoints.Endp
 	for _, ep := range seed {
 		_, _, _ = a.eps.Insert(wtxn, ep)
 	}
+	restored(wtxn)
 	wtxn.Commit()
 	return a
 }
