@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
+	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/nodediscovery"
@@ -39,6 +40,8 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	endpointmanager.Cell,
 	cepsync.Cell,
 	policy.Cell,
+	// Prefix -> identity for the datapath, from endpoints, nodes, CEPs and policy CIDRs.
+	ipcache.Cell,
 	cniconfig.Cell,
 	// GET /v1/doctor. cellium-agent adds hostlinks.Cell for the veth checks.
 	doctor.Cell,
