@@ -132,5 +132,5 @@ func (l lazyMap[K, V]) Dump() (map[K]V, error)          { return l.get().Dump() 
 type lazyPolicies struct{ l *lazyTargets }
 
 func (l lazyPolicies) Open(id uint16) (mapsync.PolicyMap, error) { return l.l.t.Policies.Open(id) }
-func (l lazyPolicies) Remove(id uint16) error                   { return l.l.t.Policies.Remove(id) }
-func (l lazyPolicies) List() ([]uint16, error)                  { return l.l.t.Policies.List() }
+func (l lazyPolicies) Remove(id uint16) error                    { return l.l.t.Policies.Remove(id) }
+func (l lazyPolicies) List() ([]uint16, error)                   { return l.l.t.Policies.List() }
