@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries test test-unit vet lint generate manifests up down bench bench-endpoints bench-policy soak clean
+.PHONY: all build deps k8s-binaries test test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy soak clean
 
 all: build
 
@@ -44,6 +44,11 @@ lint: vet
 ## generate: regenerate deepcopy, CRD YAML and the typed clientset
 generate:
 	./hack/update-codegen.sh
+
+## bpf: compile bpf/*.c with clang-19 and regenerate the committed bpf2go
+## output in datapath/bpf (TestGeneratedBPFUpToDate checks it is current)
+bpf:
+	$(GO) generate ./datapath/bpf/
 
 ## manifests: render the Helm chart into install/kubernetes/cellium.yaml (builds helm once)
 manifests:

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * abi.h: cellium BPF ABI v1, the numbers shared with the Go side
+ * (datapath/maps) and the monitor: message types, drop reasons, trace
+ * observation points, verdicts and metric directions. The numbers are
+ * Cilium's (bpf/lib/common.h, pkg/monitor/api) wherever Cilium has one.
+ */
+#ifndef CELLIUM_ABI_H
+#define CELLIUM_ABI_H
+
+/* Address families of ipcache and endpoint keys and of events. */
+#define CELLIUM_AF_INET 2
+#define CELLIUM_AF_INET6 10
+
+/* Reserved identities. */
+#define IDENTITY_WORLD 2
+
+/* struct event.type: Cilium's monitor message types. */
+#define EVENT_DROP 1           /* CILIUM_NOTIFY_DROP */
+#define EVENT_TRACE 4          /* CILIUM_NOTIFY_TRACE */
+#define EVENT_POLICY_VERDICT 5 /* CILIUM_NOTIFY_POLICY_VERDICT */
+
+/* Drop reasons (struct event.reason of drops, struct metrics_key.reason),
+ * Cilium's codes without the sign. 0 is "forwarded" in metrics. */
+#define REASON_FORWARDED 0
+#define DROP_POLICY 133           /* Policy denied */
+#define DROP_INVALID 134          /* Invalid packet */
+#define DROP_CT_INVALID_HDR 135   /* CT: Truncated or invalid header */
+#define DROP_UNKNOWN_L3 139       /* Unsupported L3 protocol */
+#define DROP_CT_CREATE_FAILED 155 /* CT: Map insertion failed */
+#define DROP_POLICY_DENY 181      /* Policy denied by denylist */
+
+/* Trace observation points (struct event.reason of traces): Cilium's
+ * TRACE_* numbers. */
+#define TRACE_TO_LXC 0
+#define TRACE_TO_PROXY 1
+#define TRACE_TO_HOST 2
+#define TRACE_TO_STACK 3
+#define TRACE_TO_OVERLAY 4
+#define TRACE_FROM_LXC 5
+
+/* struct event.verdict of policy verdict events. */
+#define VERDICT_ALLOWED 1
+#define VERDICT_DENIED 2
+#define VERDICT_AUDIT 3
+
+/* Directions of metrics and events: Cilium's METRIC_INGRESS/EGRESS. */
+#define METRIC_INGRESS 1
+#define METRIC_EGRESS 2
+
+/* policy_key.egress. */
+#define POLICY_INGRESS 0
+#define POLICY_EGRESS 1
+
+/* Prefix lengths of policy keys: 32 bits of identity and 8 of direction
+ * are always matched, then 8 bits of protocol and 16 of port. */
+#define POLICY_STATIC_PREFIX 40
+#define POLICY_FULL_PREFIX 64
+
+/* ipcache keys: 32 bits of pad1/pad2/family, then the address. */
+#define IPCACHE_STATIC_PREFIX 32
+
+/* Conntrack lifetimes (seconds), Cilium's defaults. */
+#define CT_LIFETIME_TCP 21600
+#define CT_LIFETIME_SYN 60
+#define CT_LIFETIME_NONTCP 60
+#define CT_LIFETIME_CLOSE 10
+
+/* ct4_key.dir: the hook whose policy admitted the connection. */
+#define CT_DIR_INGRESS 0 /* cil_to_container: the endpoint accepted it */
+#define CT_DIR_EGRESS 1  /* cil_from_container: the endpoint opened it */
+
+/* ct_entry.flags. */
+#define CT_F_REPLY_SEEN (1 << 0) /* a packet went the other way */
+#define CT_F_CLOSING (1 << 1)    /* TCP FIN or RST seen */
+#define CT_F_SYN (1 << 2)        /* created by a TCP SYN */
+#define CT_F_AUDIT (1 << 3)      /* admitted by audit mode, not by policy */
+
+#endif /* CELLIUM_ABI_H */

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * bpf_api.h: the few kernel types, constants and helper declarations the
+ * cellium programs use. Written out here instead of included from
+ * linux-libc-dev or libbpf so that the object (and its BTF) does not depend
+ * on the header versions of the build machine: `make bpf` is byte for byte
+ * reproducible with the same clang-19.
+ */
+#ifndef CELLIUM_BPF_API_H
+#define CELLIUM_BPF_API_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed char __s8;
+typedef short __s16;
+typedef int __s32;
+typedef long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __always_inline inline __attribute__((always_inline))
+
+/* BTF map definitions, the layout libbpf and cilium/ebpf read. */
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+/* Map types and flags (include/uapi/linux/bpf.h). */
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_PERCPU_HASH 5
+#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_MAP_TYPE_LPM_TRIE 11
+#define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_F_NO_PREALLOC (1U << 0)
+#define LIBBPF_PIN_NONE 0
+#define LIBBPF_PIN_BY_NAME 1
+
+/* map_update_elem flags. */
+#define BPF_ANY 0
+#define BPF_NOEXIST 1
+
+/* tc / tcx verdicts. TC_ACT_OK is TCX_PASS, TC_ACT_SHOT is TCX_DROP. */
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+
+/* Errno values the helpers return negated. */
+#define EEXIST 17
+
+/* The start of struct __sk_buff (include/uapi/linux/bpf.h): context
+ * accesses are by offset, so the fields up to data_end are enough. */
+struct __sk_buff {
+	__u32 len;
+	__u32 pkt_type;
+	__u32 mark;
+	__u32 queue_mapping;
+	__u32 protocol;
+	__u32 vlan_present;
+	__u32 vlan_tci;
+	__u32 vlan_proto;
+	__u32 priority;
+	__u32 ingress_ifindex;
+	__u32 ifindex;
+	__u32 tc_index;
+	__u32 cb[5];
+	__u32 hash;
+	__u32 tc_classid;
+	__u32 data;
+	__u32 data_end;
+};
+
+/* Helpers, by their stable numbers (enum bpf_func_id). */
+static void *(*map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
+static long (*map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u64 (*ktime_get_ns)(void) = (void *)5;
+static long (*skb_pull_data)(struct __sk_buff *skb, __u32 len) = (void *)39;
+static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
+static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)132;
+
+/* Byte order: the programs are built for bpfel only. */
+#define bpf_htons(x) ((__be16)__builtin_bswap16(x))
+#define bpf_ntohs(x) ((__u16)__builtin_bswap16(x))
+
+#endif /* CELLIUM_BPF_API_H */

@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * maps.h: the structs and maps of cellium BPF ABI v1. Keep in step with
+ * BPF-ABI and datapath/maps; every struct here gets a Go type through
+ * bpf2go -type.
+ */
+#ifndef CELLIUM_MAPS_H
+#define CELLIUM_MAPS_H
+
+#include "bpf_api.h"
+#include "abi.h"
+
+/* cellium_ipcache: prefix -> identity. prefixlen counts the 32 bits of
+ * pad1/pad2/family plus the address prefix. */
+struct ipcache_key {
+	__u32 prefixlen;
+	__u16 pad1;
+	__u8 pad2;
+	__u8 family;
+	__u32 ip[4];
+};
+
+struct ipcache_value {
+	__u32 sec_identity;
+	__u32 tunnel_endpoint;
+	__u8 flags;
+	__u8 pad[3];
+};
+
+/* cellium_lxc: local endpoint address -> endpoint. */
+struct endpoint_key {
+	__u32 ip[4];
+	__u8 family;
+	__u8 pad[3];
+};
+
+struct endpoint_info {
+	__u32 ifindex;
+	__u16 lxc_id;
+	__u16 flags;
+	__u8 mac[6];
+	__u8 node_mac[6];
+	__u32 sec_identity;
+};
+
+/* cellium_policy (per endpoint): the fields of statedb/policy.Key.
+ * prefixlen = 40 + (protocol == 0 ? 0 : 8 + port prefix bits). */
+struct policy_key {
+	__u32 prefixlen;
+	__u32 sec_label;
+	__u8 egress;
+	__u8 protocol;
+	__be16 dport;
+};
+
+struct policy_entry {
+	__u8 deny;
+	__u8 lpm_prefix_length;
+	__u16 pad;
+	__u32 pad2;
+};
+
+/* cellium_ct4: one entry per connection and admitting hook. The tuple is
+ * in the orientation of the connection's first packet. */
+struct ct4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 dir;
+	__u16 pad;
+};
+
+struct ct_entry {
+	__u64 expires;     /* ktime_get_ns deadline */
+	__u64 tx_packets;  /* in the direction of the first packet */
+	__u64 rx_packets;  /* replies */
+	__u32 src_identity; /* remote identity when the entry was made */
+	__u16 flags;       /* CT_F_* */
+	__u16 pad;
+};
+
+/* cellium_metrics: per-CPU packet and byte counters. */
+struct metrics_key {
+	__u8 reason;
+	__u8 dir;
+	__u16 pad;
+};
+
+struct metrics_value {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* cellium_events records. */
+struct event {
+	__u8 type;
+	__u8 reason;
+	__u8 dir;
+	__u8 verdict;
+	__u16 endpoint_id;
+	__u8 proto;
+	__u8 family;
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u32 ifindex;
+	__u32 orig_len;
+	__u64 ktime_ns;
+};
+
+/* Puts struct event into the object's BTF, where bpf2go finds it (the
+ * programs only ever reserve it in the ring buffer), in a section the
+ * loader ignores, so it becomes neither a map nor a variable. */
+const struct event *cellium_event_type SEC(".cellium.types");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct ipcache_key);
+	__type(value, struct ipcache_value);
+	__uint(max_entries, 512000);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_ipcache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct endpoint_key);
+	__type(value, struct endpoint_info);
+	__uint(max_entries, 65535);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_lxc SEC(".maps");
+
+/* A template: the loader replaces it with the endpoint's own map,
+ * pinned as cellium_policy_%05d. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct policy_key);
+	__type(value, struct policy_entry);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} cellium_policy SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ct4_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, 262144);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_ct4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__type(key, struct metrics_key);
+	__type(value, struct metrics_value);
+	__uint(max_entries, 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_metrics SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_events SEC(".maps");
+
+#endif /* CELLIUM_MAPS_H */

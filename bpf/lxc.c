@@ -1,0 +1,397 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * lxc.c: cellium's programs for the host side of a pod's veth.
+ *
+ *   cil_from_container  tcx ingress of the host veth: packets the pod sends,
+ *                       checked against the endpoint's egress policy.
+ *   cil_to_container    tcx egress of the host veth: packets to the pod,
+ *                       checked against the endpoint's ingress policy.
+ *
+ * Both parse Ethernet and IPv4 with TCP, UDP or ICMP, find the remote
+ * identity in the ipcache, and decide with the endpoint's policy map and
+ * the conntrack table; see bpf/README.md for the model.
+ */
+#include "include/bpf_api.h"
+#include "include/abi.h"
+#include "include/maps.h"
+
+/* Per-endpoint constants, rewritten at load time. */
+volatile const __u16 ENDPOINT_ID = 0;
+volatile const __u32 SECURITY_IDENTITY = 0;
+volatile const __u32 ENDPOINT_IFINDEX = 0;
+volatile const __u64 ENDPOINT_MAC = 0;
+volatile const __u8 POLICY_AUDIT_MODE = 0;
+volatile const __u8 TRACE_ENABLED = 0;
+
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#define ETH_P_ARP 0x0806
+#define ETH_P_IPV6 0x86DD
+
+#define IPPROTO_ICMP 1
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+
+#define ICMP_ECHOREPLY 0
+#define ICMP_ECHO 8
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+#define NSEC_PER_SEC 1000000000ULL
+
+/* How much of the packet must be in the linear area: Ethernet, the
+ * longest IPv4 header, a TCP header without options. */
+#define PARSE_LEN (ETH_HLEN + 60 + 20)
+
+/* parse results besides drop reasons. */
+#define PARSE_IPV4 0
+#define PARSE_PASS 1  /* IPv6 and ARP: not handled yet, passed */
+#define PARSE_SHORT 2 /* not enough linear data: pull and parse again */
+
+struct pkt {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;        /* conntrack ports: the ICMP echo id for echoes */
+	__be16 dport;
+	__be16 policy_dport; /* the port the policy sees: 0 for ICMP */
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 family;
+	__u8 short_reason; /* drop reason when still short after a pull */
+	__u16 pad;
+	__u32 src_identity;
+	__u32 dst_identity;
+};
+
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u8 *ip, *l4;
+	__u16 frag;
+	__u32 ihl;
+
+	p->short_reason = DROP_INVALID;
+	if (data + ETH_HLEN > data_end)
+		return PARSE_SHORT;
+	switch (bpf_ntohs(*(__be16 *)(data + 12))) {
+	case ETH_P_IP:
+		break;
+	case ETH_P_IPV6:
+	case ETH_P_ARP:
+		return PARSE_PASS;
+	default:
+		return DROP_UNKNOWN_L3;
+	}
+
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 20) > data_end)
+		return PARSE_SHORT;
+	if ((ip[0] >> 4) != 4)
+		return DROP_INVALID;
+	ihl = (ip[0] & 0x0f) * 4;
+	if (ihl < 20)
+		return DROP_INVALID;
+	if ((void *)(ip + ihl) > data_end)
+		return PARSE_SHORT;
+	p->family = CELLIUM_AF_INET;
+	p->proto = ip[9];
+	p->saddr = *(__be32 *)(ip + 12);
+	p->daddr = *(__be32 *)(ip + 16);
+
+	/* A fragment other than the first has no L4 header: it is seen
+	 * with ports 0. */
+	frag = bpf_ntohs(*(__be16 *)(ip + 6));
+	if (frag & 0x1fff)
+		return PARSE_IPV4;
+
+	l4 = ip + ihl;
+	p->short_reason = DROP_CT_INVALID_HDR;
+	switch (p->proto) {
+	case IPPROTO_TCP:
+		if ((void *)(l4 + 20) > data_end)
+			return PARSE_SHORT;
+		p->sport = *(__be16 *)l4;
+		p->dport = *(__be16 *)(l4 + 2);
+		p->policy_dport = p->dport;
+		p->tcp_flags = l4[13];
+		break;
+	case IPPROTO_UDP:
+		if ((void *)(l4 + 8) > data_end)
+			return PARSE_SHORT;
+		p->sport = *(__be16 *)l4;
+		p->dport = *(__be16 *)(l4 + 2);
+		p->policy_dport = p->dport;
+		break;
+	case IPPROTO_ICMP:
+		if ((void *)(l4 + 8) > data_end)
+			return PARSE_SHORT;
+		/* Echo request and reply carry the same id: as source port of
+		 * the request and destination port of the reply, so a reply's
+		 * reversed tuple is its request's. */
+		if (l4[0] == ICMP_ECHO)
+			p->sport = *(__be16 *)(l4 + 4);
+		else if (l4[0] == ICMP_ECHOREPLY)
+			p->dport = *(__be16 *)(l4 + 4);
+		break;
+	}
+	return PARSE_IPV4;
+}
+
+static __always_inline int parse_pkt(struct __sk_buff *skb, struct pkt *p)
+{
+	int ret = parse(skb, p);
+
+	if (ret != PARSE_SHORT)
+		return ret;
+	skb_pull_data(skb, skb->len < PARSE_LEN ? skb->len : PARSE_LEN);
+	__builtin_memset(p, 0, sizeof(*p));
+	ret = parse(skb, p);
+	if (ret == PARSE_SHORT)
+		return p->short_reason;
+	return ret;
+}
+
+static __always_inline __u32 ipcache_identity4(__be32 addr)
+{
+	struct ipcache_key key = {
+		.prefixlen = IPCACHE_STATIC_PREFIX + 32,
+		.family = CELLIUM_AF_INET,
+		.ip = { addr },
+	};
+	struct ipcache_value *v = map_lookup_elem(&cellium_ipcache, &key);
+
+	return v ? v->sec_identity : IDENTITY_WORLD;
+}
+
+/* policy_verdict decides like statedb/policy DirectionPolicy.Decide: the
+ * longest entry for the exact identity, a deny there is final; then the
+ * longest entry for identity 0; a deny beats an allow; nothing matching
+ * drops. It returns 0 (allowed), DROP_POLICY or DROP_POLICY_DENY, and sets
+ * *allow_all when the allow came from an identity-0, any-protocol entry
+ * alone (what a direction without enforcement holds). */
+static __always_inline int policy_verdict(__u32 remote_id, __u8 egress, __u8 proto,
+					  __be16 dport, int *allow_all)
+{
+	struct policy_key key = {
+		.prefixlen = POLICY_FULL_PREFIX,
+		.sec_label = remote_id,
+		.egress = egress,
+		.protocol = proto,
+		.dport = dport,
+	};
+	struct policy_entry *l3, *l4;
+
+	*allow_all = 0;
+	l3 = map_lookup_elem(&cellium_policy, &key);
+	if (l3 && l3->deny)
+		return DROP_POLICY_DENY;
+	key.sec_label = 0;
+	l4 = map_lookup_elem(&cellium_policy, &key);
+	if (!l4)
+		return l3 ? 0 : DROP_POLICY;
+	if (l4->deny)
+		return DROP_POLICY_DENY;
+	if (!l3 && l4->lpm_prefix_length == 0)
+		*allow_all = 1;
+	return 0;
+}
+
+static __always_inline void count(__u32 bytes, __u8 reason, __u8 dir)
+{
+	struct metrics_key key = { .reason = reason, .dir = dir };
+	struct metrics_value *v = map_lookup_elem(&cellium_metrics, &key);
+
+	if (!v) {
+		struct metrics_value init = { .packets = 1, .bytes = bytes };
+
+		if (map_update_elem(&cellium_metrics, &key, &init, BPF_NOEXIST) != -EEXIST)
+			return;
+		/* Another CPU made the entry first. */
+		v = map_lookup_elem(&cellium_metrics, &key);
+		if (!v)
+			return;
+	}
+	v->packets += 1;
+	v->bytes += bytes;
+}
+
+static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p, __u8 type,
+				 __u8 reason, __u8 dir, __u8 verdict)
+{
+	struct event *e = ringbuf_reserve(&cellium_events, sizeof(*e), 0);
+
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->type = type;
+	e->reason = reason;
+	e->dir = dir;
+	e->verdict = verdict;
+	e->endpoint_id = ENDPOINT_ID;
+	e->proto = p->proto;
+	e->family = p->family;
+	e->src_identity = p->src_identity;
+	e->dst_identity = p->dst_identity;
+	e->saddr[0] = p->saddr;
+	e->daddr[0] = p->daddr;
+	e->sport = p->sport;
+	e->dport = p->dport;
+	e->ifindex = ENDPOINT_IFINDEX;
+	e->orig_len = skb->len;
+	e->ktime_ns = ktime_get_ns();
+	ringbuf_submit(e, 0);
+}
+
+static __always_inline int drop(struct __sk_buff *skb, const struct pkt *p, __u8 reason, __u8 dir)
+{
+	count(skb->len, reason, dir);
+	emit(skb, p, EVENT_DROP, reason, dir, 0);
+	return TC_ACT_SHOT;
+}
+
+static __always_inline int pass(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u8 obs)
+{
+	count(skb->len, REASON_FORWARDED, dir);
+	if (TRACE_ENABLED)
+		emit(skb, p, EVENT_TRACE, obs, dir, 0);
+	return TC_ACT_OK;
+}
+
+static __always_inline __u64 ct_lifetime(__u8 proto, __u16 flags)
+{
+	if (proto != IPPROTO_TCP)
+		return CT_LIFETIME_NONTCP * NSEC_PER_SEC;
+	if (flags & CT_F_CLOSING)
+		return CT_LIFETIME_CLOSE * NSEC_PER_SEC;
+	if (flags & CT_F_REPLY_SEEN)
+		return CT_LIFETIME_TCP * NSEC_PER_SEC;
+	return CT_LIFETIME_SYN * NSEC_PER_SEC;
+}
+
+/* ct_update records a packet of a live entry and moves its deadline. */
+static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, __u64 now, int reply)
+{
+	__u16 flags = ct->flags;
+
+	if (reply) {
+		ct->rx_packets += 1;
+		flags |= CT_F_REPLY_SEEN;
+	} else {
+		ct->tx_packets += 1;
+	}
+	if (p->tcp_flags & (TCP_FIN | TCP_RST))
+		flags |= CT_F_CLOSING;
+	if (flags != ct->flags)
+		ct->flags = flags;
+	ct->expires = now + ct_lifetime(p->proto, flags);
+}
+
+static __always_inline int handle(struct __sk_buff *skb, const int egress)
+{
+	const __u8 dir = egress ? METRIC_EGRESS : METRIC_INGRESS;
+	const __u8 obs = egress ? TRACE_FROM_LXC : TRACE_TO_LXC;
+	struct pkt p = {};
+	struct ct4_key key = {};
+	struct ct_entry *ct;
+	int ret, allow_all, established;
+	__u32 remote_id;
+	__u64 now;
+
+	ret = parse_pkt(skb, &p);
+	if (ret == PARSE_PASS)
+		return pass(skb, &p, dir, obs);
+	if (ret != PARSE_IPV4)
+		return drop(skb, &p, ret, dir);
+
+	remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
+	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
+	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
+	now = ktime_get_ns();
+
+	/* A reply of a connection admitted in the other direction passes
+	 * without a policy lookup. */
+	key.saddr = p.daddr;
+	key.daddr = p.saddr;
+	key.sport = p.dport;
+	key.dport = p.sport;
+	key.proto = p.proto;
+	key.dir = egress ? CT_DIR_INGRESS : CT_DIR_EGRESS;
+	ct = map_lookup_elem(&cellium_ct4, &key);
+	if (ct && ct->expires > now) {
+		ct_update(ct, &p, now, 1);
+		return pass(skb, &p, dir, obs);
+	}
+
+	key.saddr = p.saddr;
+	key.daddr = p.daddr;
+	key.sport = p.sport;
+	key.dport = p.dport;
+	key.dir = egress ? CT_DIR_EGRESS : CT_DIR_INGRESS;
+	ct = map_lookup_elem(&cellium_ct4, &key);
+	established = ct && ct->expires > now;
+	/* A new SYN on a closing tuple starts a new connection. */
+	if (established && (ct->flags & CT_F_CLOSING) &&
+	    (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+		established = 0;
+
+	/* Packets of an established connection in its own direction are
+	 * checked again, so a policy update that no longer allows it stops
+	 * it (bpf/README.md). */
+	ret = policy_verdict(remote_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
+			     p.policy_dport, &allow_all);
+	if (established) {
+		if (ret && !POLICY_AUDIT_MODE) {
+			map_delete_elem(&cellium_ct4, &key);
+			return drop(skb, &p, ret, dir);
+		}
+		ct_update(ct, &p, now, 0);
+		return pass(skb, &p, dir, obs);
+	}
+
+	if (ret) {
+		if (POLICY_AUDIT_MODE) {
+			emit(skb, &p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_AUDIT);
+		} else {
+			emit(skb, &p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_DENIED);
+			return drop(skb, &p, ret, dir);
+		}
+	} else if (!allow_all) {
+		emit(skb, &p, EVENT_POLICY_VERDICT, 0, dir, VERDICT_ALLOWED);
+	}
+
+	{
+		struct ct_entry entry = {
+			.tx_packets = 1,
+			.src_identity = remote_id,
+		};
+
+		if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+			entry.flags |= CT_F_SYN;
+		if (p.tcp_flags & (TCP_FIN | TCP_RST))
+			entry.flags |= CT_F_CLOSING;
+		if (ret)
+			entry.flags |= CT_F_AUDIT;
+		entry.expires = now + ct_lifetime(p.proto, entry.flags);
+		if (map_update_elem(&cellium_ct4, &key, &entry, BPF_ANY) < 0)
+			return drop(skb, &p, DROP_CT_CREATE_FAILED, dir);
+	}
+	return pass(skb, &p, dir, obs);
+}
+
+SEC("tcx/ingress")
+int cil_from_container(struct __sk_buff *skb)
+{
+	return handle(skb, 1);
+}
+
+SEC("tcx/egress")
+int cil_to_container(struct __sk_buff *skb)
+{
+	return handle(skb, 0);
+}
+
+char __license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,240 @@
+package bpf_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/statedb/identity"
+)
+
+// tempBPFFS mounts a bpffs on a fresh temporary directory, unmounted when
+// tb ends (before the directory is removed): every pin goes with it.
+func tempBPFFS(tb testing.TB) string {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "bpffs")
+	if err := maps.EnsureBPFFS(dir); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			tb.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// openMaps opens the global maps in a fresh bpffs, closed when tb ends.
+func openMaps(tb testing.TB) (*maps.Maps, string) {
+	tb.Helper()
+	dir := tempBPFFS(tb)
+	m, err := maps.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	return m, dir
+}
+
+// endpointConfig are the load-time constants of one endpoint.
+type endpointConfig struct {
+	ID       uint16
+	Identity identity.NumericIdentity
+	IfIndex  uint32
+	MAC      net.HardwareAddr
+	Audit    bool
+	Trace    bool
+}
+
+// loadEndpoint loads the programs for one endpoint with its constants and
+// policy map, the way the loader does; the collection is closed when tb
+// ends.
+func loadEndpoint(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, c endpointConfig) *ebpf.Collection {
+	tb.Helper()
+	spec, err := bpf.LoadLxc()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	mac, err := maps.MACConstant(c.MAC)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b2u8 := func(b bool) uint8 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for name, v := range map[string]any{
+		bpf.LxcVarENDPOINT_ID:       c.ID,
+		bpf.LxcVarSECURITY_IDENTITY: uint32(c.Identity),
+		bpf.LxcVarENDPOINT_IFINDEX:  c.IfIndex,
+		bpf.LxcVarENDPOINT_MAC:      mac,
+		bpf.LxcVarPOLICY_AUDIT_MODE: b2u8(c.Audit),
+		bpf.LxcVarTRACE_ENABLED:     b2u8(c.Trace),
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			tb.Fatalf("set %s: %v", name, err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.Replacements(pm)})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			tb.Fatalf("load: %+v", ve)
+		}
+		tb.Fatalf("load: %v", err)
+	}
+	tb.Cleanup(coll.Close)
+	return coll
+}
+
+// openPolicy opens endpoint id's policy map in dir, closed when tb ends.
+func openPolicy(tb testing.TB, dir string, id uint16) *maps.PolicyMap {
+	tb.Helper()
+	pm, err := maps.OpenPolicyMap(dir, id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pm.Close() })
+	return pm
+}
+
+// eventReader reads the event ring buffer.
+type eventReader struct{ r *ringbuf.Reader }
+
+func newEventReader(tb testing.TB, m *maps.Maps) *eventReader {
+	tb.Helper()
+	r, err := m.NewEventReader()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	return &eventReader{r: r}
+}
+
+// drain returns the events already in the ring buffer.
+func (er *eventReader) drain(tb testing.TB) []maps.Event {
+	tb.Helper()
+	er.r.SetDeadline(time.Now())
+	defer er.r.SetDeadline(time.Time{})
+	var out []maps.Event
+	for {
+		rec, err := er.r.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		e, err := maps.DecodeEvent(rec.RawSample)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, e)
+	}
+}
+
+// waitFor reads events until one satisfies match, for at most 10 s, and
+// returns it; every event read on the way is appended to *seen.
+func (er *eventReader) waitFor(tb testing.TB, what string, seen *[]maps.Event, match func(maps.Event) bool) maps.Event {
+	tb.Helper()
+	er.r.SetDeadline(time.Now().Add(10 * time.Second))
+	defer er.r.SetDeadline(time.Time{})
+	for {
+		rec, err := er.r.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			tb.Fatalf("no %s event within 10s; saw %v", what, *seen)
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		e, err := maps.DecodeEvent(rec.RawSample)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		*seen = append(*seen, e)
+		if match(e) {
+			return e
+		}
+	}
+}
+
+// Packets for BPF_PROG_TEST_RUN: Ethernet + IPv4 + L4, checksums left 0
+// (the programs do not check them).
+func packet(src, dst netip.Addr, proto uint8, sport, dport uint16, tcpFlags uint8) []byte {
+	var l4 []byte
+	switch proto {
+	case 6:
+		l4 = make([]byte, 20)
+		binary.BigEndian.PutUint16(l4[0:], sport)
+		binary.BigEndian.PutUint16(l4[2:], dport)
+		l4[12] = 5 << 4
+		l4[13] = tcpFlags
+	case 17:
+		l4 = make([]byte, 8+4)
+		binary.BigEndian.PutUint16(l4[0:], sport)
+		binary.BigEndian.PutUint16(l4[2:], dport)
+		binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
+	case 1: // echo request, id = sport
+		l4 = make([]byte, 8)
+		l4[0] = 8
+		binary.BigEndian.PutUint16(l4[4:], sport)
+	default:
+		l4 = make([]byte, 16)
+	}
+	b := make([]byte, 14+20, 14+20+len(l4))
+	copy(b[0:6], []byte{2, 0, 0, 0, 0, 2})
+	copy(b[6:12], []byte{2, 0, 0, 0, 0, 1})
+	binary.BigEndian.PutUint16(b[12:], 0x0800)
+	ip := b[14:]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
+	ip[8] = 64
+	ip[9] = proto
+	s, d := src.As4(), dst.As4()
+	copy(ip[12:16], s[:])
+	copy(ip[16:20], d[:])
+	return append(b, l4...)
+}
+
+// run runs prog on pkt and returns its verdict (TC_ACT_OK 0 or
+// TC_ACT_SHOT 2).
+func run(tb testing.TB, prog *ebpf.Program, pkt []byte) uint32 {
+	tb.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: pkt})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ret
+}
+
+const (
+	tcActOK   = 0
+	tcActShot = 2
+)
+
+// clearCT deletes every conntrack entry.
+func clearCT(tb testing.TB, m *maps.Maps) {
+	tb.Helper()
+	var keys []maps.CTKey
+	if err := m.CT4.Iterate(func(k maps.CTKey, _ maps.CTEntry) bool { keys = append(keys, k); return true }); err != nil {
+		tb.Fatal(err)
+	}
+	for _, k := range keys {
+		if err := m.CT4.Delete(k); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package maps
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/cellium/cellium/statedb/identity"
+)
+
+// EventType is the kind of an event: Cilium's monitor message types.
+type EventType uint8
+
+// The event types the programs emit.
+const (
+	EventDrop          EventType = 1 // CILIUM_NOTIFY_DROP
+	EventTrace         EventType = 4 // CILIUM_NOTIFY_TRACE
+	EventPolicyVerdict EventType = 5 // CILIUM_NOTIFY_POLICY_VERDICT
+)
+
+// String returns "drop", "trace", "policy-verdict" or the number.
+func (t EventType) String() string {
+	switch t {
+	case EventDrop:
+		return "drop"
+	case EventTrace:
+		return "trace"
+	case EventPolicyVerdict:
+		return "policy-verdict"
+	}
+	return fmt.Sprintf("type-%d", uint8(t))
+}
+
+// Verdict is the outcome in a policy verdict event.
+type Verdict uint8
+
+// Policy verdicts.
+const (
+	VerdictAllowed Verdict = 1
+	VerdictDenied  Verdict = 2
+	// VerdictAudit: the policy would deny, audit mode passed the packet.
+	VerdictAudit Verdict = 3
+)
+
+// String returns "allowed", "denied", "audit" or "".
+func (v Verdict) String() string {
+	switch v {
+	case VerdictAllowed:
+		return "allowed"
+	case VerdictDenied:
+		return "denied"
+	case VerdictAudit:
+		return "audit"
+	}
+	return ""
+}
+
+// EventSize is the size of one ring buffer record (struct event).
+const EventSize = 72
+
+// Event is one datapath event (struct event), decoded.
+type Event struct {
+	Type EventType
+	// Reason is the drop reason of drops (DropReasonName), the
+	// observation point of traces (TraceObsPointName), and for policy
+	// verdicts 0 (allowed) or the drop reason the policy gave.
+	Reason uint8
+	Dir    TrafficDir
+	// Verdict is set in policy verdict events.
+	Verdict    Verdict
+	EndpointID uint16
+	// Proto is the IP protocol; 0 when the packet was not parsed that far.
+	Proto uint8
+	// Src and Dst are invalid (zero Addr) when the packet was not IPv4/6.
+	Src, Dst                 netip.Addr
+	SrcIdentity, DstIdentity identity.NumericIdentity
+	// SrcPort and DstPort are the conntrack ports: for ICMP echoes the
+	// echo id as source port of a request and destination port of a reply.
+	SrcPort, DstPort uint16
+	// IfIndex is the endpoint's host-side veth.
+	IfIndex uint32
+	// OrigLen is the packet's length.
+	OrigLen uint32
+	// KtimeNs is the CLOCK_MONOTONIC time of the event.
+	KtimeNs uint64
+}
+
+// DecodeEvent decodes one record read from the event ring buffer.
+func DecodeEvent(b []byte) (Event, error) {
+	if len(b) < EventSize {
+		return Event{}, fmt.Errorf("%w: %d bytes, want %d", ErrShortEvent, len(b), EventSize)
+	}
+	le := binary.LittleEndian
+	e := Event{
+		Type:        EventType(b[0]),
+		Reason:      b[1],
+		Dir:         TrafficDir(b[2]),
+		Verdict:     Verdict(b[3]),
+		EndpointID:  le.Uint16(b[4:]),
+		Proto:       b[6],
+		SrcIdentity: identity.NumericIdentity(le.Uint32(b[8:])),
+		DstIdentity: identity.NumericIdentity(le.Uint32(b[12:])),
+		SrcPort:     binary.BigEndian.Uint16(b[48:]),
+		DstPort:     binary.BigEndian.Uint16(b[50:]),
+		IfIndex:     le.Uint32(b[52:]),
+		OrigLen:     le.Uint32(b[56:]),
+		KtimeNs:     le.Uint64(b[64:]),
+	}
+	switch b[7] {
+	case FamilyIPv4:
+		e.Src = netip.AddrFrom4([4]byte(b[16:20]))
+		e.Dst = netip.AddrFrom4([4]byte(b[32:36]))
+	case FamilyIPv6:
+		e.Src = netip.AddrFrom16([16]byte(b[16:32]))
+		e.Dst = netip.AddrFrom16([16]byte(b[32:48]))
+	}
+	return e, nil
+}
+
+// String prints the event on one line, roughly as `cilium monitor` does:
+//
+//	drop (Policy denied) flow egress ep 42 10.0.0.1:1234 (1000) -> 10.0.0.2:80 (2000) tcp
+func (e Event) String() string {
+	var what string
+	switch e.Type {
+	case EventDrop:
+		what = fmt.Sprintf("drop (%s)", DropReasonName(e.Reason))
+	case EventTrace:
+		what = "trace " + TraceObsPointName(e.Reason)
+	case EventPolicyVerdict:
+		what = "policy-verdict " + e.Verdict.String()
+		if e.Reason != 0 {
+			what += fmt.Sprintf(" (%s)", DropReasonName(e.Reason))
+		}
+	default:
+		what = e.Type.String()
+	}
+	return fmt.Sprintf("%s %s ep %d %s (%d) -> %s (%d) %s", what, e.Dir, e.EndpointID,
+		hostPort(e.Src, e.SrcPort), e.SrcIdentity, hostPort(e.Dst, e.DstPort), e.DstIdentity, protoName(e.Proto))
+}
+
+func hostPort(a netip.Addr, port uint16) string {
+	if !a.IsValid() {
+		return "?"
+	}
+	return netip.AddrPortFrom(a, port).String()
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case 1:
+		return "icmp"
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 58:
+		return "icmpv6"
+	case 132:
+		return "sctp"
+	}
+	return fmt.Sprintf("proto-%d", p)
+}

@@ -1,0 +1,184 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/cellium/cellium/datapath/bpf"
+)
+
+// Names of the maps, which are also their pin names under the bpffs
+// directory.
+const (
+	IPCacheMapName   = bpf.LxcMapCelliumIpcache // prefix -> identity
+	EndpointsMapName = bpf.LxcMapCelliumLxc     // local endpoints
+	CT4MapName       = bpf.LxcMapCelliumCt4     // IPv4 conntrack
+	MetricsMapName   = bpf.LxcMapCelliumMetrics // per-reason counters
+	EventsMapName    = bpf.LxcMapCelliumEvents  // ring buffer of events
+	// PolicyMapName is the template map of the programs that the loader
+	// replaces with an endpoint's own policy map.
+	PolicyMapName = bpf.LxcMapCelliumPolicy
+)
+
+// Maps are the global maps, open. Close them when done; the pins stay.
+type Maps struct {
+	IPCache   *IPCache
+	Endpoints *Endpoints
+	CT4       *CT4
+	Metrics   *Metrics
+	// Events is the ring buffer; read it with NewEventReader.
+	Events *ebpf.Map
+}
+
+// globalSpecs returns the specs of the global maps, pinned by name.
+func globalSpecs() (map[string]*ebpf.MapSpec, error) {
+	spec, err := bpf.LoadLxc()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded BPF object: %w", err)
+	}
+	out := map[string]*ebpf.MapSpec{}
+	for _, name := range []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName} {
+		ms, ok := spec.Maps[name]
+		if !ok {
+			return nil, fmt.Errorf("embedded BPF object has no map %s", name)
+		}
+		ms = ms.Copy()
+		ms.Pinning = ebpf.PinByName
+		out[name] = ms
+	}
+	return out, nil
+}
+
+// Open opens the global maps pinned in dir, creating and pinning the ones
+// that are missing. dir must be on a bpffs (EnsureBPFFS). A pinned map whose
+// type, key, value or size differ from this build's is an error wrapping
+// ebpf.ErrMapIncompatible: remove the pin (the datapath loses that map's
+// state) or run the matching agent version.
+func Open(dir string) (*Maps, error) {
+	specs, err := globalSpecs()
+	if err != nil {
+		return nil, err
+	}
+	opened := map[string]*ebpf.Map{}
+	closeAll := func() {
+		for _, m := range opened {
+			m.Close()
+		}
+	}
+	for name, ms := range specs {
+		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
+		}
+		opened[name] = m
+	}
+	return &Maps{
+		IPCache:   &IPCache{m: opened[IPCacheMapName]},
+		Endpoints: &Endpoints{m: opened[EndpointsMapName]},
+		CT4:       &CT4{m: opened[CT4MapName]},
+		Metrics:   &Metrics{m: opened[MetricsMapName]},
+		Events:    opened[EventsMapName],
+	}, nil
+}
+
+// Close closes the file descriptors; the pinned maps stay.
+func (m *Maps) Close() error {
+	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
+		m.Metrics.m.Close(), m.Events.Close())
+}
+
+// Replacements returns the maps to load an endpoint's programs with
+// (ebpf.CollectionOptions.MapReplacements): the global maps and the
+// endpoint's own policy map in place of the template.
+func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		IPCacheMapName:   m.IPCache.m,
+		EndpointsMapName: m.Endpoints.m,
+		CT4MapName:       m.CT4.m,
+		MetricsMapName:   m.Metrics.m,
+		EventsMapName:    m.Events,
+		PolicyMapName:    policy.m,
+	}
+}
+
+// NewEventReader returns a reader of the event ring buffer; decode its
+// records with DecodeEvent. Close it to stop a blocked Read.
+func (m *Maps) NewEventReader() (*ringbuf.Reader, error) {
+	r, err := ringbuf.NewReader(m.Events)
+	if err != nil {
+		return nil, fmt.Errorf("open event ring buffer: %w", err)
+	}
+	return r, nil
+}
+
+// Unpin removes the pins of the global maps in dir (not the policy maps);
+// missing pins are not an error. Programs that use the maps keep them.
+func Unpin(dir string) error {
+	var errs []error
+	for _, name := range []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// iterate walks m with typed keys and values until yield returns false.
+func iterate[K, V any](m *ebpf.Map, yield func(*K, *V) bool) error {
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !yield(&k, &v) {
+			return nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate %s: %w", mapName(m), err)
+	}
+	return nil
+}
+
+// deleteKey deletes key from m; a missing key is not an error.
+func deleteKey(m *ebpf.Map, key any) error {
+	if err := m.Delete(key); err != nil && !isNotExist(err) {
+		return fmt.Errorf("delete from %s: %w", mapName(m), err)
+	}
+	return nil
+}
+
+// batchUpdate writes keys and values with one batch operation where the
+// kernel supports it for the map type, else one by one.
+func batchUpdate[K, V any](m *ebpf.Map, keys []K, vals []V) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := m.BatchUpdate(keys, vals, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("batch update %s: %w", mapName(m), err)
+	}
+	for i := range keys {
+		if err := m.Update(&keys[i], &vals[i], ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("update %s: %w", mapName(m), err)
+		}
+	}
+	return nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, ebpf.ErrKeyNotExist) }
+
+func mapName(m *ebpf.Map) string {
+	if info, err := m.Info(); err == nil && info.Name != "" {
+		return info.Name
+	}
+	return m.String()
+}

@@ -1,0 +1,82 @@
+package maps
+
+import "strconv"
+
+// Reasons in metrics keys and drop events: 0 counts forwarded packets,
+// the others are Cilium's drop reason codes the programs emit.
+const (
+	ReasonForwarded     uint8 = 0
+	DropPolicy          uint8 = 133 // Policy denied
+	DropInvalid         uint8 = 134 // Invalid packet
+	DropCTInvalidHeader uint8 = 135 // CT: Truncated or invalid header
+	DropUnknownL3       uint8 = 139 // Unsupported L3 protocol
+	DropCTCreateFailed  uint8 = 155 // CT: Map insertion failed
+	DropPolicyDenyList  uint8 = 181 // Policy denied by denylist
+)
+
+// dropReasons are Cilium's words for its drop reason codes
+// (pkg/monitor/api), for the codes cellium emits and their neighbours.
+var dropReasons = map[uint8]string{
+	0:   "Success",
+	2:   "Invalid packet",
+	132: "Invalid source ip",
+	133: "Policy denied",
+	134: "Invalid packet",
+	135: "CT: Truncated or invalid header",
+	137: "CT: Unknown L4 protocol",
+	139: "Unsupported L3 protocol",
+	140: "Missed tail call",
+	141: "Error writing to packet",
+	142: "Unknown L4 protocol",
+	143: "Unknown ICMPv4 code",
+	144: "Unknown ICMPv4 type",
+	155: "CT: Map insertion failed",
+	157: "IP fragmentation not supported",
+	163: "Unknown connection tracking state",
+	166: "Unsupported L2 protocol",
+	181: "Policy denied by denylist",
+}
+
+// DropReasonName returns Cilium's text for a drop reason code, for
+// example "Policy denied" for 133, or the number for an unknown code.
+func DropReasonName(code uint8) string {
+	if s, ok := dropReasons[code]; ok {
+		return s
+	}
+	return strconv.Itoa(int(code))
+}
+
+// Trace observation points (the reason of trace events), Cilium's TRACE_*
+// numbers.
+const (
+	TraceToLxc     uint8 = 0
+	TraceToProxy   uint8 = 1
+	TraceToHost    uint8 = 2
+	TraceToStack   uint8 = 3
+	TraceToOverlay uint8 = 4
+	TraceFromLxc   uint8 = 5
+)
+
+var traceObsPoints = map[uint8]string{
+	TraceToLxc:     "to-endpoint",
+	TraceToProxy:   "to-proxy",
+	TraceToHost:    "to-host",
+	TraceToStack:   "to-stack",
+	TraceToOverlay: "to-overlay",
+	TraceFromLxc:   "from-endpoint",
+	6:              "from-proxy",
+	7:              "from-host",
+	8:              "from-stack",
+	9:              "from-overlay",
+	10:             "from-network",
+	11:             "to-network",
+}
+
+// TraceObsPointName returns Cilium's name of a trace observation point
+// ("to-endpoint", "from-endpoint", ...), or the number.
+func TraceObsPointName(p uint8) string {
+	if s, ok := traceObsPoints[p]; ok {
+		return s
+	}
+	return strconv.Itoa(int(p))
+}
