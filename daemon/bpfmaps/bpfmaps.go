@@ -34,6 +34,10 @@ const (
 	IPCacheFullInterval = 2 * time.Minute
 )
 
+// ConfigCell provides bpfconfig.Config (--enable-bpf-datapath,
+// --bpf-root) to the agent: compose it once, whichever BPF cells use it.
+var ConfigCell = hive.Module("bpf-config", "BPF datapath configuration", hive.Config(bpfconfig.DefaultConfig))
+
 // Targets are the maps the reconcilers write.
 type Targets struct {
 	IPCache   mapsync.Map[netip.Prefix, mapsync.IPCacheValue]

@@ -1,8 +1,9 @@
 // Package bpfconfig is the one place of the BPF datapath's shared
 // configuration: whether the agent programs BPF at all
-// (--enable-bpf-datapath) and where bpffs is (--bpf-root). Every datapath
-// cell that touches BPF (the loader, the map reconcilers) reads Config
-// from the hive instead of declaring these flags itself.
+// (--enable-bpf-datapath) and where bpffs is (--bpf-root). The agent
+// provides Config once (daemon/bpfmaps.ConfigCell, hive.Config); every
+// datapath cell that touches BPF (the loader, the map reconcilers) reads
+// it from the hive instead of declaring these flags itself.
 package bpfconfig
 
 import (
@@ -10,8 +11,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/pflag"
-
-	"github.com/cellium/cellium/cells/hive"
 )
 
 // PinSubdir is the directory under --bpf-root holding the agent's pinned
@@ -47,6 +46,3 @@ func (c Config) Validate() error {
 
 // PinDir is the directory of the agent's pinned maps.
 func (c Config) PinDir() string { return filepath.Join(c.BPFRoot, PinSubdir) }
-
-// Cell provides Config to the hive.
-var Cell = hive.Module("bpf-config", "BPF datapath configuration", hive.Config(DefaultConfig))

@@ -3,15 +3,25 @@ package bpfconfig_test
 import (
 	"testing"
 
-	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/spf13/pflag"
+
 	"github.com/cellium/cellium/datapath/bpfconfig"
 )
 
 func TestFlags(t *testing.T) {
-	var c bpfconfig.Config
-	hivetest.Start(t, []string{"--enable-bpf-datapath", "--bpf-root=/tmp/x"}, bpfconfig.Cell, hivetest.Capture(&c))
-	if !c.EnableBPFDatapath || c.BPFRoot != "/tmp/x" || c.PinDir() != "/tmp/x/cellium" {
-		t.Errorf("config %+v, pin dir %s", c, c.PinDir())
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	bpfconfig.DefaultConfig.Flags(fs)
+	if err := fs.Parse([]string{"--enable-bpf-datapath", "--bpf-root=/tmp/x"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := fs.GetBool("enable-bpf-datapath"); !v {
+		t.Error("--enable-bpf-datapath not registered as a bool")
+	}
+	if v, _ := fs.GetString("bpf-root"); v != "/tmp/x" {
+		t.Errorf("--bpf-root = %q", v)
+	}
+	if d := (bpfconfig.Config{BPFRoot: "/tmp/x"}).PinDir(); d != "/tmp/x/cellium" {
+		t.Errorf("pin dir %s", d)
 	}
 	if err := (bpfconfig.Config{EnableBPFDatapath: true, BPFRoot: "relative"}).Validate(); err == nil {
 		t.Error("a relative --bpf-root passed validation")

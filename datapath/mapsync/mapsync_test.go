@@ -41,10 +41,26 @@ type env struct {
 	wg      sync.WaitGroup
 }
 
-func newEnv(t *testing.T, full time.Duration, setup func(*env)) *env {
+// targets are the maps an env reconciles into.
+type targets struct {
+	ipc Map[netip.Prefix, IPCacheValue]
+	lxc Map[netip.Addr, EndpointInfo]
+	pol PolicyMaps
+}
+
+// newEnv runs the reconcilers on fake maps.
+func newEnv(t *testing.T, full time.Duration, setup func(*env, targets)) *env {
 	t.Helper()
-	e := &env{t: t, db: statedb.New(), ipcMap: newFakeMap[netip.Prefix, IPCacheValue](nil),
-		lxcMap: newFakeMap[netip.Addr, EndpointInfo](nil), polMaps: newFakePolicyMaps()}
+	ipc, lxc, pol := newFakeMap[netip.Prefix, IPCacheValue](nil), newFakeMap[netip.Addr, EndpointInfo](nil), newFakePolicyMaps()
+	e := newEnvWith(t, full, setup, targets{ipc, lxc, pol})
+	e.ipcMap, e.lxcMap, e.polMaps = ipc, lxc, pol
+	return e
+}
+
+// newEnvWith runs the reconcilers on the maps of tg.
+func newEnvWith(t *testing.T, full time.Duration, setup func(*env, targets), tg targets) *env {
+	t.Helper()
+	e := &env{t: t, db: statedb.New()}
 	var err error
 	must := func(err error) {
 		t.Helper()
@@ -64,13 +80,13 @@ func newEnv(t *testing.T, full time.Duration, setup func(*env)) *env {
 	must(err)
 	e.tables = Tables{DB: e.db, Endpoints: e.eps, Policies: e.pols, LXC: lxc, PolicyMap: pm}
 	if setup != nil {
-		setup(e)
+		setup(e, tg)
 	}
 	d := NewDeriver(e.tables)
 	must(d.Subscribe())
-	ic := IPCacheConfig(ipcache.StatusTable{RWTable: e.ipc}, e.ipcMap)
-	ec := EndpointsConfig(e.tables, e.lxcMap)
-	pc := PoliciesConfig(e.tables, e.polMaps)
+	ic := IPCacheConfig(ipcache.StatusTable{RWTable: e.ipc}, tg.ipc)
+	ec := EndpointsConfig(e.tables, tg.lxc)
+	pc := PoliciesConfig(e.tables, tg.pol)
 	ic.FullInterval, ec.FullInterval, pc.FullInterval = full, full, full
 	ic.RetryMin, ec.RetryMin, pc.RetryMin = time.Millisecond, time.Millisecond, time.Millisecond
 	ir, err := reconciler.New(e.db, ic)
@@ -329,11 +345,11 @@ func TestPolicyRowKeptWhileEndpointLives(t *testing.T) {
 // the reconciler's back and the maps of endpoints that do not exist, and
 // keeps the map of an endpoint whose policy is not computed yet.
 func TestPolicyReconcilerPrunes(t *testing.T) {
-	e := newEnv(t, 20*time.Millisecond, func(e *env) {
+	e := newEnv(t, 20*time.Millisecond, func(e *env, tg targets) {
 		// Left from before a restart: a map of a gone endpoint, and one
 		// of an endpoint whose policy is not computed yet.
-		_, _ = e.polMaps.Open(40)
-		_, _ = e.polMaps.Open(41)
+		_, _ = tg.pol.Open(40)
+		_, _ = tg.pol.Open(41)
 		e.write(func(w statedb.WriteTxn) {
 			_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.1.0.5"), Identity: 1234})
 			_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 41, IPv4: addr("10.1.0.41")})

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/cilium/statedb"
 
@@ -37,7 +38,12 @@ func NewIPCacheOps(m Map[netip.Prefix, IPCacheValue]) *EntryOps[*ipcache.Entry, 
 		name: "ipcache", m: m,
 		key: func(e *ipcache.Entry) netip.Prefix { return e.Prefix },
 		value: func(e *ipcache.Entry) (IPCacheValue, error) {
-			return IPCacheValue{Identity: e.Identity.Uint32(), TunnelEndpoint: e.HostIP}, nil
+			v := IPCacheValue{Identity: e.Identity.Uint32()}
+			if e.HostIP.Is4() {
+				// The map's tunnel endpoint is an IPv4 address.
+				v.TunnelEndpoint = e.HostIP
+			}
+			return v, nil
 		},
 	}
 }
@@ -160,17 +166,28 @@ func (o *EntryOps[Obj, K, V]) Prune(_ context.Context, _ statedb.ReadTxn, desire
 }
 
 // PolicyOps reconciles the policy-maps table into the endpoints' policy
-// maps.
+// maps. It remembers what it last wrote into each map, so that an
+// incremental update costs the changed entries only; the full
+// reconciliation (Prune) reads every desired map back and repairs it.
+// Create it with NewPolicyOps.
 type PolicyOps struct {
-	// Maps are the pinned per-endpoint maps.
-	Maps PolicyMaps
-	// Endpoints is the endpoints table: Prune never removes the map of an
-	// endpoint that still exists (the loader may have created it before
-	// the endpoint's policy is computed).
-	Endpoints statedb.Table[*endpoints.Endpoint]
+	maps      PolicyMaps
+	endpoints statedb.Table[*endpoints.Endpoint]
+
+	mu sync.Mutex
+	// realized is what each map is known to hold; an endpoint missing
+	// here is read from its map first.
+	realized map[uint16]map[policy.Key]PolicyValue
 }
 
-var _ reconciler.Operations[*mapstate.PolicyMap] = PolicyOps{}
+var _ reconciler.Operations[*mapstate.PolicyMap] = (*PolicyOps)(nil)
+
+// NewPolicyOps reconciles into maps. eps is the endpoints table: Prune
+// never removes the map of an endpoint that still exists (the loader may
+// have created it before the endpoint's policy is computed).
+func NewPolicyOps(maps PolicyMaps, eps statedb.Table[*endpoints.Endpoint]) *PolicyOps {
+	return &PolicyOps{maps: maps, endpoints: eps, realized: map[uint16]map[policy.Key]PolicyValue{}}
+}
 
 // Entries returns the map entries a policy asks for.
 func Entries(p *policy.EndpointPolicy) map[policy.Key]PolicyValue {
@@ -187,22 +204,30 @@ func Entries(p *policy.EndpointPolicy) map[policy.Key]PolicyValue {
 // new or changed in one batch, then deletes the entries no longer desired
 // in one batch, so the map never lacks an entry that both the old and the
 // new policy have.
-func (o PolicyOps) Update(_ context.Context, _ statedb.ReadTxn, row *mapstate.PolicyMap) error {
-	if err := o.update(row); err != nil {
-		return fmt.Errorf("policy map of endpoint %d (revision %d): %w", row.EndpointID, row.Revision, err)
-	}
-	return nil
+func (o *PolicyOps) Update(_ context.Context, _ statedb.ReadTxn, row *mapstate.PolicyMap) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.update(row)
 }
 
-func (o PolicyOps) update(row *mapstate.PolicyMap) (err error) {
-	m, err := o.Maps.Open(row.EndpointID)
+func (o *PolicyOps) update(row *mapstate.PolicyMap) (err error) {
+	id := row.EndpointID
+	defer func() {
+		if err != nil {
+			delete(o.realized, id) // unknown now: read it next time
+			err = fmt.Errorf("policy map of endpoint %d (revision %d): %w", id, row.Revision, err)
+		}
+	}()
+	m, err := o.maps.Open(id)
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer func() { err = errors.Join(err, m.Close()) }()
-	have, err := m.Dump()
-	if err != nil {
-		return fmt.Errorf("list: %w", err)
+	have, ok := o.realized[id]
+	if !ok {
+		if have, err = m.Dump(); err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
 	}
 	want := Entries(row.Policy)
 	var (
@@ -230,43 +255,53 @@ func (o PolicyOps) update(row *mapstate.PolicyMap) (err error) {
 			return fmt.Errorf("delete %d entries: %w", len(stale), err)
 		}
 	}
+	o.realized[id] = want
 	return nil
 }
 
 // Delete implements reconciler.Operations: the row is gone because the
 // endpoint is, so its map is unpinned (programs still attached keep their
 // reference until the loader detaches them).
-func (o PolicyOps) Delete(_ context.Context, _ statedb.ReadTxn, row *mapstate.PolicyMap) error {
-	if err := o.Maps.Remove(row.EndpointID); err != nil {
+func (o *PolicyOps) Delete(_ context.Context, _ statedb.ReadTxn, row *mapstate.PolicyMap) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.realized, row.EndpointID)
+	if err := o.maps.Remove(row.EndpointID); err != nil {
 		return fmt.Errorf("remove policy map of endpoint %d: %w", row.EndpointID, err)
 	}
 	return nil
 }
 
-// Prune implements reconciler.Operations: it removes the pinned policy
-// maps of endpoints that have neither a row nor an endpoint. Stray
-// entries inside desired maps are removed by Update, which the full
-// reconciliation runs on every row.
-func (o PolicyOps) Prune(_ context.Context, txn statedb.ReadTxn, desired iter.Seq2[*mapstate.PolicyMap, statedb.Revision]) error {
-	ids, err := o.Maps.List()
+// Prune implements reconciler.Operations: it reads every desired map back
+// and repairs what differs from its row (entries added or removed behind
+// the agent's back), then removes the pinned policy maps of endpoints that
+// have neither a row nor an endpoint.
+func (o *PolicyOps) Prune(_ context.Context, txn statedb.ReadTxn, desired iter.Seq2[*mapstate.PolicyMap, statedb.Revision]) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ids, err := o.maps.List()
 	if err != nil {
 		return fmt.Errorf("list policy maps: %w", err)
 	}
+	var errs []error
 	want := map[uint16]bool{}
 	for row := range desired {
 		want[row.EndpointID] = true
+		delete(o.realized, row.EndpointID)
+		if err := o.update(row); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	var errs []error
 	for _, id := range ids {
 		if want[id] {
 			continue
 		}
-		if o.Endpoints != nil {
-			if _, _, ok := o.Endpoints.Get(txn, endpoints.IDIndex.Query(id)); ok {
+		if o.endpoints != nil {
+			if _, _, ok := o.endpoints.Get(txn, endpoints.IDIndex.Query(id)); ok {
 				continue
 			}
 		}
-		if err := o.Maps.Remove(id); err != nil {
+		if err := o.maps.Remove(id); err != nil {
 			errs = append(errs, fmt.Errorf("remove policy map of endpoint %d: %w", id, err))
 		}
 	}

@@ -41,7 +41,7 @@ func EndpointsConfig(t Tables, m Map[netip.Addr, EndpointInfo]) reconciler.Confi
 // policy-maps table into maps.
 func PoliciesConfig(t Tables, maps PolicyMaps) reconciler.Config[*mapstate.PolicyMap] {
 	return reconciler.Config[*mapstate.PolicyMap]{
-		Name: PoliciesReconciler, Table: t.PolicyMap, Operations: PolicyOps{Maps: maps, Endpoints: t.Endpoints},
+		Name: PoliciesReconciler, Table: t.PolicyMap, Operations: NewPolicyOps(maps, t.Endpoints),
 		GetStatus: func(p *mapstate.PolicyMap) reconciler.Status { return p.Status },
 		SetStatus: (*mapstate.PolicyMap).WithStatus,
 	}
