@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/datapath/bpfconfig"
+	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/mapsync"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/ipcache"
@@ -50,6 +51,24 @@ type Targets struct {
 // Opener opens (creating and pinning when missing) the maps in pinDir. It
 // runs in the hive's start.
 type Opener func(pinDir string) (Targets, error)
+
+// Cell is the agent's cell: the maps of datapath/maps pinned in
+// <bpf-root>/cellium (bpffs mounted there if needed).
+var Cell = NewCell(OpenPinned)
+
+// OpenPinned opens (creating and pinning when missing) the agent's global
+// maps in dir, a directory on bpffs (mounted if it is not).
+func OpenPinned(dir string) (Targets, error) {
+	if err := maps.EnsureBPFFS(dir); err != nil {
+		return Targets{}, err
+	}
+	m, err := maps.Open(dir)
+	if err != nil {
+		return Targets{}, err
+	}
+	return Targets{IPCache: mapsync.IPCacheMap(m.IPCache), Endpoints: mapsync.EndpointsMap(m.Endpoints),
+		Policies: mapsync.PinnedPolicyMaps{Dir: dir}, Close: m.Close}, nil
+}
 
 // NewCell is the cell with the maps that open gives (the agent's: the
 // pinned maps of datapath/maps; tests may give others).
