@@ -162,7 +162,7 @@ func (f *fakePolicyMaps) get(id uint16) (*fakeMap[policy.Key, PolicyValue], bool
 
 // waitFor waits until cond holds, re-checking whenever one of the watch
 // functions' channels closes.
-func waitFor(t *testing.T, what string, cond func() bool, watches ...func() <-chan struct{}) {
+func waitFor(t testing.TB, what string, cond func() bool, watches ...func() <-chan struct{}) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {

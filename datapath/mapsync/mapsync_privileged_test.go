@@ -45,7 +45,7 @@ type pinnedEnv struct {
 	tg  targets
 }
 
-func openReal(t *testing.T) *pinnedEnv {
+func openReal(t testing.TB) *pinnedEnv {
 	t.Helper()
 	dir := tempBPFFS(t)
 	m, err := maps.Open(dir)
@@ -102,7 +102,7 @@ func (p notifyingPolicies) Remove(id uint16) error {
 	return p.PolicyMaps.Remove(id)
 }
 
-func (r *pinnedEnv) ipcache(t *testing.T) map[netip.Prefix]IPCacheValue {
+func (r *pinnedEnv) ipcache(t testing.TB) map[netip.Prefix]IPCacheValue {
 	t.Helper()
 	got, err := IPCacheMap(r.m.IPCache).Dump()
 	if err != nil {

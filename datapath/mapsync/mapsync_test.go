@@ -28,7 +28,7 @@ func (nopHealth) Degraded(string, error) {}
 
 // env is the three reconcilers and the deriver over fake maps.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	db      *statedb.DB
 	eps     statedb.RWTable[*endpoints.Endpoint]
 	pols    statedb.RWTable[*policy.EndpointPolicyRow]
@@ -58,7 +58,7 @@ func newEnv(t *testing.T, full time.Duration, setup func(*env, targets)) *env {
 }
 
 // newEnvWith runs the reconcilers on the maps of tg.
-func newEnvWith(t *testing.T, full time.Duration, setup func(*env, targets), tg targets) *env {
+func newEnvWith(t testing.TB, full time.Duration, setup func(*env, targets), tg targets) *env {
 	t.Helper()
 	e := &env{t: t, db: statedb.New()}
 	var err error
