@@ -43,6 +43,9 @@ type fakeMap[K, V comparable] struct {
 	m  map[K]V
 	// failUpdates makes the next n Update calls fail.
 	failUpdates int
+	// max is the capacity (0: unbounded); an Update that would exceed
+	// it fails and writes nothing.
+	max int
 	// emptied is set when an Update or Delete left a map empty that
 	// had entries (a window without policy).
 	emptied bool
@@ -65,6 +68,17 @@ func (f *fakeMap[K, V]) Update(keys []K, vals []V) error {
 	if f.failUpdates > 0 {
 		f.failUpdates--
 		return errInjected
+	}
+	if f.max > 0 {
+		n := len(f.m)
+		for _, k := range keys {
+			if _, ok := f.m[k]; !ok {
+				n++
+			}
+		}
+		if n > f.max {
+			return errors.New("no space left on device")
+		}
 	}
 	f.updates++
 	for i, k := range keys {
@@ -116,6 +130,8 @@ type fakePolicyMaps struct {
 	*notifier
 	mu   sync.Mutex
 	maps map[uint16]*fakeMap[policy.Key, PolicyValue]
+	// max is the capacity of the maps it creates (0: 16384).
+	max int
 }
 
 func newFakePolicyMaps() *fakePolicyMaps {
@@ -128,12 +144,20 @@ type fakePolicyMap struct {
 
 func (fakePolicyMap) Close() error { return nil }
 
+func (f fakePolicyMap) MaxEntries() int {
+	if f.max > 0 {
+		return f.max
+	}
+	return 16384
+}
+
 func (f *fakePolicyMaps) Open(id uint16) (PolicyMap, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.maps[id]
 	if !ok {
 		m = newFakeMap[policy.Key, PolicyValue](f.notifier)
+		m.max = f.max
 		f.maps[id] = m
 	}
 	return fakePolicyMap{m}, nil

@@ -22,6 +22,8 @@ type Map[K comparable, V comparable] interface {
 // pinned map stays).
 type PolicyMap interface {
 	Map[policy.Key, PolicyValue]
+	// MaxEntries is the map's capacity.
+	MaxEntries() int
 	Close() error
 }
 

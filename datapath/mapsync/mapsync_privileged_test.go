@@ -84,10 +84,11 @@ type notifyingPolicies struct {
 
 type notifyingPolicyMap struct {
 	notifying[policy.Key, PolicyValue]
-	c interface{ Close() error }
+	c PolicyMap
 }
 
-func (m notifyingPolicyMap) Close() error { return m.c.Close() }
+func (m notifyingPolicyMap) Close() error    { return m.c.Close() }
+func (m notifyingPolicyMap) MaxEntries() int { return m.c.MaxEntries() }
 
 func (p notifyingPolicies) Open(id uint16) (PolicyMap, error) {
 	m, err := p.PolicyMaps.Open(id)

@@ -403,3 +403,50 @@ func TestPolicyReconcilerRetries(t *testing.T) {
 		t.Error("the failure never showed in the row's status")
 	}
 }
+
+// When the old and the new policy do not fit the map together, the new
+// entries go in as room is made by deleting stale ones: the map never
+// overflows, is never empty, and ends with exactly the new policy. A
+// policy larger than the map is an error in the row's status.
+func TestPolicyReconcilerFullMap(t *testing.T) {
+	e := newEnv(t, 0, func(e *env, tg targets) { tg.pol.(*fakePolicyMaps).max = 5 })
+	pm := tableWatch(e.db, statedb.Table[*mapstate.PolicyMap](e.tables.PolicyMap))
+	policyOf := func(rev uint64, base identity.NumericIdentity) *policy.EndpointPolicyRow {
+		var entries []policy.Entry
+		for i := range identity.NumericIdentity(4) {
+			entries = append(entries, policy.Entry{Key: key(base+i, policy.Ingress, policy.ProtoTCP, 80)})
+		}
+		return policyRow(5, rev, entries) // 4 ingress + the egress allow-all
+	}
+	e.write(func(w statedb.WriteTxn) {
+		_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.1.0.5"), Identity: 1234})
+		_, _, _ = e.pols.Insert(w, policyOf(1, 1000))
+	})
+	waitFor(t, "revision 1", func() bool { row, ok := policyMapRow(e, 5); return ok && row.Realized == 1 }, pm)
+	e.write(func(w statedb.WriteTxn) { _, _, _ = e.pols.Insert(w, policyOf(2, 2000)) })
+	waitFor(t, "revision 2", func() bool { row, ok := policyMapRow(e, 5); return ok && row.Realized == 2 }, pm)
+	m, _ := e.polMaps.get(5)
+	got := m.snapshot()
+	if len(got) != 5 {
+		t.Errorf("%d entries, want 5: %v", len(got), got)
+	}
+	for k := range got {
+		if k.Identity != 0 && k.Identity < 2000 {
+			t.Errorf("stale entry %s left", k)
+		}
+	}
+	if m.emptied {
+		t.Error("the map was empty during the update")
+	}
+
+	big := policyOf(3, 3000)
+	big.Policy.Ingress.Entries = append(big.Policy.Ingress.Entries, policy.Entry{Key: key(3999, policy.Ingress, policy.ProtoTCP, 80)})
+	e.write(func(w statedb.WriteTxn) { _, _, _ = e.pols.Insert(w, big) })
+	waitFor(t, "revision 3 refused", func() bool {
+		row, ok := policyMapRow(e, 5)
+		return ok && row.Status.Kind == reconciler.StatusError && strings.Contains(row.Status.Error, ErrPolicyTooLarge.Error())
+	}, pm)
+	if row, _ := policyMapRow(e, 5); row.Realized != 2 {
+		t.Errorf("realized %d after a refused revision, want 2", row.Realized)
+	}
+}

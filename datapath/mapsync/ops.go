@@ -230,32 +230,71 @@ func (o *PolicyOps) update(row *mapstate.PolicyMap) (err error) {
 		}
 	}
 	want := Entries(row.Policy)
+	if max := m.MaxEntries(); len(want) > max {
+		return fmt.Errorf("%d entries do not fit the map (at most %d): %w", len(want), max, ErrPolicyTooLarge)
+	}
+	if err := applyDiff(m, have, want); err != nil {
+		return err
+	}
+	o.realized[id] = want
+	return nil
+}
+
+// applyDiff turns the map's content have into want: values that change
+// are overwritten in place, new entries are written before the stale ones
+// are deleted, as many at a time as the map's capacity allows (when the
+// old and the new policy do not fit together, stale entries are deleted in
+// just large enough steps to make room). The map is never empty on the
+// way.
+func applyDiff(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
 	var (
-		keys []policy.Key
-		vals []PolicyValue
+		changedK, addK []policy.Key
+		changedV, addV []PolicyValue
+		stale          []policy.Key
 	)
 	for k, v := range want {
-		if cur, ok := have[k]; !ok || cur != v {
-			keys, vals = append(keys, k), append(vals, v)
+		cur, ok := have[k]
+		switch {
+		case !ok:
+			addK, addV = append(addK, k), append(addV, v)
+		case cur != v:
+			changedK, changedV = append(changedK, k), append(changedV, v)
 		}
 	}
-	if len(keys) > 0 {
-		if err := m.Update(keys, vals); err != nil {
-			return fmt.Errorf("update %d entries: %w", len(keys), err)
-		}
-	}
-	var stale []policy.Key
 	for k := range have {
 		if _, ok := want[k]; !ok {
 			stale = append(stale, k)
 		}
+	}
+	if len(changedK) > 0 {
+		if err := m.Update(changedK, changedV); err != nil {
+			return fmt.Errorf("update %d entries: %w", len(changedK), err)
+		}
+	}
+	size, max := len(have), m.MaxEntries()
+	for len(addK) > 0 {
+		if free := max - size; free > 0 {
+			n := min(free, len(addK))
+			if err := m.Update(addK[:n], addV[:n]); err != nil {
+				return fmt.Errorf("add %d entries: %w", n, err)
+			}
+			addK, addV, size = addK[n:], addV[n:], size+n
+			continue
+		}
+		n := min(len(stale), len(addK), size-1)
+		if n <= 0 {
+			return fmt.Errorf("no room for %d entries: %w", len(addK), ErrPolicyTooLarge)
+		}
+		if err := m.Delete(stale[:n]); err != nil {
+			return fmt.Errorf("delete %d entries: %w", n, err)
+		}
+		stale, size = stale[n:], size-n
 	}
 	if len(stale) > 0 {
 		if err := m.Delete(stale); err != nil {
 			return fmt.Errorf("delete %d entries: %w", len(stale), err)
 		}
 	}
-	o.realized[id] = want
 	return nil
 }
 

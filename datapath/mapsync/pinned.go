@@ -137,6 +137,8 @@ type policyMap struct{ m *ebpf.Map }
 
 func (p policyMap) Close() error { return p.m.Close() }
 
+func (p policyMap) MaxEntries() int { return int(p.m.MaxEntries()) }
+
 func (p policyMap) Update(keys []policy.Key, vals []PolicyValue) error {
 	raw := make([]bpf.LxcPolicyKey, len(keys))
 	rv := make([]bpf.LxcPolicyEntry, len(vals))
