@@ -150,7 +150,7 @@ func TestPrivilegedProgramPolicyMatchesDecide(t *testing.T) {
 				if dir == policy.Egress {
 					wantDir = maps.DirEgress
 				}
-				if e.EndpointID != epID || e.Dir != wantDir || e.Src != src || e.Dst != dst || e.Proto != proto {
+				if e.EndpointID != epID || e.IfIndex != 1 || e.Dir != wantDir || e.Src != src || e.Dst != dst || e.Proto != proto {
 					t.Fatalf("%s: event %+v does not describe the packet", what, e)
 				}
 				srcID, dstID := remotes[remote], identity.NumericIdentity(1000)

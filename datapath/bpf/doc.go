@@ -6,7 +6,7 @@
 //
 // LoadLxc returns the collection spec of the two endpoint programs,
 // cil_from_container and cil_to_container, with the maps and load-time
-// constants of cellium's BPF ABI (Documentation/datapath/bpf.md). The Lxc*
+// constants of cellium's BPF ABI (Documentation/operations/bpf.md). The Lxc*
 // struct types mirror the C structs of the maps and of ring buffer events
 // byte for byte; datapath/maps wraps them in typed Go APIs.
 package bpf

@@ -66,27 +66,12 @@ func loadEndpoint(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, c endpointCon
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mac, err := maps.MACConstant(c.MAC)
-	if err != nil {
+	consts := bpf.EndpointConstants{
+		EndpointID: c.ID, Identity: uint32(c.Identity), IfIndex: c.IfIndex, MAC: c.MAC,
+		AuditMode: c.Audit, Trace: c.Trace,
+	}
+	if err := consts.Apply(spec); err != nil {
 		tb.Fatal(err)
-	}
-	b2u8 := func(b bool) uint8 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	for name, v := range map[string]any{
-		bpf.LxcVarENDPOINT_ID:       c.ID,
-		bpf.LxcVarSECURITY_IDENTITY: uint32(c.Identity),
-		bpf.LxcVarENDPOINT_IFINDEX:  c.IfIndex,
-		bpf.LxcVarENDPOINT_MAC:      mac,
-		bpf.LxcVarPOLICY_AUDIT_MODE: b2u8(c.Audit),
-		bpf.LxcVarTRACE_ENABLED:     b2u8(c.Trace),
-	} {
-		if err := spec.Variables[name].Set(v); err != nil {
-			tb.Fatalf("set %s: %v", name, err)
-		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.Replacements(pm)})
 	if err != nil {
@@ -228,13 +213,11 @@ const (
 // clearCT deletes every conntrack entry.
 func clearCT(tb testing.TB, m *maps.Maps) {
 	tb.Helper()
-	var keys []maps.CTKey
-	if err := m.CT4.Iterate(func(k maps.CTKey, _ maps.CTEntry) bool { keys = append(keys, k); return true }); err != nil {
+	if _, err := m.CT4.DeleteMatching(func(maps.CTKey, maps.CTEntry) bool { return true }); err != nil {
 		tb.Fatal(err)
 	}
-	for _, k := range keys {
-		if err := m.CT4.Delete(k); err != nil {
-			tb.Fatal(err)
-		}
+	n := 0
+	if err := m.CT4.Iterate(func(maps.CTKey, maps.CTEntry) bool { n++; return true }); err != nil || n != 0 {
+		tb.Fatalf("conntrack holds %d entries after clearing (%v)", n, err)
 	}
 }

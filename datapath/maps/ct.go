@@ -115,3 +115,26 @@ func (c *CT4) Iterate(yield func(CTKey, CTEntry) bool) error {
 		return yield(ctKey(k), ctEntry(v))
 	})
 }
+
+// DeleteMatching deletes every entry for which match returns true (for
+// example all connections of a deleted endpoint's address, so a new pod
+// with the same address inherits none) and returns how many it deleted.
+// It lists first, then deletes; entries that vanish meanwhile are fine.
+func (c *CT4) DeleteMatching(match func(CTKey, CTEntry) bool) (int, error) {
+	var doomed []bpf.LxcCt4Key
+	err := iterate(c.m, func(k *bpf.LxcCt4Key, v *bpf.LxcCtEntry) bool {
+		if match(ctKey(k), ctEntry(v)) {
+			doomed = append(doomed, *k)
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	for i := range doomed {
+		if err := deleteKey(c.m, &doomed[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(doomed), nil
+}

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"net"
 	"net/netip"
+
+	"github.com/cellium/cellium/datapath/bpf"
 )
 
 // Address families of keys and events (the kernel's AF_INET, AF_INET6).
@@ -90,14 +92,5 @@ func macBytes(m net.HardwareAddr) ([6]uint8, error) {
 	return b, nil
 }
 
-// MACConstant returns the value of the ENDPOINT_MAC load-time constant for
-// mac: its 6 bytes, in order, in the low 48 bits of a little-endian __u64.
-func MACConstant(mac net.HardwareAddr) (uint64, error) {
-	b, err := macBytes(mac)
-	if err != nil {
-		return 0, err
-	}
-	var w [8]byte
-	copy(w[:], b[:])
-	return binary.LittleEndian.Uint64(w[:]), nil
-}
+// MACConstant is bpf.MACConstant: the ENDPOINT_MAC value of mac.
+func MACConstant(mac net.HardwareAddr) (uint64, error) { return bpf.MACConstant(mac) }

@@ -1,0 +1,77 @@
+package bpf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+
+	"github.com/cilium/ebpf"
+)
+
+// EndpointConstants are the load-time constants of one endpoint's
+// programs (the `volatile const` globals of bpf/lxc.c).
+type EndpointConstants struct {
+	// EndpointID is the endpoint ID (ENDPOINT_ID), in events.
+	EndpointID uint16
+	// Identity is the endpoint's security identity (SECURITY_IDENTITY).
+	Identity uint32
+	// IfIndex is the host-side veth's ifindex (ENDPOINT_IFINDEX).
+	IfIndex uint32
+	// MAC is the pod-side MAC (ENDPOINT_MAC); nil for none.
+	MAC net.HardwareAddr
+	// AuditMode reports policy denials as audit verdicts and drops
+	// nothing for policy (POLICY_AUDIT_MODE).
+	AuditMode bool
+	// Trace emits a trace event for every passed packet (TRACE_ENABLED).
+	Trace bool
+}
+
+// Apply sets the constants in spec, a spec from LoadLxc, before it is
+// loaded.
+func (c EndpointConstants) Apply(spec *ebpf.CollectionSpec) error {
+	mac, err := MACConstant(c.MAC)
+	if err != nil {
+		return err
+	}
+	for _, v := range []struct {
+		name  string
+		value any
+	}{
+		{LxcVarENDPOINT_ID, c.EndpointID},
+		{LxcVarSECURITY_IDENTITY, c.Identity},
+		{LxcVarENDPOINT_IFINDEX, c.IfIndex},
+		{LxcVarENDPOINT_MAC, mac},
+		{LxcVarPOLICY_AUDIT_MODE, boolByte(c.AuditMode)},
+		{LxcVarTRACE_ENABLED, boolByte(c.Trace)},
+	} {
+		vs, ok := spec.Variables[v.name]
+		if !ok {
+			return fmt.Errorf("BPF object has no constant %s", v.name)
+		}
+		if err := vs.Set(v.value); err != nil {
+			return fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// MACConstant returns the value of ENDPOINT_MAC for mac: its 6 bytes, in
+// order, in the low 48 bits of a little-endian __u64 (0 for nil).
+func MACConstant(mac net.HardwareAddr) (uint64, error) {
+	if mac == nil {
+		return 0, nil
+	}
+	if len(mac) != 6 {
+		return 0, fmt.Errorf("MAC address %v is not 6 bytes long", mac)
+	}
+	var w [8]byte
+	copy(w[:], mac)
+	return binary.LittleEndian.Uint64(w[:]), nil
+}

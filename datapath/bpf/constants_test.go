@@ -1,0 +1,40 @@
+package bpf_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/cellium/cellium/datapath/bpf"
+)
+
+func TestEndpointConstantsApply(t *testing.T) {
+	spec, err := bpf.LoadLxc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bpf.EndpointConstants{
+		EndpointID: 42, Identity: 70000, IfIndex: 9,
+		MAC: net.HardwareAddr{1, 2, 3, 4, 5, 6}, AuditMode: true,
+	}
+	if err := c.Apply(spec); err != nil {
+		t.Fatal(err)
+	}
+	var id uint16
+	var ident, ifindex uint32
+	var mac uint64
+	var audit, trace uint8
+	for name, out := range map[string]any{
+		bpf.LxcVarENDPOINT_ID: &id, bpf.LxcVarSECURITY_IDENTITY: &ident, bpf.LxcVarENDPOINT_IFINDEX: &ifindex,
+		bpf.LxcVarENDPOINT_MAC: &mac, bpf.LxcVarPOLICY_AUDIT_MODE: &audit, bpf.LxcVarTRACE_ENABLED: &trace,
+	} {
+		if err := spec.Variables[name].Get(out); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if id != 42 || ident != 70000 || ifindex != 9 || mac != 0x060504030201 || audit != 1 || trace != 0 {
+		t.Errorf("constants: id %d identity %d ifindex %d mac %#x audit %d trace %d", id, ident, ifindex, mac, audit, trace)
+	}
+	if err := (bpf.EndpointConstants{MAC: net.HardwareAddr{1}}).Apply(spec); err == nil {
+		t.Error("a 1-byte MAC was accepted")
+	}
+}
