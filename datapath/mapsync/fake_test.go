@@ -41,7 +41,8 @@ type fakeMap[K, V comparable] struct {
 	*notifier
 	mu sync.Mutex
 	m  map[K]V
-	// failUpdates makes the next n Update calls fail.
+	// failUpdates makes the next n Update calls fail (n < 0: all until
+	// changed).
 	failUpdates int
 	// max is the capacity (0: unbounded); an Update that would exceed
 	// it fails and writes nothing.
@@ -65,8 +66,10 @@ func (f *fakeMap[K, V]) Update(keys []K, vals []V) error {
 	defer f.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failUpdates > 0 {
-		f.failUpdates--
+	if f.failUpdates != 0 {
+		if f.failUpdates > 0 {
+			f.failUpdates--
+		}
 		return errInjected
 	}
 	if f.max > 0 {

@@ -181,19 +181,18 @@ func TestIPCacheReconciler(t *testing.T) {
 // retried until it succeeds.
 func TestIPCacheReconcilerRetries(t *testing.T) {
 	e := newEnv(t, 0, nil)
-	e.ipcMap.fail(3)
+	e.ipcMap.fail(-1)
 	e.write(func(w statedb.WriteTxn) { _, _, _ = e.ipc.Insert(w, entry("10.1.0.7/32", 1234)) })
-	sawError := false
-	waitFor(t, "error then done", func() bool {
-		row, _, ok := e.ipc.Get(e.db.ReadTxn(), ipcache.PrefixIndex.Query(pfx("10.1.0.7/32")))
-		if ok && row.Status.Kind == reconciler.StatusError {
-			sawError = sawError || strings.Contains(row.Status.Error, errInjected.Error())
-		}
-		return ok && row.Status.Kind == reconciler.StatusDone
-	}, tableWatch(e.db, e.ipc))
-	if !sawError {
-		t.Error("the failure never showed in the row's status")
+	status := func() reconciler.Status {
+		row, _, _ := e.ipc.Get(e.db.ReadTxn(), ipcache.PrefixIndex.Query(pfx("10.1.0.7/32")))
+		return row.Status
 	}
+	waitFor(t, "the failure in the row's status", func() bool {
+		s := status()
+		return s.Kind == reconciler.StatusError && strings.Contains(s.Error, errInjected.Error())
+	}, tableWatch(e.db, e.ipc))
+	e.ipcMap.fail(0)
+	waitFor(t, "done after a retry", func() bool { return status().Kind == reconciler.StatusDone }, tableWatch(e.db, e.ipc))
 	if got := e.ipcMap.snapshot()[pfx("10.1.0.7/32")]; got.Identity != 1234 {
 		t.Errorf("after retries: %+v", got)
 	}
@@ -383,25 +382,23 @@ func TestPolicyReconcilerRetries(t *testing.T) {
 	e := newEnv(t, 0, nil)
 	pm := tableWatch(e.db, statedb.Table[*mapstate.PolicyMap](e.tables.PolicyMap))
 	m, _ := e.polMaps.Open(5)
-	m.(fakePolicyMap).fail(2)
+	m.(fakePolicyMap).fail(-1)
 	e.write(func(w statedb.WriteTxn) {
 		_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.1.0.5"), Identity: 1234})
 		_, _, _ = e.pols.Insert(w, policyRow(5, 3, nil))
 	})
-	sawError := false
-	waitFor(t, "revision 3 realized after errors", func() bool {
+	waitFor(t, "the failure in the row's status", func() bool {
 		row, ok := policyMapRow(e, 5)
-		if ok && row.Status.Kind == reconciler.StatusError {
-			sawError = true
-			if row.Realized != 0 {
-				t.Errorf("realized %d while failing", row.Realized)
-			}
-		}
-		return ok && row.Realized == 3 && row.RealizedAt(3)
+		return ok && row.Status.Kind == reconciler.StatusError && strings.Contains(row.Status.Error, errInjected.Error())
 	}, pm)
-	if !sawError {
-		t.Error("the failure never showed in the row's status")
+	if row, _ := policyMapRow(e, 5); row.Realized != 0 || row.RealizedAt(3) {
+		t.Errorf("realized %d while failing", row.Realized)
 	}
+	m.(fakePolicyMap).fail(0)
+	waitFor(t, "revision 3 realized after a retry", func() bool {
+		row, ok := policyMapRow(e, 5)
+		return ok && row.Realized == 3 && row.RealizedAt(3) && row.Status.Kind == reconciler.StatusDone
+	}, pm)
 }
 
 // When the old and the new policy do not fit the map together, the new
