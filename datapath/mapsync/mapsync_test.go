@@ -447,3 +447,35 @@ func TestPolicyReconcilerFullMap(t *testing.T) {
 		t.Errorf("realized %d after a refused revision, want 2", row.Realized)
 	}
 }
+
+// The endpoints map: an entry written behind the reconciler's back is
+// pruned, and a failing write is retried until the row is Done.
+func TestEndpointsReconcilerPrunesAndRetries(t *testing.T) {
+	e := newEnv(t, 20*time.Millisecond, nil)
+	lxc := tableWatch(e.db, statedb.Table[*mapstate.Endpoint](e.tables.LXC))
+	e.lxcMap.fail(-1)
+	e.write(func(w statedb.WriteTxn) {
+		_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 1, IPv4: addr("10.1.0.1"), HostIfIndex: 11, Identity: 1234})
+	})
+	status := func() reconciler.Status {
+		row, _, ok := e.tables.LXC.Get(e.db.ReadTxn(), mapstate.EndpointIPIndex.Query(addr("10.1.0.1")))
+		if !ok {
+			return reconciler.Status{}
+		}
+		return row.Status
+	}
+	waitFor(t, "the failure in the row's status", func() bool {
+		s := status()
+		return s.Kind == reconciler.StatusError && strings.Contains(s.Error, errInjected.Error())
+	}, lxc)
+	e.lxcMap.fail(0)
+	waitFor(t, "done after a retry", func() bool { return status().Kind == reconciler.StatusDone }, lxc)
+	e.lxcMap.put(addr("10.9.9.9"), EndpointInfo{EndpointID: 99})
+	waitFor(t, "stray entry pruned", func() bool {
+		_, ok := e.lxcMap.snapshot()[addr("10.9.9.9")]
+		return !ok
+	}, e.lxcMap.watch)
+	if got := e.lxcMap.snapshot(); len(got) != 1 || got[addr("10.1.0.1")].EndpointID != 1 {
+		t.Errorf("after pruning: %+v", got)
+	}
+}
