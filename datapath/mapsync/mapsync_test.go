@@ -379,14 +379,18 @@ func TestPolicyReconcilerPrunes(t *testing.T) {
 // A failing policy map update leaves Realized where it was and shows the
 // error; the retry realizes the revision.
 func TestPolicyReconcilerRetries(t *testing.T) {
-	e := newEnv(t, 0, nil)
-	pm := tableWatch(e.db, statedb.Table[*mapstate.PolicyMap](e.tables.PolicyMap))
-	m, _ := e.polMaps.Open(5)
-	m.(fakePolicyMap).fail(-1)
-	e.write(func(w statedb.WriteTxn) {
-		_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.1.0.5"), Identity: 1234})
-		_, _, _ = e.pols.Insert(w, policyRow(5, 3, nil))
+	var m PolicyMap
+	e := newEnv(t, 0, func(e *env, tg targets) {
+		// The endpoint exists before the reconcilers start, so that the
+		// first full reconciliation keeps its failing map.
+		e.write(func(w statedb.WriteTxn) {
+			_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.1.0.5"), Identity: 1234})
+		})
+		m, _ = tg.pol.Open(5)
+		m.(fakePolicyMap).fail(-1)
 	})
+	pm := tableWatch(e.db, statedb.Table[*mapstate.PolicyMap](e.tables.PolicyMap))
+	e.write(func(w statedb.WriteTxn) { _, _, _ = e.pols.Insert(w, policyRow(5, 3, nil)) })
 	waitFor(t, "the failure in the row's status", func() bool {
 		row, ok := policyMapRow(e, 5)
 		return ok && row.Status.Kind == reconciler.StatusError && strings.Contains(row.Status.Error, errInjected.Error())
