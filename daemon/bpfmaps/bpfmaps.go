@@ -1,8 +1,8 @@
 // Package bpfmaps composes the agent's BPF map cell: the lxc-map and
 // policy-maps tables (statedb/mapstate), the deriver that fills them, and
 // the reconcilers of the ipcache, lxc-map and policy-maps tables into the
-// pinned BPF maps (datapath/mapsync), behind --enable-bpf-datapath
-// (datapath/bpfconfig). Like daemon/hostrouting it is a package of its own,
+// pinned BPF maps (datapath/mapsync), behind --enable-bpf-datapath with
+// --bpf-root (datapath/bpfconfig). Like daemon/hostrouting it is a package of its own,
 // composed only by cellium-agent's main, so that the daemon package does
 // not link the datapath.
 package bpfmaps
@@ -34,10 +34,6 @@ const (
 	FullInterval        = 30 * time.Second
 	IPCacheFullInterval = 2 * time.Minute
 )
-
-// ConfigCell provides bpfconfig.Config (--enable-bpf-datapath,
-// --bpf-root) to the agent: compose it once, whichever BPF cells use it.
-var ConfigCell = hive.Module("bpf-config", "BPF datapath configuration", hive.Config(bpfconfig.DefaultConfig))
 
 // Targets are the maps the reconcilers write.
 type Targets struct {
@@ -71,15 +67,30 @@ func OpenPinned(dir string) (Targets, error) {
 }
 
 // NewCell is the cell with the maps that open gives (the agent's: the
-// pinned maps of datapath/maps; tests may give others).
+// pinned maps of datapath/maps; tests may give others): Maps under the
+// --enable-bpf-datapath feature, with --bpf-root.
 func NewCell(open Opener) hive.Cell {
 	return hive.Module("bpf-maps", "Reconciles the ipcache, endpoint and policy tables into BPF maps",
+		hive.Feature(bpfconfig.EnableFlag, bpfconfig.EnableDefault, bpfconfig.EnableUsage,
+			// --bpf-root.
+			hive.Config(bpfconfig.DefaultConfig),
+			Maps(open),
+		),
+	)
+}
+
+// Maps is the cell's content without the switch and the config, for
+// composing under a feature that already declares --enable-bpf-datapath
+// and provides bpfconfig.Config (the loader's).
+func Maps(open Opener) hive.Cell {
+	return hive.Group(
 		// The derived tables: rows written by the deriver here, their
 		// status by the reconcilers here.
 		hive.ProvidePrivate(mapstate.NewEndpointsTable, mapstate.NewPoliciesTable),
-		// Anyone reads them: readiness reads policy-maps' realized revision.
+		// Anyone reads them: readiness reads policy-maps' realized
+		// revision. Without the BPF datapath they are not in the graph.
 		hive.Provide(statedb.RWTable[*mapstate.Endpoint].ToTable, statedb.RWTable[*mapstate.PolicyMap].ToTable),
-		// Tables in, maps out (only with --enable-bpf-datapath).
+		// Tables in, maps out.
 		hive.Invoke(func(p params) error { return register(p, open) }),
 	)
 }
@@ -103,9 +114,6 @@ type params struct {
 type lazyTargets struct{ t Targets }
 
 func register(p params, open Opener) error {
-	if !p.Config.EnableBPFDatapath {
-		return nil
-	}
 	t := mapsync.Tables{DB: p.DB, Endpoints: p.Endpoints, Policies: p.Policies, LXC: p.LXC, PolicyMap: p.PolicyMap}
 	d := mapsync.NewDeriver(t)
 	lazy := &lazyTargets{}

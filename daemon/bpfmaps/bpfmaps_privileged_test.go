@@ -53,7 +53,7 @@ func TestPrivilegedMapSyncCell(t *testing.T) {
 		hive.Provide(endpoints.NewTable, policy.NewTable, ipcache.NewTable,
 			statedb.RWTable[*endpoints.Endpoint].ToTable, statedb.RWTable[*policy.EndpointPolicyRow].ToTable,
 			func(t statedb.RWTable[*ipcache.Entry]) ipcache.StatusTable { return ipcache.StatusTable{RWTable: t} }),
-		bpfmaps.ConfigCell, bpfmaps.Cell,
+		bpfmaps.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&eps), hivetest.Capture(&pols), hivetest.Capture(&ipc),
 		hivetest.Capture(&pmaps), hivetest.Capture(&lxc),
 	)

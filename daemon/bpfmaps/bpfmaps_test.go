@@ -19,7 +19,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	var out bytes.Buffer
-	cmd := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, bpfmaps.ConfigCell, bpfmaps.Cell)
+	cmd := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, bpfmaps.Cell)
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetArgs(args)
@@ -28,25 +28,30 @@ func run(t *testing.T, args ...string) (string, error) {
 }
 
 // The agent's whole graph with the map cell builds as cellium-agent
-// composes it, with the flags and the tables, with the BPF datapath off
-// (the default) and on.
+// composes it: off by default (nothing of the cell in the graph), and on
+// with its flag, config and tables.
 func TestAgentGraphWithBPFMaps(t *testing.T) {
-	for _, args := range [][]string{{"hive"}, {"hive", "--enable-bpf-datapath"}} {
-		out, err := run(t, args...)
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-		for _, want := range []string{
-			"bpf-maps (Reconciles the ipcache, endpoint and policy tables into BPF maps)",
-			"--enable-bpf-datapath=",
-			"--bpf-root=/sys/fs/bpf",
-			"⇦ statedb.Table[*mapstate.PolicyMap]",
-			"⇦ statedb.Table[*mapstate.Endpoint]",
-			"⇦ statedb.Table[*ipcache.Entry]",
-		} {
-			if !strings.Contains(out, want) {
-				t.Errorf("%v: agent hive output lacks %q", args, want)
-			}
+	out, err := run(t, "hive")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "--enable-bpf-datapath=false (default false): disabled: the cells below are not in the graph") {
+		t.Errorf("the map cell is not shown disabled by default:\n%s", out)
+	}
+	out, err = run(t, "hive", "--enable-bpf-datapath")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"bpf-maps (Reconciles the ipcache, endpoint and policy tables into BPF maps)",
+		"--enable-bpf-datapath=true (default false)",
+		"--bpf-root=/sys/fs/bpf",
+		"⇦ statedb.Table[*mapstate.PolicyMap]",
+		"⇦ statedb.Table[*mapstate.Endpoint]",
+		"⇦ statedb.Table[*ipcache.Entry]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent hive output lacks %q:\n%s", want, out)
 		}
 	}
 }

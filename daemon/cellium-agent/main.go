@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, bpfmaps.ConfigCell, bpfmaps.Cell).ExecuteContext(context.Background()); err != nil {
+	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, bpfmaps.Cell).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}

@@ -1,9 +1,9 @@
 // Package bpfconfig is the one place of the BPF datapath's shared
-// configuration: whether the agent programs BPF at all
-// (--enable-bpf-datapath) and where bpffs is (--bpf-root). The agent
-// provides Config once (daemon/bpfmaps.ConfigCell, hive.Config); every
-// datapath cell that touches BPF (the loader, the map reconcilers) reads
-// it from the hive instead of declaring these flags itself.
+// configuration: the switch (--enable-bpf-datapath, EnableFlag, a
+// hive.Feature whose cells are in the graph only when it is on) and where
+// bpffs is (--bpf-root, Config). Every cell that touches BPF (the loader,
+// the map reconcilers) belongs under that one feature and reads Config
+// from the hive instead of declaring these flags itself.
 package bpfconfig
 
 import (
@@ -13,33 +13,36 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// The BPF datapath's switch, for hive.Feature(EnableFlag, EnableDefault,
+// EnableUsage, ...).
+const (
+	EnableFlag    = "enable-bpf-datapath"
+	EnableDefault = false
+	EnableUsage   = "Program the BPF datapath: policy programs on the pods' veths and the ipcache, endpoint and policy maps they read"
+)
+
 // PinSubdir is the directory under --bpf-root holding the agent's pinned
 // maps.
 const PinSubdir = "cellium"
 
 // Config is the BPF datapath's configuration.
 type Config struct {
-	// EnableBPFDatapath switches the BPF datapath on: programs on the
-	// pods' veths and the maps they read.
-	EnableBPFDatapath bool `flag:"enable-bpf-datapath"`
 	// BPFRoot is the bpffs mount point.
 	BPFRoot string `flag:"bpf-root"`
 }
 
-// DefaultConfig leaves the BPF datapath off; bpffs at its usual place.
+// DefaultConfig has bpffs at its usual place.
 var DefaultConfig = Config{BPFRoot: "/sys/fs/bpf"}
 
-// Flags registers --enable-bpf-datapath and --bpf-root.
+// Flags registers --bpf-root.
 func (def Config) Flags(fs *pflag.FlagSet) {
-	fs.Bool("enable-bpf-datapath", def.EnableBPFDatapath,
-		"Program the BPF datapath: policy programs on the pods' veths and the ipcache, endpoint and policy maps they read")
-	fs.String("bpf-root", def.BPFRoot, "Path to the bpffs mount; the agent pins its maps in <bpf-root>/"+PinSubdir)
+	fs.String("bpf-root", def.BPFRoot, "Path to the bpffs mount (mounted there if absent); the agent pins its maps in <bpf-root>/"+PinSubdir)
 }
 
 // Validate implements hive.Validator.
 func (c Config) Validate() error {
-	if c.EnableBPFDatapath && !filepath.IsAbs(c.BPFRoot) {
-		return fmt.Errorf("--bpf-root %q is not an absolute path: give the bpffs mount point, e.g. /sys/fs/bpf", c.BPFRoot)
+	if !filepath.IsAbs(c.BPFRoot) {
+		return fmt.Errorf("--bpf-root %q is not an absolute path: give the bpffs mount point, e.g. %s", c.BPFRoot, DefaultConfig.BPFRoot)
 	}
 	return nil
 }

@@ -11,11 +11,8 @@ import (
 func TestFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	bpfconfig.DefaultConfig.Flags(fs)
-	if err := fs.Parse([]string{"--enable-bpf-datapath", "--bpf-root=/tmp/x"}); err != nil {
+	if err := fs.Parse([]string{"--bpf-root=/tmp/x"}); err != nil {
 		t.Fatal(err)
-	}
-	if v, _ := fs.GetBool("enable-bpf-datapath"); !v {
-		t.Error("--enable-bpf-datapath not registered as a bool")
 	}
 	if v, _ := fs.GetString("bpf-root"); v != "/tmp/x" {
 		t.Errorf("--bpf-root = %q", v)
@@ -23,7 +20,10 @@ func TestFlags(t *testing.T) {
 	if d := (bpfconfig.Config{BPFRoot: "/tmp/x"}).PinDir(); d != "/tmp/x/cellium" {
 		t.Errorf("pin dir %s", d)
 	}
-	if err := (bpfconfig.Config{EnableBPFDatapath: true, BPFRoot: "relative"}).Validate(); err == nil {
+	if err := (bpfconfig.Config{BPFRoot: "relative"}).Validate(); err == nil {
 		t.Error("a relative --bpf-root passed validation")
+	}
+	if err := bpfconfig.DefaultConfig.Validate(); err != nil {
+		t.Error(err)
 	}
 }
