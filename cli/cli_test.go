@@ -98,6 +98,7 @@ func TestGolden(t *testing.T) {
 		{"identity-get-json", []string{"identity", "get", "4", "-o", "json"}},
 		{"node-list", []string{"node", "list"}},
 		{"node-list-yaml", []string{"node", "ls", "-o", "yaml"}},
+		{"ipcache-list", []string{"ipcache", "list"}},
 		{"config", []string{"config"}},
 		{"config-json", []string{"config", "-o", "json"}},
 		{"config-get", []string{"config", "get", "K8sClientQPS"}},

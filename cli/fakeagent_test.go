@@ -315,6 +315,11 @@ func newFakeAgent() *fakeAgent {
 		},
 		Dumps: map[string]json.RawMessage{
 			"endpoints": json.RawMessage(`[{"id":142,"state":"ready"},{"id":1090,"state":"ready","pod":"default/web-0"}]`),
+			"ipcache": json.RawMessage(`[` +
+				`{"prefix":"10.0.1.7/32","identity":48213,"source":"endpoint","owner":"endpoint 1090","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
+				`{"prefix":"10.0.2.9/32","identity":51234,"source":"cilium-endpoint","owner":"cep default/db-0","host-ip":"192.168.56.12","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
+				`{"prefix":"192.168.56.11/32","identity":1,"source":"host","owner":"local-node","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
+				`{"prefix":"203.0.113.0/24","identity":16777217,"source":"policy-cidr","owner":"cidr 203.0.113.0/24","status":{"kind":"Error","error":"update ipcache 203.0.113.0/24: no space left","updated-at":"2026-12-01T05:00:00Z"}}]`),
 		},
 	}
 	f.Health.ClusterHealth = &models.ClusterHealth{Reachable: 1, Total: 1, Probes: []models.HealthProbe{{

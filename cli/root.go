@@ -95,6 +95,7 @@ what the agent knows. Most commands that print an object take
 		a.identityCommand(),
 		a.policyCommand(),
 		a.nodeCommand(),
+		a.ipcacheCommand(),
 		a.configCommand(),
 		a.statedbCommand(),
 		a.doctorCommand(),

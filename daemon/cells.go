@@ -11,6 +11,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
+	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/monitor"
@@ -41,6 +42,8 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	endpointmanager.Cell,
 	cepsync.Cell,
 	policy.Cell,
+	// Prefix -> identity for the datapath, from endpoints, nodes, CEPs and policy CIDRs.
+	ipcache.Cell,
 	cniconfig.Cell,
 	// Probes the health endpoint (Cluster health in cellium status);
 	// cellium-agent adds healthendpoint.Cell for its namespace and veth.

@@ -8,7 +8,6 @@ package bpfloader
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
+	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
@@ -29,7 +29,7 @@ import (
 const FullInterval = 30 * time.Second
 
 // Flag switches the cell on and off.
-const Flag = "enable-bpf-datapath"
+const Flag = bpfconfig.EnableFlag
 
 // Sources are where the loader gets its programs and shared maps.
 type Sources struct {
@@ -56,56 +56,58 @@ var Cell = NewCell(loader.Netns{}, Sources{
 
 // NewCell is the loader cell acting on the veths of network namespace n
 // with the programs and maps of src (tests give a namespace they made and
-// programs of their own).
+// programs of their own), behind --enable-bpf-datapath with --bpf-root.
+// The agent composes [Loader] with the map reconcilers under one switch
+// instead (daemon/bpfdatapath).
 func NewCell(n loader.Netns, src Sources) hive.Cell {
 	return hive.Module("bpf-loader", "Per-endpoint eBPF programs on the pod veths",
-		hive.Feature(Flag, true,
-			"Load each endpoint's eBPF programs (policy enforcement, conntrack, events) and attach them to its host veth",
-			// --bpf-root, --policy-audit-mode.
-			hive.Config(DefaultConfig),
-			// The desired table: rows written only by the deriver here,
-			// their status only by the reconciler here.
-			hive.ProvidePrivate(bpfprog.NewTable),
-			// Anyone may read it: the endpoint manager derives readiness
-			// and failures from it, the doctor and `cellium statedb`.
-			hive.Provide(statedb.RWTable[*bpfprog.Program].ToTable),
-			// Endpoints -> bpf-programs -> the kernel.
-			hive.Invoke(func(p params) error { return register(p, n, src) }),
+		hive.Feature(bpfconfig.EnableFlag, bpfconfig.EnableDefault, bpfconfig.EnableUsage,
+			// --bpf-root.
+			hive.Config(bpfconfig.DefaultConfig),
+			Loader(n, src),
 		),
 	)
 }
 
-// Config is the loader cell's configuration.
+// Loader is the loader's content, for a feature that provides
+// bpfconfig.Config (--bpf-root): --policy-audit-mode, the bpf-programs
+// table and its deriver and reconciler.
+func Loader(n loader.Netns, src Sources) hive.Cell {
+	return hive.Group(
+		// --policy-audit-mode.
+		hive.Config(DefaultConfig),
+		// The desired table: rows written only by the deriver here,
+		// their status only by the reconciler here.
+		hive.ProvidePrivate(bpfprog.NewTable),
+		// Anyone may read it: the endpoint manager derives readiness
+		// and failures from it, the doctor and `cellium statedb`.
+		hive.Provide(statedb.RWTable[*bpfprog.Program].ToTable),
+		// Endpoints -> bpf-programs -> the kernel.
+		hive.Invoke(func(p params) error { return register(p, n, src) }),
+	)
+}
+
+// Config is the loader cell's own configuration (--bpf-root is
+// bpfconfig.Config, shared with the map reconcilers).
 type Config struct {
-	// BPFRoot is where bpffs is (or gets) mounted.
-	BPFRoot string
 	// PolicyAuditMode loads the programs so that policy verdicts are
 	// logged and nothing is dropped by policy (Cilium's flag).
 	PolicyAuditMode bool
 }
 
-// DefaultConfig uses the usual bpffs mount and enforces policy.
-var DefaultConfig = Config{BPFRoot: "/sys/fs/bpf"}
+// DefaultConfig enforces policy.
+var DefaultConfig = Config{}
 
-// Flags registers --bpf-root and --policy-audit-mode.
+// Flags registers --policy-audit-mode.
 func (def Config) Flags(fs *pflag.FlagSet) {
-	fs.String("bpf-root", def.BPFRoot,
-		"Where bpffs is mounted (mounted there if absent); the agent's maps and pinned links live in <bpf-root>/cellium")
 	fs.Bool("policy-audit-mode", def.PolicyAuditMode,
 		"Log policy verdicts (audit) instead of dropping the packets policy denies")
-}
-
-// Validate implements hive.Validator.
-func (c Config) Validate() error {
-	if c.BPFRoot == "" {
-		return fmt.Errorf("--bpf-root is empty: give the directory where bpffs is or may be mounted (default %s)", DefaultConfig.BPFRoot)
-	}
-	return nil
 }
 
 type params struct {
 	hive.In
 	Config    Config
+	BPF       bpfconfig.Config
 	DB        *statedb.DB
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Programs  statedb.RWTable[*bpfprog.Program]
@@ -114,7 +116,7 @@ type params struct {
 }
 
 func register(p params, n loader.Netns, src Sources) error {
-	layout := loader.Layout{Root: p.Config.BPFRoot}
+	layout := loader.Layout{Root: p.BPF.BPFRoot}
 	t := loader.Tables{DB: p.DB, Endpoints: p.Endpoints, Programs: p.Programs}
 	d := loader.NewDeriver(t, p.Config.PolicyAuditMode)
 	var maps ClosableMaps

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/cellium/cellium/daemon"
-	"github.com/cellium/cellium/daemon/bpfloader"
+	"github.com/cellium/cellium/daemon/bpfdatapath"
 	"github.com/cellium/cellium/daemon/datapathmonitor"
 	"github.com/cellium/cellium/daemon/healthendpoint"
 	"github.com/cellium/cellium/daemon/hostlinks"
@@ -15,7 +15,7 @@ import (
 )
 
 func main() {
-	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfloader.Cell, datapathmonitor.Cell).ExecuteContext(context.Background()); err != nil {
+	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfdatapath.Cell, datapathmonitor.Cell).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,45 @@
+package ipcache
+
+import (
+	"context"
+
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/ipcache"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/policy"
+)
+
+// Cell derives the ipcache table from the endpoints, nodes, CiliumEndpoint
+// and policy CIDR tables.
+var Cell = hive.Module("ipcache", "IP prefix to identity, from endpoints, nodes, CEPs and policy CIDRs",
+	// The table: rows written only here.
+	hive.ProvidePrivate(ipcache.NewTable),
+	// Everyone reads it (the CLI, the datapath); the datapath's
+	// reconciler also writes the rows' status.
+	hive.Provide(statedb.RWTable[*ipcache.Entry].ToTable,
+		func(t statedb.RWTable[*ipcache.Entry]) ipcache.StatusTable { return ipcache.StatusTable{RWTable: t} }),
+	// Input tables in, prefixes out.
+	hive.Invoke(register),
+)
+
+type params struct {
+	hive.In
+	DB        *statedb.DB
+	Endpoints statedb.Table[*endpoints.Endpoint]
+	LocalNode statedb.Table[*nodes.LocalNode]
+	Nodes     statedb.Table[*nodes.Node]
+	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
+	CIDRs     statedb.Table[*policy.CIDRIdentity]
+	IPCache   statedb.RWTable[*ipcache.Entry]
+	Jobs      hive.Jobs
+}
+
+func register(p params) {
+	d := NewDeriver(Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
+		CEPs: p.CEPs, CIDRs: p.CIDRs, IPCache: p.IPCache})
+	p.Jobs.Add(hive.Service("derive-ipcache", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
+}

@@ -1,0 +1,148 @@
+package ipcache
+
+import (
+	"net/netip"
+	"strconv"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/ipcache"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/policy"
+)
+
+// claim is one source's statement about a prefix.
+type claim struct {
+	id     identity.NumericIdentity
+	source ipcache.Source
+	hostIP netip.Addr
+}
+
+// claims are an owner's statements, by prefix.
+type claims map[netip.Prefix]claim
+
+func (c claims) add(a netip.Addr, cl claim) {
+	if !a.IsValid() {
+		return
+	}
+	a = a.Unmap()
+	p := netip.PrefixFrom(a, a.BitLen())
+	if old, ok := c[p]; ok && old.source.Precedence() >= cl.source.Precedence() {
+		return
+	}
+	c[p] = cl
+}
+
+// Owners name the object a claim comes from; they are also the rows'
+// Owner column.
+func endpointOwner(id uint16) string  { return "endpoint " + strconv.Itoa(int(id)) }
+func nodeOwner(name string) string    { return "node " + name }
+func cepOwner(key string) string      { return "cep " + key }
+func cidrOwner(p netip.Prefix) string { return "cidr " + p.String() }
+
+const localNodeOwner = "local-node"
+
+// endpointClaims: a local endpoint's address has its identity once it has
+// one; the health endpoint's is health (4) from the start.
+func endpointClaims(e *endpoints.Endpoint) claims {
+	c := claims{}
+	switch {
+	case e.Health:
+		c.add(e.IPv4, claim{id: identity.ReservedIdentityHealth, source: ipcache.SourceHealth})
+	case e.Identity != identity.InvalidIdentity:
+		c.add(e.IPv4, claim{id: e.Identity, source: ipcache.SourceEndpoint})
+	}
+	return c
+}
+
+// localNodeClaims: the node's own addresses and router IP are host (1),
+// its health address health (4).
+func localNodeClaims(n *nodes.LocalNode) claims {
+	c := claims{}
+	if n == nil {
+		return c
+	}
+	host := claim{id: identity.ReservedIdentityHost, source: ipcache.SourceHost}
+	c.add(n.InternalIP, host)
+	for _, a := range n.NodeAddresses {
+		c.add(a.IP, host)
+	}
+	c.add(n.RouterIP, host)
+	c.add(n.HealthIPv4, claim{id: identity.ReservedIdentityHealth, source: ipcache.SourceHealth})
+	return c
+}
+
+// nodeClaims: every address of a node (InternalIP, ExternalIP,
+// CiliumInternalIP) is host (1) for the local node and remote-node (6) for
+// the others; a node's health address is health (4).
+func nodeClaims(n *nodes.Node) claims {
+	c := claims{}
+	hostIP, _ := n.Address(nodes.AddressInternalIP)
+	node := claim{id: identity.ReservedIdentityRemoteNode, source: ipcache.SourceRemoteNode, hostIP: hostIP}
+	health := claim{id: identity.ReservedIdentityHealth, source: ipcache.SourceHealth, hostIP: hostIP}
+	if n.Local {
+		node = claim{id: identity.ReservedIdentityHost, source: ipcache.SourceHost}
+		health.hostIP = netip.Addr{}
+	}
+	for _, a := range n.Addresses {
+		c.add(a.IP, node)
+	}
+	c.add(n.HealthIPv4, health)
+	return c
+}
+
+// cepClaims: a CiliumEndpoint of another node gives its addresses its
+// identity, living on its node. The CEPs of this node (node IP among
+// local) give nothing: the endpoints table knows them first-hand.
+func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool) claims {
+	c := claims{}
+	st := cep.Status
+	if st.Identity == nil || st.Identity.ID <= 0 || st.Networking == nil {
+		return c
+	}
+	nodeIP, _ := netip.ParseAddr(st.Networking.NodeIP)
+	if nodeIP.IsValid() && local[nodeIP.Unmap()] {
+		return c
+	}
+	cl := claim{id: identity.NumericIdentity(st.Identity.ID), source: ipcache.SourceCiliumEndpoint, hostIP: nodeIP.Unmap()}
+	for _, ap := range st.Networking.Addressing {
+		if ap == nil {
+			continue
+		}
+		for _, s := range []string{ap.IPV4, ap.IPV6} {
+			if a, err := netip.ParseAddr(s); err == nil {
+				c.add(a, cl)
+			}
+		}
+	}
+	return c
+}
+
+// cidrClaims: a prefix a policy rule names has its CIDR identity.
+func cidrClaims(ci *policy.CIDRIdentity) claims {
+	if !ci.Prefix.IsValid() {
+		return claims{}
+	}
+	return claims{ci.Prefix.Masked(): {id: ci.Identity, source: ipcache.SourcePolicyCIDR}}
+}
+
+// localAddrs is the set of this node's addresses, which mark the
+// CiliumEndpoints of local pods.
+func localAddrs(n *nodes.LocalNode, local *nodes.Node) map[netip.Addr]bool {
+	m := map[netip.Addr]bool{}
+	if n != nil {
+		if n.InternalIP.IsValid() {
+			m[n.InternalIP.Unmap()] = true
+		}
+		for _, a := range n.NodeAddresses {
+			m[a.IP.Unmap()] = true
+		}
+	}
+	if local != nil {
+		for _, a := range local.Addresses {
+			m[a.IP.Unmap()] = true
+		}
+	}
+	return m
+}

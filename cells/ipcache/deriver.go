@@ -1,0 +1,313 @@
+package ipcache
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/ipcache"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/policy"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// Tables are the tables the deriver reads, and the ipcache table it
+// writes.
+type Tables struct {
+	DB        *statedb.DB
+	Endpoints statedb.Table[*endpoints.Endpoint]
+	LocalNode statedb.Table[*nodes.LocalNode]
+	Nodes     statedb.Table[*nodes.Node]
+	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
+	CIDRs     statedb.Table[*policy.CIDRIdentity]
+	IPCache   statedb.RWTable[*ipcache.Entry]
+}
+
+func (t Tables) inputs() []statedb.TableMeta {
+	return []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs}
+}
+
+// Deriver keeps the ipcache table equal to what its input tables claim
+// (see FromScratch), incrementally: each change of an input replaces the
+// claims of the one object that changed and rewrites only the prefixes
+// whose winner changed.
+type Deriver struct {
+	t        Tables
+	st       *state
+	initDone func(statedb.WriteTxn)
+
+	eps   statedb.ChangeIterator[*endpoints.Endpoint]
+	local statedb.ChangeIterator[*nodes.LocalNode]
+	nodes statedb.ChangeIterator[*nodes.Node]
+	ceps  statedb.ChangeIterator[*ciliumv2.CiliumEndpoint]
+	cidrs statedb.ChangeIterator[*policy.CIDRIdentity]
+
+	// The local node as both tables show it, and the addresses they
+	// give it (which mark the CEPs of this node).
+	localRow   *nodes.LocalNode
+	localNode  *nodes.Node
+	localAddrs map[netip.Addr]bool
+}
+
+// NewDeriver registers the deriver as the ipcache table's initializer:
+// the table (and so the map's pruning) is initialized only once every
+// input table is and the local node has its router IP, so that a
+// restarted agent never prunes an entry it will want again a moment
+// later. It starts nothing.
+func NewDeriver(t Tables) *Deriver {
+	wtxn := t.DB.WriteTxn(t.IPCache)
+	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{},
+		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources")}
+	wtxn.Commit()
+	return d
+}
+
+// Subscribe starts following the input tables' changes; call it in a
+// start hook, before Run.
+func (d *Deriver) Subscribe() error {
+	wtxn := d.t.DB.WriteTxn(d.t.Endpoints, d.t.LocalNode, d.t.Nodes, d.t.CEPs, d.t.CIDRs)
+	defer wtxn.Commit()
+	var err error
+	if d.eps, err = d.t.Endpoints.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.Endpoints.Name(), err)
+	}
+	if d.local, err = d.t.LocalNode.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.LocalNode.Name(), err)
+	}
+	if d.nodes, err = d.t.Nodes.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.Nodes.Name(), err)
+	}
+	if d.ceps, err = d.t.CEPs.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.CEPs.Name(), err)
+	}
+	if d.cidrs, err = d.t.CIDRs.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.CIDRs.Name(), err)
+	}
+	return nil
+}
+
+func (d *Deriver) close() {
+	for _, c := range []interface{ Close() }{d.eps, d.local, d.nodes, d.ceps, d.cidrs} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// Run derives until ctx ends.
+func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
+	if d.eps == nil {
+		if err := d.Subscribe(); err != nil {
+			health.Degraded("subscribe", err)
+			return
+		}
+	}
+	defer d.close()
+	for {
+		w, err := d.step()
+		if err != nil {
+			health.Degraded("write ipcache", err)
+		} else {
+			health.OK(fmt.Sprintf("%d prefixes", len(d.st.byPrefix)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.eps:
+		case <-w.local:
+		case <-w.nodes:
+		case <-w.ceps:
+		case <-w.cidrs:
+		case <-w.init:
+		}
+	}
+}
+
+// watches are the channels that close when the deriver has more to do.
+type watches struct {
+	eps, local, nodes, ceps, cidrs <-chan struct{}
+	// init closes when an input not yet initialized is; nil when the
+	// deriver waits for none.
+	init <-chan struct{}
+}
+
+// step consumes the changes up to now, writes the prefixes they touched,
+// and returns the channels that close when there are more.
+func (d *Deriver) step() (watches, error) {
+	rtxn := d.t.DB.ReadTxn()
+	touched := map[netip.Prefix]struct{}{}
+	var w watches
+
+	epCh, epsW := d.eps.Next(rtxn)
+	w.eps = epsW
+	for ch := range epCh {
+		owner := endpointOwner(ch.Object.ID)
+		if ch.Deleted {
+			d.st.set(owner, nil, touched)
+		} else {
+			d.st.set(owner, endpointClaims(ch.Object), touched)
+		}
+	}
+
+	localChanged := false
+	lnCh, localW := d.local.Next(rtxn)
+	w.local = localW
+	for ch := range lnCh {
+		localChanged = true
+		if ch.Deleted {
+			d.localRow = nil
+		} else {
+			d.localRow = ch.Object
+		}
+	}
+	if localChanged {
+		d.st.set(localNodeOwner, localNodeClaims(d.localRow), touched)
+	}
+
+	nCh, nodesW := d.nodes.Next(rtxn)
+	w.nodes = nodesW
+	for ch := range nCh {
+		n := ch.Object
+		if ch.Deleted {
+			d.st.set(nodeOwner(n.Name), nil, touched)
+			if d.localNode != nil && d.localNode.Name == n.Name {
+				d.localNode, localChanged = nil, true
+			}
+			continue
+		}
+		d.st.set(nodeOwner(n.Name), nodeClaims(n), touched)
+		switch {
+		case n.Local:
+			d.localNode, localChanged = n, true
+		case d.localNode != nil && d.localNode.Name == n.Name:
+			d.localNode, localChanged = nil, true
+		}
+	}
+
+	if localChanged {
+		if addrs := localAddrs(d.localRow, d.localNode); !maps.Equal(addrs, d.localAddrs) {
+			// Which CEPs are this node's may have changed: all again.
+			d.localAddrs = addrs
+			for cep := range d.t.CEPs.All(rtxn) {
+				d.st.set(cepOwner(k8stables.Key(cep)), cepClaims(cep, d.localAddrs), touched)
+			}
+		}
+	}
+
+	cepCh, cepsW := d.ceps.Next(rtxn)
+	w.ceps = cepsW
+	for ch := range cepCh {
+		owner := cepOwner(k8stables.Key(ch.Object))
+		if ch.Deleted {
+			d.st.set(owner, nil, touched)
+		} else {
+			d.st.set(owner, cepClaims(ch.Object, d.localAddrs), touched)
+		}
+	}
+
+	cidrCh, cidrsW := d.cidrs.Next(rtxn)
+	w.cidrs = cidrsW
+	for ch := range cidrCh {
+		owner := cidrOwner(ch.Object.Prefix.Masked())
+		if ch.Deleted {
+			d.st.set(owner, nil, touched)
+		} else {
+			d.st.set(owner, cidrClaims(ch.Object), touched)
+		}
+	}
+
+	if d.initDone != nil {
+		w.init = d.initWatch(rtxn)
+	}
+	return w, d.write(rtxn, touched)
+}
+
+// initWatch returns the watch channel of the first input that is not yet
+// initialized, nil when all are.
+func (d *Deriver) initWatch(rtxn statedb.ReadTxn) <-chan struct{} {
+	for _, t := range d.t.inputs() {
+		if ok, w := t.Initialized(rtxn); !ok {
+			return w
+		}
+	}
+	return nil
+}
+
+func (d *Deriver) ready(rtxn statedb.ReadTxn) bool {
+	return d.initWatch(rtxn) == nil && d.localRow != nil && d.localRow.RouterIP.IsValid()
+}
+
+// write makes the rows of the touched prefixes their winners.
+func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{}) error {
+	initNow := d.initDone != nil && d.ready(rtxn)
+	if len(touched) == 0 && !initNow {
+		return nil
+	}
+	wtxn := d.t.DB.WriteTxn(d.t.IPCache)
+	defer wtxn.Abort()
+	for p := range touched {
+		cur, _, found := d.t.IPCache.Get(wtxn, ipcache.PrefixIndex.Query(p))
+		pendingDelete := found && cur.Status.Kind == reconciler.StatusPendingDelete
+		want, ok := d.st.winner(p)
+		switch {
+		case ok && found && !pendingDelete && cur.SameAs(want):
+		case ok:
+			if _, _, err := d.t.IPCache.Insert(wtxn, want.WithStatus(reconciler.Pending())); err != nil {
+				return fmt.Errorf("insert %s: %w", p, err)
+			}
+		case found && !pendingDelete:
+			if _, _, err := d.t.IPCache.Delete(wtxn, cur); err != nil {
+				return fmt.Errorf("delete %s: %w", p, err)
+			}
+		}
+	}
+	if initNow {
+		d.initDone(wtxn)
+		d.initDone = nil
+	}
+	wtxn.Commit()
+	return nil
+}
+
+// FromScratch computes the ipcache rows (without status) from the input
+// tables as they are in txn: what the deriver's table holds once it has
+// caught up.
+func FromScratch(txn statedb.ReadTxn, t Tables) map[netip.Prefix]*ipcache.Entry {
+	st := newState()
+	touched := map[netip.Prefix]struct{}{}
+	for e := range t.Endpoints.All(txn) {
+		st.set(endpointOwner(e.ID), endpointClaims(e), touched)
+	}
+	var localRow *nodes.LocalNode
+	for n := range t.LocalNode.All(txn) {
+		localRow = n
+	}
+	st.set(localNodeOwner, localNodeClaims(localRow), touched)
+	var localNode *nodes.Node
+	for n := range t.Nodes.All(txn) {
+		st.set(nodeOwner(n.Name), nodeClaims(n), touched)
+		if n.Local {
+			localNode = n
+		}
+	}
+	local := localAddrs(localRow, localNode)
+	for cep := range t.CEPs.All(txn) {
+		st.set(cepOwner(k8stables.Key(cep)), cepClaims(cep, local), touched)
+	}
+	for c := range t.CIDRs.All(txn) {
+		st.set(cidrOwner(c.Prefix.Masked()), cidrClaims(c), touched)
+	}
+	out := map[netip.Prefix]*ipcache.Entry{}
+	for p := range touched {
+		if e, ok := st.winner(p); ok {
+			out[p] = e
+		}
+	}
+	return out
+}

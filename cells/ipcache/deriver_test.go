@@ -1,0 +1,292 @@
+package ipcache
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/statedb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/ipcache"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/policy"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// rw are the writable input tables a test fills.
+type rw struct {
+	Tables
+	eps   statedb.RWTable[*endpoints.Endpoint]
+	local statedb.RWTable[*nodes.LocalNode]
+	nodes statedb.RWTable[*nodes.Node]
+	ceps  statedb.RWTable[*ciliumv2.CiliumEndpoint]
+	cidrs statedb.RWTable[*policy.CIDRIdentity]
+}
+
+func newTables(t *testing.T) rw {
+	t.Helper()
+	db := statedb.New()
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r rw
+	var err error
+	r.eps, err = endpoints.NewTable(db)
+	must(err)
+	r.local, err = nodes.NewLocalNodeTable(db)
+	must(err)
+	r.nodes, err = nodes.NewNodesTable(db)
+	must(err)
+	r.ceps, err = k8stables.NewCiliumEndpointsTable(db)
+	must(err)
+	r.cidrs, err = policy.NewCIDRTable(db)
+	must(err)
+	ipc, err := ipcache.NewTable(db)
+	must(err)
+	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs, IPCache: ipc}
+	return r
+}
+
+func (r rw) write(fn func(statedb.WriteTxn)) {
+	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs)
+	fn(wtxn)
+	wtxn.Commit()
+}
+
+func newDeriver(t *testing.T, r rw) *Deriver {
+	t.Helper()
+	d := NewDeriver(r.Tables)
+	if err := d.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.close)
+	return d
+}
+
+func (d *Deriver) mustStep(t *testing.T) {
+	t.Helper()
+	if _, err := d.step(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rows returns the ipcache table without status.
+func rows(txn statedb.ReadTxn, t statedb.Table[*ipcache.Entry]) map[netip.Prefix]*ipcache.Entry {
+	out := map[netip.Prefix]*ipcache.Entry{}
+	for e := range t.All(txn) {
+		c := *e
+		c.Status = reconciler.Status{}
+		out[e.Prefix] = &c
+	}
+	return out
+}
+
+func diff(got, want map[netip.Prefix]*ipcache.Entry) string {
+	var s string
+	for p, w := range want {
+		g, ok := got[p]
+		if !ok {
+			s += fmt.Sprintf("  missing %s: %+v\n", p, *w)
+		} else if !g.SameAs(w) {
+			s += fmt.Sprintf("  %s: got %+v, want %+v\n", p, *g, *w)
+		}
+	}
+	for p, g := range got {
+		if _, ok := want[p]; !ok {
+			s += fmt.Sprintf("  stray %s: %+v\n", p, *g)
+		}
+	}
+	return s
+}
+
+func cep(ns, name, nodeIP string, id int64, ips ...string) *ciliumv2.CiliumEndpoint {
+	c := &ciliumv2.CiliumEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if id != 0 {
+		c.Status.Identity = &ciliumv2.EndpointIdentity{ID: id}
+	}
+	c.Status.Networking = &ciliumv2.EndpointNetworking{NodeIP: nodeIP}
+	for _, ip := range ips {
+		c.Status.Networking.Addressing = append(c.Status.Networking.Addressing, &ciliumv2.AddressPair{IPV4: ip})
+	}
+	return c
+}
+
+var (
+	pfx  = netip.MustParsePrefix
+	addr = netip.MustParseAddr
+)
+
+// Every source lands in the table with its identity, and a prefix two
+// sources claim goes to the higher precedence.
+func TestDeriveSourcesAndPrecedence(t *testing.T) {
+	r := newTables(t)
+	d := newDeriver(t, r)
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), RouterIP: addr("10.1.0.1"),
+			HealthIPv4: addr("10.1.0.2")})
+		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n1", Local: true, Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: addr("192.168.0.1")}}})
+		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n2", Addresses: []nodes.Address{
+			{Type: nodes.AddressInternalIP, IP: addr("192.168.0.2")}, {Type: nodes.AddressCiliumInternalIP, IP: addr("10.2.0.1")}},
+			HealthIPv4: addr("10.2.0.2")})
+		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 7, IPv4: addr("10.1.0.7"), Identity: 1234})
+		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 8, IPv4: addr("10.1.0.8")}) // no identity yet
+		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 9, IPv4: addr("10.1.0.2"), Health: true})
+		// A remote pod, a stale CEP of a local pod, and a CEP claiming
+		// the local endpoint's address.
+		_, _, _ = r.ceps.Insert(w, cep("default", "remote", "192.168.0.2", 2000, "10.2.0.9"))
+		_, _, _ = r.ceps.Insert(w, cep("default", "local", "192.168.0.1", 2001, "10.1.0.99"))
+		_, _, _ = r.ceps.Insert(w, cep("default", "clash", "192.168.0.2", 2002, "10.1.0.7"))
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("203.0.113.0/24"), Identity: 16777217})
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.2.0.9/32"), Identity: 16777218})
+	})
+	d.mustStep(t)
+
+	want := map[string]struct {
+		id     identity.NumericIdentity
+		source ipcache.Source
+		hostIP string
+	}{
+		"192.168.0.1/32": {1, ipcache.SourceHost, ""},
+		"10.1.0.1/32":    {1, ipcache.SourceHost, ""},
+		"10.1.0.2/32":    {4, ipcache.SourceHealth, ""},
+		"192.168.0.2/32": {6, ipcache.SourceRemoteNode, "192.168.0.2"},
+		"10.2.0.1/32":    {6, ipcache.SourceRemoteNode, "192.168.0.2"},
+		"10.2.0.2/32":    {4, ipcache.SourceHealth, "192.168.0.2"},
+		"10.1.0.7/32":    {1234, ipcache.SourceEndpoint, ""},
+		"10.2.0.9/32":    {2000, ipcache.SourceCiliumEndpoint, "192.168.0.2"},
+		"203.0.113.0/24": {16777217, ipcache.SourcePolicyCIDR, ""},
+	}
+	got := rows(r.DB.ReadTxn(), r.IPCache)
+	for p, w := range want {
+		e, ok := got[pfx(p)]
+		if !ok {
+			t.Errorf("%s: no row", p)
+			continue
+		}
+		var host string
+		if e.HostIP.IsValid() {
+			host = e.HostIP.String()
+		}
+		if e.Identity != w.id || e.Source != w.source || host != w.hostIP {
+			t.Errorf("%s: got identity %d source %s host %q, want %d %s %q", p, e.Identity, e.Source, host, w.id, w.source, w.hostIP)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d rows, want %d: %s", len(got), len(want), diff(got, FromScratch(r.DB.ReadTxn(), r.Tables)))
+	}
+	if n := r.IPCache.NumObjects(r.DB.ReadTxn()); n != len(want) {
+		t.Errorf("%d rows", n)
+	}
+	if byHost := statedb.Collect(r.IPCache.List(r.DB.ReadTxn(), ipcache.SourceIndex.Query(ipcache.SourceHost))); len(byHost) != 2 {
+		t.Errorf("source index: %d host rows, want 2", len(byHost))
+	}
+
+	// The endpoint goes: the clashing CEP's claim takes the address.
+	r.write(func(w statedb.WriteTxn) { _, _, _ = r.eps.Delete(w, &endpoints.Endpoint{ID: 7}) })
+	d.mustStep(t)
+	e, _, ok := r.IPCache.Get(r.DB.ReadTxn(), ipcache.PrefixIndex.Query(pfx("10.1.0.7/32")))
+	if !ok || e.Identity != 2002 || e.Owner != "cep default/clash" {
+		t.Errorf("after the endpoint's deletion: %+v, want the CEP default/clash's identity 2002", e)
+	}
+}
+
+// The table is initialized (so the map may be pruned) only once the
+// local node has its router IP.
+func TestDeriveInitializedAfterRouterIP(t *testing.T) {
+	r := newTables(t)
+	d := newDeriver(t, r)
+	d.mustStep(t)
+	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); ok {
+		t.Fatal("initialized before the local node is known")
+	}
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), RouterIP: addr("10.1.0.1")})
+	})
+	d.mustStep(t)
+	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); !ok {
+		t.Fatal("not initialized with every input initialized and the router IP known")
+	}
+}
+
+// Incremental derivation equals a from-scratch computation after every
+// round of random churn of endpoints, the local node, nodes, CEPs and
+// CIDRs over a small address space (so that claims collide often).
+func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			r := newTables(t)
+			d := newDeriver(t, r)
+			ip := func() netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(24))}) }
+			maybeIP := func() netip.Addr {
+				if rng.IntN(4) == 0 {
+					return netip.Addr{}
+				}
+				return ip()
+			}
+			node := func() *nodes.Node {
+				n := &nodes.Node{Name: fmt.Sprintf("n%d", rng.IntN(4)), HealthIPv4: maybeIP()}
+				n.Local = n.Name == "n0" && rng.IntN(2) == 0
+				for range rng.IntN(3) {
+					typ := []string{nodes.AddressInternalIP, nodes.AddressExternalIP, nodes.AddressCiliumInternalIP}[rng.IntN(3)]
+					n.Addresses = append(n.Addresses, nodes.Address{Type: typ, IP: ip()})
+				}
+				return n
+			}
+			for round := range 60 {
+				r.write(func(w statedb.WriteTxn) {
+					for range 1 + rng.IntN(8) {
+						switch rng.IntN(10) {
+						case 0, 1:
+							e := &endpoints.Endpoint{ID: uint16(1 + rng.IntN(6)), IPv4: maybeIP(), Health: rng.IntN(8) == 0}
+							if rng.IntN(3) > 0 {
+								e.Identity = identity.NumericIdentity(1000 + rng.IntN(3))
+							}
+							_, _, _ = r.eps.Insert(w, e)
+						case 2:
+							_, _, _ = r.eps.Delete(w, &endpoints.Endpoint{ID: uint16(1 + rng.IntN(6))})
+						case 3:
+							ln := &nodes.LocalNode{Name: "n0", InternalIP: maybeIP(), RouterIP: maybeIP(), HealthIPv4: maybeIP()}
+							if rng.IntN(2) == 0 {
+								ln.NodeAddresses = []nodes.Address{{Type: nodes.AddressExternalIP, IP: ip()}}
+							}
+							_, _, _ = r.local.Insert(w, ln)
+						case 4:
+							_, _, _ = r.nodes.Insert(w, node())
+						case 5:
+							_, _, _ = r.nodes.Delete(w, &nodes.Node{Name: fmt.Sprintf("n%d", rng.IntN(4))})
+						case 6, 7:
+							var ips []string
+							for range rng.IntN(3) {
+								ips = append(ips, ip().String())
+							}
+							_, _, _ = r.ceps.Insert(w, cep("ns", fmt.Sprintf("c%d", rng.IntN(6)), maybeIP().String(), int64(rng.IntN(3))*1000, ips...))
+						case 8:
+							_, _, _ = r.ceps.Delete(w, cep("ns", fmt.Sprintf("c%d", rng.IntN(6)), "", 0))
+						case 9:
+							p := netip.PrefixFrom(ip(), []int{24, 30, 32}[rng.IntN(3)]).Masked()
+							if rng.IntN(3) == 0 {
+								_, _, _ = r.cidrs.Delete(w, &policy.CIDRIdentity{Prefix: p})
+							} else {
+								_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: p, Identity: identity.NumericIdentity(16777216 + rng.IntN(4))})
+							}
+						}
+					}
+				})
+				d.mustStep(t)
+				txn := r.DB.ReadTxn()
+				if s := diff(rows(txn, r.IPCache), FromScratch(txn, r.Tables)); s != "" {
+					t.Fatalf("round %d: incremental != from scratch:\n%s", round, s)
+				}
+			}
+		})
+	}
+}

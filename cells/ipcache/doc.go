@@ -1,0 +1,26 @@
+// Package ipcache is the control-plane cell that derives the ipcache table
+// (statedb/ipcache): which security identity each IP prefix has. It reads
+// the endpoints, local-node, nodes, CiliumEndpoint and policy CIDR tables
+// and follows their change streams, so that each change rewrites only the
+// prefixes it touches.
+//
+// What claims a prefix, by source (ipcache.Source), highest precedence
+// first; when two sources claim one prefix the higher wins, between two
+// claims of one source the owner that sorts first:
+//
+//   - host: the local node's addresses (InternalIPs, ExternalIPs, the
+//     router IP on cilium_host, from the local-node and nodes tables) ->
+//     host (1);
+//   - endpoint: each local endpoint's address -> its identity, once it has
+//     one;
+//   - health: the health endpoint's address (this node's and other
+//     nodes') -> health (4);
+//   - remote-node: every address of the other nodes -> remote-node (6),
+//     host IP the node's InternalIP;
+//   - cilium-endpoint: the addresses of the CiliumEndpoints of other nodes
+//     -> their status.identity.id, host IP the CEP's node IP;
+//   - policy-cidr: each prefix of the policy-cidr-identities table -> its
+//     local CIDR identity.
+//
+// World (2) is no row: the datapath's lookup misses.
+package ipcache

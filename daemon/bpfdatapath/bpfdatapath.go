@@ -1,0 +1,28 @@
+// Package bpfdatapath composes the agent's eBPF datapath under one switch,
+// --enable-bpf-datapath, with one --bpf-root: the per-endpoint program
+// loader (daemon/bpfloader) and the reconcilers of the ipcache, endpoint
+// and policy maps the programs read (daemon/bpfmaps). Only cellium-agent's
+// main composes it, so that the daemon package does not link the datapath.
+package bpfdatapath
+
+import (
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/daemon/bpfloader"
+	"github.com/cellium/cellium/daemon/bpfmaps"
+	"github.com/cellium/cellium/datapath/bpfconfig"
+	"github.com/cellium/cellium/datapath/loader"
+)
+
+// Cell is the agent's eBPF datapath: its programs and maps pinned in
+// <bpf-root>/cellium, attached in the agent's own network namespace.
+var Cell = hive.Module("bpf-datapath", "eBPF programs on the pod veths and the maps they read",
+	hive.Feature(bpfconfig.EnableFlag, bpfconfig.EnableDefault, bpfconfig.EnableUsage,
+		// --bpf-root, shared by the loader and the map reconcilers.
+		hive.Config(bpfconfig.DefaultConfig),
+		bpfloader.Loader(loader.Netns{}, bpfloader.Sources{
+			Spec:     loader.LoadSpec,
+			OpenMaps: func(dir string) bpfloader.ClosableMaps { return loader.NewPinnedMaps(dir) },
+		}),
+		bpfmaps.Maps(bpfmaps.OpenPinned),
+	),
+)

@@ -1,0 +1,80 @@
+package bpfdatapath_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/cellium/cellium/daemon"
+	"github.com/cellium/cellium/daemon/bpfdatapath"
+	"github.com/cellium/cellium/daemon/datapathmonitor"
+	"github.com/cellium/cellium/daemon/healthendpoint"
+	"github.com/cellium/cellium/daemon/hostlinks"
+	"github.com/cellium/cellium/daemon/hostrouting"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// run runs the agent command composed as cellium-agent's main composes it.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	var out bytes.Buffer
+	cmd := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfdatapath.Cell, datapathmonitor.Cell)
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// The loader and the map reconcilers share one switch and one --bpf-root
+// (a flag registered twice would fail the graph), and both their tables
+// are in the graph.
+func TestAgentGraph(t *testing.T) {
+	out, err := run(t, "hive")
+	if err != nil {
+		t.Fatalf("agent graph: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"bpf-datapath (eBPF programs on the pod veths and the maps they read)",
+		"--enable-bpf-datapath=true (default true)",
+		"--bpf-root=/sys/fs/bpf (default /sys/fs/bpf)",
+		"--policy-audit-mode=false (default false)",
+		"⇦ statedb.Table[*bpfprog.Program]",
+		"⇦ statedb.Table[*mapstate.PolicyMap]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent hive output lacks %q", want)
+		}
+	}
+	for _, once := range []string{"--enable-bpf-datapath=", "--bpf-root="} {
+		if n := strings.Count(out, once); n != 1 {
+			t.Errorf("%s appears %d times in the graph, want once", once, n)
+		}
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
+
+// With the switch off neither the loader nor the map reconcilers are built.
+func TestAgentGraphOff(t *testing.T) {
+	out, err := run(t, "hive", "--enable-bpf-datapath=false")
+	if err != nil {
+		t.Fatalf("agent graph: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "--enable-bpf-datapath=false (default true): disabled: the cells below are not in the graph") {
+		t.Errorf("the BPF datapath is not shown disabled with --enable-bpf-datapath=false:\n%s", out)
+	}
+}
+
+// A relative --bpf-root is refused with a message naming the flag.
+func TestRelativeBPFRootRefused(t *testing.T) {
+	_, err := run(t, "hive", "--bpf-root=relative")
+	if err == nil || !strings.Contains(err.Error(), "--bpf-root") {
+		t.Fatalf("hive with --bpf-root=relative: %v, want an error naming --bpf-root", err)
+	}
+}

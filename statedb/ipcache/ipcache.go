@@ -1,0 +1,159 @@
+// Package ipcache defines the ipcache table: which security identity each
+// IP prefix has, as the datapath's LPM-trie ipcache map must hold it. The
+// control plane (cells/ipcache) derives the rows from the endpoints, nodes,
+// CiliumEndpoint and policy CIDR tables; the datapath reconciles them into
+// the BPF map and writes each row's status back.
+//
+// A prefix that is in no row is "world" (identity 2): the map's miss, not a
+// row. When several sources claim one prefix, the one of highest
+// precedence (Source.Precedence) wins and is the row; the others are not
+// shown.
+package ipcache
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/statedb"
+	"github.com/cilium/statedb/index"
+
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// TableName is the ipcache table's name (`cellium statedb ipcache`).
+const TableName = "ipcache"
+
+// Source is where an ipcache entry came from.
+type Source string
+
+// The sources, from the highest precedence to the lowest.
+const (
+	// SourceHost is the node's own addresses (its InternalIPs, the
+	// router IP on cilium_host): identity host (1).
+	SourceHost Source = "host"
+	// SourceEndpoint is a local endpoint's address and its identity.
+	SourceEndpoint Source = "endpoint"
+	// SourceHealth is a health endpoint's address: identity health (4).
+	SourceHealth Source = "health"
+	// SourceRemoteNode is another node's addresses: identity
+	// remote-node (6).
+	SourceRemoteNode Source = "remote-node"
+	// SourceCiliumEndpoint is a pod of another node, from its
+	// CiliumEndpoint.
+	SourceCiliumEndpoint Source = "cilium-endpoint"
+	// SourcePolicyCIDR is a prefix a policy rule names, with the local
+	// CIDR identity the policy engine gave it.
+	SourcePolicyCIDR Source = "policy-cidr"
+)
+
+// Precedence orders sources when two claim the same prefix: the higher
+// wins. What the agent knows first-hand (its node, its endpoints) beats
+// what it learns from the cluster (other nodes, CiliumEndpoints), which
+// beats what policy rules merely name. An unknown source has 0.
+func (s Source) Precedence() int {
+	switch s {
+	case SourceHost:
+		return 60
+	case SourceEndpoint:
+		return 50
+	case SourceHealth:
+		return 40
+	case SourceRemoteNode:
+		return 30
+	case SourceCiliumEndpoint:
+		return 20
+	case SourcePolicyCIDR:
+		return 10
+	}
+	return 0
+}
+
+// Entry is one row: the identity of the addresses of Prefix. Rows are
+// immutable: copy, then insert.
+type Entry struct {
+	// Prefix is the address range (a /32 for a single IPv4 address).
+	Prefix netip.Prefix `json:"prefix"`
+	// Identity is the security identity of the addresses.
+	Identity identity.NumericIdentity `json:"identity"`
+	// Source is where the winning claim came from.
+	Source Source `json:"source"`
+	// Owner names the object that made the claim: "endpoint 12",
+	// "node kind-worker", "cep default/web-1", "cidr".
+	Owner string `json:"owner"`
+	// HostIP is the node the addresses live on (the tunnel endpoint for
+	// remote pods); invalid for the local node's own addresses and
+	// endpoints and for CIDR prefixes.
+	HostIP netip.Addr `json:"host-ip,omitzero"`
+	// Status is the reconciliation status of the BPF map entry.
+	Status reconciler.Status `json:"status"`
+}
+
+// SameAs reports whether e and o differ at most in Status.
+func (e *Entry) SameAs(o *Entry) bool {
+	return e.Prefix == o.Prefix && e.Identity == o.Identity && e.Source == o.Source &&
+		e.Owner == o.Owner && e.HostIP == o.HostIP
+}
+
+// WithStatus returns a copy of e with status s.
+func (e *Entry) WithStatus(s reconciler.Status) *Entry {
+	c := *e
+	c.Status = s
+	return &c
+}
+
+// GetStatus returns e's status (for reconciler.Config).
+func GetStatus(e *Entry) reconciler.Status { return e.Status }
+
+// TableHeader implements statedb.TableWritable.
+func (*Entry) TableHeader() []string {
+	return []string{"Prefix", "Identity", "Source", "Owner", "HostIP", "Status"}
+}
+
+// TableRow implements statedb.TableWritable.
+func (e *Entry) TableRow() []string {
+	host := ""
+	if e.HostIP.IsValid() {
+		host = e.HostIP.String()
+	}
+	return []string{e.Prefix.String(), e.Identity.String(), string(e.Source), e.Owner, host, e.Status.String()}
+}
+
+// PrefixIndex is the primary index: the prefix.
+var PrefixIndex = statedb.Index[*Entry, netip.Prefix]{
+	Name:       "prefix",
+	FromObject: func(e *Entry) index.KeySet { return index.NewKeySet(index.NetIPPrefix(e.Prefix)) },
+	FromKey:    index.NetIPPrefix,
+	FromString: func(s string) (index.Key, error) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("prefix %q: %w", s, err)
+		}
+		return index.NetIPPrefix(p), nil
+	},
+	Unique: true,
+}
+
+// SourceIndex indexes the rows by their source.
+var SourceIndex = statedb.Index[*Entry, Source]{
+	Name:       "source",
+	FromObject: func(e *Entry) index.KeySet { return index.NewKeySet(index.String(string(e.Source))) },
+	FromKey:    func(s Source) index.Key { return index.String(string(s)) },
+	FromString: index.FromString,
+}
+
+// NewTable creates and registers the ipcache table.
+func NewTable(db *statedb.DB) (statedb.RWTable[*Entry], error) {
+	t, err := statedb.NewTable(db, TableName, PrefixIndex, SourceIndex)
+	if err != nil {
+		return nil, fmt.Errorf("create table %s: %w", TableName, err)
+	}
+	return t, nil
+}
+
+// StatusTable is the ipcache table as its reconciler gets it: writable,
+// for the rows' Status only. The control-plane cell that owns the table
+// provides it for the datapath's reconciler; nobody else may write rows.
+type StatusTable struct {
+	statedb.RWTable[*Entry]
+}
