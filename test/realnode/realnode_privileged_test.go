@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +31,10 @@ import (
 	"github.com/cellium/cellium/test/privileged"
 )
 
+// coldNodeBuild is what a test needs left on its clock to build the node
+// binaries from scratch on 2 busy cores.
+const coldNodeBuild = 30 * time.Minute
+
 // nodeBinaries returns the cached node binaries. When they are not cached,
 // the test skips saying how to build them, unless
 // CELLIUM_REQUIRE_PRIVILEGED=1 (CI), where it builds them.
@@ -48,6 +53,10 @@ func nodeBinaries(t *testing.T) harness.NodeBinaries {
 	}
 	if bins.Runc == "" {
 		t.Fatal("runc is not installed: run make deps (Debian: apt-get install runc)")
+	}
+	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < coldNodeBuild {
+		t.Fatalf("%s not built yet: building them takes up to %s, more than this test's deadline allows (%s left); "+
+			"run `make node-binaries` first, or go test with -timeout 45m", strings.Join(missing, ", "), coldNodeBuild, time.Until(deadline).Round(time.Second))
 	}
 	bins, err = harness.EnsureNodeBinaries(t.Context(), slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
@@ -76,7 +85,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 // TestPrivilegedRealNodeSmoke runs a pod through a real node: the scheduler
 // binds it to the node; the kubelet runs it through containerd's CRI and
 // runc, its sandbox from the locally packed pause image and its app from
-// the locally packed demo image (both imported with ctr, nothing pulled);
+// the locally packed demo image (imported with ctr, like the cellium
+// image, nothing pulled);
 // containerd's CNI ADD reaches cellium-cni and the agent, which give the
 // pod its IP from the operator's pool, an endpoint and a ready
 // CiliumEndpoint. The app answers on the pod's IP inside the pod's network
@@ -113,7 +123,7 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var images []string
-	for _, spec := range []ImageSpec{PauseSpec, DemoSpec} {
+	for _, spec := range []ImageSpec{PauseSpec, DemoSpec, CelliumSpec} {
 		img, err := BuildImage(ctx, filepath.Join(dir, "images"), spec)
 		if err != nil {
 			t.Fatal(err)
@@ -185,6 +195,17 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 			}
 		}
 	})
+
+	// The images are in containerd's CRI namespace under their names.
+	listed, err := node.Ctr(ctx, "images", "ls", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range []string{SandboxImage, DemoImage, CelliumImage} {
+		if !slices.Contains(strings.Fields(string(listed)), img) {
+			t.Errorf("image %s not imported; containerd has:\n%s", img, listed)
+		}
+	}
 
 	cs := c.Clientset()
 	cilium := versioned.NewForConfigOrDie(c.RESTConfig())
