@@ -84,8 +84,9 @@ type Options struct {
 	// RBAC and the NodeRestriction admission plugin, as a real cluster
 	// does: a kubelet with a certificate for system:node:<name> in
 	// system:nodes ([Cluster.ClientCertKubeconfig]) gets a node's
-	// permissions and no more (test/realnode). --authorization-mode is a
-	// list flag, so APIServerArgs cannot change it.
+	// permissions and no more (test/realnode). The API server calls
+	// kubelets (logs, exec) with the admin certificate. --authorization-mode
+	// is a list flag, so APIServerArgs cannot change it.
 	NodeAuthorizer bool
 
 	// APIServerArgs and ControllerManagerArgs are appended to the flags the
@@ -434,7 +435,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 			"--profiling=false",
 		}
 		if c.opts.NodeAuthorizer {
-			args = append(args, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction")
+			args = append(args, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+				// How the API server calls kubelets (logs, exec, port-forward):
+				// as the admin, whom a kubelet trusting the cluster CA accepts.
+				"--kubelet-client-certificate="+pki.path(adminCertFile),
+				"--kubelet-client-key="+pki.path(adminKeyFile))
 		} else {
 			args = append(args, "--authorization-mode=RBAC")
 		}

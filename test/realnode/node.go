@@ -84,6 +84,8 @@ type Node struct {
 	hadRunCtrd  bool              // /run/containerd existed before
 	hadVarCNI   bool              // /var/lib/cni existed before
 	hadResults  map[string]bool   // the files in /var/lib/cni/results before
+	hadKubelet  map[string]bool   // which of the kubelet's default directories existed before
+	hadDPSocket bool              // devicePluginSocket existed before
 	agentCfg    devnode.AgentConfig
 
 	procs []*harness.Running // in start order
@@ -136,6 +138,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	n.hadRunCtrd = exists(runContainerd)
 	n.hadVarCNI = exists(varLibCNI)
 	n.hadResults = cniResults()
+	n.hadDPSocket = exists(devicePluginSocket)
+	n.hadKubelet = map[string]bool{}
+	for _, d := range kubeletDefaultDirs {
+		n.hadKubelet[d] = exists(d)
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("start real node %s: %w", n.Name, err), n.Stop(context.Background()))
@@ -187,9 +194,17 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 // use whatever they are told.
 const (
 	containerLogLinks = "/var/log/containers" // the kubelet's links to pod logs
+	// devicePluginSocket is the kubelet's registration socket for device
+	// plugins: its path is fixed, whatever --root-dir says.
+	devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
 	runContainerd     = "/run/containerd"     // containerd's default state directory
 	varLibCNI         = "/var/lib/cni"        // libcni's cache of results
 )
+
+// kubeletDefaultDirs are the kubelet's default directories, which the
+// node's flags replace (but for the device plugins' socket, whose path is
+// fixed): Stop removes them if they appear, Leftovers reports them.
+var kubeletDefaultDirs = []string{"/var/lib/kubelet", "/var/log/pods", "/etc/kubernetes"}
 
 // pickNodeIP picks a random address of 10.254.0.0/16 that is not on this
 // machine yet.
@@ -470,6 +485,14 @@ func (n *Node) Stop(ctx context.Context) error {
 	errs = append(errs, n.removeLogLinks())
 	errs = append(errs, removeEmptyTree(runContainerd, n.hadRunCtrd))
 	errs = append(errs, removeEmptyTree(varLibCNI, n.hadVarCNI))
+	if !n.hadDPSocket {
+		if err := os.Remove(devicePluginSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range kubeletDefaultDirs {
+		errs = append(errs, removeEmptyTree(d, n.hadKubelet[d]))
+	}
 	errs = append(errs, deleteLink(n.linkName))
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -735,6 +758,14 @@ func (n *Node) Leftovers() []string {
 				out = append(out, fmt.Sprintf("sysctl %s=%s (was %s)", k, now[k], v))
 			}
 		}
+	}
+	for _, d := range kubeletDefaultDirs {
+		if !n.hadKubelet[d] && exists(d) {
+			out = append(out, "directory "+d)
+		}
+	}
+	if !n.hadDPSocket && exists(devicePluginSocket) {
+		out = append(out, "socket "+devicePluginSocket)
 	}
 	for name := range cniResults() {
 		if !n.hadResults[name] && strings.HasPrefix(name, "cellium-") {

@@ -90,7 +90,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 // containerd's CNI ADD reaches cellium-cni and the agent, which give the
 // pod its IP from the operator's pool, an endpoint and a ready
 // CiliumEndpoint. The app answers on the pod's IP inside the pod's network
-// namespace. Deleting the pod removes the endpoint, the CEP and the host
+// namespace, and its log reaches a client through the API server and the
+// kubelet. Deleting the pod removes the endpoint, the CEP and the host
 // veth (CNI DEL). Stopping the node with a second pod still running
 // releases that one too (no CNI result left) and leaves nothing on the
 // host; the kubelet's sysctls are back.
@@ -316,6 +317,19 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 		return nil
 	})
 	_ = netns.Close()
+
+	// The API server reaches the kubelet by the node's IP, with a
+	// certificate the kubelet trusts: the pod's log through the API.
+	eventually(t, 30*time.Second, "the app's log through the API server", func() error {
+		b, err := cs.CoreV1().Pods(namespace).GetLogs("demo", &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), "demoapp demo serving HTTP on :8080") {
+			return fmt.Errorf("log %q", b)
+		}
+		return nil
+	})
 
 	// Deleting the pod: the kubelet stops the sandbox (CNI DEL) and the
 	// endpoint, its CEP and its veth go.

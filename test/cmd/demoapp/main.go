@@ -1,7 +1,7 @@
 // Command demoapp is the demo application of the real test node: an HTTP
 // server that answers every request with "hello from <hostname>\n" (the pod's
-// name), on the address given by --listen (default :8080). It exits on
-// SIGTERM or SIGINT. test/realnode packs it, built static, into an image of
+// name), on the address given by --listen (default :8080), and says so on
+// standard error when it starts. It exits on SIGTERM or SIGINT. test/realnode packs it, built static, into an image of
 // its own.
 package main
 
@@ -35,6 +35,7 @@ func main() {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
+	fmt.Fprintf(os.Stderr, "demoapp %s serving HTTP on %s\n", host, *listen)
 	select {
 	case err := <-errc:
 		fmt.Fprintln(os.Stderr, "demoapp:", err)
