@@ -197,8 +197,8 @@ const (
 	// devicePluginSocket is the kubelet's registration socket for device
 	// plugins: its path is fixed, whatever --root-dir says.
 	devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
-	runContainerd     = "/run/containerd"     // containerd's default state directory
-	varLibCNI         = "/var/lib/cni"        // libcni's cache of results
+	runContainerd      = "/run/containerd" // containerd's default state directory
+	varLibCNI          = "/var/lib/cni"    // libcni's cache of results
 )
 
 // kubeletDefaultDirs are the kubelet's default directories, which the
