@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,8 +55,9 @@ type Options struct {
 	AgentKubeconfig string
 	// AgentArgs are more flags of the agent.
 	AgentArgs []string
-	// Dir holds everything of the node; it must exist and be short (unix
-	// sockets live in it). Stop leaves it (the logs) to the caller.
+	// Dir holds everything of the node; it is created if needed and must
+	// be short (unix sockets live in it). Stop leaves it (the logs) to the
+	// caller; after a crash, Recover(Dir) cleans up.
 	Dir string
 	// Images are OCI archives to import into containerd before the
 	// kubelet starts; the pause image (SandboxImage) must be one of them.
@@ -75,21 +77,34 @@ type Node struct {
 	IP   netip.Addr
 	Dir  string
 
-	opts        Options
-	log         *slog.Logger
-	linkName    string
-	cgroupRoot  string
-	sysctls     map[string]string // as before the kubelet
-	hadLogLinks bool              // /var/log/containers existed before
-	hadRunCtrd  bool              // /run/containerd existed before
-	hadVarCNI   bool              // /var/lib/cni existed before
-	hadResults  map[string]bool   // the files in /var/lib/cni/results before
-	hadKubelet  map[string]bool   // which of the kubelet's default directories existed before
-	hadDPSocket bool              // devicePluginSocket existed before
-	agentCfg    devnode.AgentConfig
+	opts     Options
+	log      *slog.Logger
+	host     hostState
+	agentCfg devnode.AgentConfig
 
 	procs []*harness.Running // in start order
 }
+
+// hostState is what the node changes on the host and what was there
+// before: Start writes it to the node's directory (stateFile) before it
+// changes anything, so that [Recover] can undo it after a crash.
+type hostState struct {
+	Name        string            `json:"name"`
+	LinkName    string            `json:"linkName"`
+	CgroupRoot  string            `json:"cgroupRoot"`
+	Socket      string            `json:"containerdSocket"`
+	PodLogsDir  string            `json:"podLogsDir"`
+	Sysctls     map[string]string `json:"sysctls"`     // as before the kubelet
+	HadLogLinks bool              `json:"hadLogLinks"` // /var/log/containers existed before
+	HadRunCtrd  bool              `json:"hadRunContainerd"`
+	HadVarCNI   bool              `json:"hadVarLibCNI"`
+	HadResults  map[string]bool   `json:"hadResults"` // the files in /var/lib/cni/results before
+	HadKubelet  map[string]bool   `json:"hadKubelet"` // which of the kubelet's default directories existed before
+	HadDPSocket bool              `json:"hadDevicePluginSocket"`
+}
+
+// stateFile, in the node's directory, records its hostState.
+const stateFile = "node-state.json"
 
 // Start brings up a node: the node IP on a veth pair of its own,
 // containerd (with the images imported), kube-scheduler if asked, the
@@ -116,13 +131,18 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	b := ip.As4()
 	n := &Node{
-		Name:       ip.String(),
-		IP:         ip,
-		Dir:        opts.Dir,
-		opts:       opts,
-		log:        log,
-		linkName:   fmt.Sprintf("crn%02x%02x", b[2], b[3]),
-		cgroupRoot: "/cellium-rn-" + strings.ReplaceAll(ip.String(), ".", "-"),
+		Name: ip.String(),
+		IP:   ip,
+		Dir:  opts.Dir,
+		opts: opts,
+		log:  log,
+	}
+	n.host = hostState{
+		Name:       n.Name,
+		LinkName:   fmt.Sprintf("crn%02x%02x", b[2], b[3]),
+		CgroupRoot: "/cellium-rn-" + strings.ReplaceAll(ip.String(), ".", "-"),
+		Socket:     n.ContainerdSocket(),
+		PodLogsDir: n.podLogsDir(),
 	}
 	n.agentCfg = devnode.AgentConfig{
 		Binary:     opts.Agent,
@@ -131,17 +151,28 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Dir:        filepath.Join(n.Dir, "agent"),
 		Args:       opts.AgentArgs,
 	}
-	if n.sysctls, err = readSysctls(KubeletSysctls); err != nil {
+	h := &n.host
+	if h.Sysctls, err = readSysctls(KubeletSysctls); err != nil {
 		return nil, err
 	}
-	n.hadLogLinks = exists(containerLogLinks)
-	n.hadRunCtrd = exists(runContainerd)
-	n.hadVarCNI = exists(varLibCNI)
-	n.hadResults = cniResults()
-	n.hadDPSocket = exists(devicePluginSocket)
-	n.hadKubelet = map[string]bool{}
+	h.HadLogLinks = exists(containerLogLinks)
+	h.HadRunCtrd = exists(runContainerd)
+	h.HadVarCNI = exists(varLibCNI)
+	h.HadResults = cniResults()
+	h.HadDPSocket = exists(devicePluginSocket)
+	h.HadKubelet = map[string]bool{}
 	for _, d := range kubeletDefaultDirs {
-		n.hadKubelet[d] = exists(d)
+		h.HadKubelet[d] = exists(d)
+	}
+	state, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start real node: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(n.Dir, stateFile), state, 0o644); err != nil {
+		return nil, fmt.Errorf("start real node: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -149,7 +180,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 	}()
 	began := time.Now()
-	if err := nodeLink(n.linkName, n.linkName+"p", ip); err != nil {
+	if err := nodeLink(h.LinkName, h.LinkName+"p", ip); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{n.CNIBinDir(), n.agentCfg.CNIConfDir(), n.kubeletDir(), n.podLogsDir()} {
@@ -375,7 +406,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	}
 	text, err := kubeletConfig{
 		RuntimeSocket: n.ContainerdSocket(),
-		CgroupRoot:    n.cgroupRoot,
+		CgroupRoot:    n.host.CgroupRoot,
 		PodLogsDir:    n.podLogsDir(),
 		NodeIP:        n.IP.String(),
 		Port:          ports[0],
@@ -389,7 +420,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err := os.WriteFile(conf, text, 0o644); err != nil {
 		return err
 	}
-	if err := makeCgroupRoot(n.cgroupRoot); err != nil {
+	if err := makeCgroupRoot(n.host.CgroupRoot); err != nil {
 		return err
 	}
 	p := n.process(Kubelet, n.opts.Binaries.Kubelet, []string{
@@ -477,23 +508,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		errs = append(errs, r.Stop(stopTimeout))
 	}
 	n.procs = nil
-	errs = append(errs, unmountUnder(n.Dir))
-	errs = append(errs, removeCgroupRoot(n.cgroupRoot))
-	if n.sysctls != nil {
-		errs = append(errs, writeSysctls(n.sysctls))
-	}
-	errs = append(errs, n.removeLogLinks())
-	errs = append(errs, removeEmptyTree(runContainerd, n.hadRunCtrd))
-	errs = append(errs, removeEmptyTree(varLibCNI, n.hadVarCNI))
-	if !n.hadDPSocket {
-		if err := os.Remove(devicePluginSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	for _, d := range kubeletDefaultDirs {
-		errs = append(errs, removeEmptyTree(d, n.hadKubelet[d]))
-	}
-	errs = append(errs, deleteLink(n.linkName))
+	errs = append(errs, n.host.clean(n.Dir, n.log)...)
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := cs.CoreV1().Nodes().Delete(dctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -609,8 +624,8 @@ func (n *Node) killTasks(ctx context.Context) error {
 // removeLogLinks removes the kubelet's links in /var/log/containers that
 // point into the node's pod logs, and the directory if the node made it
 // and it is empty.
-func (n *Node) removeLogLinks() error {
-	links, err := n.logLinks()
+func (h *hostState) removeLogLinks() error {
+	links, err := h.logLinks()
 	if err != nil {
 		return err
 	}
@@ -620,13 +635,13 @@ func (n *Node) removeLogLinks() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, removeEmptyTree(containerLogLinks, n.hadLogLinks))
+	errs = append(errs, removeEmptyTree(containerLogLinks, h.HadLogLinks))
 	return errors.Join(errs...)
 }
 
 // logLinks lists the links in /var/log/containers into the node's pod
 // logs.
-func (n *Node) logLinks() ([]string, error) {
+func (h *hostState) logLinks() ([]string, error) {
 	entries, err := os.ReadDir(containerLogLinks)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -637,7 +652,7 @@ func (n *Node) logLinks() ([]string, error) {
 	var out []string
 	for _, e := range entries {
 		p := filepath.Join(containerLogLinks, e.Name())
-		if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, n.podLogsDir()+"/") {
+		if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, h.PodLogsDir+"/") {
 			out = append(out, p)
 		}
 	}
@@ -730,55 +745,210 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
+// clean undoes on the host what the node in dir did, once its processes
+// are gone: the processes still in its cgroups (containers) and the shims
+// of its containerd are killed, mounts under dir unmounted, the cgroup root
+// removed, the sysctls restored, the log links, CNI results, the
+// device-plugin socket and the host directories the node made removed,
+// and its link deleted.
+func (h *hostState) clean(dir string, log *slog.Logger) []error {
+	var errs []error
+	errs = append(errs, killNodeProcesses(h.CgroupRoot, h.Socket, log))
+	errs = append(errs, unmountUnder(dir))
+	errs = append(errs, removeCgroupRoot(h.CgroupRoot))
+	if h.Sysctls != nil {
+		errs = append(errs, writeSysctls(h.Sysctls))
+	}
+	errs = append(errs, h.removeLogLinks())
+	for name := range cniResults() {
+		if !h.HadResults[name] && isNodeResult(name) {
+			log.Info("removing a CNI result no CNI DEL released", "file", name)
+			if err := os.Remove(filepath.Join(varLibCNI, "results", name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, removeEmptyTree(runContainerd, h.HadRunCtrd))
+	errs = append(errs, removeEmptyTree(varLibCNI, h.HadVarCNI))
+	if !h.HadDPSocket {
+		if err := os.Remove(devicePluginSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range kubeletDefaultDirs {
+		errs = append(errs, removeEmptyTree(d, h.HadKubelet[d]))
+	}
+	errs = append(errs, deleteLink(h.LinkName))
+	return errs
+}
+
+// Recover cleans up after a node in dir whose test or command died
+// without stopping it: the processes recorded by pid files in dir
+// (containerd, kubelet, scheduler, agent) are killed if they still run,
+// then the host is cleaned as [Node.Stop] does, from the state Start
+// recorded in dir. Pods' network is not released through CNI (the agent
+// may be gone): their namespaces and veths go with their processes. The
+// Node and CiliumNode objects stay. A dir without a node state is no
+// error: nothing was changed yet.
+//
+// Errors: the state file cannot be read; something cannot be removed.
+func Recover(dir string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recover real node in %s: %w", dir, err)
+	}
+	var h hostState
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("recover real node in %s: %s: %w", dir, stateFile, err)
+	}
+	var errs []error
+	for _, name := range []string{devnode.Agent, Kubelet, KubeScheduler, Containerd} {
+		pidFile := filepath.Join(dir, name+".pid")
+		if name == devnode.Agent {
+			pidFile = filepath.Join(dir, "agent", name+".pid")
+		}
+		pid, running, err := harness.ReadPidFile(pidFile)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if running {
+			log.Info("killing a process of the dead node", "name", name, "pid", pid)
+			errs = append(errs, killAndWait(pid))
+		}
+		_ = os.Remove(pidFile)
+	}
+	errs = append(errs, h.clean(dir, log)...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("recover real node %s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// killNodeProcesses kills what still runs of a node whose containerd and
+// kubelet are gone: the shims that serve its containerd's socket, and every
+// process in its cgroup tree (the containers).
+func killNodeProcesses(cgroupRoot, socket string, log *slog.Logger) error {
+	var pids []int
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == "containerd-shim-runc-v2" && slices.Contains(args, socket) {
+			pids = append(pids, pid)
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
+		for line := range strings.Lines(string(cg)) {
+			// hierarchy-id:controllers:path
+			if f := strings.SplitN(strings.TrimSpace(line), ":", 3); len(f) == 3 &&
+				(f[2] == cgroupRoot || strings.HasPrefix(f[2], cgroupRoot+"/")) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	var errs []error
+	for _, pid := range pids {
+		log.Info("killing a process the node left", "pid", pid)
+		errs = append(errs, killAndWait(pid))
+	}
+	return errors.Join(errs...)
+}
+
+// killAndWait sends SIGKILL to pid and waits (up to 10s) until it is gone
+// or a zombie.
+func killAndWait(pid int) error {
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("kill %d: %w", pid, err)
+	}
+	for range 100 {
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			return nil
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("process %d survived SIGKILL for 10s", pid)
+}
+
 // Leftovers lists what the node left on the host after Stop: its link,
 // cgroups, mounts under its directory, links in /var/log/containers,
 // sysctls that differ from before, and /run/containerd or /var/lib/cni if
 // they were not there before. Empty means clean.
-func (n *Node) Leftovers() []string {
+func (n *Node) Leftovers() []string { return n.host.leftovers(n.Dir) }
+
+func (h *hostState) leftovers(dir string) []string {
 	var out []string
-	if _, err := net.InterfaceByName(n.linkName); err == nil {
-		out = append(out, "link "+n.linkName)
+	if _, err := net.InterfaceByName(h.LinkName); err == nil {
+		out = append(out, "link "+h.LinkName)
 	}
-	for _, c := range cgroupRootExists(n.cgroupRoot) {
+	for _, c := range cgroupRootExists(h.CgroupRoot) {
 		out = append(out, "cgroup "+c)
 	}
-	if mps, err := mountsUnder(n.Dir); err == nil {
+	if mps, err := mountsUnder(dir); err == nil {
 		for _, mp := range mps {
 			out = append(out, "mount "+mp)
 		}
 	}
-	if links, err := n.logLinks(); err == nil {
+	if links, err := h.logLinks(); err == nil {
 		for _, l := range links {
 			out = append(out, "log link "+l)
 		}
 	}
 	if now, err := readSysctls(KubeletSysctls); err == nil {
-		for k, v := range n.sysctls {
+		for k, v := range h.Sysctls {
 			if now[k] != v {
 				out = append(out, fmt.Sprintf("sysctl %s=%s (was %s)", k, now[k], v))
 			}
 		}
 	}
 	for _, d := range kubeletDefaultDirs {
-		if !n.hadKubelet[d] && exists(d) {
+		if !h.HadKubelet[d] && exists(d) {
 			out = append(out, "directory "+d)
 		}
 	}
-	if !n.hadDPSocket && exists(devicePluginSocket) {
+	if !h.HadDPSocket && exists(devicePluginSocket) {
 		out = append(out, "socket "+devicePluginSocket)
 	}
 	for name := range cniResults() {
-		if !n.hadResults[name] && strings.HasPrefix(name, "cellium-") {
+		if !h.HadResults[name] && isNodeResult(name) {
 			out = append(out, "CNI result "+filepath.Join(varLibCNI, "results", name))
 		}
 	}
-	for p, had := range map[string]bool{runContainerd: n.hadRunCtrd, varLibCNI: n.hadVarCNI, containerLogLinks: n.hadLogLinks} {
+	for p, had := range map[string]bool{runContainerd: h.HadRunCtrd, varLibCNI: h.HadVarCNI, containerLogLinks: h.HadLogLinks} {
 		if !had && exists(p) {
 			out = append(out, "directory "+p)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// isNodeResult reports whether a file of libcni's result cache is of a
+// network a node's containerd sets up: cellium's (its conflist's name) or
+// the loopback plugin's, which containerd's CRI runs itself.
+func isNodeResult(name string) bool {
+	return strings.HasPrefix(name, "cellium-") || strings.HasPrefix(name, "cni-loopback-")
 }
 
 // cniResults lists the files of libcni's result cache.

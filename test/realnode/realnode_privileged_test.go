@@ -95,7 +95,20 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 // veth (CNI DEL). Stopping the node with a second pod still running
 // releases that one too (no CNI result left) and leaves nothing on the
 // host; the kubelet's sysctls are back.
-func TestPrivilegedRealNodeSmoke(t *testing.T) {
+// nodeEnv is a test's cluster and real node.
+type nodeEnv struct {
+	c    *harness.Cluster
+	node *Node
+	// stopped is set once the test has stopped the node itself.
+	stopped bool
+}
+
+// startNode starts a cluster (with the Node authorizer and the
+// controller-manager), an operator with podPool, and a real node with the
+// pause, demo and cellium images, all stopped when the test ends; on
+// failure the logs are kept and their last lines printed.
+func startNode(t *testing.T) *nodeEnv {
+	t.Helper()
 	privileged.Require(t)
 	bins := nodeBinaries(t)
 	ctx := t.Context()
@@ -180,9 +193,9 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
+	e := &nodeEnv{c: c, node: node}
 	t.Cleanup(func() {
-		if stopped {
+		if e.stopped {
 			return
 		}
 		if err := node.Stop(context.Background()); err != nil {
@@ -197,6 +210,13 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 		}
 	})
 
+	return e
+}
+
+func TestPrivilegedRealNodeSmoke(t *testing.T) {
+	privileged.Require(t)
+	e := startNode(t)
+	c, node, ctx := e.c, e.node, t.Context()
 	// The images are in containerd's CRI namespace under their names.
 	listed, err := node.Ctr(ctx, "images", "ls", "--quiet")
 	if err != nil {
@@ -358,7 +378,7 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 		return nil
 	})
 
-	stopped = true
+	e.stopped = true
 	if err := node.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -446,4 +466,93 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestPrivilegedRealNodeRecover: a node whose processes all die at once
+// (SIGKILL, as when the test binary is killed) with a pod running is
+// cleaned up by Recover from the state Start recorded: the pod's processes
+// and containerd's shims are killed, and nothing is left on the host.
+func TestPrivilegedRealNodeRecover(t *testing.T) {
+	privileged.Require(t)
+	e := startNode(t)
+	c, node, ctx := e.c, e.node, t.Context()
+	namespace := c.TestNamespace(t)
+	never := corev1.PullNever
+	_, err := c.Clientset().CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "orphan"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: DemoImage, ImagePullPolicy: never,
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the pod Running", func() error {
+		p, err := c.Clientset().CoreV1().Pods(namespace).Get(ctx, "orphan", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	appPID := taskPID(t, node, namespace, "orphan")
+
+	// Everything the node started dies; the shims and the containers
+	// survive, as they would.
+	for _, r := range node.procs {
+		if err := r.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.stopped = true
+	if shims := shimsOf(node.ContainerdSocket()); len(shims) == 0 {
+		t.Fatal("no shim survived its containerd: the test proves nothing")
+	}
+	if err := Recover(node.Dir, slog.New(slog.NewTextHandler(t.Output(), nil))); err != nil {
+		t.Fatal(err)
+	}
+	if left := node.Leftovers(); len(left) > 0 {
+		t.Errorf("left after Recover:\n%s", strings.Join(left, "\n"))
+	}
+	if shims := shimsOf(node.ContainerdSocket()); len(shims) > 0 {
+		t.Errorf("shims still running: %v", shims)
+	}
+	if running(appPID) {
+		t.Errorf("the app (pid %d) still runs", appPID)
+	}
+	// Recover twice is harmless.
+	if err := Recover(node.Dir, nil); err != nil {
+		t.Errorf("second Recover: %v", err)
+	}
+}
+
+// running reports whether pid exists and is not a zombie (killed, its
+// parent gone, not reaped yet by init).
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || len(stat) <= i+2 || stat[i+2] != 'Z'
+}
+
+// shimsOf lists the PIDs of the shims serving a containerd socket.
+func shimsOf(socket string) []int {
+	var out []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == "containerd-shim-runc-v2" && slices.Contains(args, socket) && running(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
