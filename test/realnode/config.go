@@ -144,3 +144,40 @@ func (c kubeletConfig) render() ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// kubeProxyConfig is what the KubeProxyConfiguration is rendered from.
+type kubeProxyConfig struct {
+	Kubeconfig  string
+	NodeName    string
+	ClusterCIDR string // the pods' address space
+	HealthzPort int    // on 127.0.0.1
+	MetricsPort int    // on 127.0.0.1
+}
+
+var kubeProxyTemplate = template.Must(template.New("kube-proxy").Parse(`# kube-proxy of a cellium real test node (test/realnode).
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: {{printf "%q" .Kubeconfig}}
+hostnameOverride: {{printf "%q" .NodeName}}
+clusterCIDR: {{printf "%q" .ClusterCIDR}}
+healthzBindAddress: {{printf "%q" (print "127.0.0.1:" .HealthzPort)}}
+metricsBindAddress: {{printf "%q" (print "127.0.0.1:" .MetricsPort)}}
+# Leave the machine's conntrack sysctls alone.
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`))
+
+func (c kubeProxyConfig) render() ([]byte, error) {
+	var b bytes.Buffer
+	if err := kubeProxyTemplate.Execute(&b, c); err != nil {
+		return nil, fmt.Errorf("render kube-proxy configuration: %w", err)
+	}
+	return b.Bytes(), nil
+}

@@ -103,3 +103,34 @@ func TestUnescapeMount(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeProxyConfig: nftables mode, the node's name and credentials,
+// health and metrics on loopback, conntrack sysctls left alone.
+func TestKubeProxyConfig(t *testing.T) {
+	text, err := kubeProxyConfig{Kubeconfig: "/c/kubeconfig-kube-proxy", NodeName: "10.254.1.2", ClusterCIDR: "10.231.0.0/16", HealthzPort: 1, MetricsPort: 2}.render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Kind             string `json:"kind"`
+		Mode             string `json:"mode"`
+		HostnameOverride string `json:"hostnameOverride"`
+		ClusterCIDR      string `json:"clusterCIDR"`
+		Healthz          string `json:"healthzBindAddress"`
+		Metrics          string `json:"metricsBindAddress"`
+		ClientConnection struct {
+			Kubeconfig string `json:"kubeconfig"`
+		} `json:"clientConnection"`
+		Conntrack struct {
+			MaxPerCore *int `json:"maxPerCore"`
+		} `json:"conntrack"`
+	}
+	if err := yaml.Unmarshal(text, &cfg); err != nil {
+		t.Fatalf("not YAML: %v\n%s", err, text)
+	}
+	if cfg.Kind != "KubeProxyConfiguration" || cfg.Mode != "nftables" || cfg.HostnameOverride != "10.254.1.2" ||
+		cfg.ClusterCIDR != "10.231.0.0/16" || cfg.Healthz != "127.0.0.1:1" || cfg.Metrics != "127.0.0.1:2" ||
+		cfg.ClientConnection.Kubeconfig != "/c/kubeconfig-kube-proxy" || cfg.Conntrack.MaxPerCore == nil || *cfg.Conntrack.MaxPerCore != 0 {
+		t.Errorf("kube-proxy configuration %+v\n%s", cfg, text)
+	}
+}

@@ -62,7 +62,8 @@ func deleteLink(name string) error {
 }
 
 // KubeletSysctls are the sysctls the kubelet sets at start (its kernel
-// tunables): the node saves them before and restores them after.
+// tunables), and kube-proxy's: the node saves them before and restores
+// them after.
 var KubeletSysctls = []string{
 	"vm.overcommit_memory",
 	"vm.panic_on_oom",
@@ -70,6 +71,11 @@ var KubeletSysctls = []string{
 	"kernel.panic_on_oops",
 	"kernel.keys.root_maxkeys",
 	"kernel.keys.root_maxbytes",
+	// kube-proxy's conntrack settings (its configuration leaves them
+	// alone; restored all the same).
+	"net.netfilter.nf_conntrack_max",
+	"net.netfilter.nf_conntrack_tcp_timeout_established",
+	"net.netfilter.nf_conntrack_tcp_timeout_close_wait",
 }
 
 func sysctlPath(name string) string {

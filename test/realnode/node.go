@@ -35,6 +35,7 @@ const (
 	Containerd    = "containerd"
 	Kubelet       = "kubelet"
 	KubeScheduler = "kube-scheduler"
+	KubeProxy     = "kube-proxy"
 )
 
 // stopTimeout is how long a process gets after SIGTERM.
@@ -64,6 +65,13 @@ type Options struct {
 	Images []string
 	// Scheduler also runs kube-scheduler (one per cluster).
 	Scheduler bool
+	// KubeProxy also runs kube-proxy in nftables mode, in the host's
+	// network namespace: its tables (ip and ip6 "kube-proxy") are the
+	// machine's, so only one node with KubeProxy may run at a time. Stop
+	// deletes them.
+	KubeProxy bool
+	// ClusterCIDR is the pods' address space, for kube-proxy.
+	ClusterCIDR string
 	// StartTimeout bounds the start of each component; default 2 minutes.
 	StartTimeout time.Duration
 	// Logger receives progress; nil discards it.
@@ -101,6 +109,9 @@ type hostState struct {
 	HadResults  map[string]bool   `json:"hadResults"` // the files in /var/lib/cni/results before
 	HadKubelet  map[string]bool   `json:"hadKubelet"` // which of the kubelet's default directories existed before
 	HadDPSocket bool              `json:"hadDevicePluginSocket"`
+	// NFTables are the nftables tables ("ip kube-proxy") kube-proxy made,
+	// which were not there before.
+	NFTables []string `json:"nftables,omitempty"`
 }
 
 // stateFile, in the node's directory, records its hostState.
@@ -164,15 +175,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	for _, d := range kubeletDefaultDirs {
 		h.HadKubelet[d] = exists(d)
 	}
-	state, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start real node: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(n.Dir, stateFile), state, 0o644); err != nil {
-		return nil, fmt.Errorf("start real node: %w", err)
+	if err := n.writeState(); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -210,6 +217,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if err := n.startKubelet(ctx); err != nil {
 		return nil, err
+	}
+	if opts.KubeProxy {
+		if err := n.startKubeProxy(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.startAgent(ctx); err != nil {
 		return nil, err
@@ -438,6 +450,92 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	})
 	return err
+}
+
+// kubeProxyTables are the nftables tables of kube-proxy's nftables mode.
+var kubeProxyTables = []string{"ip kube-proxy", "ip6 kube-proxy"}
+
+func (n *Node) startKubeProxy(ctx context.Context) error {
+	for _, tbl := range kubeProxyTables {
+		if nftTableExists(tbl) {
+			return fmt.Errorf("nftables table %s exists already (another kube-proxy on this machine?): delete it with nft delete table %s", tbl, tbl)
+		}
+	}
+	// Recorded before kube-proxy makes them, for Stop and Recover.
+	n.host.NFTables = kubeProxyTables
+	if err := n.writeState(); err != nil {
+		return err
+	}
+	kc, err := n.opts.Cluster.ClientCertKubeconfig("kube-proxy-"+n.Name, "system:kube-proxy")
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	text, err := kubeProxyConfig{
+		Kubeconfig:  kc,
+		NodeName:    n.Name,
+		ClusterCIDR: n.opts.ClusterCIDR,
+		HealthzPort: ports[0],
+		MetricsPort: ports[1],
+	}.render()
+	if err != nil {
+		return err
+	}
+	conf := filepath.Join(n.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(conf, text, 0o644); err != nil {
+		return err
+	}
+	p := n.process(KubeProxy, n.opts.Binaries.KubeProxy, []string{"--config=" + conf, "--v=2"})
+	_, err = n.start(ctx, p, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(ports[0])+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("kube-proxy healthz: %s", resp.Status)
+		}
+		return nil
+	})
+	return err
+}
+
+// NFT runs nft with args and returns its standard output.
+func NFT(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "nft", args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// nftTableExists reports whether the nftables table ("<family> <name>")
+// exists.
+func nftTableExists(table string) bool {
+	_, err := NFT(context.Background(), append([]string{"list", "table"}, strings.Fields(table)...)...)
+	return err == nil
+}
+
+// writeState records the node's hostState in its directory.
+func (n *Node) writeState() error {
+	state, err := json.Marshal(n.host)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.Dir, stateFile), state, 0o644); err != nil {
+		return fmt.Errorf("record node state: %w", err)
+	}
+	return nil
 }
 
 func (n *Node) startAgent(ctx context.Context) error {
@@ -778,6 +876,13 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 	for _, d := range kubeletDefaultDirs {
 		errs = append(errs, removeEmptyTree(d, h.HadKubelet[d]))
 	}
+	for _, tbl := range h.NFTables {
+		if nftTableExists(tbl) {
+			if _, err := NFT(context.Background(), append([]string{"delete", "table"}, strings.Fields(tbl)...)...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	errs = append(errs, deleteLink(h.LinkName))
 	return errs
 }
@@ -808,7 +913,7 @@ func Recover(dir string, log *slog.Logger) error {
 		return fmt.Errorf("recover real node in %s: %s: %w", dir, stateFile, err)
 	}
 	var errs []error
-	for _, name := range []string{devnode.Agent, Kubelet, KubeScheduler, Containerd} {
+	for _, name := range []string{devnode.Agent, KubeProxy, Kubelet, KubeScheduler, Containerd} {
 		pidFile := filepath.Join(dir, name+".pid")
 		if name == devnode.Agent {
 			pidFile = filepath.Join(dir, "agent", name+".pid")
@@ -925,6 +1030,11 @@ func (h *hostState) leftovers(dir string) []string {
 	for _, d := range kubeletDefaultDirs {
 		if !h.HadKubelet[d] && exists(d) {
 			out = append(out, "directory "+d)
+		}
+	}
+	for _, tbl := range h.NFTables {
+		if nftTableExists(tbl) {
+			out = append(out, "nftables table "+tbl)
 		}
 	}
 	if !h.HadDPSocket && exists(devicePluginSocket) {

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
@@ -82,19 +83,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 	}
 }
 
-// TestPrivilegedRealNodeSmoke runs a pod through a real node: the scheduler
-// binds it to the node; the kubelet runs it through containerd's CRI and
-// runc, its sandbox from the locally packed pause image and its app from
-// the locally packed demo image (imported with ctr, like the cellium
-// image, nothing pulled);
-// containerd's CNI ADD reaches cellium-cni and the agent, which give the
-// pod its IP from the operator's pool, an endpoint and a ready
-// CiliumEndpoint. The app answers on the pod's IP inside the pod's network
-// namespace, and its log reaches a client through the API server and the
-// kubelet. Deleting the pod removes the endpoint, the CEP and the host
-// veth (CNI DEL). Stopping the node with a second pod still running
-// releases that one too (no CNI result left) and leaves nothing on the
-// host; the kubelet's sysctls are back.
 // nodeEnv is a test's cluster and real node.
 type nodeEnv struct {
 	c    *harness.Cluster
@@ -188,6 +176,8 @@ func startNode(t *testing.T) *nodeEnv {
 		Dir:             filepath.Join(dir, "node"),
 		Images:          images,
 		Scheduler:       true,
+		KubeProxy:       true,
+		ClusterCIDR:     podPool,
 		Logger:          logger,
 	})
 	if err != nil {
@@ -213,6 +203,20 @@ func startNode(t *testing.T) *nodeEnv {
 	return e
 }
 
+// TestPrivilegedRealNodeSmoke runs a pod through a real node: the scheduler
+// binds it to the node; the kubelet runs it through containerd's CRI and
+// runc, its sandbox from the locally packed pause image and its app from
+// the locally packed demo image (imported with ctr, like the cellium
+// image, nothing pulled);
+// containerd's CNI ADD reaches cellium-cni and the agent, which give the
+// pod its IP from the operator's pool, an endpoint and a ready
+// CiliumEndpoint. The app answers on the pod's IP inside the pod's network
+// namespace, and its log reaches a client through the API server and the
+// kubelet; kube-proxy in nftables mode programs a Service of it.
+// Deleting the pod removes the endpoint, the CEP and the host veth (CNI
+// DEL). Stopping the node with a second pod still running
+// releases that one too (no CNI result left) and leaves nothing on the
+// host (kube-proxy's tables included); the kubelet's sysctls are back.
 func TestPrivilegedRealNodeSmoke(t *testing.T) {
 	privileged.Require(t)
 	e := startNode(t)
@@ -347,6 +351,31 @@ func TestPrivilegedRealNodeSmoke(t *testing.T) {
 		}
 		if !strings.Contains(string(b), "demoapp demo serving HTTP on :8080") {
 			return fmt.Errorf("log %q", b)
+		}
+		return nil
+	})
+
+	// kube-proxy (nftables mode) programs a Service of the app with the
+	// pod as its endpoint.
+	svc, err := cs.CoreV1().Services(namespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "demo"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "kube-proxy's nftables rules for the Service", func() error {
+		out, err := NFT(ctx, "list", "table", "ip", "kube-proxy")
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{svc.Spec.ClusterIP, pod.Status.PodIP} {
+			if !strings.Contains(string(out), want) {
+				return fmt.Errorf("table ip kube-proxy lacks %s", want)
+			}
 		}
 		return nil
 	})
