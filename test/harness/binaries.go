@@ -252,27 +252,50 @@ type program struct {
 type toolBuild struct {
 	moduleDir string
 	version   string
-	ldflags   string // passed to go build -ldflags
+	ldflags   string   // passed to go build -ldflags
+	tags      string   // passed to go build -tags; empty for none
+	env       []string // KEY=VALUE added to the build's environment (CGO_ENABLED=0)
 	outDir    string
 	programs  []program
+	// recipeName is the recipe file in outDir; empty means recipeFile.
+	// Builds that share an outDir (the control plane and the node's
+	// Kubernetes binaries) each keep their own, so that adding one group
+	// never rebuilds the other.
+	recipeName string
 }
 
 // recipeFile, in a toolBuild's outDir, records how its binaries were built;
 // when the recipe changes (new build flags), they are built again.
 const recipeFile = ".recipe"
 
+func (b toolBuild) recipePath() string {
+	if b.recipeName != "" {
+		return filepath.Join(b.outDir, b.recipeName)
+	}
+	return filepath.Join(b.outDir, recipeFile)
+}
+
 func (b toolBuild) recipe() string {
 	var pkgs []string
 	for _, p := range b.programs {
 		pkgs = append(pkgs, p.pkg)
 	}
-	return fmt.Sprintf("go build -trimpath -ldflags=%q %s\n", b.ldflags, strings.Join(pkgs, " "))
+	// The control plane's recipe predates tags and env: it stays as it was
+	// written, so that its cached binaries stay valid.
+	var extra string
+	if len(b.env) > 0 {
+		extra += strings.Join(b.env, " ") + " "
+	}
+	if b.tags != "" {
+		return fmt.Sprintf("%sgo build -trimpath -tags=%q -ldflags=%q %s\n", extra, b.tags, b.ldflags, strings.Join(pkgs, " "))
+	}
+	return fmt.Sprintf("%sgo build -trimpath -ldflags=%q %s\n", extra, b.ldflags, strings.Join(pkgs, " "))
 }
 
 // missing returns the programs to build: those not in outDir, or all of them
 // if they were built by another recipe.
 func (b toolBuild) missing() []program {
-	if got, err := os.ReadFile(filepath.Join(b.outDir, recipeFile)); err != nil || string(got) != b.recipe() {
+	if got, err := os.ReadFile(b.recipePath()); err != nil || string(got) != b.recipe() {
 		return b.programs
 	}
 	var out []program
@@ -342,7 +365,7 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 	}
 
 	start := time.Now()
-	out, err := runGoBuild(ctx, goCmd, b.moduleDir, tmp, b.ldflags, pkgs, func() {
+	out, err := runGoBuild(ctx, goCmd, b, tmp, pkgs, func() {
 		log.Info(fmt.Sprintf("still building %s (%s elapsed)...", what, time.Since(start).Round(time.Second)))
 	})
 	if err != nil {
@@ -356,21 +379,27 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 			return fmt.Errorf("build %s: install: %w", what, err)
 		}
 	}
-	if err := writeFileAtomic(filepath.Join(b.outDir, recipeFile), []byte(b.recipe())); err != nil {
+	if err := writeFileAtomic(b.recipePath(), []byte(b.recipe())); err != nil {
 		return fmt.Errorf("build %s: install: %w", what, err)
 	}
 	log.Info(fmt.Sprintf("built %s in %s", what, time.Since(start).Round(time.Second)))
 	return nil
 }
 
-// runGoBuild runs `go build -trimpath -ldflags=... -o outDir/ pkgs...` in
-// moduleDir and returns its combined output. progress is called every minute.
-func runGoBuild(ctx context.Context, goCmd, moduleDir, outDir, ldflags string, pkgs []string, progress func()) ([]byte, error) {
-	args := append([]string{"build", "-trimpath", "-ldflags=" + ldflags, "-o", outDir + string(filepath.Separator)}, pkgs...)
+// runGoBuild runs `go build -trimpath [-tags=...] -ldflags=... -o outDir/ pkgs...`
+// in b's module directory, with b's environment, and returns its combined
+// output. progress is called every minute.
+func runGoBuild(ctx context.Context, goCmd string, b toolBuild, outDir string, pkgs []string, progress func()) ([]byte, error) {
+	args := []string{"build", "-trimpath"}
+	if b.tags != "" {
+		args = append(args, "-tags="+b.tags)
+	}
+	args = append(args, "-ldflags="+b.ldflags, "-o", outDir+string(filepath.Separator))
+	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, goCmd, args...)
-	cmd.Dir = moduleDir
+	cmd.Dir = b.moduleDir
 	// The tools modules are not part of any workspace.
-	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off"), b.env...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out

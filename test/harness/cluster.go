@@ -80,6 +80,15 @@ type Options struct {
 	// 10.96.0.0/16. It is configuration only: nothing routes to it.
 	ServiceClusterIPRange string
 
+	// NodeAuthorizer runs the API server with the Node authorizer before
+	// RBAC and the NodeRestriction admission plugin, as a real cluster
+	// does: a kubelet with a certificate for system:node:<name> in
+	// system:nodes ([Cluster.ClientCertKubeconfig]) gets a node's
+	// permissions and no more (test/realnode). The API server calls
+	// kubelets (logs, exec) with the admin certificate. --authorization-mode
+	// is a list flag, so APIServerArgs cannot change it.
+	NodeAuthorizer bool
+
 	// APIServerArgs and ControllerManagerArgs are appended to the flags the
 	// harness passes (the last occurrence of a flag wins), e.g.
 	// "--feature-gates=...".
@@ -422,9 +431,17 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 			"--service-account-key-file=" + pki.path(saPubFile),
 			"--service-account-signing-key-file=" + pki.path(saKeyFile),
 			"--service-cluster-ip-range=" + svcRange,
-			"--authorization-mode=RBAC",
 			"--allow-privileged=true",
 			"--profiling=false",
+		}
+		if c.opts.NodeAuthorizer {
+			args = append(args, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+				// How the API server calls kubelets (logs, exec, port-forward):
+				// as the admin, whom a kubelet trusting the cluster CA accepts.
+				"--kubelet-client-certificate="+pki.path(adminCertFile),
+				"--kubelet-client-key="+pki.path(adminKeyFile))
+		} else {
+			args = append(args, "--authorization-mode=RBAC")
 		}
 		p := c.process(KubeAPIServer, c.bins.KubeAPIServer, append(args, c.opts.APIServerArgs...))
 		r, err := c.startAndWait(ctx, p, c.Ready)

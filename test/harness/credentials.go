@@ -177,3 +177,37 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 	c.saKubeconfigs[path] = true
 	return path, nil
 }
+
+// CACertFile is the path of the cluster CA's certificate (PEM) in the work
+// directory: the CA that signed the API server's serving certificate and
+// every client certificate the harness issues. A kubelet trusts it as its
+// client CA.
+func (c *Cluster) CACertFile() string { return c.pki.path(caCertFile) }
+
+// ClientCertKubeconfig issues a client certificate signed by the cluster's
+// CA for user in groups (the certificate's common name and organisations,
+// which is how the API server authenticates it) and writes a kubeconfig
+// with it to the work directory, kubeconfig-<name>, whose path it returns.
+// It gives the least privilege a component has in a real cluster:
+// "system:kube-scheduler" for the scheduler (bound by the default RBAC
+// policy), "system:node:<node>" in "system:nodes" for a kubelet (authorised
+// by the Node authorizer, if the API server runs it).
+//
+// Errors: the certificate cannot be issued; the kubeconfig cannot be
+// written.
+func (c *Cluster) ClientCertKubeconfig(name, user string, groups ...string) (string, error) {
+	cert, key, err := c.pki.signClient(user, groups)
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig of %s: %w", user, err)
+	}
+	path := filepath.Join(c.dir, "kubeconfig-"+name)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cellium"] = &clientcmdapi.Cluster{Server: c.apiURL, CertificateAuthorityData: c.pki.caCert}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["cellium"] = &clientcmdapi.Context{Cluster: "cellium", AuthInfo: user}
+	cfg.CurrentContext = "cellium"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("write kubeconfig of %s: %w", user, err)
+	}
+	return path, nil
+}

@@ -168,3 +168,42 @@ func publicKeyPEM(k crypto.PublicKey) ([]byte, error) {
 	}
 	return pemBlock("PUBLIC KEY", der), nil
 }
+
+// signClient returns a client certificate and key for user cn in groups
+// orgs, signed by the cluster's CA.
+func (p *pki) signClient(cn string, orgs []string) (certPEM, keyPEM []byte, err error) {
+	caBlock, _ := pem.Decode(p.caCert)
+	keyBlock, _ := pem.Decode(p.caKey)
+	if caBlock == nil || keyBlock == nil {
+		return nil, nil, fmt.Errorf("sign client certificate: the CA is not PEM")
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	}
+	caKey, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	}
+	now := time.Now()
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+	}, ca, key.Public(), caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	}
+	if keyPEM, err = ecKeyPEM(key); err != nil {
+		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	}
+	return pemBlock("CERTIFICATE", der), keyPEM, nil
+}

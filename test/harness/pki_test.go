@@ -49,3 +49,33 @@ func TestPKI(t *testing.T) {
 		t.Errorf("admin certificate organisation = %v, want system:masters", leaf.Subject.Organization)
 	}
 }
+
+// TestPKISignClient: a client certificate issued later (a node's, the
+// scheduler's) verifies against the CA as a client certificate and names
+// the user and groups.
+func TestPKISignClient(t *testing.T) {
+	p, err := newPKI(filepath.Join(t.TempDir(), "pki"), net.ParseIP("10.96.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := p.signClient("system:node:10.254.0.1", []string{"system:nodes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(p.caCert)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("node certificate: %v", err)
+	}
+	if leaf.Subject.CommonName != "system:node:10.254.0.1" || len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != "system:nodes" {
+		t.Errorf("subject %v", leaf.Subject)
+	}
+}

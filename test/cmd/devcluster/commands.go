@@ -49,7 +49,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd())
+	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd())
 	return root
 }
 
@@ -397,6 +397,44 @@ func newBuildCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func newBuildNodeCmd() *cobra.Command {
+	var only string
+	cmd := &cobra.Command{
+		Use: "build-node",
+		Short: "Build the real node's binaries into the cache if missing: kubelet, kube-scheduler, kube-proxy " +
+			"(~10 minutes the first time), containerd, ctr, containerd-shim-runc-v2 and the CNI loopback plugin (~5 minutes)",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var groups []string
+			if only != "" {
+				groups = []string{only}
+			}
+			bins, err := harness.EnsureNodeBinaries(cmd.Context(), logger(cmd.ErrOrStderr()), groups...)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if only == "" || only == harness.NodeGroupKubernetes {
+				fmt.Fprintln(out, bins.Kubelet)
+				fmt.Fprintln(out, bins.KubeScheduler)
+				fmt.Fprintln(out, bins.KubeProxy)
+			}
+			if only == "" || only == harness.NodeGroupContainerd {
+				fmt.Fprintln(out, bins.Containerd)
+				fmt.Fprintln(out, bins.Ctr)
+				fmt.Fprintln(out, bins.ContainerdShim)
+				fmt.Fprintln(out, bins.Loopback)
+			}
+			if bins.Runc == "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "runc is not installed: run make deps (Debian: apt-get install runc)")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&only, "only", "", "build one group only: "+harness.NodeGroupKubernetes+" or "+harness.NodeGroupContainerd)
+	return cmd
 }
 
 // processes returns the names of the processes of the cluster in dir, in

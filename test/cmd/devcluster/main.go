@@ -8,6 +8,7 @@
 //	go run ./test/cmd/devcluster status --dir .cellium-dev
 //	go run ./test/cmd/devcluster down --dir .cellium-dev
 //	go run ./test/cmd/devcluster build   # build and cache the binaries only
+//	go run ./test/cmd/devcluster build-node [--only kubernetes|containerd]   # the real node's binaries
 //
 // Everything lives in the directory given by --dir: certificates, etcd data,
 // one log file and one pid file per process, the admin kubeconfig, and

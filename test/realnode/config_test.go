@@ -1,0 +1,136 @@
+package realnode
+
+import (
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestContainerdConfig: the rendered configuration carries what this
+// machine needs (restrict_oom_score_adj, the sandbox image, the CNI
+// directories) and keeps every path of containerd, its shims and runc in
+// the node's directory.
+func TestContainerdConfig(t *testing.T) {
+	text, err := containerdConfig{
+		Root: "/n/c/root", State: "/n/c/state", Temp: "/n/c/tmp", Socket: "/n/containerd.sock",
+		ShimSocketDir: "/n/c/s", RuncRoot: "/n/c/runc", Runc: "/usr/sbin/runc",
+		CNIBinDir: "/n/cni-bin", CNIConfDir: "/n/agent/net.d", SandboxImage: SandboxImage,
+	}.render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(text)
+	for _, want := range []string{
+		"version = 4",
+		`root = "/n/c/root"`,
+		`state = "/n/c/state"`,
+		"imports = []",
+		`address = "/n/containerd.sock"`,
+		`address = "/n/containerd.sock.ttrpc"`,
+		`socket_dir = "/n/c/s"`,
+		"restrict_oom_score_adj = true",
+		"netns_mounts_under_state_dir = true",
+		`sandbox = "registry.k8s.io/pause:3.10.2"`,
+		`bin_dirs = ["/n/cni-bin"]`,
+		`conf_dir = "/n/agent/net.d"`,
+		`BinaryName = "/usr/sbin/runc"`,
+		`Root = "/n/c/runc"`,
+		"SystemdCgroup = false",
+		"disable = true", // NRI
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("containerd configuration lacks %s:\n%s", want, s)
+		}
+	}
+	for line := range strings.Lines(s) {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		if strings.Contains(line, "/run/") || strings.Contains(line, "/var/") || strings.Contains(line, "/etc/") || strings.Contains(line, "/opt/") {
+			t.Errorf("host path outside the node's directory: %s", line)
+		}
+	}
+}
+
+// TestKubeletConfig: the rendered KubeletConfiguration parses as YAML and
+// sets what this machine needs (cgroupfs on cgroup v1, the node's cgroup
+// root and pod logs, the runtime socket) and locks the kubelet's API to
+// certificates of the cluster CA.
+func TestKubeletConfig(t *testing.T) {
+	text, err := kubeletConfig{
+		RuntimeSocket: "/n/containerd.sock", CgroupRoot: "/cellium-rn-10-254-1-2", PodLogsDir: "/n/pod-logs",
+		NodeIP: "10.254.1.2", Port: 10250, HealthzPort: 10248, ClientCAFile: "/c/pki/ca.crt",
+	}.render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(text, &cfg); err != nil {
+		t.Fatalf("kubelet configuration is not YAML: %v\n%s", err, text)
+	}
+	for key, want := range map[string]any{
+		"kind":                     "KubeletConfiguration",
+		"cgroupDriver":             "cgroupfs",
+		"failCgroupV1":             false,
+		"cgroupRoot":               "/cellium-rn-10-254-1-2",
+		"containerRuntimeEndpoint": "unix:///n/containerd.sock",
+		"podLogsDir":               "/n/pod-logs",
+		"address":                  "10.254.1.2",
+		"port":                     float64(10250),
+		"readOnlyPort":             float64(0),
+	} {
+		if cfg[key] != want {
+			t.Errorf("%s = %v, want %v", key, cfg[key], want)
+		}
+	}
+	authn, _ := cfg["authentication"].(map[string]any)
+	anon, _ := authn["anonymous"].(map[string]any)
+	x509, _ := authn["x509"].(map[string]any)
+	if anon["enabled"] != false || x509["clientCAFile"] != "/c/pki/ca.crt" {
+		t.Errorf("authentication %v", authn)
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/tmp/a`:          "/tmp/a",
+		`/tmp/a\040b`:     "/tmp/a b",
+		`/tmp/x\134y\011`: "/tmp/x\\y\t",
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestKubeProxyConfig: nftables mode, the node's name and credentials,
+// health and metrics on loopback, conntrack sysctls left alone.
+func TestKubeProxyConfig(t *testing.T) {
+	text, err := kubeProxyConfig{Kubeconfig: "/c/kubeconfig-kube-proxy", NodeName: "10.254.1.2", ClusterCIDR: "10.231.0.0/16", HealthzPort: 1, MetricsPort: 2}.render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Kind             string `json:"kind"`
+		Mode             string `json:"mode"`
+		HostnameOverride string `json:"hostnameOverride"`
+		ClusterCIDR      string `json:"clusterCIDR"`
+		Healthz          string `json:"healthzBindAddress"`
+		Metrics          string `json:"metricsBindAddress"`
+		ClientConnection struct {
+			Kubeconfig string `json:"kubeconfig"`
+		} `json:"clientConnection"`
+		Conntrack struct {
+			MaxPerCore *int `json:"maxPerCore"`
+		} `json:"conntrack"`
+	}
+	if err := yaml.Unmarshal(text, &cfg); err != nil {
+		t.Fatalf("not YAML: %v\n%s", err, text)
+	}
+	if cfg.Kind != "KubeProxyConfiguration" || cfg.Mode != "nftables" || cfg.HostnameOverride != "10.254.1.2" ||
+		cfg.ClusterCIDR != "10.231.0.0/16" || cfg.Healthz != "127.0.0.1:1" || cfg.Metrics != "127.0.0.1:2" ||
+		cfg.ClientConnection.Kubeconfig != "/c/kubeconfig-kube-proxy" || cfg.Conntrack.MaxPerCore == nil || *cfg.Conntrack.MaxPerCore != 0 {
+		t.Errorf("kube-proxy configuration %+v\n%s", cfg, text)
+	}
+}

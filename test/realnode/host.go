@@ -1,0 +1,237 @@
+package realnode
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// nodeLink puts ip/32 on the host end of a veth pair named name and
+// name's peer, both up: a local address the kubelet accepts as the node's
+// IP (it refuses loopback addresses; this kernel has no dummy device).
+// Packets to it never leave the machine.
+func nodeLink(name, peer string, ip netip.Addr) error {
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: peer}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("node link %s: %w", name, err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.AddrAdd(l, &netlink.Addr{IPNet: netlink.NewIPNet(ip.AsSlice())})
+	}
+	if err == nil {
+		err = netlink.LinkSetUp(l)
+	}
+	if err == nil {
+		var p netlink.Link
+		if p, err = netlink.LinkByName(peer); err == nil {
+			err = netlink.LinkSetUp(p)
+		}
+	}
+	if err != nil {
+		_ = deleteLink(name)
+		return fmt.Errorf("node link %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteLink deletes a veth (and so its peer); a missing one is no error.
+func deleteLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("delete link %s: %w", name, err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("delete link %s: %w", name, err)
+	}
+	return nil
+}
+
+// KubeletSysctls are the sysctls the kubelet sets at start (its kernel
+// tunables), and kube-proxy's: the node saves them before and restores
+// them after.
+var KubeletSysctls = []string{
+	"vm.overcommit_memory",
+	"vm.panic_on_oom",
+	"kernel.panic",
+	"kernel.panic_on_oops",
+	"kernel.keys.root_maxkeys",
+	"kernel.keys.root_maxbytes",
+	// kube-proxy's conntrack settings (its configuration leaves them
+	// alone; restored all the same).
+	"net.netfilter.nf_conntrack_max",
+	"net.netfilter.nf_conntrack_tcp_timeout_established",
+	"net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+}
+
+func sysctlPath(name string) string {
+	return filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))
+}
+
+// readSysctls returns the current values of names (those that exist).
+func readSysctls(names []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, n := range names {
+		b, err := os.ReadFile(sysctlPath(n))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read sysctl %s: %w", n, err)
+		}
+		out[n] = strings.TrimSpace(string(b))
+	}
+	return out, nil
+}
+
+// writeSysctls sets the sysctls to the values, where they differ.
+func writeSysctls(values map[string]string) error {
+	now, err := readSysctls(slices.Collect(func(yield func(string) bool) {
+		for k := range values {
+			if !yield(k) {
+				return
+			}
+		}
+	}))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for n, v := range values {
+		if now[n] == v {
+			continue
+		}
+		if err := os.WriteFile(sysctlPath(n), []byte(v+"\n"), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restore sysctl %s=%s: %w", n, v, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupMounts returns the directories of this machine's cgroup
+// hierarchies (/sys/fs/cgroup/<controllers>, and unified, the v2 one of a
+// hybrid machine, where runc makes cgroups too), without symbolic links
+// (cpu -> cpu,cpuacct).
+func cgroupMounts() ([]string, error) {
+	const base = "/sys/fs/cgroup"
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return nil, fmt.Errorf("list cgroup hierarchies: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() || e.Type()&os.ModeSymlink != 0 {
+			continue
+		}
+		out = append(out, filepath.Join(base, e.Name()))
+	}
+	return out, nil
+}
+
+// makeCgroupRoot creates the cgroup root (e.g. "/cellium-10-254-3-7") in
+// every hierarchy: the kubelet refuses a root that does not exist, and
+// puts its kubepods tree under it.
+func makeCgroupRoot(root string) error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if err := os.Mkdir(filepath.Join(m, root), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create cgroup %s in %s: %w", root, m, err)
+		}
+	}
+	return nil
+}
+
+// removeCgroupRoot removes the cgroup root and everything under it from
+// every hierarchy, deepest first (a cgroup directory is removed with
+// rmdir, and only once it has no tasks and no children).
+func removeCgroupRoot(root string) error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range mounts {
+		top := filepath.Join(m, root)
+		var dirs []string
+		err := filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupRootExists reports in which hierarchies the cgroup root exists.
+func cgroupRootExists(root string) []string {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range mounts {
+		if _, err := os.Stat(filepath.Join(m, root)); err == nil {
+			out = append(out, filepath.Join(m, root))
+		}
+	}
+	return out
+}
+
+// Blackhole adds a blackhole route for prefix to the host's main table,
+// so that a packet to it that no more specific route claims (a pod
+// address the node has no route to) is dropped here instead of following
+// the default route off the machine. The returned function removes it; a
+// route that was there already is left alone.
+func Blackhole(prefix netip.Prefix) (remove func() error, err error) {
+	r := &netlink.Route{
+		Dst:      netlink.NewIPNet(prefix.Addr().AsSlice()),
+		Type:     unix.RTN_BLACKHOLE,
+		Protocol: unix.RTPROT_STATIC,
+	}
+	r.Dst.Mask = net.CIDRMask(prefix.Bits(), prefix.Addr().BitLen())
+	if err := netlink.RouteAdd(r); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return func() error { return nil }, nil
+		}
+		return nil, fmt.Errorf("blackhole %s: %w", prefix, err)
+	}
+	return func() error {
+		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("remove blackhole %s: %w", prefix, err)
+		}
+		return nil
+	}, nil
+}

@@ -1,0 +1,101 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/cellium/cellium/test/harness"
+	"github.com/cellium/cellium/test/ociimage"
+)
+
+// Names of the images the node packs.
+const (
+	// DemoImage runs test/cmd/demoapp (HTTP on :8080).
+	DemoImage = "cellium.local/demoapp:dev"
+	// CelliumImage holds cellium-agent, cellium-operator and cellium-cni
+	// in /usr/bin.
+	CelliumImage = "cellium.local/cellium:dev"
+)
+
+// ImageSpec is an image to build from the cellium checkout: its programs
+// are built static (CGO_ENABLED=0) and packed into /usr/bin, or at the
+// root when AtRoot.
+type ImageSpec struct {
+	Name       string
+	Packages   map[string]string // binary name -> package, relative to the repository root
+	Entrypoint []string
+	User       string
+	AtRoot     bool
+}
+
+// PauseSpec, DemoSpec and CelliumSpec are the node's images.
+var (
+	PauseSpec = ImageSpec{
+		Name:       SandboxImage,
+		Packages:   map[string]string{"pause": "./test/cmd/pause"},
+		Entrypoint: []string{"/pause"},
+		User:       "65535:65535",
+		AtRoot:     true,
+	}
+	DemoSpec = ImageSpec{
+		Name:       DemoImage,
+		Packages:   map[string]string{"demoapp": "./test/cmd/demoapp"},
+		Entrypoint: []string{"/usr/bin/demoapp"},
+	}
+	CelliumSpec = ImageSpec{
+		Name: CelliumImage,
+		Packages: map[string]string{
+			"cellium-agent":    "./daemon/cellium-agent",
+			"cellium-operator": "./operator/cellium-operator",
+			"cellium-cni":      "./cni/cellium-cni",
+		},
+		Entrypoint: []string{"/usr/bin/cellium-agent"},
+	}
+)
+
+// BuildImage builds spec's programs into dir and packs them into the OCI
+// archive dir/<name>.tar, whose path it returns.
+//
+// Errors: not inside the cellium checkout; the build or the packing fails.
+func BuildImage(ctx context.Context, dir string, spec ImageSpec) (string, error) {
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "bin-"+safeName(spec.Name))
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", fmt.Errorf("image %s: %w", spec.Name, err)
+	}
+	args := []string{"build", "-trimpath", "-o", bin + "/"}
+	for _, pkg := range spec.Packages {
+		args = append(args, pkg)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("image %s: go %s: %w\n%s", spec.Name, strings.Join(args, " "), err, out)
+	}
+	img := ociimage.Image{Name: spec.Name, Entrypoint: spec.Entrypoint, User: spec.User}
+	for name := range spec.Packages {
+		p := "/usr/bin/" + name
+		if spec.AtRoot {
+			p = "/" + name
+		}
+		img.Files = append(img.Files, ociimage.File{Path: p, Source: filepath.Join(bin, name)})
+	}
+	out := filepath.Join(dir, safeName(spec.Name)+".tar")
+	if _, err := ociimage.WriteFile(out, img); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// safeName turns an image name into a file name.
+func safeName(image string) string {
+	return strings.NewReplacer("/", "_", ":", "_").Replace(image)
+}

@@ -1,0 +1,77 @@
+package realnode
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cellium/cellium/test/ociimage"
+)
+
+// TestBuildImagePause builds the pause image from test/cmd/pause and checks
+// the archive: named SandboxImage, its one layer holding /pause as an
+// executable, run as 65535 through the entrypoint /pause.
+func TestBuildImagePause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	path, err := BuildImage(t.Context(), t.TempDir(), PauseSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	blobs := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs[h.Name] = b
+	}
+	var index ociimage.Index
+	if err := json.Unmarshal(blobs["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("index.json %s: %v", blobs["index.json"], err)
+	}
+	if got := index.Manifests[0].Annotations[ociimage.AnnotationImageName]; got != SandboxImage {
+		t.Errorf("image named %q, want %s", got, SandboxImage)
+	}
+	blob := func(digest string) []byte { return blobs["blobs/sha256/"+strings.TrimPrefix(digest, "sha256:")] }
+	var man ociimage.Manifest
+	if err := json.Unmarshal(blob(index.Manifests[0].Digest), &man); err != nil || len(man.Layers) != 1 {
+		t.Fatalf("manifest: %v", err)
+	}
+	var cfg ociimage.Config
+	if err := json.Unmarshal(blob(man.Config.Digest), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Config.User != "65535:65535" || len(cfg.Config.Entrypoint) != 1 || cfg.Config.Entrypoint[0] != "/pause" {
+		t.Errorf("runtime config %+v", cfg.Config)
+	}
+	lr := tar.NewReader(strings.NewReader(string(blob(man.Layers[0].Digest))))
+	h, err := lr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Name != "pause" || h.Mode&0o111 == 0 || h.Size < 1000 {
+		t.Errorf("layer entry %s mode %o size %d, want the executable pause", h.Name, h.Mode, h.Size)
+	}
+	if filepath.Base(path) != "registry.k8s.io_pause_3.10.2.tar" {
+		t.Errorf("archive %s", path)
+	}
+}
