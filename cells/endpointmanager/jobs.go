@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 type managerParams struct {
@@ -35,6 +36,9 @@ type managerParams struct {
 	Node       k8s.NodeName
 	// CEPs lets restore rebuild an endpoint whose state file is unreadable.
 	CEPs statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
+	// Policies, when the agent has a policy engine, is what an endpoint's
+	// state follows once its identity is resolved.
+	Policies statedb.Table[*statepolicy.EndpointPolicyRow] `optional:"true"`
 }
 
 func newManager(p managerParams) *Manager {
@@ -42,7 +46,7 @@ func newManager(p managerParams) *Manager {
 		log: p.Log, db: p.DB, table: p.Table, pods: p.Pods, namespaces: p.Namespaces,
 		clientset: p.Clientset, ipam: p.IPAM, identities: p.Identities, filter: p.Filter,
 		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints", now: time.Now}, node: p.Node, now: time.Now,
-		ceps: p.CEPs, sysClassNet: "/sys/class/net",
+		ceps: p.CEPs, sysClassNet: "/sys/class/net", policies: p.Policies,
 	}
 }
 
@@ -92,7 +96,7 @@ func registerJobs(p jobsParams) {
 				return nil
 			}
 			for ep := range p.Table.List(p.DB.ReadTxn(), endpoints.PodIndex.Query(c.Object.Namespace+"/"+c.Object.Name)) {
-				if ep.State != ciliumv2.EndpointStateReady || string(c.Object.UID) != ep.PodUID {
+				if !ep.InService() || string(c.Object.UID) != ep.PodUID {
 					continue
 				}
 				if _, err := m.relabel(ctx, ep, nil, false); err != nil {
@@ -108,6 +112,11 @@ func registerJobs(p jobsParams) {
 			return m.ensureHealthEndpoint(ctx, p.Lookup, h)
 		}, hive.WithRetry(-1, time.Second, 30*time.Second)),
 	)
+	if m.policies != nil {
+		// Endpoint states follow their policy (state.go).
+		d := &deriveStates{m: m}
+		p.Jobs.Add(hive.Service("derive-endpoint-states", d.subscribe, d.run))
+	}
 }
 
 // ensureHealthEndpoint creates the node's health endpoint,

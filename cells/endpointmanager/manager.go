@@ -25,6 +25,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/tables"
 )
 
@@ -60,6 +61,10 @@ type Manager struct {
 	// endpoint from when its state file is unreadable (restore.go).
 	ceps        statedb.Table[*ciliumv2.CiliumEndpoint]
 	sysClassNet string
+
+	// policies (optional) is the policy engine's table an endpoint's
+	// state is derived from once its identity is resolved (state.go).
+	policies statedb.Table[*statepolicy.EndpointPolicyRow]
 }
 
 // Manager errors carry a sentinel for the API's status code.
@@ -83,7 +88,7 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 		return nil, err
 	}
 	if old, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(req.ContainerID)); ok {
-		if sameAttachment(old, req, ip) && old.State == ciliumv2.EndpointStateReady {
+		if sameAttachment(old, req, ip) && old.InService() {
 			return old, nil
 		}
 		return nil, conflictingContainer(old)
@@ -132,13 +137,51 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 	for _, old := range replaced {
 		m.cleanup(ctx, old, "replaced by a new sandbox of the same pod")
 	}
-	// Resolve the identity, then ready.
+	// Resolve the identity; then the endpoint regenerates with its policy.
 	ready, err := m.resolveIdentity(ctx, ep)
 	if err != nil {
 		m.remove(ctx, ep, false)
 		return nil, fmt.Errorf("%w: allocate identity for %s: %v", ErrUnavailable, ep.PodKey(), err)
 	}
-	return ready, nil
+	if !req.SyncBuildEndpoint {
+		return ready, nil
+	}
+	// As in Cilium, the CNI plugin's request waits for the first
+	// regeneration: the pod starts with its policy computed.
+	done, err := m.waitReady(ctx, ready)
+	if err != nil {
+		m.remove(ctx, ready, false)
+		return nil, err
+	}
+	return done, nil
+}
+
+// waitReady waits, at most RegenerationWait, until ep is ready.
+//
+// Possible errors: ErrUnavailable when it is not ready in time (its
+// policy was not computed: the policy engine waits for the policy tables,
+// see `cellium status`) or ctx ends; ErrNotFound when it was deleted
+// meanwhile.
+func (m *Manager) waitReady(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
+	timer := time.NewTimer(RegenerationWait)
+	defer timer.Stop()
+	for {
+		cur, _, watch, ok := m.table.GetWatch(m.db.ReadTxn(), endpoints.IDIndex.Query(ep.ID))
+		switch {
+		case !ok || !sameEndpoint(cur, ep):
+			return nil, fmt.Errorf("%w: endpoint %d was deleted while it regenerated", ErrNotFound, ep.ID)
+		case cur.State == ciliumv2.EndpointStateReady:
+			return cur, nil
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: endpoint %d of %s is %s: %v", ErrUnavailable, ep.ID, ep.PodKey(), cur.State, ctx.Err())
+		case <-timer.C:
+			return nil, fmt.Errorf("%w: endpoint %d of %s is still %s after %v: its policy was not computed (does `cellium status` show the policy module waiting for the policy tables?); retry later",
+				ErrUnavailable, ep.ID, ep.PodKey(), cur.State, RegenerationWait)
+		}
+	}
 }
 
 // sameAttachment reports whether req asks again for the endpoint ep
@@ -316,9 +359,10 @@ func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 			return nil // labels changed meanwhile: that change resolves again
 		}
 		old = cur.Identity
-		c := cur.WithState(ciliumv2.EndpointStateRegenerating, "Regenerating endpoint", m.now())
+		state, msg := m.inServiceState()
+		c := cur.WithState(state, msg+" (identity "+id.ID.String()+")", m.now())
 		c.Identity = id.ID
-		c = c.WithState(ciliumv2.EndpointStateReady, "Successfully regenerated endpoint program (identity "+id.ID.String()+")", m.now())
+		c.IdentityPending = false
 		updated = c
 		return c
 	})
@@ -547,6 +591,7 @@ func (m *Manager) relabel(ctx context.Context, ep *endpoints.Endpoint, lbls *lab
 	if err := m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
 		c := cur.WithState(ciliumv2.EndpointStateWaitingToRegenerate, "Labels changed, regenerating", m.now())
 		c.Labels, c.InfoLabels = next, info
+		c.IdentityPending = true
 		changed = c
 		return c
 	}); err != nil {

@@ -254,9 +254,11 @@ type env struct {
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
-	ipam *fakeIPAM
-	ids  *fakeIdentities
-	api  *http.Client
+	// policy writes each endpoint's policy row, as the policy cell does.
+	policy *fakePolicy
+	ipam   *fakeIPAM
+	ids    *fakeIdentities
+	api    *http.Client
 }
 
 // start composes the endpoint manager and the API server with fake
@@ -272,7 +274,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
 	}
-	e := &env{ipam: newFakeIPAM(), ids: ids}
+	e := &env{ipam: newFakeIPAM(), ids: ids, policy: newFakePolicy()}
 	e.ipam.load(t, dir)
 	// Runs after the hive has stopped (cleanups run last-in first-out).
 	t.Cleanup(func() { e.ipam.save(t, dir) })
@@ -291,10 +293,10 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		// The policy engine's table and a stand-in writing it.
+		e.policy.cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
 			e.db, e.pods, e.eps, e.ceps, e.pols = db, pods, eps, cepTable, pols
@@ -817,10 +819,9 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			},
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		newFakePolicy().cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
 			db, cns, alloc, podsRW = d, c, a, pods

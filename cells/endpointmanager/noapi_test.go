@@ -27,7 +27,6 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
-	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 // restoringIdentities is an allocator without its API server: only the
@@ -86,10 +85,9 @@ func TestBootWithoutAPIServer(t *testing.T) {
 			func() identitycell.Allocator { return ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		newFakePolicy().cell(),
 		endpointmanager.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&eps),
 	)

@@ -294,7 +294,7 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 		}
 		// The pod's current labels; force when the identity is not
 		// resolved yet.
-		if _, err := m.relabel(ctx, cur, nil, cur.State != ciliumv2.EndpointStateReady); err != nil {
+		if _, err := m.relabel(ctx, cur, nil, !cur.InService()); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
 			continue
 		}
