@@ -7,13 +7,13 @@ import (
 	"github.com/cellium/cellium/cells/cniconfig"
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/nodediscovery"
-	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/cells/statedir"
 )
 
@@ -38,7 +38,7 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	identity.Cell,
 	endpointmanager.Cell,
 	cepsync.Cell,
-	policy.Cell,
+	endpointpolicy.Cell,
 	cniconfig.Cell,
 	// GET /v1/doctor. cellium-agent adds hostlinks.Cell for the veth checks.
 	doctor.Cell,

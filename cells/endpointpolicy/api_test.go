@@ -1,4 +1,4 @@
-package policy
+package endpointpolicy
 
 import (
 	"encoding/json"
@@ -8,28 +8,54 @@ import (
 	"testing"
 
 	"github.com/cilium/statedb"
+	"sigs.k8s.io/yaml"
 
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/cells/policy"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/labels"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
-func TestAPI(t *testing.T) {
-	w := cnpWorld(t, ModeDefault)
-	w.apply(`
-kind: CiliumNetworkPolicy
+// apiEngine is an engine with the identities of pods a/web (1000) and
+// a/cli (1001) and a CNP letting cli reach web on tcp/80 with an HTTP rule.
+func apiEngine(t *testing.T) (*policy.Engine, policy.Endpoint) {
+	t.Helper()
+	lbls := func(app string) labels.Labels {
+		all := labels.FromK8sPod(map[string]string{"app": app}, "a", map[string]string{"kubernetes.io/metadata.name": "a"}, "", "")
+		l, _ := labels.DefaultFilter().Split(all)
+		return l
+	}
+	e := policy.NewEngine(policy.ModeDefault)
+	e.UpdateIdentities(map[identity.NumericIdentity]labels.Labels{1000: lbls("web"), 1001: lbls("cli")}, nil)
+	var cnp ciliumv2.CiliumNetworkPolicy
+	if err := yaml.UnmarshalStrict([]byte(`
 metadata: {name: web, namespace: a}
 spec:
   endpointSelector: {matchLabels: {app: web}}
-  ingress: [{fromEndpoints: [{matchLabels: {app: cli}}], toPorts: [{ports: [{port: "80", protocol: TCP}], rules: {http: [{path: /}]}}]}]`)
+  ingress: [{fromEndpoints: [{matchLabels: {app: cli}}], toPorts: [{ports: [{port: "80", protocol: TCP}], rules: {http: [{path: /}]}}]}]`), &cnp); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := policy.ParseCNP(&cnp, policy.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.UpsertRules(policy.Source{Kind: policy.KindCNP, Namespace: "a", Name: "web"}, rules)
+	return e, policy.Endpoint{Identity: 1000, Labels: lbls("web")}
+}
+
+func TestAPI(t *testing.T) {
+	e, web := apiEngine(t)
 	db := statedb.New()
 	tbl, err := statepolicy.NewTable(db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	txn := db.WriteTxn(tbl)
-	_, _, _ = tbl.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: 7, Identity: w.pods["a/web"].Identity, Policy: w.e.Compute(w.pods["a/web"])})
+	_, _, _ = tbl.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: 7, Identity: web.Identity, Policy: e.Compute(web)})
 	txn.Commit()
 	mux := http.NewServeMux()
-	for _, h := range APIHandlers(w.e, db, tbl).Handlers {
+	for _, h := range APIHandlers(e, db, tbl).Handlers {
 		mux.HandleFunc(h.Pattern, h.Handler)
 	}
 	get := func(path string, wantCode int) string {
@@ -41,11 +67,11 @@ spec:
 		}
 		return rec.Body.String()
 	}
-	var pi PolicyInfo
+	var pi policy.PolicyInfo
 	if err := json.Unmarshal([]byte(get("/policy", 200)), &pi); err != nil {
 		t.Fatal(err)
 	}
-	if len(pi.Rules) != 1 || pi.Rules[0].Name != "CiliumNetworkPolicy/a/web" || pi.Revision != w.e.Revision() ||
+	if len(pi.Rules) != 1 || pi.Rules[0].Name != "CiliumNetworkPolicy/a/web" || pi.Revision != e.Revision() ||
 		!strings.Contains(pi.Rules[0].Ingress[0], "allow {any:app=cli, k8s:io.cilium.k8s.policy.cluster=default, k8s:io.kubernetes.pod.namespace=a} on tcp/80") ||
 		!strings.Contains(strings.Join(pi.Rules[0].Warnings, ""), "rules.http: L7 rules are not enforced") {
 		t.Errorf("GET /policy = %+v", pi)
@@ -62,7 +88,7 @@ spec:
 	if !strings.Contains(body, `Final verdict: ALLOWED`) {
 		t.Errorf("trace = %s", body)
 	}
-	body = get("/policy/trace?src-cidr=8.8.8.8&dst-labels="+strings.Join(w.pods["a/web"].Labels.Strings(), ",")+"&dport=80", 200)
+	body = get("/policy/trace?src-cidr=8.8.8.8&dst-labels="+strings.Join(web.Labels.Strings(), ",")+"&dport=80", 200)
 	if !strings.Contains(body, `Final verdict: DENIED`) {
 		t.Errorf("trace from world = %s", body)
 	}

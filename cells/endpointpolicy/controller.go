@@ -1,4 +1,4 @@
-package policy
+package endpointpolicy
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	identitycell "github.com/cellium/cellium/cells/identity"
+	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
@@ -24,7 +25,7 @@ type controllerParams struct {
 	Log        *slog.Logger
 	DB         *statedb.DB
 	Jobs       hive.Jobs
-	Engine     *Engine
+	Engine     *policy.Engine
 	Cluster    identitycell.ClusterName `optional:"true"`
 	Policies   statedb.RWTable[*statepolicy.EndpointPolicyRow]
 	CIDRs      statedb.RWTable[*statepolicy.CIDRIdentity]
@@ -37,7 +38,7 @@ type controllerParams struct {
 }
 
 func registerController(p controllerParams) {
-	c := &controller{p: p, opts: ParseOptions{ClusterName: string(p.Cluster)}, generations: map[Source]int64{}}
+	c := &controller{p: p, opts: policy.ParseOptions{ClusterName: string(p.Cluster)}, generations: map[policy.Source]int64{}}
 	p.Jobs.Add(hive.Service("compute-endpoint-policies", c.subscribe, c.run))
 }
 
@@ -45,13 +46,13 @@ func registerController(p controllerParams) {
 // the endpoints each change affects.
 type controller struct {
 	p    controllerParams
-	opts ParseOptions
+	opts policy.ParseOptions
 
 	nps   statedb.ChangeIterator[*networkingv1.NetworkPolicy]
 	cnps  statedb.ChangeIterator[*ciliumv2.CiliumNetworkPolicy]
 	ccnps statedb.ChangeIterator[*ciliumv2.CiliumClusterwideNetworkPolicy]
 	// generations is the metadata.generation of each CNP/CCNP last parsed.
-	generations map[Source]int64
+	generations map[policy.Source]int64
 	ids         statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
 	eps         statedb.ChangeIterator[*endpoints.Endpoint]
 	pods        statedb.ChangeIterator[*corev1.Pod]
@@ -89,7 +90,7 @@ type pending struct {
 	deleted map[uint16]struct{}
 }
 
-func (pd *pending) merge(ch Changes) {
+func (pd *pending) merge(ch policy.Changes) {
 	if ch.All {
 		pd.all = true
 	}
@@ -115,17 +116,17 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 		watch(w)
 		for ch := range npCh {
 			np := ch.Object
-			src := Source{Kind: KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
+			src := policy.Source{Kind: policy.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
 			if ch.Deleted {
 				pd.merge(c.p.Engine.DeleteRules(src))
 				continue
 			}
-			r, err := ParseNetworkPolicy(np, c.opts)
-			var rules []*Rule
+			r, err := policy.ParseNetworkPolicy(np, c.opts)
+			var rules []*policy.Rule
 			if err != nil {
 				c.p.Log.Warn("Ignoring an invalid NetworkPolicy", "policy", src.String(), "error", err)
 			} else {
-				rules = []*Rule{r}
+				rules = []*policy.Rule{r}
 			}
 			pd.merge(c.p.Engine.UpsertRules(src, rules))
 		}
@@ -133,7 +134,7 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 		watch(w)
 		for ch := range cnpCh {
 			o := ch.Object
-			src := Source{Kind: KindCNP, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID)}
+			src := policy.Source{Kind: policy.KindCNP, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID)}
 			if ch.Deleted {
 				delete(c.generations, src)
 				pd.merge(c.p.Engine.DeleteRules(src))
@@ -142,7 +143,7 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 			if c.sameGeneration(src, o.Generation) {
 				continue // a status update (the operator's conditions)
 			}
-			rules, err := ParseCNP(o, c.opts)
+			rules, err := policy.ParseCNP(o, c.opts)
 			if c.report(src, rules, err) {
 				pd.merge(c.p.Engine.UpsertRules(src, rules))
 			}
@@ -151,7 +152,7 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 		watch(w)
 		for ch := range ccnpCh {
 			o := ch.Object
-			src := Source{Kind: KindCCNP, Name: o.Name, UID: string(o.UID)}
+			src := policy.Source{Kind: policy.KindCCNP, Name: o.Name, UID: string(o.UID)}
 			if ch.Deleted {
 				delete(c.generations, src)
 				pd.merge(c.p.Engine.DeleteRules(src))
@@ -160,7 +161,7 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 			if c.sameGeneration(src, o.Generation) {
 				continue
 			}
-			rules, err := ParseCCNP(o, c.opts)
+			rules, err := policy.ParseCCNP(o, c.opts)
 			if c.report(src, rules, err) {
 				pd.merge(c.p.Engine.UpsertRules(src, rules))
 			}
@@ -259,7 +260,7 @@ func waitAny(ctx context.Context, chs []<-chan struct{}) bool {
 // (same metadata.generation), so that status-only updates do not bump the
 // repository revision. Generation 0 (objects that never went through an API
 // server) always counts as new.
-func (c *controller) sameGeneration(src Source, gen int64) bool {
+func (c *controller) sameGeneration(src policy.Source, gen int64) bool {
 	if gen == 0 {
 		return false
 	}
@@ -275,7 +276,7 @@ func (c *controller) sameGeneration(src Source, gen int64) bool {
 // CNP or CCNP with one invalid rule is not imported at all, and the rules
 // its previous version had (if any) stay in force. The operator's
 // validator reports the error in the policy's Valid condition.
-func (c *controller) report(src Source, rules []*Rule, err error) bool {
+func (c *controller) report(src policy.Source, rules []*policy.Rule, err error) bool {
 	if err != nil {
 		c.p.Log.Warn("Rejecting an invalid policy; the rules of its previous version, if any, stay in force", "policy", src.String(), "error", err)
 		return false
@@ -331,7 +332,7 @@ func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
 			}
 			continue
 		}
-		pol := c.p.Engine.Compute(Endpoint{Identity: ep.Identity, Labels: ep.Labels, NamedPorts: endpointNamedPorts(ep.NamedPorts)})
+		pol := c.p.Engine.Compute(policy.Endpoint{Identity: ep.Identity, Labels: ep.Labels, NamedPorts: endpointNamedPorts(ep.NamedPorts)})
 		if exists && cur.Identity == ep.Identity && cur.PendingRevision == 0 && cur.Policy.Revision == pol.Revision && cur.Policy.Equal(pol) {
 			continue
 		}
@@ -376,27 +377,27 @@ func protoNumber(s string) uint8 {
 	return 0
 }
 
-func endpointNamedPorts(nps ciliumv2.NamedPorts) map[string][]NamedPort {
+func endpointNamedPorts(nps ciliumv2.NamedPorts) map[string][]policy.NamedPort {
 	if len(nps) == 0 {
 		return nil
 	}
-	out := map[string][]NamedPort{}
+	out := map[string][]policy.NamedPort{}
 	for _, p := range nps {
 		if p != nil && p.Name != "" {
-			out[p.Name] = append(out[p.Name], NamedPort{Port: p.Port, Proto: protoNumber(p.Protocol)})
+			out[p.Name] = append(out[p.Name], policy.NamedPort{Port: p.Port, Proto: protoNumber(p.Protocol)})
 		}
 	}
 	return out
 }
 
 // podNamedPorts collects the named container ports of pods.
-func podNamedPorts(pods func(func(*corev1.Pod, statedb.Revision) bool)) map[string][]NamedPort {
-	out := map[string][]NamedPort{}
+func podNamedPorts(pods func(func(*corev1.Pod, statedb.Revision) bool)) map[string][]policy.NamedPort {
+	out := map[string][]policy.NamedPort{}
 	for pod := range pods {
 		for _, ctr := range pod.Spec.Containers {
 			for _, p := range ctr.Ports {
 				if p.Name != "" {
-					out[p.Name] = append(out[p.Name], NamedPort{Port: uint16(p.ContainerPort), Proto: protoNumber(string(p.Protocol))})
+					out[p.Name] = append(out[p.Name], policy.NamedPort{Port: uint16(p.ContainerPort), Proto: protoNumber(string(p.Protocol))})
 				}
 			}
 		}

@@ -1,8 +1,9 @@
-package policy
+package endpointpolicy
 
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/statedb"
@@ -195,7 +196,7 @@ func TestCellConfig(t *testing.T) {
 	if err := h.Start(t.Context()); err == nil {
 		_ = h.Stop(t.Context())
 		t.Fatal("the hive started with --enable-policy=sometimes")
-	} else if !contains(err.Error(), "--enable-policy") {
+	} else if !strings.Contains(err.Error(), "--enable-policy") {
 		t.Errorf("error %v does not name the flag", err)
 	}
 }
