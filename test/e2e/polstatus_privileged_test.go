@@ -153,7 +153,7 @@ func TestPrivilegedPolicyStatusAndRegeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := ep.Status.Policy; p == nil || p.Ingress == nil || !p.Ingress.Enforcing || len(p.Ingress.Allowed) == 0 {
+	if p := ep.Status.Policy; p == nil || p.Ingress == nil || !p.Ingress.Enforcing || ep.Status.State != models.EndpointStateReady {
 		t.Errorf("web's ingress after the invalid policy: %+v", p)
 	}
 	out, err := e.policyCLI(cli, "endpoint", "list")
