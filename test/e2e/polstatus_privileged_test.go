@@ -99,6 +99,7 @@ func TestPrivilegedPolicyStatusAndRegeneration(t *testing.T) {
 		return nil
 	})
 	rev := after.Policy.Realized.PolicyRevision
+	t.Logf("web regenerated from policy revision %d to %d; log: %s", rev0, rev, logStates(after.Status.Log))
 	regenerated := false
 	for _, l := range after.Status.Log {
 		if l.State == string(ciliumv2.EndpointStateRegenerating) && strings.Contains(l.Message, fmt.Sprintf("policy revision %d computed", rev)) {
@@ -182,4 +183,15 @@ func (e *env) policyGet(t *testing.T, cli string) policyInfo {
 		t.Fatalf("policy get -o json: %v\n%s", err, out)
 	}
 	return pi
+}
+
+// logStates prints an endpoint's state-change log as "state: message; ...".
+func logStates(log []*models.EndpointStatusChange) string {
+	var parts []string
+	for _, l := range log {
+		if l != nil {
+			parts = append(parts, l.State+": "+l.Message)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
