@@ -28,6 +28,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -255,7 +256,7 @@ type env struct {
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
 	// policy writes each endpoint's policy row, as the policy cell does.
-	policy *fakePolicy
+	policy *endpointpolicytest.StandIn
 	ipam   *fakeIPAM
 	ids    *fakeIdentities
 	api    *http.Client
@@ -274,7 +275,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
 	}
-	e := &env{ipam: newFakeIPAM(), ids: ids, policy: newFakePolicy()}
+	e := &env{ipam: newFakeIPAM(), ids: ids, policy: endpointpolicytest.New()}
 	e.ipam.load(t, dir)
 	// Runs after the hive has stopped (cleanups run last-in first-out).
 	t.Cleanup(func() { e.ipam.save(t, dir) })
@@ -296,7 +297,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			func() k8s.NodeName { return "node-a" },
 		),
 		// The policy engine's table and a stand-in writing it.
-		e.policy.cell(),
+		e.policy.Cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
 			e.db, e.pods, e.eps, e.ceps, e.pols = db, pods, eps, cepTable, pols
@@ -821,7 +822,7 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			func() identitycell.ClusterName { return "default" },
 			func() k8s.NodeName { return "node-a" },
 		),
-		newFakePolicy().cell(),
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
 			db, cns, alloc, podsRW = d, c, a, pods

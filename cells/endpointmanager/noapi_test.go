@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -87,7 +88,7 @@ func TestBootWithoutAPIServer(t *testing.T) {
 			func() identitycell.ClusterName { return "default" },
 			func() k8s.NodeName { return "node-a" },
 		),
-		newFakePolicy().cell(),
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&eps),
 	)
