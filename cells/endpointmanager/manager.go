@@ -89,6 +89,9 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 	}
 	if old, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(req.ContainerID)); ok {
 		if sameAttachment(old, req, ip) && old.InService() {
+			if req.SyncBuildEndpoint {
+				return m.waitReady(ctx, old)
+			}
 			return old, nil
 		}
 		return nil, conflictingContainer(old)
