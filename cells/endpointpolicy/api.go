@@ -15,6 +15,7 @@ type apiParams struct {
 	Engine   *policy.Engine
 	DB       *statedb.DB
 	Policies statedb.Table[*statepolicy.EndpointPolicyRow]
+	Rejected *rejections
 }
 
 // APIHandlers returns the policy engine's agent API handlers: GET
@@ -22,7 +23,12 @@ type apiParams struct {
 // /v1/policy/endpoint/{id} (an endpoint's computed policy) and
 // /v1/policy/trace.
 func APIHandlers(e *policy.Engine, db *statedb.DB, policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
-	p := apiParams{Engine: e, DB: db, Policies: policies}
+	return apiHandlers(e, db, policies, newRejections())
+}
+
+// apiHandlers is APIHandlers showing the controller's rejections.
+func apiHandlers(e *policy.Engine, db *statedb.DB, policies statedb.Table[*statepolicy.EndpointPolicyRow], rejected *rejections) agentapi.HandlersOut {
+	p := apiParams{Engine: e, DB: db, Policies: policies, Rejected: rejected}
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "GET /policy", Handler: p.getPolicy},
 		{Pattern: "GET /policy/selectors", Handler: func(w http.ResponseWriter, r *http.Request) {
@@ -34,7 +40,9 @@ func APIHandlers(e *policy.Engine, db *statedb.DB, policies statedb.Table[*state
 }
 
 func (p apiParams) getPolicy(w http.ResponseWriter, r *http.Request) {
-	agentapi.WriteJSON(w, r, p.Engine.Info())
+	info := p.Engine.Info()
+	info.Rejected = p.Rejected.list()
+	agentapi.WriteJSON(w, r, info)
 }
 
 func (p apiParams) getEndpoint(w http.ResponseWriter, r *http.Request) {

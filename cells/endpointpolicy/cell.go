@@ -23,8 +23,10 @@ var Cell = hive.Module("policy", "Computes endpoint policies from network polici
 	hive.Provide(statedb.RWTable[*statepolicy.CIDRIdentity].ToTable),
 	// The engine itself, for the API's policy and selector views.
 	hive.Provide(policy.NewEngineFromConfig),
+	// The policies the controller refused, shared with the API.
+	hive.ProvidePrivate(newRejections),
 	// GET /v1/policy, /v1/policy/selectors, /v1/policy/endpoint/{id}, /v1/policy/trace.
-	hive.Provide(APIHandlers),
+	hive.Provide(apiHandlers),
 	// Tables in, computed policies out.
 	hive.Invoke(registerController),
 )

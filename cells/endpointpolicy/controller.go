@@ -35,10 +35,15 @@ type controllerParams struct {
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
 	Endpoints  statedb.Table[*endpoints.Endpoint]
 	Pods       statedb.Table[*corev1.Pod]
+	// Rejected records the policies refused, for GET /v1/policy.
+	Rejected *rejections `optional:"true"`
 }
 
 func registerController(p controllerParams) {
 	c := &controller{p: p, opts: policy.ParseOptions{ClusterName: string(p.Cluster)}, generations: map[policy.Source]int64{}}
+	if c.p.Rejected == nil {
+		c.p.Rejected = newRejections()
+	}
 	p.Jobs.Add(hive.Service("compute-endpoint-policies", c.subscribe, c.run))
 }
 
@@ -137,6 +142,7 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 			src := policy.Source{Kind: policy.KindCNP, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID)}
 			if ch.Deleted {
 				delete(c.generations, src)
+				c.p.Rejected.clear(src)
 				pd.merge(c.p.Engine.DeleteRules(src))
 				continue
 			}
@@ -155,6 +161,7 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 			src := policy.Source{Kind: policy.KindCCNP, Name: o.Name, UID: string(o.UID)}
 			if ch.Deleted {
 				delete(c.generations, src)
+				c.p.Rejected.clear(src)
 				pd.merge(c.p.Engine.DeleteRules(src))
 				continue
 			}
@@ -279,8 +286,10 @@ func (c *controller) sameGeneration(src policy.Source, gen int64) bool {
 func (c *controller) report(src policy.Source, rules []*policy.Rule, err error) bool {
 	if err != nil {
 		c.p.Log.Warn("Rejecting an invalid policy; the rules of its previous version, if any, stay in force", "policy", src.String(), "error", err)
+		c.p.Rejected.set(src, err)
 		return false
 	}
+	c.p.Rejected.clear(src)
 	for _, r := range rules {
 		if len(r.Warnings) > 0 {
 			c.p.Log.Info("Parts of a policy are not enforced", "policy", src.String(), "warnings", strings.Join(r.Warnings, "; "))

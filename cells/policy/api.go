@@ -27,6 +27,16 @@ type RuleInfo struct {
 type PolicyInfo struct {
 	Revision uint64     `json:"revision"`
 	Rules    []RuleInfo `json:"rules"`
+	// Rejected are the CNPs and CCNPs the agent refused because a rule
+	// failed to parse (the rules of an earlier version may still be in
+	// Rules), sorted by source.
+	Rejected []RejectedPolicy `json:"rejected,omitempty"`
+}
+
+// RejectedPolicy is a policy object the agent refused, and why.
+type RejectedPolicy struct {
+	Source Source `json:"source"`
+	Error  string `json:"error"`
 }
 
 // String describes an entry: "allow from {k8s:app=web} on tcp/80".

@@ -22,7 +22,8 @@ import (
 //     for the new policy revision, it ends ready with that revision
 //     realized (equal to the computed one, and not above the repository's);
 //   - a CNP with an invalid field gets Valid=False naming the field, is
-//     not imported by the agent (not in `cellium policy get`), and leaves
+//     not imported by the agent (`cellium policy get` lists it as rejected,
+//     naming the field, and not among the rules), and leaves
 //     the valid CNP and the endpoint's policy as they were;
 //   - a CNP with HTTP rules gets Valid=True and Supported=False with reason
 //     L7RulesNotEnforced naming rules.http, and `cellium policy get` says
@@ -147,6 +148,13 @@ func TestPrivilegedPolicyStatusAndRegeneration(t *testing.T) {
 		}
 		return nil
 	})
+	rejected := false
+	for _, r := range pi.Rejected {
+		rejected = rejected || (r.Source.Namespace == e.ns && r.Source.Name == "web-invalid" && strings.Contains(r.Error, "ingress[0].toPorts[0].ports[0]"))
+	}
+	if !rejected {
+		t.Errorf("policy get does not list web-invalid as rejected naming the field: %+v", pi.Rejected)
+	}
 	if !l7Warning {
 		t.Errorf("policy get does not report web-l7's HTTP rules as not enforced: %+v", pi.Rules)
 	}
@@ -170,6 +178,10 @@ type policyInfo struct {
 		Source   struct{ Kind, Namespace, Name string } `json:"source"`
 		Warnings []string                               `json:"warnings"`
 	} `json:"rules"`
+	Rejected []struct {
+		Source struct{ Kind, Namespace, Name string } `json:"source"`
+		Error  string                                 `json:"error"`
+	} `json:"rejected"`
 }
 
 func (e *env) policyGet(t *testing.T, cli string) policyInfo {
