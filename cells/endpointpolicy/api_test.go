@@ -2,6 +2,7 @@ package endpointpolicy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -94,5 +95,44 @@ func TestAPI(t *testing.T) {
 	}
 	for _, bad := range []string{"?dst-identity=1000", "?src-identity=1&src-cidr=1.1.1.1&dst-identity=1000", "?src-identity=1&dst-identity=2&dport=80/ICMP", "?src-identity=galaxy&dst-identity=1"} {
 		get("/policy/trace"+bad, 400)
+	}
+}
+
+// TestAPIRejected: GET /v1/policy lists the policies the controller
+// rejected, sorted, until they are accepted or deleted.
+func TestAPIRejected(t *testing.T) {
+	e, _ := apiEngine(t)
+	db := statedb.New()
+	tbl, err := statepolicy.NewTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rej := newRejections()
+	mux := http.NewServeMux()
+	for _, h := range apiHandlers(e, db, tbl, rej).Handlers {
+		mux.HandleFunc(h.Pattern, h.Handler)
+	}
+	get := func() policy.PolicyInfo {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", "/policy", nil))
+		var pi policy.PolicyInfo
+		if err := json.Unmarshal(rec.Body.Bytes(), &pi); err != nil {
+			t.Fatal(err)
+		}
+		return pi
+	}
+	b := policy.Source{Kind: policy.KindCNP, Namespace: "a", Name: "b"}
+	a := policy.Source{Kind: policy.KindCCNP, Name: "a"}
+	rej.set(b, fmt.Errorf("spec: ingress[0].toPorts[0].ports[0]: endPort 70 is below port 80"))
+	rej.set(a, fmt.Errorf("spec: neither endpointSelector nor nodeSelector is set"))
+	pi := get()
+	if len(pi.Rejected) != 2 || pi.Rejected[0].Source != a || pi.Rejected[1].Source != b || !strings.Contains(pi.Rejected[1].Error, "endPort 70") {
+		t.Errorf("rejected = %+v, want a then b with their errors", pi.Rejected)
+	}
+	rej.clear(a)
+	rej.clear(b)
+	if pi := get(); len(pi.Rejected) != 0 {
+		t.Errorf("rejected after clearing = %+v", pi.Rejected)
 	}
 }
