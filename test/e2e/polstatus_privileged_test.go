@@ -79,6 +79,7 @@ func TestPrivilegedPolicyStatusAndRegeneration(t *testing.T) {
 	}
 
 	// A valid policy: the operator says so, and web regenerates for it.
+	applied := time.Now()
 	create("web-valid", &api.Rule{EndpointSelector: webSel, Ingress: ingressOn(api.PortProtocol{Port: "80", Protocol: api.ProtoTCP})})
 	waitCondition("web-valid", ciliumv2.PolicyConditionValid, corev1.ConditionTrue, "", "Policy validation succeeded")
 	waitCondition("web-valid", "Supported", corev1.ConditionTrue, "AllFieldsSupported", "")
@@ -100,7 +101,8 @@ func TestPrivilegedPolicyStatusAndRegeneration(t *testing.T) {
 		return nil
 	})
 	rev := after.Policy.Realized.PolicyRevision
-	t.Logf("web regenerated from policy revision %d to %d; log: %s", rev0, rev, logStates(after.Status.Log))
+	t.Logf("web regenerated from policy revision %d to %d, seen %v after the CNP was created (after its conditions); log: %s",
+		rev0, rev, time.Since(applied).Round(time.Millisecond), logStates(after.Status.Log))
 	regenerated := false
 	for _, l := range after.Status.Log {
 		if l.State == string(ciliumv2.EndpointStateRegenerating) && strings.Contains(l.Message, fmt.Sprintf("policy revision %d computed", rev)) {
