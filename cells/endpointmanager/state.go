@@ -31,6 +31,7 @@ type stateInputs struct {
 type stateStep struct {
 	State          ciliumv2.EndpointState
 	PolicyRevision uint64
+	PolicyRestored bool
 	Message        string
 }
 
@@ -43,6 +44,8 @@ type stateStep struct {
 //	ready -> regenerating            a policy of another revision is computed
 //	regenerating -> ready            the endpoint takes the computed policy
 //	                                 and its revision
+//	waiting-to-regenerate -> ready   a restored endpoint without a policy of
+//	                                 this run: the previous run's stays
 //
 // It returns false when the endpoint stays as it is: at rest (ready with
 // the computed revision, or still waiting), not in service
@@ -53,23 +56,28 @@ func nextState(in stateInputs) (stateStep, bool) {
 	if !ep.InService() || ep.IdentityPending {
 		return stateStep{}, false
 	}
-	cur := stateStep{State: ep.State, PolicyRevision: ep.PolicyRevision}
+	cur := stateStep{State: ep.State, PolicyRevision: ep.PolicyRevision, PolicyRestored: ep.PolicyRestored}
 	next := cur
 	switch {
+	case !row.Computed(ep.Identity) && ep.PolicyRestored:
+		// Restored: the previous run's policy stays until this run's.
+		next.State = ciliumv2.EndpointStateReady
+		next.Message = "Restored endpoint keeps the policy of the previous run until its policy is computed"
 	case !row.Computed(ep.Identity):
 		next.State = ciliumv2.EndpointStateWaitingToRegenerate
 		next.Message = waitingMessage(ep, row)
 	case ep.State == ciliumv2.EndpointStateWaitingToRegenerate,
-		ep.State == ciliumv2.EndpointStateReady && ep.PolicyRevision != row.Policy.Revision:
+		ep.State == ciliumv2.EndpointStateReady && (ep.PolicyRevision != row.Policy.Revision || ep.PolicyRestored):
 		next.State = ciliumv2.EndpointStateRegenerating
 		next.Message = fmt.Sprintf("Regenerating endpoint: policy revision %d computed", row.Policy.Revision)
 	case ep.State == ciliumv2.EndpointStateRegenerating:
 		// Gates on the datapath go here, once it reports their status.
 		next.State = ciliumv2.EndpointStateReady
 		next.PolicyRevision = row.Policy.Revision
+		next.PolicyRestored = false
 		next.Message = fmt.Sprintf("Successfully regenerated endpoint (policy revision %d)", row.Policy.Revision)
 	}
-	return next, next.State != cur.State || next.PolicyRevision != cur.PolicyRevision
+	return next, next.State != cur.State || next.PolicyRevision != cur.PolicyRevision || next.PolicyRestored != cur.PolicyRestored
 }
 
 func waitingMessage(ep *endpoints.Endpoint, row *statepolicy.EndpointPolicyRow) string {
@@ -101,7 +109,7 @@ func (m *Manager) stepState(id uint16) {
 			return
 		}
 		c := cur.WithState(step.State, step.Message, m.now())
-		c.PolicyRevision = step.PolicyRevision
+		c.PolicyRevision, c.PolicyRestored = step.PolicyRevision, step.PolicyRestored
 		if _, _, err := m.table.Insert(txn, c); err != nil {
 			txn.Abort()
 			m.log.Warn("update endpoint state", "endpoint", id, "error", err)

@@ -59,6 +59,31 @@ func TestNextState(t *testing.T) {
 		})
 	}
 
+	// Restored after an agent restart: ready on the previous run's policy
+	// until this run computes one, then a regeneration clears the mark,
+	// even at an equal revision number.
+	restored := ep(waiting, 1)
+	restored.PolicyRestored = true
+	step, changed := nextState(stateInputs{Endpoint: restored, Policy: nil})
+	if !changed || step.State != ready || !step.PolicyRestored {
+		t.Errorf("restored without a row: %+v, %v; want ready, still restored", step, changed)
+	}
+	restored = ep(ready, 1)
+	restored.PolicyRestored = true
+	if step, changed := nextState(stateInputs{Endpoint: restored, Policy: nil}); changed {
+		t.Errorf("restored and ready without a row moved to %+v", step)
+	}
+	step, changed = nextState(stateInputs{Endpoint: restored, Policy: row(1000, 1, 0)})
+	if !changed || step.State != regen || !step.PolicyRestored {
+		t.Errorf("restored with a row at the same revision number: %+v, %v; want regenerating", step, changed)
+	}
+	restored = ep(regen, 1)
+	restored.PolicyRestored = true
+	step, _ = nextState(stateInputs{Endpoint: restored, Policy: row(1000, 1, 0)})
+	if step.State != ready || step.PolicyRestored || step.PolicyRevision != 1 {
+		t.Errorf("restored endpoint regenerated: %+v; want ready at 1, mark cleared", step)
+	}
+
 	// Identity being resolved for new labels: nothing moves.
 	pend := ep(waiting, 3)
 	pend.IdentityPending = true

@@ -69,6 +69,12 @@ type Endpoint struct {
 	// being allocated: the state stays waiting-to-regenerate until then,
 	// whatever the policy of the old identity says.
 	IdentityPending bool `json:"identity-pending,omitempty"`
+	// PolicyRestored marks an endpoint restored after an agent restart
+	// whose policy has not been computed by this run yet: its datapath
+	// still holds what the previous run realized, so it counts as ready
+	// meanwhile (an agent that boots without the API server cannot compute
+	// policies). Cleared at its first regeneration.
+	PolicyRestored bool `json:"policy-restored,omitempty"`
 	// NamedPorts are the pod's named container ports.
 	NamedPorts ciliumv2.NamedPorts `json:"named-ports,omitempty"`
 	// ServiceAccount is the pod's service account.
