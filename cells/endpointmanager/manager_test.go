@@ -28,6 +28,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -255,9 +256,11 @@ type env struct {
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
-	ipam *fakeIPAM
-	ids  *fakeIdentities
-	api  *http.Client
+	// policy writes each endpoint's policy row, as the policy cell does.
+	policy *endpointpolicytest.StandIn
+	ipam   *fakeIPAM
+	ids    *fakeIdentities
+	api    *http.Client
 }
 
 // start composes the endpoint manager and the API server with fake
@@ -273,7 +276,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
 	}
-	e := &env{ipam: newFakeIPAM(), ids: ids}
+	e := &env{ipam: newFakeIPAM(), ids: ids, policy: endpointpolicytest.New()}
 	e.ipam.load(t, dir)
 	// Runs after the hive has stopped (cleanups run last-in first-out).
 	t.Cleanup(func() { e.ipam.save(t, dir) })
@@ -292,10 +295,10 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		// The policy engine's table and a stand-in writing it.
+		e.policy.Cell(),
 		endpointmanager.Cell,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
@@ -864,10 +867,9 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			},
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
 			db, cns, alloc, podsRW = d, c, a, pods
