@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/cellium/cellium/statedb/identity"
@@ -39,7 +40,7 @@ func (e *Engine) SelectingRules(ep Endpoint) []*Rule {
 
 // selectingLocked returns the rules whose subject selects ep, sorted by
 // name: through the subject index when the engine knows ep's identity,
-// else by matching ep's labels against every rule.
+// else by matching ep's labels against the rules the rule index names.
 func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 	var out []*compiledRule
 	if set, ok := e.bySubject[ep.Identity]; ok && ep.Identity != identity.InvalidIdentity {
@@ -51,13 +52,11 @@ func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 			out = append(out, cr)
 		}
 	} else {
-		for _, crs := range e.sources {
-			for _, cr := range crs {
-				if cr.subject != nil && cr.subject.m.Matches(ep.Identity, ep.Labels) {
-					out = append(out, cr)
-				}
+		e.subjects.candidates(ep.Labels, func(cr *compiledRule) {
+			if cr.subject != nil && cr.subject.m.Matches(ep.Identity, ep.Labels) {
+				out = append(out, cr)
 			}
-		}
+		})
 	}
 	slices.SortFunc(out, func(a, b *compiledRule) int {
 		switch {
@@ -66,41 +65,9 @@ func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 		case a.name > b.name:
 			return 1
 		}
-		return 0
+		return cmp.Compare(a.seq, b.seq)
 	})
 	return out
-}
-
-// acc collects the verdicts for one key: the rules that allow and deny
-// it, as ids of name sets (0: none).
-type acc struct {
-	allow, deny int
-}
-
-// nameSets interns the sets of rule names entries derive from, so that the
-// thousands of entries of one endpoint share a handful of slices. Set 0 is
-// empty; rules are added in sorted order, so a set is its names in order.
-type nameSets struct {
-	sets [][]string
-	ext  map[[2]int]int // (set, rule) -> set with the rule appended
-}
-
-func newNameSets() *nameSets {
-	return &nameSets{sets: [][]string{nil}, ext: map[[2]int]int{}}
-}
-
-// add returns the set of set's names plus rule i's name.
-func (n *nameSets) add(set, i int, name string) int {
-	if s := n.sets[set]; len(s) > 0 && s[len(s)-1] == name {
-		return set
-	}
-	if next, ok := n.ext[[2]int{set, i}]; ok {
-		return next
-	}
-	s := append(append(make([]string, 0, len(n.sets[set])+1), n.sets[set]...), name)
-	n.sets = append(n.sets, s)
-	n.ext[[2]int{set, i}] = len(n.sets) - 1
-	return len(n.sets) - 1
 }
 
 func (e *Engine) computeLocked(ep Endpoint, rules []*compiledRule) *statepolicy.EndpointPolicy {
@@ -112,9 +79,11 @@ func (e *Engine) computeLocked(ep Endpoint, rules []*compiledRule) *statepolicy.
 }
 
 func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepolicy.Direction) statepolicy.DirectionPolicy {
-	allowAll := statepolicy.Entry{Key: statepolicy.NewKey(0, d, 0, 0, 0)}
+	allowAll := func() []statepolicy.Entry {
+		return []statepolicy.Entry{{Key: statepolicy.NewKey(0, d, 0, 0, 0)}}
+	}
 	if e.mode == ModeNever {
-		return statepolicy.DirectionPolicy{Entries: []statepolicy.Entry{allowAll}}
+		return statepolicy.DirectionPolicy{Entries: allowAll()}
 	}
 	selecting, defaultDeny := 0, false
 	for _, cr := range rules {
@@ -127,84 +96,275 @@ func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepol
 		if e.mode == ModeAlways {
 			return statepolicy.DirectionPolicy{Enforcing: true}
 		}
-		return statepolicy.DirectionPolicy{Entries: []statepolicy.Entry{allowAll}}
+		return statepolicy.DirectionPolicy{Entries: allowAll()}
 	}
-	keys := make(map[statepolicy.Key]acc, 64)
-	names := newNameSets()
-	if !defaultDeny {
-		// Every selecting rule opted out of default deny: what no entry
-		// denies passes. The entry derives from no rule.
-		keys[allowAll.Key] = acc{allow: -1}
+	key := policyCacheKey(ep, rules, d)
+	if dp, ok := e.cache.get(key); ok {
+		return dp
 	}
-	var ids []identity.NumericIdentity
+	dp := statepolicy.DirectionPolicy{Enforcing: true, Entries: e.computeEntries(ep, rules, d, defaultDeny)}
+	e.cache.put(key, dp)
+	return dp
+}
+
+// The computation of a direction's entries works in three steps, to do
+// per (peer identity, port) only what must be done per pair:
+//
+//  1. Every entry of every selecting rule contributes, for each of its
+//     peer selectors and each of its resolved ports, the rule to the allow
+//     or deny rule set of the group (peer selector, port). Rules sharing a
+//     peer selector and a port (common: many rules allowing the same
+//     clients on the same port) share a group.
+//  2. Each group is spread over the identities its selector selects: the
+//     rule sets of groups meeting on one (identity, port) key are united.
+//  3. The keys are sorted, and per identity, denies win over allows and an
+//     allow covered by a deny of the same identity is dropped (the
+//     datapath's longest-prefix match would otherwise let the narrower
+//     allow win).
+
+// group is the peers of one selector (or any peer) on one port.
+type group struct {
+	ids         []identity.NumericIdentity // the selector's selections, shared
+	l4          l4Key
+	allow, deny int32 // rule sets
+}
+
+type groupKey struct {
+	cs *cachedSelector // nil: any peer
+	l4 l4Key
+}
+
+// slot is the verdict on one key: the packed key and its rule sets.
+type slot struct {
+	key         uint64
+	allow, deny int32 // rule sets; allow -1: allowed by no rule (default allow)
+}
+
+// packKey packs an identity and normalised protocol and port prefix into
+// a number that sorts like Key.Compare within one direction.
+func packKey(id identity.NumericIdentity, k l4Key) uint64 {
+	return uint64(id)<<32 | uint64(k.proto)<<24 | uint64(k.port)<<8 | uint64(k.plen)
+}
+
+func unpackKey(p uint64, d statepolicy.Direction) statepolicy.Key {
+	return statepolicy.Key{Identity: identity.NumericIdentity(p >> 32), Direction: d,
+		Proto: uint8(p >> 24), Port: uint16(p >> 8), PortPrefixLen: uint8(p)}
+}
+
+// normalL4 normalises k as NewKey does.
+func normalL4(k l4Key) l4Key {
+	n := statepolicy.NewKey(0, 0, k.proto, k.port, k.plen)
+	return l4Key{proto: n.Proto, port: n.Port, plen: n.PortPrefixLen}
+}
+
+var anyPeerIDs = []identity.NumericIdentity{0}
+
+func (e *Engine) computeEntries(ep Endpoint, rules []*compiledRule, d statepolicy.Direction, defaultDeny bool) []statepolicy.Entry {
+	sets := newRuleSets(rules)
+
+	// 1. Groups.
+	var groups []group
+	groupOf := make(map[groupKey]int32, 16)
 	for ri, cr := range rules {
 		for i, ent := range cr.rule.entries(d) {
 			l4 := e.resolvePorts(ep, d, ent.Ports)
 			if len(l4) == 0 {
 				continue
 			}
-			ids = ids[:0]
+			npeers := len(cr.peers[d][i])
 			if ent.AnyPeer {
-				ids = append(ids, 0)
-			} else {
-				for _, cs := range cr.peers[d][i] {
-					ids = append(ids, cs.selections()...)
-				}
+				npeers = 1
 			}
-			for _, id := range ids {
+			for p := range npeers {
+				var cs *cachedSelector
+				ids := anyPeerIDs
+				if !ent.AnyPeer {
+					cs = cr.peers[d][i][p]
+					ids = cs.selections()
+				}
+				if len(ids) == 0 {
+					continue
+				}
 				for _, k := range l4 {
-					key := statepolicy.NewKey(id, d, k.proto, k.port, k.plen)
-					a := keys[key]
-					if ent.Deny {
-						a.deny = names.add(a.deny, ri, cr.name)
-					} else if a.allow >= 0 {
-						a.allow = names.add(a.allow, ri, cr.name)
+					k = normalL4(k)
+					gk := groupKey{cs: cs, l4: k}
+					gi, ok := groupOf[gk]
+					if !ok {
+						gi = int32(len(groups))
+						groups = append(groups, group{ids: ids, l4: k})
+						groupOf[gk] = gi
 					}
-					keys[key] = a
+					g := &groups[gi]
+					if ent.Deny {
+						g.deny = sets.add(g.deny, int32(ri))
+					} else {
+						g.allow = sets.add(g.allow, int32(ri))
+					}
 				}
 			}
 		}
 	}
-	return statepolicy.DirectionPolicy{Enforcing: true, Entries: finish(keys, names)}
+
+	// 2. Keys.
+	n := 0
+	for _, g := range groups {
+		n += len(g.ids)
+	}
+	slots := make([]slot, 0, n+1)
+	slotOf := make(map[uint64]int32, n+1)
+	if !defaultDeny {
+		// Every selecting rule opted out of default deny: what no entry
+		// denies passes. The entry derives from no rule.
+		slotOf[0] = 0
+		slots = append(slots, slot{key: 0, allow: -1})
+	}
+	for _, g := range groups {
+		for _, id := range g.ids {
+			k := packKey(id, g.l4)
+			si, ok := slotOf[k]
+			if !ok {
+				slotOf[k] = int32(len(slots))
+				slots = append(slots, slot{key: k, allow: g.allow, deny: g.deny})
+				continue
+			}
+			s := &slots[si]
+			if s.allow >= 0 {
+				s.allow = sets.union(s.allow, g.allow)
+			}
+			s.deny = sets.union(s.deny, g.deny)
+		}
+	}
+
+	// 3. Entries.
+	slices.SortFunc(slots, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
+	out := make([]statepolicy.Entry, 0, len(slots))
+	var denies []statepolicy.Key
+	for i := 0; i < len(slots); {
+		id := slots[i].key >> 32
+		j := i
+		denies = denies[:0]
+		for ; j < len(slots) && slots[j].key>>32 == id; j++ {
+			if slots[j].deny > 0 {
+				denies = append(denies, unpackKey(slots[j].key, d))
+			}
+		}
+		for _, s := range slots[i:j] {
+			k := unpackKey(s.key, d)
+			if s.deny > 0 {
+				out = append(out, statepolicy.Entry{Key: k, Deny: true, DerivedFrom: sets.names(s.deny)})
+				continue
+			}
+			if slices.ContainsFunc(denies, func(dk statepolicy.Key) bool { return dk.Covers(k) }) {
+				continue
+			}
+			en := statepolicy.Entry{Key: k}
+			if s.allow > 0 {
+				en.DerivedFrom = sets.names(s.allow)
+			}
+			out = append(out, en)
+		}
+		i = j
+	}
+	return out
 }
 
-// finish turns the collected keys into sorted entries: a key both allowed
-// and denied is denied, and an allow covered by a deny of the same identity
-// is dropped (the datapath's longest-prefix match would otherwise let the
-// narrower allow win).
-func finish(keys map[statepolicy.Key]acc, names *nameSets) []statepolicy.Entry {
-	var denies map[identity.NumericIdentity][]statepolicy.Key
-	for k, a := range keys {
-		if a.deny > 0 {
-			if denies == nil {
-				denies = map[identity.NumericIdentity][]statepolicy.Key{}
-			}
-			denies[k.Identity] = append(denies[k.Identity], k)
-		}
+// ruleSets interns sets of rules (by index into the sorted selecting
+// rules) so that the thousands of keys of one endpoint share a handful of
+// sets and of name slices. A set is a node of a trie: its largest rule and
+// the set without it. Sets are only ever built by adding rules in
+// ascending order from the empty set 0, so equal sets are the same node.
+type ruleSets struct {
+	rules  []*compiledRule
+	last   []int32 // largest rule of each set; -1 for the empty set
+	parent []int32
+	ext    map[uint64]int32 // (set, rule) -> set with the rule added
+	unions map[uint64]int32 // (set, set) -> their union
+	named  [][]string       // names of each set, built on demand
+}
+
+func newRuleSets(rules []*compiledRule) *ruleSets {
+	return &ruleSets{rules: rules, last: []int32{-1}, parent: []int32{0}, ext: map[uint64]int32{}}
+}
+
+// add returns set with rule ri added; ri must not be below set's largest
+// rule.
+func (s *ruleSets) add(set, ri int32) int32 {
+	if s.last[set] == ri {
+		return set
 	}
-	out := make([]statepolicy.Entry, 0, len(keys))
-	for k, a := range keys {
-		if a.deny > 0 {
-			out = append(out, statepolicy.Entry{Key: k, Deny: true, DerivedFrom: names.sets[a.deny]})
-			continue
-		}
-		covered := false
-		for _, dk := range denies[k.Identity] {
-			if dk.Covers(k) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			e := statepolicy.Entry{Key: k}
-			if a.allow > 0 {
-				e.DerivedFrom = names.sets[a.allow]
-			}
-			out = append(out, e)
-		}
+	k := uint64(set)<<32 | uint64(ri)
+	if next, ok := s.ext[k]; ok {
+		return next
 	}
-	slices.SortFunc(out, func(a, b statepolicy.Entry) int { return a.Key.Compare(b.Key) })
+	next := int32(len(s.last))
+	s.last = append(s.last, ri)
+	s.parent = append(s.parent, set)
+	s.ext[k] = next
+	return next
+}
+
+// members returns the rules of set, ascending.
+func (s *ruleSets) members(set int32) []int32 {
+	var out []int32
+	for ; set != 0; set = s.parent[set] {
+		out = append(out, s.last[set])
+	}
+	slices.Reverse(out)
 	return out
+}
+
+// union returns the set of the rules of a and b.
+func (s *ruleSets) union(a, b int32) int32 {
+	if a == b || b == 0 {
+		return a
+	}
+	if a == 0 {
+		return b
+	}
+	if a > b {
+		a, b = b, a
+	}
+	k := uint64(a)<<32 | uint64(b)
+	if u, ok := s.unions[k]; ok {
+		return u
+	}
+	ma, mb := s.members(a), s.members(b)
+	u := int32(0)
+	for len(ma) > 0 || len(mb) > 0 {
+		var next int32
+		switch {
+		case len(mb) == 0 || (len(ma) > 0 && ma[0] < mb[0]):
+			next, ma = ma[0], ma[1:]
+		case len(ma) == 0 || mb[0] < ma[0]:
+			next, mb = mb[0], mb[1:]
+		default:
+			next, ma, mb = ma[0], ma[1:], mb[1:]
+		}
+		u = s.add(u, next)
+	}
+	if s.unions == nil {
+		s.unions = map[uint64]int32{}
+	}
+	s.unions[k] = u
+	return u
+}
+
+// names returns the names of the rules of set, in order, each once.
+func (s *ruleSets) names(set int32) []string {
+	for len(s.named) <= int(set) {
+		s.named = append(s.named, nil)
+	}
+	if s.named[set] == nil {
+		m := s.members(set)
+		out := make([]string, 0, len(m))
+		for _, ri := range m {
+			if name := s.rules[ri].name; len(out) == 0 || out[len(out)-1] != name {
+				out = append(out, name)
+			}
+		}
+		s.named[set] = out
+	}
+	return s.named[set]
 }
 
 // resolvePorts turns an entry's ports into key parts; nil ports mean every

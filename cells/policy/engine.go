@@ -91,8 +91,12 @@ func (c *Changes) add(ids ...identity.NumericIdentity) {
 type compiledRule struct {
 	rule    *Rule
 	name    string
+	seq     uint64                 // unique per compilation: names the rule in policy cache keys
 	subject *cachedSelector        // nil: selects nothing
 	peers   [2][][]*cachedSelector // per direction, per entry
+	// ingressNames are the named ports its ingress entries use, sorted and
+	// unique: the part of an endpoint that shapes its ingress policy.
+	ingressNames []string
 }
 
 // cidrIdentity is a local identity allocated for a prefix rules use.
@@ -116,6 +120,14 @@ type Engine struct {
 	freeLocal []identity.NumericIdentity
 	nextLocal identity.NumericIdentity
 	egressNP  map[string][]NamedPort
+	nextSeq   uint64
+
+	// subjects indexes the rules by what their subject requires, for
+	// endpoints known only by labels (see ruleindex.go).
+	subjects ruleIndex
+	// cache holds computed direction policies by what they depend on (see
+	// policycache.go); every change that could alter one empties it.
+	cache policyCache
 }
 
 // NewEngine returns an engine with no rules, the reserved identities, and
@@ -132,6 +144,7 @@ func NewEngine(mode Mode) *Engine {
 		bySubject: map[identity.NumericIdentity]map[*compiledRule]struct{}{},
 		cidrs:     map[netip.Prefix]*cidrIdentity{},
 		nextLocal: identity.MinLocalIdentity,
+		subjects:  newRuleIndex(),
 	}
 	for id := range e.sc.identities {
 		e.bySubject[id] = map[*compiledRule]struct{}{}
@@ -161,6 +174,7 @@ func (e *Engine) UpsertRules(src Source, rules []*Rule) Changes {
 	if len(crs) > 0 {
 		e.sources[src] = crs
 	}
+	e.cache.flush()
 	e.revision++
 	ch.Revision = e.revision
 	return ch
@@ -176,6 +190,7 @@ func (e *Engine) DeleteRules(src Source) Changes {
 		return ch
 	}
 	e.removeLocked(src, &ch)
+	e.cache.flush()
 	e.revision++
 	ch.Revision = e.revision
 	return ch
@@ -204,8 +219,18 @@ func (e *Engine) Rules() []*Rule {
 }
 
 func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
-	cr := &compiledRule{rule: r, name: r.Name()}
+	e.nextSeq++
+	cr := &compiledRule{rule: r, name: r.Name(), seq: e.nextSeq}
+	for _, ent := range r.Ingress {
+		for _, p := range ent.Ports {
+			if p.Name != "" {
+				cr.ingressNames = append(cr.ingressNames, p.Name)
+			}
+		}
+	}
+	cr.ingressNames = slices.Compact(slices.Sorted(slices.Values(cr.ingressNames)))
 	if r.Subject != nil {
+		e.subjects.add(cr, r.Subject)
 		cr.subject = e.sc.add(r.Subject)
 		cr.subject.subjectOf[cr] = struct{}{}
 		for id := range cr.subject.ids {
@@ -236,6 +261,7 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 func (e *Engine) removeLocked(src Source, ch *Changes) {
 	for _, cr := range e.sources[src] {
 		if cr.subject != nil {
+			e.subjects.remove(cr, cr.rule.Subject)
 			delete(cr.subject.subjectOf, cr)
 			for id := range cr.subject.ids {
 				delete(e.bySubject[id], cr)
@@ -329,7 +355,14 @@ func (e *Engine) updateIdentitiesLocked(upserts map[identity.NumericIdentity]lab
 	for id := range upserts {
 		ch.add(id)
 	}
-	for _, cs := range e.sc.update(upserts, deletes) {
+	changed := e.sc.update(upserts, deletes)
+	if len(changed) > 0 {
+		// Computed policies read only the rules, the selections of their
+		// peer selectors and the named ports: an identity change that
+		// moves no selection leaves every cached policy valid.
+		e.cache.flush()
+	}
+	for _, cs := range changed {
 		for cr := range cs.peerOf {
 			if cr.subject != nil {
 				ch.add(slices.Collect(maps.Keys(cr.subject.ids))...)
@@ -385,6 +418,7 @@ func (e *Engine) SetEgressNamedPorts(ports map[string][]NamedPort) Changes {
 		return Changes{Revision: e.revision}
 	}
 	e.egressNP = ports
+	e.cache.flush()
 	e.revision++
 	return Changes{Revision: e.revision, All: true}
 }
