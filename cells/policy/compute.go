@@ -167,7 +167,10 @@ func (e *Engine) computeEntries(ep Endpoint, rules []*compiledRule, d statepolic
 	groupOf := make(map[groupKey]int32, 16)
 	for ri, cr := range rules {
 		for i, ent := range cr.rule.entries(d) {
-			l4 := e.resolvePorts(ep, d, ent.Ports)
+			l4 := cr.ports[d][i]
+			if l4 == nil {
+				l4 = e.resolvePorts(ep, d, ent.Ports)
+			}
 			if len(l4) == 0 {
 				continue
 			}
@@ -205,38 +208,42 @@ func (e *Engine) computeEntries(ep Endpoint, rules []*compiledRule, d statepolic
 		}
 	}
 
-	// 2. Keys.
-	n := 0
+	// 2. Keys: one slot per (group, identity), sorted by key, then the
+	// slots of one key folded into one.
+	n := 1
 	for _, g := range groups {
 		n += len(g.ids)
 	}
-	slots := make([]slot, 0, n+1)
-	slotOf := make(map[uint64]int32, n+1)
+	slots := make([]slot, 0, n)
 	if !defaultDeny {
 		// Every selecting rule opted out of default deny: what no entry
 		// denies passes. The entry derives from no rule.
-		slotOf[0] = 0
 		slots = append(slots, slot{key: 0, allow: -1})
 	}
 	for _, g := range groups {
 		for _, id := range g.ids {
-			k := packKey(id, g.l4)
-			si, ok := slotOf[k]
-			if !ok {
-				slotOf[k] = int32(len(slots))
-				slots = append(slots, slot{key: k, allow: g.allow, deny: g.deny})
-				continue
-			}
-			s := &slots[si]
-			if s.allow >= 0 {
-				s.allow = sets.union(s.allow, g.allow)
-			}
-			s.deny = sets.union(s.deny, g.deny)
+			slots = append(slots, slot{key: packKey(id, g.l4), allow: g.allow, deny: g.deny})
 		}
 	}
+	slices.SortFunc(slots, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
+	w := 0
+	for r := 0; r < len(slots); r++ {
+		if w > 0 && slots[w-1].key == slots[r].key {
+			s := &slots[w-1]
+			if s.allow < 0 || slots[r].allow < 0 {
+				s.allow = -1
+			} else {
+				s.allow = sets.union(s.allow, slots[r].allow)
+			}
+			s.deny = sets.union(s.deny, slots[r].deny)
+			continue
+		}
+		slots[w] = slots[r]
+		w++
+	}
+	slots = slots[:w]
 
 	// 3. Entries.
-	slices.SortFunc(slots, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
 	out := make([]statepolicy.Entry, 0, len(slots))
 	var denies []statepolicy.Key
 	for i := 0; i < len(slots); {
@@ -271,46 +278,55 @@ func (e *Engine) computeEntries(ep Endpoint, rules []*compiledRule, d statepolic
 // ruleSets interns sets of rules (by index into the sorted selecting
 // rules) so that the thousands of keys of one endpoint share a handful of
 // sets and of name slices. A set is a node of a trie: its largest rule and
-// the set without it. Sets are only ever built by adding rules in
-// ascending order from the empty set 0, so equal sets are the same node.
+// the set without it (its parent). Sets are only ever built by adding
+// rules in ascending order from the empty set 0, so equal sets are the
+// same node. A node's children form a list (first child, next sibling):
+// there are few sets, and few children per set.
 type ruleSets struct {
-	rules  []*compiledRule
-	last   []int32 // largest rule of each set; -1 for the empty set
-	parent []int32
-	ext    map[uint64]int32 // (set, rule) -> set with the rule added
-	unions map[uint64]int32 // (set, set) -> their union
-	named  [][]string       // names of each set, built on demand
+	rules   []*compiledRule
+	nodes   []ruleSetNode
+	unions  map[uint64]int32 // (set, set) -> their union
+	named   [][]string       // names of each set, built on demand
+	scratch [2][]int32
+}
+
+type ruleSetNode struct {
+	last, parent, depth int32 // last -1: the empty set
+	child, sibling      int32 // 0: none
 }
 
 func newRuleSets(rules []*compiledRule) *ruleSets {
-	return &ruleSets{rules: rules, last: []int32{-1}, parent: []int32{0}, ext: map[uint64]int32{}}
+	s := &ruleSets{rules: rules, nodes: make([]ruleSetNode, 1, 16)}
+	s.nodes[0].last = -1
+	return s
 }
 
 // add returns set with rule ri added; ri must not be below set's largest
 // rule.
 func (s *ruleSets) add(set, ri int32) int32 {
-	if s.last[set] == ri {
+	if s.nodes[set].last == ri {
 		return set
 	}
-	k := uint64(set)<<32 | uint64(ri)
-	if next, ok := s.ext[k]; ok {
-		return next
+	for c := s.nodes[set].child; c != 0; c = s.nodes[c].sibling {
+		if s.nodes[c].last == ri {
+			return c
+		}
 	}
-	next := int32(len(s.last))
-	s.last = append(s.last, ri)
-	s.parent = append(s.parent, set)
-	s.ext[k] = next
+	next := int32(len(s.nodes))
+	s.nodes = append(s.nodes, ruleSetNode{last: ri, parent: set, depth: s.nodes[set].depth + 1, sibling: s.nodes[set].child})
+	s.nodes[set].child = next
 	return next
 }
 
-// members returns the rules of set, ascending.
-func (s *ruleSets) members(set int32) []int32 {
-	var out []int32
-	for ; set != 0; set = s.parent[set] {
-		out = append(out, s.last[set])
+// members appends the rules of set, ascending, to buf.
+func (s *ruleSets) members(set int32, buf []int32) []int32 {
+	d := int(s.nodes[set].depth)
+	buf = slices.Grow(buf[:0], d)[:d]
+	for i := d - 1; i >= 0; i-- {
+		buf[i] = s.nodes[set].last
+		set = s.nodes[set].parent
 	}
-	slices.Reverse(out)
-	return out
+	return buf
 }
 
 // union returns the set of the rules of a and b.
@@ -328,7 +344,9 @@ func (s *ruleSets) union(a, b int32) int32 {
 	if u, ok := s.unions[k]; ok {
 		return u
 	}
-	ma, mb := s.members(a), s.members(b)
+	s.scratch[0] = s.members(a, s.scratch[0])
+	s.scratch[1] = s.members(b, s.scratch[1])
+	ma, mb := s.scratch[0], s.scratch[1]
 	u := int32(0)
 	for len(ma) > 0 || len(mb) > 0 {
 		var next int32
@@ -351,20 +369,42 @@ func (s *ruleSets) union(a, b int32) int32 {
 
 // names returns the names of the rules of set, in order, each once.
 func (s *ruleSets) names(set int32) []string {
-	for len(s.named) <= int(set) {
-		s.named = append(s.named, nil)
+	if len(s.named) <= int(set) {
+		s.named = slices.Grow(s.named, len(s.nodes)-len(s.named))[:len(s.nodes)]
 	}
 	if s.named[set] == nil {
-		m := s.members(set)
+		m := s.members(set, s.scratch[0])
+		s.scratch[0] = m
 		out := make([]string, 0, len(m))
 		for _, ri := range m {
 			if name := s.rules[ri].name; len(out) == 0 || out[len(out)-1] != name {
 				out = append(out, name)
 			}
 		}
-		s.named[set] = out
+		s.named[set] = slices.Clip(out)
 	}
 	return s.named[set]
+}
+
+// staticPorts resolves an entry's ports once, when they name no port:
+// normalised, sorted and unique. It returns nil when a port is named
+// (those resolve per computation) and an empty list when nothing matches.
+func staticPorts(ports []PortSpec) []l4Key {
+	if ports == nil {
+		return anyL4
+	}
+	out := make([]l4Key, 0, len(ports))
+	for _, p := range ports {
+		if isNamed(p) {
+			return nil
+		}
+		out = appendPort(out, p)
+	}
+	for i := range out {
+		out[i] = normalL4(out[i])
+	}
+	slices.SortFunc(out, func(a, b l4Key) int { return cmp.Compare(packKey(0, a), packKey(0, b)) })
+	return slices.Clip(slices.Compact(out))
 }
 
 // resolvePorts turns an entry's ports into key parts; nil ports mean every
@@ -376,31 +416,40 @@ func (e *Engine) resolvePorts(ep Endpoint, d statepolicy.Direction, ports []Port
 	}
 	var out []l4Key
 	for _, p := range ports {
-		switch {
-		case p.ICMP:
-			out = append(out, l4Key{proto: p.Proto, port: p.Port, plen: 16})
-		case p.Name != "":
-			named := ep.NamedPorts
-			if d == statepolicy.Egress {
-				named = e.egressNP
+		if !isNamed(p) {
+			out = appendPort(out, p)
+			continue
+		}
+		named := ep.NamedPorts
+		if d == statepolicy.Egress {
+			named = e.egressNP
+		}
+		for _, np := range named[p.Name] {
+			if p.Proto != 0 && np.Proto != 0 && np.Proto != p.Proto {
+				continue
 			}
-			for _, np := range named[p.Name] {
-				if p.Proto != 0 && np.Proto != 0 && np.Proto != p.Proto {
-					continue
-				}
-				proto := p.Proto
-				if proto == 0 {
-					proto = np.Proto
-				}
-				out = appendPortRange(out, proto, np.Port, np.Port)
+			proto := p.Proto
+			if proto == 0 {
+				proto = np.Proto
 			}
-		case p.Port == 0:
-			out = append(out, l4Key{proto: p.Proto})
-		default:
-			out = appendPortRange(out, p.Proto, p.Port, max(p.EndPort, p.Port))
+			out = appendPortRange(out, proto, np.Port, np.Port)
 		}
 	}
 	return out
+}
+
+// isNamed reports whether p is a named port (an ICMP type never is).
+func isNamed(p PortSpec) bool { return !p.ICMP && p.Name != "" }
+
+// appendPort appends the keys of a port that is not named.
+func appendPort(out []l4Key, p PortSpec) []l4Key {
+	switch {
+	case p.ICMP:
+		return append(out, l4Key{proto: p.Proto, port: p.Port, plen: 16})
+	case p.Port == 0:
+		return append(out, l4Key{proto: p.Proto})
+	}
+	return appendPortRange(out, p.Proto, p.Port, max(p.EndPort, p.Port))
 }
 
 // appendPortRange appends the keys of lo..hi for proto; proto 0 with a port

@@ -94,6 +94,10 @@ type compiledRule struct {
 	seq     uint64                 // unique per compilation: names the rule in policy cache keys
 	subject *cachedSelector        // nil: selects nothing
 	peers   [2][][]*cachedSelector // per direction, per entry
+	// ports are the resolved ports per direction and entry, normalised and
+	// unique; nil for an entry with a named port, which resolves per
+	// computation.
+	ports [2][][]l4Key
 	// ingressNames are the named ports its ingress entries use, sorted and
 	// unique: the part of an endpoint that shapes its ingress policy.
 	ingressNames []string
@@ -223,7 +227,7 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 	cr := &compiledRule{rule: r, name: r.Name(), seq: e.nextSeq}
 	for _, ent := range r.Ingress {
 		for _, p := range ent.Ports {
-			if p.Name != "" {
+			if isNamed(p) {
 				cr.ingressNames = append(cr.ingressNames, p.Name)
 			}
 		}
@@ -253,6 +257,7 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 				css = append(css, cs)
 			}
 			cr.peers[d] = append(cr.peers[d], css)
+			cr.ports[d] = append(cr.ports[d], staticPorts(ent.Ports))
 		}
 	}
 	return cr
