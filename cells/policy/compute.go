@@ -47,10 +47,7 @@ func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 		if len(set) == 0 {
 			return nil
 		}
-		out = make([]*compiledRule, 0, len(set))
-		for cr := range set {
-			out = append(out, cr)
-		}
+		out = slices.Clone(set)
 	} else {
 		e.subjects.candidates(ep.Labels, func(cr *compiledRule) {
 			if cr.subject != nil && cr.subject.m.Matches(ep.Identity, ep.Labels) {

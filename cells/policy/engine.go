@@ -119,7 +119,7 @@ type Engine struct {
 	revision  uint64
 	sc        *SelectorCache
 	sources   map[Source][]*compiledRule
-	bySubject map[identity.NumericIdentity]map[*compiledRule]struct{}
+	bySubject map[identity.NumericIdentity][]*compiledRule // every known identity, with the rules selecting it (unordered)
 	cidrs     map[netip.Prefix]*cidrIdentity
 	freeLocal []identity.NumericIdentity
 	nextLocal identity.NumericIdentity
@@ -145,13 +145,13 @@ func NewEngine(mode Mode) *Engine {
 		revision:  1,
 		sc:        NewSelectorCache(),
 		sources:   map[Source][]*compiledRule{},
-		bySubject: map[identity.NumericIdentity]map[*compiledRule]struct{}{},
+		bySubject: map[identity.NumericIdentity][]*compiledRule{},
 		cidrs:     map[netip.Prefix]*cidrIdentity{},
 		nextLocal: identity.MinLocalIdentity,
 		subjects:  newRuleIndex(),
 	}
 	for id := range e.sc.identities {
-		e.bySubject[id] = map[*compiledRule]struct{}{}
+		e.bySubject[id] = nil
 	}
 	return e
 }
@@ -238,7 +238,7 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 		cr.subject = e.sc.add(r.Subject)
 		cr.subject.subjectOf[cr] = struct{}{}
 		for id := range cr.subject.ids {
-			e.subjectsOf(id)[cr] = struct{}{}
+			e.addSubject(id, cr)
 			ch.add(id)
 		}
 	}
@@ -269,7 +269,7 @@ func (e *Engine) removeLocked(src Source, ch *Changes) {
 			e.subjects.remove(cr, cr.rule.Subject)
 			delete(cr.subject.subjectOf, cr)
 			for id := range cr.subject.ids {
-				delete(e.bySubject[id], cr)
+				e.removeSubject(id, cr)
 				ch.add(id)
 			}
 			e.sc.release(cr.subject)
@@ -380,16 +380,16 @@ func (e *Engine) updateIdentitiesLocked(upserts map[identity.NumericIdentity]lab
 			_, sel := cs.ids[id]
 			for cr := range cs.subjectOf {
 				if sel {
-					e.subjectsOf(id)[cr] = struct{}{}
+					e.addSubject(id, cr)
 				} else {
-					delete(e.subjectsOf(id), cr)
+					e.removeSubject(id, cr)
 				}
 			}
 		}
 		for _, id := range deletes {
 			if _, sel := cs.ids[id]; !sel {
 				for cr := range cs.subjectOf {
-					delete(e.subjectsOf(id), cr)
+					e.removeSubject(id, cr)
 				}
 			}
 		}
@@ -400,17 +400,32 @@ func (e *Engine) updateIdentitiesLocked(upserts map[identity.NumericIdentity]lab
 		}
 	}
 	for id := range upserts {
-		e.subjectsOf(id)
+		if _, ok := e.bySubject[id]; !ok {
+			e.bySubject[id] = nil
+		}
 	}
 }
 
-func (e *Engine) subjectsOf(id identity.NumericIdentity) map[*compiledRule]struct{} {
-	m, ok := e.bySubject[id]
-	if !ok {
-		m = map[*compiledRule]struct{}{}
-		e.bySubject[id] = m
+// addSubject records that cr selects identity id. The rules selecting one
+// identity are few, so a slice serves better than a map.
+func (e *Engine) addSubject(id identity.NumericIdentity, cr *compiledRule) {
+	crs := e.bySubject[id]
+	if !slices.Contains(crs, cr) {
+		e.bySubject[id] = append(crs, cr)
 	}
-	return m
+}
+
+// removeSubject records that cr does not select identity id.
+func (e *Engine) removeSubject(id identity.NumericIdentity, cr *compiledRule) {
+	crs, ok := e.bySubject[id]
+	if !ok {
+		return
+	}
+	if i := slices.Index(crs, cr); i >= 0 {
+		crs[i] = crs[len(crs)-1]
+		crs[len(crs)-1] = nil
+		e.bySubject[id] = crs[:len(crs)-1]
+	}
 }
 
 // SetEgressNamedPorts sets the named ports egress rules are resolved
