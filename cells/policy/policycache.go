@@ -7,9 +7,10 @@ import (
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
-// maxCachedPolicies bounds the policy cache; when it is full it starts
-// over. Past that many distinct rule combinations sharing is rare anyway.
-const maxCachedPolicies = 4096
+// maxCachedPolicies bounds the policy cache, and so what it keeps of
+// policies no endpoint holds any more; when it is full it starts over.
+// Past that many distinct rule combinations sharing is rare anyway.
+const maxCachedPolicies = 1024
 
 // policyCache shares computed direction policies between endpoints. The
 // policy of an endpoint in one direction is a function of the rules that
