@@ -154,6 +154,8 @@ func normalL4(k l4Key) l4Key {
 	return l4Key{proto: n.Proto, port: n.Port, plen: n.PortPrefixLen}
 }
 
+// anyPeerIDs are the peers of an entry that matches any peer: identity 0
+// of the policy map. Read only.
 var anyPeerIDs = []identity.NumericIdentity{0}
 
 func (e *Engine) computeEntries(ep Endpoint, rules []*compiledRule, d statepolicy.Direction, defaultDeny bool) []statepolicy.Entry {
