@@ -98,8 +98,11 @@ bench:
 	$(GO) test -run '^$$' -bench 'Privileged' -benchtime 20x ./datapath/mapsync/
 
 ## bench-policy: policy engine benchmarks (full computation, incremental changes, 20k non-selecting rules)
+# The full computations run 5 times each, the short cases for the default
+# second. BENCH_FLAGS adds flags to both (e.g. BENCH_FLAGS=-count=3).
 bench-policy:
-	$(GO) test -run '^$$' -bench . -benchtime 5x -benchmem ./cells/policy/
+	$(GO) test -run '^$$' -bench 'FullComputation|ComputeAllEndpoints' -benchtime 5x -benchmem $(BENCH_FLAGS) ./cells/policy/
+	$(GO) test -run '^$$' -bench 'IdentityAdded|RuleChanged|NoMatch20k' -benchmem $(BENCH_FLAGS) ./cells/policy/
 
 clean:
 	rm -rf $(BIN)
