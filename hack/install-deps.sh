@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what cellium's build and tests need, idempotently: Debian
 # packages (iproute2 for network namespaces; clang-19, llvm-19 for
-# llvm-strip-19, bpftool and iperf3 for the datapath) when running as root
+# llvm-strip-19, bpftool; iperf3, sockperf and nsenter for
+# `make bench-datapath`) when running as root
 # with apt. Go modules come from the module proxy through `go` itself.
 set -euo pipefail
 
@@ -11,6 +12,8 @@ command -v clang-19 >/dev/null 2>&1 || need+=(clang-19)
 command -v llvm-strip-19 >/dev/null 2>&1 || need+=(llvm-19)
 command -v bpftool >/dev/null 2>&1 || need+=(bpftool)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+command -v sockperf >/dev/null 2>&1 || need+=(sockperf)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -1,0 +1,169 @@
+// Package benchdatapath measures cellium's eBPF datapath between two pods
+// on one node (`make bench-datapath`): TCP throughput (iperf3) and TCP
+// request/response rate (sockperf ping-pong) over (a) bare routed veths
+// and (b) the same veths with cellium's programs attached with tcx and a
+// realistic policy loaded, printed as ratios b/a; and the time from a
+// policy update to the first packet it drops in a running stream.
+//
+// Everything lives in network namespaces the bench makes (a node
+// namespace and one per pod, the bench's range blackholed in the node
+// first) and a private bpffs; all of it is removed at the end, also on
+// error or interrupt. It needs root, iperf3, sockperf and nsenter.
+package benchdatapath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/cellium/cellium/statedb/policy"
+)
+
+// Config sets the bench's sizes.
+type Config struct {
+	// Duration of each iperf3 and sockperf run (whole seconds).
+	Duration time.Duration
+	// Rounds of (bare, cellium) pairs; the medians are compared.
+	Rounds int
+	// Updates is the number of policy updates timed.
+	Updates int
+	// StreamInterval is the gap between the stream's datagrams, which
+	// bounds the latency's resolution.
+	StreamInterval time.Duration
+	// IPCachePrefixes and PolicyEntries size the loaded maps.
+	IPCachePrefixes int
+	PolicyEntries   int
+}
+
+// Result holds the medians measured.
+type Result struct {
+	BareBps, CelliumBps float64
+	BareRR, CelliumRR   float64
+	// Latencies are the policy update times; Enforcer says how the
+	// policy was updated.
+	Latencies latencies
+	Enforcer  string
+}
+
+// Run builds the topology, measures, prints to w and removes everything.
+func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
+	if cfg.Duration < time.Second {
+		return res, errors.New("duration must be at least 1s (iperf3 and sockperf run whole seconds)")
+	}
+	for _, bin := range []string{"iperf3", "sockperf", "nsenter", "ss"} {
+		if err := lookPath(bin); err != nil {
+			return res, err
+		}
+	}
+	tmp, err := os.MkdirTemp("", "cellium-benchdp-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(tmp)
+	t, err := newTopology(ctx, tmp)
+	defer func() {
+		if cerr := t.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
+	if err := t.loadPolicy(cfg.IPCachePrefixes, cfg.PolicyEntries); err != nil {
+		return res, err
+	}
+	for _, p := range []*pod{t.a, t.b} {
+		if err := t.load(p); err != nil {
+			return res, err
+		}
+	}
+	fmt.Fprintf(w, "pods %s (identity %d) -> %s (identity %d); ipcache %d prefixes; policy: enforcing egress on a, ingress on b, %d entries each\n",
+		t.a.ip, t.a.id, t.b.ip, t.b.id, cfg.IPCachePrefixes+2, cfg.PolicyEntries+4)
+
+	var bareBps, celBps, bareRR, celRR []float64
+	for round := range cfg.Rounds {
+		for _, withPrograms := range []bool{false, true} {
+			label := "bare"
+			if withPrograms {
+				label = "cellium"
+				if err := t.attach(); err != nil {
+					return res, err
+				}
+			}
+			bps, err := t.iperf3(ctx, cfg.Duration)
+			if err != nil {
+				return res, fmt.Errorf("round %d %s: %w", round+1, label, err)
+			}
+			rr, err := t.sockperf(ctx, cfg.Duration)
+			if err != nil {
+				return res, fmt.Errorf("round %d %s: %w", round+1, label, err)
+			}
+			fmt.Fprintf(w, "round %d %-8s throughput %8.2f Gbit/s   request/response %9.0f /s\n", round+1, label, bps/1e9, rr)
+			if withPrograms {
+				celBps, celRR = append(celBps, bps), append(celRR, rr)
+				if err := t.detach(); err != nil {
+					return res, err
+				}
+			} else {
+				bareBps, bareRR = append(bareBps, bps), append(bareRR, rr)
+			}
+		}
+	}
+	res.BareBps, res.CelliumBps = median(bareBps), median(celBps)
+	res.BareRR, res.CelliumRR = median(bareRR), median(celRR)
+
+	if err := t.attach(); err != nil {
+		return res, err
+	}
+	// A deny for every identity on the stream's port: it beats the allow
+	// of a's identity (drop reason 181).
+	enf := &mapsEnforcer{pm: t.b.policy, key: policy.NewKey(0, policy.Ingress, policy.ProtoUDP, streamPort, 16)}
+	res.Enforcer = enf.name()
+	res.Latencies, err = t.enforcementLatency(ctx, enf, cfg.Updates, cfg.StreamInterval)
+	if err != nil {
+		return res, fmt.Errorf("policy update latency: %w", err)
+	}
+
+	fmt.Fprintf(w, "\nmedians of %d rounds of %s each (bare routed veths = a, cellium programs + policy = b):\n", cfg.Rounds, cfg.Duration)
+	fmt.Fprintf(w, "  TCP throughput (iperf3)          a %8.2f Gbit/s  b %8.2f Gbit/s  b/a %.3fx  (aim >= 0.95x)\n",
+		res.BareBps/1e9, res.CelliumBps/1e9, res.CelliumBps/res.BareBps)
+	fmt.Fprintf(w, "  TCP_RR (sockperf ping-pong, 64B) a %8.0f /s      b %8.0f /s      b/a %.3fx  (aim >= 1.0x)\n",
+		res.BareRR, res.CelliumRR, res.CelliumRR/res.BareRR)
+	fmt.Fprintf(w, "  policy update (%s), %d updates:\n", res.Enforcer, len(res.Latencies.FirstDrop))
+	for _, l := range []struct {
+		what string
+		d    []time.Duration
+	}{{"update applied (call returned)", res.Latencies.Applied}, {"update -> first packet dropped", res.Latencies.FirstDrop}} {
+		lat := slices.Clone(l.d)
+		slices.Sort(lat)
+		fmt.Fprintf(w, "    %-32s p50 %9v  p99 %9v  max %9v\n", l.what, percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1])
+	}
+	fmt.Fprintf(w, "    (the UDP stream sent a datagram every %v on average: the first drop waits for the next one; aim p99 <= 50ms)\n",
+		res.Latencies.StreamGap.Round(time.Microsecond))
+	return res, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// percentile of sorted, nearest rank.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	return sorted[i-1]
+}
