@@ -39,10 +39,18 @@ type Config struct {
 	PolicyEntries   int
 }
 
-// Result holds the medians measured.
+// variant is one way of connecting the pods, with its figures.
+type variant struct {
+	name               string
+	programs, redirect bool
+	bps, rr            []float64
+}
+
+// Result holds the medians measured: bare veths, programs with packets
+// through the stack, programs with the same-node redirect.
 type Result struct {
-	BareBps, CelliumBps float64
-	BareRR, CelliumRR   float64
+	BareBps, StackBps, RedirectBps float64
+	BareRR, StackRR, RedirectRR    float64
 	// Latencies are the policy update times; Enforcer says how the
 	// policy was updated.
 	Latencies latencies
@@ -84,39 +92,37 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 	fmt.Fprintf(w, "pods %s (identity %d) -> %s (identity %d); ipcache %d prefixes; policy: enforcing egress on a, ingress on b, %d entries each\n",
 		t.a.ip, t.a.id, t.b.ip, t.b.id, cfg.IPCachePrefixes+2, cfg.PolicyEntries+4)
 
-	var bareBps, celBps, bareRR, celRR []float64
+	variants := []variant{{name: "bare"}, {name: "stack", programs: true}, {name: "redirect", programs: true, redirect: true}}
 	for round := range cfg.Rounds {
-		for _, withPrograms := range []bool{false, true} {
-			label := "bare"
-			if withPrograms {
-				label = "cellium"
-				if err := t.attach(); err != nil {
+		for i := range variants {
+			v := &variants[i]
+			if v.programs {
+				if err := t.attach(v.redirect); err != nil {
 					return res, err
 				}
 			}
 			bps, err := t.iperf3(ctx, cfg.Duration)
 			if err != nil {
-				return res, fmt.Errorf("round %d %s: %w", round+1, label, err)
+				return res, fmt.Errorf("round %d %s: %w", round+1, v.name, err)
 			}
 			rr, err := t.sockperf(ctx, cfg.Duration)
 			if err != nil {
-				return res, fmt.Errorf("round %d %s: %w", round+1, label, err)
+				return res, fmt.Errorf("round %d %s: %w", round+1, v.name, err)
 			}
-			fmt.Fprintf(w, "round %d %-8s throughput %8.2f Gbit/s   request/response %9.0f /s\n", round+1, label, bps/1e9, rr)
-			if withPrograms {
-				celBps, celRR = append(celBps, bps), append(celRR, rr)
+			fmt.Fprintf(w, "round %d %-8s throughput %8.2f Gbit/s   request/response %9.0f /s\n", round+1, v.name, bps/1e9, rr)
+			v.bps, v.rr = append(v.bps, bps), append(v.rr, rr)
+			if v.programs {
 				if err := t.detach(); err != nil {
 					return res, err
 				}
-			} else {
-				bareBps, bareRR = append(bareBps, bps), append(bareRR, rr)
 			}
 		}
 	}
-	res.BareBps, res.CelliumBps = median(bareBps), median(celBps)
-	res.BareRR, res.CelliumRR = median(bareRR), median(celRR)
+	bare, stack, redir := variants[0], variants[1], variants[2]
+	res.BareBps, res.StackBps, res.RedirectBps = median(bare.bps), median(stack.bps), median(redir.bps)
+	res.BareRR, res.StackRR, res.RedirectRR = median(bare.rr), median(stack.rr), median(redir.rr)
 
-	if err := t.attach(); err != nil {
+	if err := t.attach(true); err != nil {
 		return res, err
 	}
 	// A deny for every identity on the stream's port: it beats the allow
@@ -128,11 +134,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 		return res, fmt.Errorf("policy update latency: %w", err)
 	}
 
-	fmt.Fprintf(w, "\nmedians of %d rounds of %s each (bare routed veths = a, cellium programs + policy = b):\n", cfg.Rounds, cfg.Duration)
-	fmt.Fprintf(w, "  TCP throughput (iperf3)          a %8.2f Gbit/s  b %8.2f Gbit/s  b/a %.3fx  (aim >= 0.95x)\n",
-		res.BareBps/1e9, res.CelliumBps/1e9, res.CelliumBps/res.BareBps)
-	fmt.Fprintf(w, "  TCP_RR (sockperf ping-pong, 64B) a %8.0f /s      b %8.0f /s      b/a %.3fx  (aim >= 1.0x)\n",
-		res.BareRR, res.CelliumRR, res.CelliumRR/res.BareRR)
+	fmt.Fprintf(w, "\nmedians of %d rounds of %s each; a = bare routed veths, b = cellium programs + policy\n", cfg.Rounds, cfg.Duration)
+	fmt.Fprintf(w, "(b stack: packets between the pods through the host stack; b redirect: bpf_redirect_peer after both policies)\n")
+	fmt.Fprintf(w, "  TCP throughput (iperf3)          a %7.2f Gbit/s  b stack %7.2f (%.3fx)  b redirect %7.2f (%.3fx)  aim >= 0.95x\n",
+		res.BareBps/1e9, res.StackBps/1e9, res.StackBps/res.BareBps, res.RedirectBps/1e9, res.RedirectBps/res.BareBps)
+	fmt.Fprintf(w, "  TCP_RR (sockperf ping-pong, 64B) a %7.0f /s      b stack %7.0f (%.3fx)  b redirect %7.0f (%.3fx)  aim >= 1.0x\n",
+		res.BareRR, res.StackRR, res.StackRR/res.BareRR, res.RedirectRR, res.RedirectRR/res.BareRR)
 	fmt.Fprintf(w, "  policy update (%s), %d updates:\n", res.Enforcer, len(res.Latencies.FirstDrop))
 	for _, l := range []struct {
 		what string

@@ -213,9 +213,16 @@ func (t *topology) load(p *pod) error {
 	return nil
 }
 
-// attach attaches both pods' programs with tcx (variant b).
-func (t *topology) attach() error {
+// attach attaches both pods' programs with tcx (variant b); with
+// redirect it also puts their cil_lxc_policy into cellium_policy_progs,
+// so that packets between the pods skip the host stack.
+func (t *topology) attach(redirect bool) error {
 	for _, p := range []*pod{t.a, t.b} {
+		if redirect {
+			if err := t.maps.PolicyProgs.Set(p.epID, p.coll.Programs[maps.PolicyProgram]); err != nil {
+				return err
+			}
+		}
 		err := t.node.Do(func(ns.NetNS) error {
 			for _, h := range []struct {
 				prog   string
@@ -240,6 +247,7 @@ func (t *topology) attach() error {
 func (t *topology) detach() error {
 	var errs []error
 	for _, p := range []*pod{t.a, t.b} {
+		errs = append(errs, t.maps.PolicyProgs.Delete(p.epID))
 		for _, l := range p.links {
 			errs = append(errs, l.Close())
 		}
