@@ -101,6 +101,10 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 					return res, err
 				}
 			}
+			tx0, err := t.txPackets(t.b)
+			if err != nil {
+				return res, err
+			}
 			bps, err := t.iperf3(ctx, cfg.Duration)
 			if err != nil {
 				return res, fmt.Errorf("round %d %s: %w", round+1, v.name, err)
@@ -109,7 +113,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 			if err != nil {
 				return res, fmt.Errorf("round %d %s: %w", round+1, v.name, err)
 			}
-			fmt.Fprintf(w, "round %d %-8s throughput %8.2f Gbit/s   request/response %9.0f /s\n", round+1, v.name, bps/1e9, rr)
+			tx1, err := t.txPackets(t.b)
+			if err != nil {
+				return res, err
+			}
+			fmt.Fprintf(w, "round %d %-8s throughput %8.2f Gbit/s   request/response %9.0f /s   packets to b through the stack %d\n",
+				round+1, v.name, bps/1e9, rr, tx1-tx0)
 			v.bps, v.rr = append(v.bps, bps), append(v.rr, rr)
 			if v.programs {
 				if err := t.detach(); err != nil {

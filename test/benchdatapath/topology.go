@@ -313,3 +313,20 @@ func (t *topology) loadPolicy(ipcachePrefixes, otherEntries int) error {
 	}
 	return nil
 }
+
+// txPackets returns the packets p's host veth has sent towards the pod:
+// what went through the stack (a redirect into the pod skips it).
+func (t *topology) txPackets(p *pod) (uint64, error) {
+	var n uint64
+	err := t.node.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByIndex(p.res.HostIfIndex)
+		if err != nil {
+			return fmt.Errorf("read counters of %s: %w", p.res.HostIfName, err)
+		}
+		if st := l.Attrs().Statistics; st != nil {
+			n = st.TxPackets
+		}
+		return nil
+	})
+	return n, err
+}
