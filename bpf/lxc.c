@@ -290,7 +290,10 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
 	ct->expires = now + ct_lifetime(p->proto, flags);
 }
 
-static __always_inline int handle(struct __sk_buff *skb, const int egress)
+/* handle applies the endpoint's policy in one direction. local_src, when
+ * not 0, is the identity of the local endpoint that sent the packet (the
+ * same-node redirect knows it): it is used instead of the ipcache. */
+static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src)
 {
 	const __u8 dir = egress ? METRIC_EGRESS : METRIC_INGRESS;
 	const __u8 obs = egress ? TRACE_FROM_LXC : TRACE_TO_LXC;
@@ -307,7 +310,10 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress)
 	if (ret != PARSE_IPV4)
 		return drop(skb, &p, ret, dir);
 
-	remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
+	if (!egress && local_src)
+		remote_id = local_src;
+	else
+		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
 	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
 	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 	now = ktime_get_ns();
@@ -382,6 +388,10 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress)
 	return pass(skb, &p, dir, obs);
 }
 
+/* skb->cb slot carrying the source endpoint's identity into the
+ * destination's cil_lxc_policy. */
+#define CB_SRC_IDENTITY 0
+
 /* redirect_local tail-calls into the destination endpoint's
  * cil_lxc_policy when a packet that passed the source's egress policy is
  * for another local endpoint. It returns only when there is no such
@@ -401,14 +411,18 @@ static __always_inline int redirect_local(struct __sk_buff *skb)
 	info = map_lookup_elem(&cellium_lxc, &key);
 	if (!info || info->lxc_id == ENDPOINT_ID)
 		return TC_ACT_OK;
+	/* The destination's program sees the source's own identity, not
+	 * the ipcache's for the source address (as in Cilium). */
+	skb->cb[CB_SRC_IDENTITY] = SECURITY_IDENTITY;
 	tail_call(skb, &cellium_policy_progs, info->lxc_id);
+	skb->cb[CB_SRC_IDENTITY] = 0;
 	return TC_ACT_OK;
 }
 
 SEC("tcx/ingress")
 int cil_from_container(struct __sk_buff *skb)
 {
-	int ret = handle(skb, 1);
+	int ret = handle(skb, 1, 0);
 
 	if (ret != TC_ACT_OK)
 		return ret;
@@ -434,7 +448,7 @@ int cil_lxc_policy(struct __sk_buff *skb)
 	__u8 *ip;
 	int ret;
 
-	ret = handle(skb, 0);
+	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY]);
 	if (ret != TC_ACT_OK)
 		return ret;
 
@@ -468,7 +482,7 @@ int cil_lxc_policy(struct __sk_buff *skb)
 SEC("tcx/egress")
 int cil_to_container(struct __sk_buff *skb)
 {
-	return handle(skb, 0);
+	return handle(skb, 0, 0);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

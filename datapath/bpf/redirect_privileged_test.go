@@ -2,9 +2,11 @@ package bpf_test
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -37,8 +39,9 @@ func (node *testNode) setForwarding(tb testing.TB, on bool) {
 // destination's ingress policy still drops what it does not allow and a
 // deny stops an established connection, with drop events from the
 // destination endpoint; the source's egress policy drops first, with its
-// own drop event. With the destination's slot empty, packets take the
-// stack again and its cil_to_container enforces.
+// own drop event; the destination's policy sees the source endpoint's
+// identity, not the ipcache's. With the destination's slot empty, packets
+// take the stack again and its cil_to_container enforces.
 func TestPrivilegedProgramRedirect(t *testing.T) {
 	privileged.Require(t)
 	m, dir := openMaps(t)
@@ -189,6 +192,36 @@ func TestPrivilegedProgramRedirect(t *testing.T) {
 			}
 		})
 		dropped(t, bAlt, epA, maps.DropPolicyDenyList, maps.DirEgress)
+	})
+
+	t.Run("destination sees the source endpoint's identity", func(t *testing.T) {
+		// The ipcache now maps A's address to another identity; the
+		// redirect still hands B's policy A's own identity.
+		if err := m.IPCache.Update(netip.PrefixFrom(a.ip, 32), maps.IPCacheEntry{Identity: 9999}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := m.IPCache.Update(netip.PrefixFrom(a.ip, 32), maps.IPCacheEntry{Identity: idA}); err != nil {
+				t.Error(err)
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := a.dial(ctx, bWeb)
+		if err != nil {
+			t.Fatalf("tcp a->b:80 allowed for identity %d: %v", idA, err)
+		}
+		defer c.Close()
+		if err := roundTrip(c, "identity"); err != nil {
+			t.Fatal(err)
+		}
+		sport := c.LocalAddr().(*net.TCPAddr).AddrPort().Port()
+		ev := events.waitFor(t, "policy verdict", &seen, func(e maps.Event) bool {
+			return e.Type == maps.EventPolicyVerdict && e.EndpointID == epB && e.Src == a.ip && e.SrcPort == sport
+		})
+		if ev.SrcIdentity != idA || ev.Verdict != maps.VerdictAllowed {
+			t.Errorf("verdict event %v: want allowed from identity %d", ev, idA)
+		}
 	})
 
 	t.Run("empty slot takes the stack", func(t *testing.T) {
