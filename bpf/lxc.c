@@ -448,10 +448,10 @@ int cil_lxc_policy(struct __sk_buff *skb)
 	__u8 *ip;
 	int ret;
 
-	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY]);
-	if (ret != TC_ACT_OK)
-		return ret;
-
+	/* Everything that sends the packet to the stack instead is decided
+	 * before the policy, which then runs once, here or in
+	 * cil_to_container: an expiring TTL, and a slot that is not this
+	 * endpoint's (stale, or its endpoint ID reused for another veth). */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	ip = data + ETH_HLEN;
@@ -461,7 +461,18 @@ int cil_lxc_policy(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	key.ip[0] = *(__be32 *)(ip + 16);
 	info = map_lookup_elem(&cellium_lxc, &key);
-	if (!info || info->lxc_id != ENDPOINT_ID)
+	if (!info || info->lxc_id != ENDPOINT_ID || info->ifindex != ENDPOINT_IFINDEX)
+		return TC_ACT_OK;
+
+	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY]);
+	if (ret != TC_ACT_OK)
+		return ret;
+
+	/* handle may have pulled data: the packet pointers are new. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 20) > data_end)
 		return TC_ACT_OK;
 	__builtin_memcpy(data, info->mac, 6);
 	__builtin_memcpy(data + 6, info->node_mac, 6);

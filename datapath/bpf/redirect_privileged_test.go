@@ -41,7 +41,8 @@ func (node *testNode) setForwarding(tb testing.TB, on bool) {
 // destination endpoint; the source's egress policy drops first, with its
 // own drop event; the destination's policy sees the source endpoint's
 // identity, not the ipcache's. With the destination's slot empty, packets
-// take the stack again and its cil_to_container enforces.
+// take the stack again and its cil_to_container enforces; so they do when
+// the slot holds another endpoint's program.
 func TestPrivilegedProgramRedirect(t *testing.T) {
 	privileged.Require(t)
 	m, dir := openMaps(t)
@@ -222,6 +223,19 @@ func TestPrivilegedProgramRedirect(t *testing.T) {
 		if ev.SrcIdentity != idA || ev.Verdict != maps.VerdictAllowed {
 			t.Errorf("verdict event %v: want allowed from identity %d", ev, idA)
 		}
+	})
+
+	t.Run("a stale slot takes the stack", func(t *testing.T) {
+		// B's slot holds A's program (an endpoint ID reused, a slot not
+		// cleaned up): it is not B's, so the packet takes the stack and
+		// B's cil_to_container, not A's policy.
+		if err := m.PolicyProgs.Set(epB, collA.Programs[bpf.LxcProgCilLxcPolicy]); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.tcpEcho(bWeb); err != nil {
+			t.Errorf("tcp a->b:80 through the stack: %v", err)
+		}
+		dropped(t, bAlt, epB, maps.DropPolicy, maps.DirIngress)
 	})
 
 	t.Run("empty slot takes the stack", func(t *testing.T) {
