@@ -149,6 +149,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 		res.BareBps/1e9, res.StackBps/1e9, res.StackBps/res.BareBps, res.RedirectBps/1e9, res.RedirectBps/res.BareBps)
 	fmt.Fprintf(w, "  TCP_RR (sockperf ping-pong, 64B) a %7.0f /s      b stack %7.0f (%.3fx)  b redirect %7.0f (%.3fx)  aim >= 1.0x\n",
 		res.BareRR, res.StackRR, res.StackRR/res.BareRR, res.RedirectRR, res.RedirectRR/res.BareRR)
+	fmt.Fprintf(w, "  median of the per-round ratios (a and b measured back to back; steadier under a changing load):\n")
+	fmt.Fprintf(w, "    throughput b stack %.3fx  b redirect %.3fx    request/response b stack %.3fx  b redirect %.3fx\n",
+		medianRatio(stack.bps, bare.bps), medianRatio(redir.bps, bare.bps), medianRatio(stack.rr, bare.rr), medianRatio(redir.rr, bare.rr))
 	fmt.Fprintf(w, "  policy update (%s), %d updates:\n", res.Enforcer, len(res.Latencies.FirstDrop))
 	for _, l := range []struct {
 		what string
@@ -170,6 +173,17 @@ func median(v []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// medianRatio is the median of b[i]/a[i].
+func medianRatio(b, a []float64) float64 {
+	r := make([]float64, 0, len(a))
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 {
+			r = append(r, b[i]/a[i])
+		}
+	}
+	return median(r)
 }
 
 // percentile of sorted, nearest rank.

@@ -75,4 +75,7 @@ func TestPercentileAndMedian(t *testing.T) {
 	if got := median([]float64{3, 1, 2}); got != 2 {
 		t.Errorf("median = %v, want 2", got)
 	}
+	if got := medianRatio([]float64{2, 9, 3}, []float64{1, 3, 3}); got != 2 {
+		t.Errorf("medianRatio = %v, want 2 (ratios 2, 3, 1)", got)
+	}
 }
