@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"time"
 
@@ -37,6 +38,9 @@ type Config struct {
 	// IPCachePrefixes and PolicyEntries size the loaded maps.
 	IPCachePrefixes int
 	PolicyEntries   int
+	// Pin runs the clients on CPU 0 and the servers on CPU 1 (taskset)
+	// when the machine has two CPUs or more, the same for every variant.
+	Pin bool
 }
 
 // variant is one way of connecting the pods, with its figures.
@@ -62,7 +66,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 	if cfg.Duration < time.Second {
 		return res, errors.New("duration must be at least 1s (iperf3 and sockperf run whole seconds)")
 	}
-	for _, bin := range []string{"iperf3", "sockperf", "nsenter", "ss"} {
+	bins := []string{"iperf3", "sockperf", "nsenter", "ss"}
+	if cfg.Pin {
+		bins = append(bins, "taskset")
+	}
+	for _, bin := range bins {
 		if err := lookPath(bin); err != nil {
 			return res, err
 		}
@@ -81,6 +89,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	if cfg.Pin && runtime.NumCPU() >= 2 {
+		t.clientCPU, t.serverCPU = 0, 1
+	}
 	if err := t.loadPolicy(cfg.IPCachePrefixes, cfg.PolicyEntries); err != nil {
 		return res, err
 	}
@@ -88,6 +99,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 		if err := t.load(p); err != nil {
 			return res, err
 		}
+	}
+	if t.clientCPU >= 0 {
+		fmt.Fprintf(w, "clients pinned to CPU %d, servers to CPU %d\n", t.clientCPU, t.serverCPU)
 	}
 	fmt.Fprintf(w, "pods %s (identity %d) -> %s (identity %d); ipcache %d prefixes; policy: enforcing egress on a, ingress on b, %d entries each\n",
 		t.a.ip, t.a.id, t.b.ip, t.b.id, cfg.IPCachePrefixes+2, cfg.PolicyEntries+4)

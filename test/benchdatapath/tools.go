@@ -21,6 +21,15 @@ func inNetns(ctx context.Context, n ns.NetNS, name string, args ...string) *exec
 	return cmd
 }
 
+// pinned returns name and args wrapped in `taskset -c cpu` when the
+// topology pins the bench's processes (cpu < 0: not pinned).
+func pinned(cpu int, name string, args ...string) (string, []string) {
+	if cpu < 0 {
+		return name, args
+	}
+	return "taskset", append([]string{"-c", strconv.Itoa(cpu), name}, args...)
+}
+
 // server starts a server in n and returns a function stopping it.
 func server(ctx context.Context, n ns.NetNS, name string, args ...string) (stop func(), err error) {
 	sctx, cancel := context.WithCancel(ctx)
@@ -56,7 +65,8 @@ func waitListening(ctx context.Context, n ns.NetNS, port int) error {
 // iperf3 runs one TCP stream from pod a to pod b for d and returns the
 // received throughput in bits per second.
 func (t *topology) iperf3(ctx context.Context, d time.Duration) (float64, error) {
-	stop, err := server(ctx, t.b.ns, "iperf3", "-s", "-1", "-B", t.b.ip.String(), "-p", strconv.Itoa(iperfPort))
+	name, args := pinned(t.serverCPU, "iperf3", "-s", "-1", "-B", t.b.ip.String(), "-p", strconv.Itoa(iperfPort))
+	stop, err := server(ctx, t.b.ns, name, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -64,8 +74,9 @@ func (t *topology) iperf3(ctx context.Context, d time.Duration) (float64, error)
 	if err := waitListening(ctx, t.b.ns, iperfPort); err != nil {
 		return 0, err
 	}
-	out, err := inNetns(ctx, t.a.ns, "iperf3", "-c", t.b.ip.String(), "-p", strconv.Itoa(iperfPort),
-		"-t", strconv.Itoa(int(d.Seconds())), "-J").Output()
+	name, args = pinned(t.clientCPU, "iperf3", "-c", t.b.ip.String(), "-p", strconv.Itoa(iperfPort),
+		"-t", strconv.Itoa(int(d.Seconds())), "-J")
+	out, err := inNetns(ctx, t.a.ns, name, args...).Output()
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
 	}
@@ -91,7 +102,8 @@ var sockperfValid = regexp.MustCompile(`\[Valid Duration\] RunTime=([0-9.]+) sec
 // sockperf runs a TCP ping-pong (one request in flight, 64 bytes) from
 // pod a to pod b for d and returns transactions per second.
 func (t *topology) sockperf(ctx context.Context, d time.Duration) (float64, error) {
-	stop, err := server(ctx, t.b.ns, "sockperf", "sr", "--tcp", "-i", t.b.ip.String(), "-p", strconv.Itoa(sockperfPort))
+	name, args := pinned(t.serverCPU, "sockperf", "sr", "--tcp", "-i", t.b.ip.String(), "-p", strconv.Itoa(sockperfPort))
+	stop, err := server(ctx, t.b.ns, name, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -99,8 +111,9 @@ func (t *topology) sockperf(ctx context.Context, d time.Duration) (float64, erro
 	if err := waitListening(ctx, t.b.ns, sockperfPort); err != nil {
 		return 0, err
 	}
-	out, err := inNetns(ctx, t.a.ns, "sockperf", "pp", "--tcp", "-i", t.b.ip.String(), "-p", strconv.Itoa(sockperfPort),
-		"-m", "64", "-t", strconv.Itoa(int(d.Seconds()))).CombinedOutput()
+	name, args = pinned(t.clientCPU, "sockperf", "pp", "--tcp", "-i", t.b.ip.String(), "-p", strconv.Itoa(sockperfPort),
+		"-m", "64", "-t", strconv.Itoa(int(d.Seconds())))
+	out, err := inNetns(ctx, t.a.ns, name, args...).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("sockperf client: %w: %s", err, out)
 	}

@@ -57,6 +57,9 @@ type topology struct {
 	a, b *pod
 	maps *maps.Maps
 	dir  string // the bpffs
+	// clientCPU and serverCPU pin the load generators (taskset); -1
+	// leaves them to the scheduler.
+	clientCPU, serverCPU int
 }
 
 // pod is one endpoint: its namespace, veth and, when attached, programs.
@@ -93,7 +96,7 @@ func newNetns(c *cleanups) (ns.NetNS, error) {
 // newTopology builds the node, the two pods and the maps. Call close to
 // remove everything, also after an error.
 func newTopology(ctx context.Context, tmp string) (*topology, error) {
-	t := &topology{}
+	t := &topology{clientCPU: -1, serverCPU: -1}
 	var err error
 	if t.node, err = newNetns(&t.cleanups); err != nil {
 		return t, err
