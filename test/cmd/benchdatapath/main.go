@@ -21,7 +21,7 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", 5*time.Second, "length of each iperf3 and sockperf run (whole seconds)")
 	flag.IntVar(&cfg.Rounds, "rounds", 3, "rounds of (bare, cellium) measurements; medians are compared")
 	flag.IntVar(&cfg.Updates, "updates", 200, "policy updates timed")
-	flag.DurationVar(&cfg.StreamInterval, "stream-interval", 100*time.Microsecond, "gap between the stream's datagrams during the latency test")
+	flag.DurationVar(&cfg.StreamInterval, "stream-interval", 100*time.Microsecond, "gap between the stream's datagrams during the latency test (below 1ms the sender spins)")
 	flag.IntVar(&cfg.IPCachePrefixes, "ipcache-prefixes", 4000, "prefixes loaded into the ipcache besides the pods")
 	flag.IntVar(&cfg.PolicyEntries, "policy-entries", 500, "policy entries per pod besides the peer's allows")
 	flag.BoolVar(&cfg.Pin, "pin", false, "run the clients on CPU 0 and the servers on CPU 1 (taskset), the same for every variant")
