@@ -30,7 +30,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchdatapath: needs root (network namespaces, BPF); run it as root")
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A closed stdout (`| head`) must not kill the bench before it has
+	// removed its namespaces: writes fail instead, and Run still cleans up.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	_, err := benchdatapath.Run(ctx, cfg, os.Stdout)
 	stop()
 	if err != nil {
