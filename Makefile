@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy soak clean
+.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
 
 all: build
 
@@ -103,6 +103,12 @@ bench:
 bench-policy:
 	$(GO) test -run '^$$' -bench 'FullComputation|ComputeAllEndpoints' -benchtime 5x -benchmem $(BENCH_FLAGS) ./cells/policy/
 	$(GO) test -run '^$$' -bench 'IdentityAdded|RuleChanged|NoMatch20k' -benchmem $(BENCH_FLAGS) ./cells/policy/
+
+## bench-datapath: throughput (iperf3) and request/response rate (sockperf) between two pods,
+## bare veths vs cellium's programs with a policy, as ratios; policy-update-to-drop latency (root)
+BENCH_DP_FLAGS ?=
+bench-datapath: deps
+	$(GO) run ./test/cmd/benchdatapath $(BENCH_DP_FLAGS)
 
 clean:
 	rm -rf $(BIN)
