@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
+.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
 
 all: build
 
@@ -44,6 +44,12 @@ containerd-binaries:
 ## test: vet, then every test (integration tests use the real apiserver)
 test: deps k8s-binaries vet
 	$(GO) test $(TEST_FLAGS) ./...
+
+## test-realnode: the real node (kubelet, containerd, runc, kube-proxy) smoke
+## tests; builds the node binaries first (~15 minutes cold, cached after).
+## Separate from `test` so that a cold `make test` stays short; CI runs both.
+test-realnode: deps k8s-binaries node-binaries
+	CELLIUM_REAL_NODE=1 $(GO) test $(TEST_FLAGS) -count=1 ./test/realnode/
 
 ## test-unit: the fast tests only
 test-unit:
