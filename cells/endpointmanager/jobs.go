@@ -62,15 +62,16 @@ func newManager(p managerParams) *Manager {
 
 type jobsParams struct {
 	hive.In
-	Manager   *Manager
-	DB        *statedb.DB
-	Table     statedb.RWTable[*endpoints.Endpoint]
-	Pods      statedb.Table[*corev1.Pod]
-	StateDir  statedir.Dir
-	Lifecycle hive.Lifecycle
-	Jobs      hive.Jobs
-	Lookup    ipam.Lookup
-	Node      k8s.NodeName
+	Manager    *Manager
+	DB         *statedb.DB
+	Table      statedb.RWTable[*endpoints.Endpoint]
+	Pods       statedb.Table[*corev1.Pod]
+	Namespaces statedb.Table[*corev1.Namespace]
+	StateDir   statedir.Dir
+	Lifecycle  hive.Lifecycle
+	Jobs       hive.Jobs
+	Lookup     ipam.Lookup
+	Node       k8s.NodeName
 	// HealthInterfaces is the health endpoint's veth as the datapath made
 	// it; absent when the agent has no health endpoint datapath.
 	HealthInterfaces statedb.Table[*health.Interface] `optional:"true"`
@@ -115,6 +116,22 @@ func registerJobs(p jobsParams) {
 			}
 			for ep := range p.Table.List(p.DB.ReadTxn(), endpoints.PodIndex.Query(c.Object.Namespace+"/"+c.Object.Name)) {
 				if !ep.InService() || string(c.Object.UID) != ep.PodUID {
+					continue
+				}
+				if _, err := m.relabel(ctx, ep, nil, false); err != nil {
+					return fmt.Errorf("relabel endpoint %d: %w", ep.ID, err)
+				}
+			}
+			return nil
+		}),
+		// Namespace label changes too: namespace labels are part of
+		// every pod's identity (io.cilium.k8s.namespace.labels.*).
+		hive.ObserveTable("namespace-labels", p.DB, p.Namespaces, func(ctx context.Context, c statedb.Change[*corev1.Namespace]) error {
+			if c.Deleted {
+				return nil
+			}
+			for ep := range p.Table.All(p.DB.ReadTxn()) {
+				if ep.PodNamespace != c.Object.Name || !ep.InService() {
 					continue
 				}
 				if _, err := m.relabel(ctx, ep, nil, false); err != nil {

@@ -253,6 +253,7 @@ func (filter) Split(l labels.Labels) (labels.Labels, labels.Labels) {
 type env struct {
 	db   *statedb.DB
 	pods statedb.RWTable[*corev1.Pod]
+	nss  statedb.RWTable[*corev1.Namespace]
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
@@ -302,7 +303,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 		endpointmanager.Cell,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
-			e.db, e.pods, e.eps, e.ceps, e.pols = db, pods, eps, cepTable, pols
+			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols = db, pods, nss, eps, cepTable, pols
 			txn := db.WriteTxn(pods, nss, cepTable)
 			for _, c := range ceps {
 				cepTable.Insert(txn, c)
@@ -507,6 +508,25 @@ func TestLabelChangeMovesIdentity(t *testing.T) {
 		e.ids.mu.Lock()
 		defer e.ids.mu.Unlock()
 		return e.ids.refs[identity.NumericIdentity(before)] == 0
+	})
+}
+
+// Namespace labels are part of a pod's identity: relabelling the
+// namespace moves its endpoints to new identities.
+func TestNamespaceLabelChangeMovesIdentity(t *testing.T) {
+	e := start(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+	})
+	var ep models.Endpoint
+	e.add(t, addReq("c1", "web-1", "10.0.0.10"), &ep)
+	before := ep.Status.Identity.ID
+	txn := e.db.WriteTxn(e.nss)
+	e.nss.Insert(txn, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{"team": "blue"}}})
+	txn.Commit()
+	waitFor(t, "identity to change with the namespace's labels", func() bool {
+		cur, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.IDIndex.Query(uint16(ep.ID)))
+		return ok && int64(cur.Identity) != before && cur.State == ciliumv2.EndpointStateReady &&
+			cur.Labels.Has(labels.Make(labels.SourceK8s, labels.PodNamespaceMetaLabels+".team", "blue"))
 	})
 }
 
