@@ -11,6 +11,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // isNetns reports whether path is a pinned network namespace.
@@ -74,21 +75,38 @@ func ensureNetns(path string) (created bool, err error) {
 	}
 	_ = f.Close()
 	// unshare(CLONE_NEWNET) moves the calling thread into the new
-	// namespace: it runs on a thread locked and never unlocked, which the
-	// runtime ends when the goroutine returns.
+	// namespace: it runs on a locked thread that is moved back to its
+	// namespace before it is unlocked. (A thread left locked in the new
+	// namespace is not always ended: if it is the process's main thread,
+	// the runtime parks it, and /proc/self/ns/net, the host namespace
+	// for everyone else, would then name the health namespace.)
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		self := fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid())
+		orig, err := os.Open(self)
+		if err != nil {
+			errc <- fmt.Errorf("open the thread's network namespace: %w", err)
+			runtime.UnlockOSThread()
+			return
+		}
+		defer orig.Close()
 		if err := syscall.Unshare(syscall.CLONE_NEWNET); err != nil {
 			errc <- fmt.Errorf("unshare network namespace: %w", err)
+			runtime.UnlockOSThread()
 			return
 		}
-		src := fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid())
-		if err := syscall.Mount(src, path, "none", syscall.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("pin network namespace: %w", err)
+		err = syscall.Mount(self, path, "none", syscall.MS_BIND, "")
+		if err != nil {
+			err = fmt.Errorf("pin network namespace: %w", err)
+		}
+		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+			// Stay locked: the runtime must not reuse this thread.
+			errc <- errors.Join(err, fmt.Errorf("return to the agent's network namespace: %w", serr))
 			return
 		}
-		errc <- nil
+		runtime.UnlockOSThread()
+		errc <- err
 	}()
 	if err := <-errc; err != nil {
 		_ = os.Remove(path)
