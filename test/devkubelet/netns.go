@@ -3,6 +3,7 @@ package devkubelet
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -58,22 +59,36 @@ func createNetns(dir, name string) (string, error) {
 	_ = f.Close()
 
 	// unshare(CLONE_NEWNET) moves the calling thread into the new
-	// namespace. It happens on a thread locked for this goroutine and never
-	// unlocked: when the goroutine returns, the runtime ends the thread
-	// instead of reusing it in the wrong namespace.
+	// namespace; the locked thread returns to its namespace before it is
+	// unlocked. (Left locked, it is not always ended: the process's main
+	// thread is parked instead, and /proc/self/ns/net would then name the
+	// pod's namespace.)
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		self := fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid())
+		orig, err := os.Open(self)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open the thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := syscall.Unshare(syscall.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("unshare network namespace: %w", err)
 			return
 		}
-		src := fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid())
-		if err := syscall.Mount(src, path, "none", syscall.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("pin network namespace at %s: %w", path, err)
-			return
+		err = syscall.Mount(self, path, "none", syscall.MS_BIND, "")
+		if err != nil {
+			err = fmt.Errorf("pin network namespace at %s: %w", path, err)
 		}
-		errc <- nil
+		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+			errc <- errors.Join(err, fmt.Errorf("return to the host network namespace: %w", serr))
+			return // stays locked: the runtime must not reuse the thread
+		}
+		runtime.UnlockOSThread()
+		errc <- err
 	}()
 	if err := <-errc; err != nil {
 		_ = os.Remove(path)
