@@ -117,6 +117,9 @@ type env struct {
 type envOptions struct {
 	operatorArgs []string
 	agentArgs    []string
+	// hostRouting and bpf turn on the agent's host routing and eBPF
+	// datapath (devnode.NodeOptions).
+	hostRouting, bpf bool
 }
 
 // newEnv starts an operator, a node (agent and kubelet) and makes a
@@ -183,10 +186,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	t.Cleanup(func() { _ = klog.Close() })
 	node, err := devnode.NewNode(agentKubeconfig, c.Clientset(), b, devnode.NodeOptions{
-		Name:      "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
-		Dir:       filepath.Join(dir, "node"),
-		AgentArgs: o.agentArgs,
-		Logger:    slog.New(slog.NewTextHandler(klog, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Name:        "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
+		Dir:         filepath.Join(dir, "node"),
+		AgentArgs:   o.agentArgs,
+		HostRouting: o.hostRouting,
+		BPF:         o.bpf,
+		Logger:      slog.New(slog.NewTextHandler(klog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
