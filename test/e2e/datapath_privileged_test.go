@@ -1097,3 +1097,64 @@ func TestPrivilegedDatapathAgentRestart(t *testing.T) {
 	s.progress(t, 20, "after both restarts")
 	s.Stop()
 }
+
+// broken waits until the stream fails (its next round trip gets no
+// answer within 3s), failing the test when it is still going after
+// timeout.
+func (s *dpStream) broken(t *testing.T, timeout time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		rounds, err, wake := s.rounds, s.err, s.wake
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			t.Fatalf("%s: the stream still goes after %s (%d round trips)", what, timeout, rounds)
+		}
+	}
+}
+
+// TestPrivilegedDatapathPolicyUpdateStream: TCP streams a->b and c->b run
+// while a CNP (b: ingress from app=a on TCP 8080) is applied: a's stream
+// goes on without a single policy drop, c's stops, its packets dropped as
+// "Policy denied" at b's endpoint.
+func TestPrivilegedDatapathPolicyUpdateStream(t *testing.T) {
+	e := newEnv(t, envOptions{hostRouting: true, bpf: true})
+	blackhole(t, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + cidrs.Load()), 0, 0}), 16))
+	peers := e.dpPods([]string{"a", "b", "c"})
+	a, b, c := peers["a"], peers["b"], peers["c"]
+	drops := e.watchDrops()
+	sa := startStream(t, a, b)
+	sc := startStream(t, c, b)
+	sa.progress(t, 20, "a->b before the policy")
+	sc.progress(t, 20, "c->b before the policy")
+	_, err := e.cilium.CiliumV2().CiliumNetworkPolicies(e.ns).Create(e.ctx, &ciliumv2.CiliumNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "b-from-a", Namespace: e.ns},
+		Spec: &api.Rule{EndpointSelector: &api.EndpointSelector{MatchLabels: map[string]string{"app": "b"}},
+			Ingress: []api.IngressRule{{
+				IngressCommonRule: api.IngressCommonRule{FromEndpoints: []api.EndpointSelector{{MatchLabels: map[string]string{"app": "a"}}}},
+				ToPorts:           api.PortRules{{Ports: []api.PortProtocol{{Port: "8080", Protocol: api.ProtoTCP}}}},
+			}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := time.Now()
+	at, ok := drops.wait(applied, 30*time.Second, policyDrop(b.ep, dropPolicy, c.ip, b.ip, "tcp"))
+	if !ok {
+		t.Fatal("no Policy denied drop of the c->b stream at b's endpoint within 30s")
+	}
+	t.Logf("c->b stream's first dropped packet %s after the policy was created", at.Sub(applied))
+	sc.broken(t, 30*time.Second, "c->b after the policy")
+	sa.progress(t, 100, "a->b after the policy")
+	if _, dropped := drops.wait(applied, 0, func(ev models.MonitorEvent) bool {
+		return ev.SrcIP == a.ip.String() || ev.DstIP == a.ip.String()
+	}); dropped {
+		t.Error("a packet of the allowed a->b stream was dropped")
+	}
+}
