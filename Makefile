@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy soak clean
+.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
 
 all: build
 
@@ -44,6 +44,12 @@ containerd-binaries:
 ## test: vet, then every test (integration tests use the real apiserver)
 test: deps k8s-binaries vet
 	$(GO) test $(TEST_FLAGS) ./...
+
+## test-realnode: the real node (kubelet, containerd, runc, kube-proxy) smoke
+## tests; builds the node binaries first (~15 minutes cold, cached after).
+## Separate from `test` so that a cold `make test` stays short; CI runs both.
+test-realnode: deps k8s-binaries node-binaries
+	CELLIUM_REAL_NODE=1 $(GO) test $(TEST_FLAGS) -count=1 ./test/realnode/
 
 ## test-unit: the fast tests only
 test-unit:
@@ -98,8 +104,17 @@ bench:
 	$(GO) test -run '^$$' -bench 'Privileged' -benchtime 20x ./datapath/mapsync/
 
 ## bench-policy: policy engine benchmarks (full computation, incremental changes, 20k non-selecting rules)
+# The full computations run 5 times each, the short cases for the default
+# second. BENCH_FLAGS adds flags to both (e.g. BENCH_FLAGS=-count=3).
 bench-policy:
-	$(GO) test -run '^$$' -bench . -benchtime 5x -benchmem ./cells/policy/
+	$(GO) test -run '^$$' -bench 'FullComputation|ComputeAllEndpoints' -benchtime 5x -benchmem $(BENCH_FLAGS) ./cells/policy/
+	$(GO) test -run '^$$' -bench 'IdentityAdded|RuleChanged|NoMatch20k' -benchmem $(BENCH_FLAGS) ./cells/policy/
+
+## bench-datapath: throughput (iperf3) and request/response rate (sockperf) between two pods,
+## bare veths vs cellium's programs with a policy, as ratios; policy-update-to-drop latency (root)
+BENCH_DP_FLAGS ?=
+bench-datapath: deps
+	$(GO) run ./test/cmd/benchdatapath $(BENCH_DP_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -290,7 +290,10 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
 	ct->expires = now + ct_lifetime(p->proto, flags);
 }
 
-static __always_inline int handle(struct __sk_buff *skb, const int egress)
+/* handle applies the endpoint's policy in one direction. local_src, when
+ * not 0, is the identity of the local endpoint that sent the packet (the
+ * same-node redirect knows it): it is used instead of the ipcache. */
+static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src)
 {
 	const __u8 dir = egress ? METRIC_EGRESS : METRIC_INGRESS;
 	const __u8 obs = egress ? TRACE_FROM_LXC : TRACE_TO_LXC;
@@ -307,7 +310,10 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress)
 	if (ret != PARSE_IPV4)
 		return drop(skb, &p, ret, dir);
 
-	remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
+	if (!egress && local_src)
+		remote_id = local_src;
+	else
+		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
 	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
 	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 	now = ktime_get_ns();
@@ -383,16 +389,112 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress)
 	return pass(skb, &p, dir, obs);
 }
 
+/* skb->cb slot carrying the source endpoint's identity into the
+ * destination's cil_lxc_policy. */
+#define CB_SRC_IDENTITY 0
+
+/* redirect_local tail-calls into the destination endpoint's
+ * cil_lxc_policy when a packet that passed the source's egress policy is
+ * for another local endpoint. It returns only when there is no such
+ * endpoint or no program in its cellium_policy_progs slot: the packet then
+ * takes the stack, and the destination's cil_to_container checks it. */
+static __always_inline int redirect_local(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct endpoint_key key = { .family = CELLIUM_AF_INET };
+	struct endpoint_info *info;
+	__u8 *ip = data + ETH_HLEN;
+
+	if ((void *)(ip + 20) > data_end || bpf_ntohs(*(__be16 *)(data + 12)) != ETH_P_IP)
+		return TC_ACT_OK;
+	key.ip[0] = *(__be32 *)(ip + 16);
+	info = map_lookup_elem(&cellium_lxc, &key);
+	if (!info || info->lxc_id == ENDPOINT_ID)
+		return TC_ACT_OK;
+	/* The destination's program sees the source's own identity, not
+	 * the ipcache's for the source address (as in Cilium). */
+	skb->cb[CB_SRC_IDENTITY] = SECURITY_IDENTITY;
+	tail_call(skb, &cellium_policy_progs, info->lxc_id);
+	skb->cb[CB_SRC_IDENTITY] = 0;
+	return TC_ACT_OK;
+}
+
 SEC("tcx/ingress")
 int cil_from_container(struct __sk_buff *skb)
 {
-	return handle(skb, 1);
+	int ret = handle(skb, 1, 0);
+
+	if (ret != TC_ACT_OK)
+		return ret;
+	return redirect_local(skb);
+}
+
+/* cil_lxc_policy is this endpoint's ingress policy for packets from
+ * another local endpoint, entered by a tail call from the source's
+ * cil_from_container (tcx ingress of the source's host veth) through
+ * cellium_policy_progs, never attached. A passed packet is routed as the
+ * stack would (MACs of this endpoint's veth pair, TTL decremented) and
+ * redirected into this endpoint's pod with bpf_redirect_peer, skipping
+ * the host stack and cil_to_container. A TTL about to expire goes to the
+ * stack, which answers it. */
+SEC("tcx/ingress")
+int cil_lxc_policy(struct __sk_buff *skb)
+{
+	struct endpoint_key key = { .family = CELLIUM_AF_INET };
+	struct endpoint_info *info;
+	void *data, *data_end;
+	__u16 old_word, new_word;
+	__u32 csum;
+	__u8 *ip;
+	int ret;
+
+	/* Everything that sends the packet to the stack instead is decided
+	 * before the policy, which then runs once, here or in
+	 * cil_to_container: an expiring TTL, and a slot that is not this
+	 * endpoint's (stale, or its endpoint ID reused for another veth). */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 20) > data_end || bpf_ntohs(*(__be16 *)(data + 12)) != ETH_P_IP)
+		return TC_ACT_OK;
+	if (ip[8] <= 1)
+		return TC_ACT_OK;
+	key.ip[0] = *(__be32 *)(ip + 16);
+	info = map_lookup_elem(&cellium_lxc, &key);
+	if (!info || info->lxc_id != ENDPOINT_ID || info->ifindex != ENDPOINT_IFINDEX)
+		return TC_ACT_OK;
+
+	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY]);
+	if (ret != TC_ACT_OK)
+		return ret;
+
+	/* handle may have pulled data: the packet pointers are new. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 20) > data_end)
+		return TC_ACT_OK;
+	__builtin_memcpy(data, info->mac, 6);
+	__builtin_memcpy(data + 6, info->node_mac, 6);
+	/* TTL and protocol form one 16-bit word of the header checksum:
+	 * update it incrementally (RFC 1624: HC' = ~(~HC + ~m + m')). */
+	old_word = *(__u16 *)(ip + 8);
+	ip[8] -= 1;
+	new_word = *(__u16 *)(ip + 8);
+	csum = (__u16)~*(__u16 *)(ip + 10);
+	csum += (__u16)~old_word;
+	csum += new_word;
+	csum = (csum & 0xffff) + (csum >> 16);
+	csum = (csum & 0xffff) + (csum >> 16);
+	*(__u16 *)(ip + 10) = (__u16)~csum;
+	return redirect_peer(ENDPOINT_IFINDEX, 0);
 }
 
 SEC("tcx/egress")
 int cil_to_container(struct __sk_buff *skb)
 {
-	return handle(skb, 0);
+	return handle(skb, 0, 0);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -58,12 +58,13 @@ func (a *app) endpointListCommand() *cobra.Command {
 
 // writeEndpointList prints endpoints in cilium-dbg's `endpoint list`
 // shape: a two-line header, one row per endpoint with its first identity
-// label, and one continuation row per further label.
+// label, and one continuation row per further label. POLICY REVISION (the
+// revision of the policy the endpoint has realized) is cellium's column.
 func writeEndpointList(w io.Writer, eps []models.Endpoint, noHeaders bool) error {
 	t := newTable()
 	if !noHeaders {
-		t.row("ENDPOINT", "POLICY (ingress)", "POLICY (egress)", "IDENTITY", "LABELS (source:key[=value])", "IPv6", "IPv4", "STATUS")
-		t.row("", "ENFORCEMENT", "ENFORCEMENT", "", "", "", "", "")
+		t.row("ENDPOINT", "POLICY (ingress)", "POLICY (egress)", "POLICY", "IDENTITY", "LABELS (source:key[=value])", "IPv6", "IPv4", "STATUS")
+		t.row("", "ENFORCEMENT", "ENFORCEMENT", "REVISION", "", "", "", "", "")
 	}
 	for _, ep := range eps {
 		st := ep.Status
@@ -84,9 +85,13 @@ func writeEndpointList(w io.Writer, eps []models.Endpoint, noHeaders bool) error
 		if st.Policy != nil {
 			ingress, egress = st.Policy.Ingress, st.Policy.Egress
 		}
-		t.row(strconv.FormatInt(ep.ID, 10), enforcement(ingress), enforcement(egress), id, lbls[0], ipv6, ipv4, string(st.State))
+		rev := ""
+		if ep.Policy != nil {
+			rev = strconv.FormatUint(ep.Policy.Realized.PolicyRevision, 10)
+		}
+		t.row(strconv.FormatInt(ep.ID, 10), enforcement(ingress), enforcement(egress), rev, id, lbls[0], ipv6, ipv4, string(st.State))
 		for _, l := range lbls[1:] {
-			t.row("", "", "", "", l, "", "", "")
+			t.row("", "", "", "", "", l, "", "", "")
 		}
 	}
 	return t.flush(w)

@@ -64,6 +64,9 @@ func writePolicy(w io.Writer, pi *policy.PolicyInfo) error {
 			fmt.Fprintf(&b, "  not enforced: %s\n", warn)
 		}
 	}
+	for _, r := range pi.Rejected {
+		fmt.Fprintf(&b, "%s\n  rejected: %s\n", r.Source, r.Error)
+	}
 	fmt.Fprintf(&b, "Revision: %d\n", pi.Revision)
 	_, err := io.WriteString(w, b.String())
 	return err

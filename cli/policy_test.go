@@ -15,6 +15,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/endpointpolicy"
 	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
@@ -49,7 +50,7 @@ spec:
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	for _, h := range policy.APIHandlers(e, db, tbl).Handlers {
+	for _, h := range endpointpolicy.APIHandlers(e, db, tbl).Handlers {
 		method, path, _ := strings.Cut(h.Pattern, " ")
 		mux.HandleFunc(method+" /v1"+path, h.Handler)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/cellium/cellium/cells/cniconfig"
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy"
 	"github.com/cellium/cellium/cells/healthcheck"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identity"
@@ -16,7 +17,6 @@ import (
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/monitor"
 	"github.com/cellium/cellium/cells/nodediscovery"
-	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/cells/statedir"
 )
 
@@ -41,7 +41,7 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	identity.Cell,
 	endpointmanager.Cell,
 	cepsync.Cell,
-	policy.Cell,
+	endpointpolicy.Cell,
 	// Prefix -> identity for the datapath, from endpoints, nodes, CEPs and policy CIDRs.
 	ipcache.Cell,
 	cniconfig.Cell,

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what cellium's build and tests need, idempotently: Debian
 # packages (iproute2 for network namespaces; clang-19, llvm-19 for
-# llvm-strip-19, bpftool and iperf3 for the datapath; runc, the OCI runtime
-# containerd starts containers with on the real node; nftables, for kube-proxy's
-# nftables mode) when running as root with apt. Go modules come from the module proxy through `go` itself.
+# llvm-strip-19, bpftool; iperf3, sockperf and nsenter for `make bench-datapath`;
+# runc, the OCI runtime containerd starts containers with on the real node;
+# nftables, for kube-proxy's nftables mode) when running as root with apt.
+# Go modules come from the module proxy through `go` itself.
 set -euo pipefail
 
 need=()
@@ -14,6 +15,8 @@ command -v bpftool >/dev/null 2>&1 || need+=(bpftool)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v sockperf >/dev/null 2>&1 || need+=(sockperf)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

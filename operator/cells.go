@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/operatorapi"
+	"github.com/cellium/cellium/cells/policyvalidator"
 )
 
 // Infrastructure is the operator's client, metrics, health API and CRDs.
@@ -35,6 +36,8 @@ var ControlPlane = hive.Module("operator-controlplane", "Operator control plane"
 	endpointgc.Cell,
 	// Deletes CiliumIdentities no CiliumEndpoint uses (leader only).
 	identitygc.Cell,
+	// CNP/CCNP status conditions Valid and Supported (written by the leader only).
+	policyvalidator.Cell,
 )
 
 // Operator is the whole operator.

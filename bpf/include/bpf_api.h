@@ -29,6 +29,7 @@ typedef __u32 __be32;
 
 /* Map types and flags (include/uapi/linux/bpf.h). */
 #define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_PROG_ARRAY 3
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_LRU_HASH 9
 #define BPF_MAP_TYPE_LPM_TRIE 11
@@ -44,6 +45,7 @@ typedef __u32 __be32;
 /* tc / tcx verdicts. TC_ACT_OK is TCX_PASS, TC_ACT_SHOT is TCX_DROP. */
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
+#define TC_ACT_REDIRECT 7
 
 /* Errno values the helpers return negated. */
 #define EEXIST 17
@@ -78,6 +80,8 @@ static __u64 (*ktime_get_ns)(void) = (void *)5;
 static long (*skb_pull_data)(struct __sk_buff *skb, __u32 len) = (void *)39;
 static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)132;
+static long (*tail_call)(void *ctx, void *prog_array_map, __u32 index) = (void *)12;
+static long (*redirect_peer)(__u32 ifindex, __u64 flags) = (void *)155;
 
 /* Byte order: the programs are built for bpfel only. */
 #define bpf_htons(x) ((__be16)__builtin_bswap16(x))

@@ -145,6 +145,19 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } cellium_policy SEC(".maps");
 
+/* cellium_policy_progs: endpoint ID -> that endpoint's cil_lxc_policy.
+ * cil_from_container tail-calls into it for a packet to a local endpoint,
+ * which applies the destination's ingress policy and redirects the packet
+ * into the destination pod (bpf_redirect_peer). An empty slot means the
+ * packet goes through the stack and the destination's cil_to_container. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_policy_progs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct ct4_key);

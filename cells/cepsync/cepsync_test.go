@@ -31,6 +31,7 @@ import (
 	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/crdregister"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -113,11 +114,13 @@ func (filter) Split(l labels.Labels) (labels.Labels, labels.Labels) {
 // agent is an in-process agent with the real k8s cells, the endpoint
 // manager and the CEP synchronizer, and fake allocators.
 type agent struct {
-	h      *hive.Hive
-	db     *statedb.DB
-	eps    statedb.Table[*endpoints.Endpoint]
-	des    statedb.Table[*cepsync.DesiredCEP]
-	pols   statedb.RWTable[*statepolicy.EndpointPolicyRow]
+	h    *hive.Hive
+	db   *statedb.DB
+	eps  statedb.Table[*endpoints.Endpoint]
+	des  statedb.Table[*cepsync.DesiredCEP]
+	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
+	// policy writes each endpoint's policy row, as the policy cell does.
+	policy *endpointpolicytest.StandIn
 	socket string
 }
 
@@ -125,7 +128,7 @@ type agent struct {
 // composed here) says the node's InternalIP is nodeIP.
 func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string) *agent {
 	t.Helper()
-	a := &agent{socket: filepath.Join(t.TempDir(), "api.sock")}
+	a := &agent{socket: filepath.Join(t.TempDir(), "api.sock"), policy: endpointpolicytest.New()}
 	var local statedb.RWTable[*nodes.LocalNode]
 	h := hivetest.New(t, []string{"--k8s-kubeconfig-path=" + c.Kubeconfig(), "--state-dir=" + stateDir, "--socket-path=" + a.socket},
 		k8s.ClientCell, k8s.AgentResourcesCell, statedir.Cell, agentapi.Cell,
@@ -136,12 +139,10 @@ func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string)
 			func() identitycell.Allocator { return &fakeIdentities{ids: map[string]identity.NumericIdentity{}} },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			nodes.NewLocalNodeTable,
 			statedb.RWTable[*nodes.LocalNode].ToTable,
 		),
-		endpointmanager.Cell, cepsync.Cell,
+		a.policy.Cell(), endpointmanager.Cell, cepsync.Cell,
 		hivetest.Capture(&a.db), hivetest.Capture(&a.eps), hivetest.Capture(&a.des), hivetest.Capture(&local),
 		hivetest.Capture(&a.pols),
 	)
@@ -355,12 +356,14 @@ func (a *agent) call(method, path string, body, out any) error {
 	return nil
 }
 
+// create makes an endpoint as the CNI plugin does, waiting until it is
+// ready, unless the policy stand-in is paused (then no policy would come).
 func (a *agent) create(t *testing.T, ns, pod, cid, ip, uid string) models.Endpoint {
 	t.Helper()
 	var ep models.Endpoint
 	err := a.call("PUT", "/endpoint", models.EndpointChangeRequest{
 		ContainerID: cid, ContainerInterfaceName: "eth0", K8sNamespace: ns, K8sPodName: pod, K8sUID: uid,
-		InterfaceName: "lxc" + cid, Addressing: models.AddressPair{IPV4: ip}, SyncBuildEndpoint: true,
+		InterfaceName: "lxc" + cid, Addressing: models.AddressPair{IPV4: ip}, SyncBuildEndpoint: !a.policy.Paused.Load(),
 	}, &ep)
 	if err != nil {
 		t.Fatal(err)

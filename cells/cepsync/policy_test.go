@@ -23,6 +23,7 @@ func TestCEPPolicyStatus(t *testing.T) {
 	pod := createPod(t, c, ns, "web", "cep-pol-node")
 	a := startAgent(t, c, "cep-pol-node", "192.0.2.30", t.TempDir())
 	defer a.stop(t)
+	a.policy.Paused.Store(true) // the test writes the rows
 	ep := a.create(t, ns, "web", "c-web", "10.1.0.30", string(pod.UID))
 
 	// cepMatches waits until the CEP's status equals the API's, and check

@@ -21,6 +21,7 @@ import (
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -30,7 +31,6 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
-	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 // countingIdentities gives every label set identity 70000.
@@ -89,10 +89,9 @@ func TestDoctorOverRealCells(t *testing.T) {
 			func() identitycell.Allocator { return &countingIdentities{} },
 			func() identitycell.LabelFilter { return allLabels{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 		),
 		ipam.Cell,
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		doctor.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&cns), hivetest.Capture(&pods),

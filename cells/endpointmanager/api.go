@@ -29,6 +29,13 @@ func (p apiParams) model(ep *endpoints.Endpoint) models.Endpoint {
 	st.Policy = statepolicy.EndpointStatus(txn, p.Policies, ep.ID, ep.Identity)
 	st.Health.Bpf = bpfprog.Health(txn, p.Manager.programs, ep)
 	out := models.Endpoint{ID: int64(ep.ID), Status: statusModel(st)}
+	if ep.Identity != 0 {
+		revs := &models.EndpointPolicyRevisions{Realized: models.EndpointPolicyRevision{PolicyRevision: ep.PolicyRevision}}
+		if row, _, ok := p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(ep.ID)); ok && row.Identity == ep.Identity && row.Policy != nil {
+			revs.Spec.PolicyRevision = row.Policy.Revision
+		}
+		out.Policy = revs
+	}
 	if ep.ContainerID != "" {
 		out.Spec = &models.EndpointChangeRequest{
 			ContainerID: ep.ContainerID, ContainerInterfaceName: ep.ContainerIfName,

@@ -19,6 +19,8 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/mapstate"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 type managerParams struct {
@@ -40,6 +42,13 @@ type managerParams struct {
 	// Programs is the eBPF loader's table (absent without the loader):
 	// endpoints are ready once their programs are attached.
 	Programs statedb.Table[*bpfprog.Program] `optional:"true"`
+	// Policies, when the agent has a policy engine, is what an endpoint's
+	// state follows once its identity is resolved.
+	Policies statedb.Table[*statepolicy.EndpointPolicyRow] `optional:"true"`
+	// PolicyMaps is the BPF map reconcilers' policy-maps table (absent
+	// without them): endpoints are ready once their policy map holds the
+	// revision they take.
+	PolicyMaps statedb.Table[*mapstate.PolicyMap] `optional:"true"`
 }
 
 func newManager(p managerParams) *Manager {
@@ -47,21 +56,22 @@ func newManager(p managerParams) *Manager {
 		log: p.Log, db: p.DB, table: p.Table, pods: p.Pods, namespaces: p.Namespaces,
 		clientset: p.Clientset, ipam: p.IPAM, identities: p.Identities, filter: p.Filter,
 		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints", now: time.Now}, node: p.Node, now: time.Now,
-		ceps: p.CEPs, sysClassNet: "/sys/class/net", programs: p.Programs,
+		ceps: p.CEPs, sysClassNet: "/sys/class/net", programs: p.Programs, policies: p.Policies, policyMaps: p.PolicyMaps,
 	}
 }
 
 type jobsParams struct {
 	hive.In
-	Manager   *Manager
-	DB        *statedb.DB
-	Table     statedb.RWTable[*endpoints.Endpoint]
-	Pods      statedb.Table[*corev1.Pod]
-	StateDir  statedir.Dir
-	Lifecycle hive.Lifecycle
-	Jobs      hive.Jobs
-	Lookup    ipam.Lookup
-	Node      k8s.NodeName
+	Manager    *Manager
+	DB         *statedb.DB
+	Table      statedb.RWTable[*endpoints.Endpoint]
+	Pods       statedb.Table[*corev1.Pod]
+	Namespaces statedb.Table[*corev1.Namespace]
+	StateDir   statedir.Dir
+	Lifecycle  hive.Lifecycle
+	Jobs       hive.Jobs
+	Lookup     ipam.Lookup
+	Node       k8s.NodeName
 	// HealthInterfaces is the health endpoint's veth as the datapath made
 	// it; absent when the agent has no health endpoint datapath.
 	HealthInterfaces statedb.Table[*health.Interface] `optional:"true"`
@@ -105,7 +115,23 @@ func registerJobs(p jobsParams) {
 				return nil
 			}
 			for ep := range p.Table.List(p.DB.ReadTxn(), endpoints.PodIndex.Query(c.Object.Namespace+"/"+c.Object.Name)) {
-				if ep.State != ciliumv2.EndpointStateReady || string(c.Object.UID) != ep.PodUID {
+				if !ep.InService() || string(c.Object.UID) != ep.PodUID {
+					continue
+				}
+				if _, err := m.relabel(ctx, ep, nil, false); err != nil {
+					return fmt.Errorf("relabel endpoint %d: %w", ep.ID, err)
+				}
+			}
+			return nil
+		}),
+		// Namespace label changes too: namespace labels are part of
+		// every pod's identity (io.cilium.k8s.namespace.labels.*).
+		hive.ObserveTable("namespace-labels", p.DB, p.Namespaces, func(ctx context.Context, c statedb.Change[*corev1.Namespace]) error {
+			if c.Deleted {
+				return nil
+			}
+			for ep := range p.Table.All(p.DB.ReadTxn()) {
+				if ep.PodNamespace != c.Object.Name || !ep.InService() {
 					continue
 				}
 				if _, err := m.relabel(ctx, ep, nil, false); err != nil {
@@ -127,6 +153,11 @@ func registerJobs(p jobsParams) {
 		p.Jobs.Add(hive.Service("health-endpoint-interface", nil, func(ctx context.Context, h hive.Health) {
 			m.followHealthInterface(ctx, p.HealthInterfaces, h)
 		}))
+	}
+	if m.policies != nil {
+		// Endpoint states follow their policy (state.go).
+		d := &deriveStates{m: m}
+		p.Jobs.Add(hive.Service("derive-endpoint-states", d.subscribe, d.run))
 	}
 }
 

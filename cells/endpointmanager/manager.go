@@ -26,6 +26,8 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/mapstate"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/tables"
 )
 
@@ -66,6 +68,13 @@ type Manager struct {
 	// bpf-programs table; endpoints are ready only once their programs
 	// are attached (programs.go).
 	programs statedb.Table[*bpfprog.Program]
+	// policies (optional) is the policy engine's table an endpoint's
+	// state is derived from once its identity is resolved (state.go).
+	policies statedb.Table[*statepolicy.EndpointPolicyRow]
+	// policyMaps (optional: only with the BPF map reconcilers) is the
+	// datapath's policy-maps table: an endpoint is ready once its policy
+	// map holds the revision it takes.
+	policyMaps statedb.Table[*mapstate.PolicyMap]
 }
 
 // Manager errors carry a sentinel for the API's status code.
@@ -89,7 +98,10 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 		return nil, err
 	}
 	if old, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(req.ContainerID)); ok {
-		if sameAttachment(old, req, ip) && old.State == ciliumv2.EndpointStateReady {
+		if sameAttachment(old, req, ip) && old.InService() {
+			if req.SyncBuildEndpoint {
+				return m.waitReady(ctx, old)
+			}
 			return old, nil
 		}
 		return nil, conflictingContainer(old)
@@ -138,20 +150,61 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 	for _, old := range replaced {
 		m.cleanup(ctx, old, "replaced by a new sandbox of the same pod")
 	}
-	// Resolve the identity, then ready.
+	// Resolve the identity; then the endpoint regenerates with its policy.
 	ready, err := m.resolveIdentity(ctx, ep)
 	if err != nil {
 		m.remove(ctx, ep, false)
 		return nil, fmt.Errorf("%w: allocate identity for %s: %v", ErrUnavailable, ep.PodKey(), err)
 	}
-	if ready.State != ciliumv2.EndpointStateReady && m.wantsPrograms(ready) {
-		// The pod's traffic is policed once its programs are attached.
-		if ready, err = m.waitPrograms(ctx, ready); err != nil {
-			m.remove(ctx, ep, false)
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if !req.SyncBuildEndpoint && !m.wantsPrograms(ready) {
+		return ready, nil
+	}
+	// As in Cilium, the CNI plugin's request waits for the first
+	// regeneration: the pod starts with its policy computed (and, with
+	// the eBPF datapath, enforced: programs attached, policy map written).
+	done, err := m.waitReady(ctx, ready)
+	if err != nil {
+		m.remove(ctx, ready, false)
+		return nil, err
+	}
+	return done, nil
+}
+
+// waitReady waits, at most RegenerationWait, until ep is ready.
+//
+// Possible errors: ErrUnavailable when it is not ready in time (its
+// policy was not computed: the policy engine waits for the policy tables,
+// see `cellium status`) or ctx ends; ErrNotFound when it was deleted
+// meanwhile.
+func (m *Manager) waitReady(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
+	timer := time.NewTimer(RegenerationWait)
+	defer timer.Stop()
+	for {
+		txn := m.db.ReadTxn()
+		cur, _, watch, ok := m.table.GetWatch(txn, endpoints.IDIndex.Query(ep.ID))
+		switch {
+		case !ok || !sameEndpoint(cur, ep):
+			return nil, fmt.Errorf("%w: endpoint %d was deleted while it regenerated", ErrNotFound, ep.ID)
+		case cur.State == ciliumv2.EndpointStateReady:
+			return cur, nil
+		}
+		var progWatch <-chan struct{}
+		if m.wantsPrograms(cur) {
+			if st, msg := bpfprog.EndpointState(txn, m.programs, cur); st == bpfprog.StateFailed {
+				return nil, fmt.Errorf("%w: load the BPF programs of endpoint %d: %s", ErrUnavailable, ep.ID, msg)
+			}
+			_, progWatch = m.programs.AllWatch(txn)
+		}
+		select {
+		case <-watch:
+		case <-progWatch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: endpoint %d of %s is %s: %v", ErrUnavailable, ep.ID, ep.PodKey(), cur.State, ctx.Err())
+		case <-timer.C:
+			return nil, fmt.Errorf("%w: endpoint %d of %s is still %s after %v: %s; retry later",
+				ErrUnavailable, ep.ID, ep.PodKey(), cur.State, RegenerationWait, m.notReadyReason(m.db.ReadTxn(), cur))
 		}
 	}
-	return ready, nil
 }
 
 // sameAttachment reports whether req asks again for the endpoint ep
@@ -329,11 +382,11 @@ func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 			return nil // labels changed meanwhile: that change resolves again
 		}
 		old = cur.Identity
-		c := cur.WithState(ciliumv2.EndpointStateRegenerating, "Regenerating endpoint", m.now())
+		c := cur.Clone()
 		c.Identity = id.ID
-		if !m.wantsPrograms(c) {
-			c = c.WithState(ciliumv2.EndpointStateReady, readyMessage(c), m.now())
-		} // else ready once its programs are attached (followPrograms)
+		state, msg := m.inServiceState(c)
+		c = c.WithState(state, msg+" (identity "+id.ID.String()+")", m.now())
+		c.IdentityPending = false
 		updated = c
 		return c
 	})
@@ -562,6 +615,7 @@ func (m *Manager) relabel(ctx context.Context, ep *endpoints.Endpoint, lbls *lab
 	if err := m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
 		c := cur.WithState(ciliumv2.EndpointStateWaitingToRegenerate, "Labels changed, regenerating", m.now())
 		c.Labels, c.InfoLabels = next, info
+		c.IdentityPending = true
 		changed = c
 		return c
 	}); err != nil {

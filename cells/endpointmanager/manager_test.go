@@ -28,6 +28,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -263,12 +264,15 @@ func (filter) Split(l labels.Labels) (labels.Labels, labels.Labels) {
 type env struct {
 	db   *statedb.DB
 	pods statedb.RWTable[*corev1.Pod]
+	nss  statedb.RWTable[*corev1.Namespace]
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
-	ipam *fakeIPAM
-	ids  *fakeIdentities
-	api  *http.Client
+	// policy writes each endpoint's policy row, as the policy cell does.
+	policy *endpointpolicytest.StandIn
+	ipam   *fakeIPAM
+	ids    *fakeIdentities
+	api    *http.Client
 }
 
 // start composes the endpoint manager and the API server with fake
@@ -284,7 +288,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 	if ids == nil {
 		ids = &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{}}
 	}
-	e := &env{ipam: newFakeIPAM(), ids: ids}
+	e := &env{ipam: newFakeIPAM(), ids: ids, policy: endpointpolicytest.New()}
 	e.ipam.load(t, dir)
 	// Runs after the hive has stopped (cleanups run last-in first-out).
 	t.Cleanup(func() { e.ipam.save(t, dir) })
@@ -303,14 +307,14 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		// The policy engine's table and a stand-in writing it.
+		e.policy.Cell(),
 		endpointmanager.Cell,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
-			e.db, e.pods, e.eps, e.ceps, e.pols = db, pods, eps, cepTable, pols
+			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols = db, pods, nss, eps, cepTable, pols
 			txn := db.WriteTxn(pods, nss, cepTable)
 			for _, c := range ceps {
 				cepTable.Insert(txn, c)
@@ -515,6 +519,25 @@ func TestLabelChangeMovesIdentity(t *testing.T) {
 		e.ids.mu.Lock()
 		defer e.ids.mu.Unlock()
 		return e.ids.refs[identity.NumericIdentity(before)] == 0
+	})
+}
+
+// Namespace labels are part of a pod's identity: relabelling the
+// namespace moves its endpoints to new identities.
+func TestNamespaceLabelChangeMovesIdentity(t *testing.T) {
+	e := start(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+	})
+	var ep models.Endpoint
+	e.add(t, addReq("c1", "web-1", "10.0.0.10"), &ep)
+	before := ep.Status.Identity.ID
+	txn := e.db.WriteTxn(e.nss)
+	e.nss.Insert(txn, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{"team": "blue"}}})
+	txn.Commit()
+	waitFor(t, "identity to change with the namespace's labels", func() bool {
+		cur, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.IDIndex.Query(uint16(ep.ID)))
+		return ok && int64(cur.Identity) != before && cur.State == ciliumv2.EndpointStateReady &&
+			cur.Labels.Has(labels.Make(labels.SourceK8s, labels.PodNamespaceMetaLabels+".team", "blue"))
 	})
 }
 
@@ -917,10 +940,9 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			},
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
 			db, cns, alloc, podsRW = d, c, a, pods

@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -27,7 +28,6 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
-	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 // restoringIdentities is an allocator without its API server: only the
@@ -86,10 +86,9 @@ func TestBootWithoutAPIServer(t *testing.T) {
 			func() identitycell.Allocator { return ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			// The policy engine's table, empty: no endpoint has a policy.
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 		),
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&eps),
 	)

@@ -43,7 +43,11 @@ func (m *Manager) followPrograms(ctx context.Context, h hive.Health) {
 			}
 			switch st, msg := bpfprog.EndpointState(txn, m.programs, ep); st {
 			case bpfprog.StateReady:
-				m.setReadyIf(ep)
+				if m.policies == nil {
+					// Without a policy engine nothing else gates
+					// readiness (with one, nextState does).
+					m.setReadyIf(ep)
+				}
 			case bpfprog.StateFailed:
 				failing++
 				if ep.Failure() != programFailure(msg) {
@@ -82,31 +86,5 @@ func (m *Manager) setReadyIf(ep *endpoints.Endpoint) {
 	})
 	if err != nil {
 		m.log.Warn("set endpoint ready", "endpoint", ep.ID, "error", err)
-	}
-}
-
-// waitPrograms waits until endpoint ep is ready, its programs failed to
-// load, or ctx ends; it returns the endpoint as it then is.
-func (m *Manager) waitPrograms(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
-	for {
-		txn := m.db.ReadTxn()
-		cur, _, watch, ok := m.table.GetWatch(txn, endpoints.IDIndex.Query(ep.ID))
-		if !ok || !sameEndpoint(cur, ep) {
-			return nil, fmt.Errorf("%w: endpoint %d was deleted while its programs were loading", ErrNotFound, ep.ID)
-		}
-		if cur.State == ciliumv2.EndpointStateReady {
-			return cur, nil
-		}
-		st, msg := bpfprog.EndpointState(txn, m.programs, cur)
-		if st == bpfprog.StateFailed {
-			return cur, fmt.Errorf("load the BPF programs of endpoint %d: %s", ep.ID, msg)
-		}
-		_, progWatch := m.programs.AllWatch(txn)
-		select {
-		case <-ctx.Done():
-			return cur, fmt.Errorf("endpoint %d not ready: its BPF programs are not attached yet (cellium statedb %s): %w", ep.ID, bpfprog.TableName, ctx.Err())
-		case <-watch:
-		case <-progWatch:
-		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/endpointmanager"
+	"github.com/cellium/cellium/cells/endpointpolicy/endpointpolicytest"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
@@ -28,7 +29,6 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
-	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -109,11 +109,12 @@ func startWithPrograms(t *testing.T, seed func(txn statedb.WriteTxn, pods stated
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
-			statepolicy.NewTable, statedb.RWTable[*statepolicy.EndpointPolicyRow].ToTable,
 			func() k8s.NodeName { return "node-a" },
 			// The loader's table.
 			bpfprog.NewTable, statedb.RWTable[*bpfprog.Program].ToTable,
 		),
+		// The policy engine's table and a stand-in writing it.
+		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], eps statedb.Table[*endpoints.Endpoint], rows statedb.RWTable[*bpfprog.Program]) {
 			e.db, e.pods, e.eps = db, pods, eps
@@ -189,13 +190,20 @@ func TestReadyOnlyWhenProgramsAttached(t *testing.T) {
 		}
 	}
 	// Its programs row is there, pending: it must not be ready.
+	pendingBy := time.After(10 * time.Second)
 	for {
-		st, _ := bpfprog.EndpointState(e.db.ReadTxn(), fl.rows, ep)
+		txn := e.db.ReadTxn()
+		st, _ := bpfprog.EndpointState(txn, fl.rows, ep)
 		if st == bpfprog.StatePending {
 			break
 		}
-		_, w := fl.rows.AllWatch(e.db.ReadTxn())
-		<-w
+		row, _, _ := fl.rows.Get(txn, bpfprog.EndpointIDIndex.Query(ep.ID))
+		_, w := fl.rows.AllWatch(txn)
+		select {
+		case <-w:
+		case <-pendingBy:
+			t.Fatalf("the programs of endpoint %+v never pending: state %v, row %+v", ep, st, row)
+		}
 	}
 	if cur, _ := waitEndpointNow(e, ep.ID); cur.State != ciliumv2.EndpointStateRegenerating {
 		t.Fatalf("endpoint %s with its programs pending, want regenerating", cur.State)
@@ -208,13 +216,16 @@ func TestReadyOnlyWhenProgramsAttached(t *testing.T) {
 	fl.set(func() { fl.hold = false })
 	r := <-res
 	if r.code != 201 || r.ep.Status.State != models.EndpointStateReady {
-		t.Fatalf("ADD: %d, state %s; want 201 ready", r.code, r.ep.Status.State)
+		txn := e.db.ReadTxn()
+		cur, _, _ := e.eps.Get(txn, endpoints.IDIndex.Query(ep.ID))
+		row, _, _ := fl.rows.Get(txn, bpfprog.EndpointIDIndex.Query(ep.ID))
+		t.Fatalf("ADD: %d, state %s; want 201 ready (endpoint %+v, programs %+v)", r.code, r.ep.Status.State, cur, row)
 	}
 	if h := r.ep.Status.Health; h == nil || h.Bpf != models.EndpointHealthOK {
 		t.Errorf("health %+v, want bpf OK", h)
 	}
 	last := r.ep.Status.Log[len(r.ep.Status.Log)-1]
-	if !strings.Contains(last.Message, "Successfully regenerated endpoint program") {
+	if !strings.Contains(last.Message, "Successfully regenerated endpoint") {
 		t.Errorf("last log entry %q", last.Message)
 	}
 }

@@ -57,6 +57,7 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 			continue
 		}
 		ep = ep.WithState(ciliumv2.EndpointStateRestoring, "Restoring endpoint after agent restart", m.now())
+		ep.PolicyRestored = true
 		// The allocator may hand the saved identity out again for the
 		// same labels while the cluster's identities are not listed
 		// (booted with the API server down).
@@ -162,6 +163,7 @@ func (m *Manager) rebuild(ph *endpoints.Endpoint, ceps statedb.Table[*ciliumv2.C
 			Labels: ph.Labels, State: ph.State, Log: ph.Log, Created: ph.Created,
 		}
 		ep.Labels, ep.InfoLabels = m.podLabels(txn, pod, pod.Namespace)
+		ep.PolicyRestored = true
 		return ep.WithState(ciliumv2.EndpointStateRestoring,
 			"Rebuilt from CiliumEndpoint "+cep.Namespace+"/"+cep.Name+" after its state file was found unreadable", m.now()), ""
 	}
@@ -296,7 +298,7 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 		}
 		// The pod's current labels; force when the identity is not
 		// resolved yet.
-		if _, err := m.relabel(ctx, cur, nil, cur.State != ciliumv2.EndpointStateReady); err != nil {
+		if _, err := m.relabel(ctx, cur, nil, !cur.InService()); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
 			continue
 		}

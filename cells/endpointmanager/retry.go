@@ -25,6 +25,11 @@ const (
 // plugin reports as "try again later" (code 11).
 const PodsSyncWait = 2 * time.Second
 
+// RegenerationWait bounds how long a create that asks for it
+// (sync-build-endpoint, as the CNI plugin does) waits for the endpoint's
+// first regeneration, within the plugin's 2-minute ADD timeout.
+const RegenerationWait = time.Minute
+
 // RestoreIdentityWait bounds how long restore waits for the identity of a
 // restored endpoint's saved labels before its pod is known: the identity
 // restored from the state file resolves at once; any other needs the API.

@@ -2,14 +2,10 @@ package policy
 
 import (
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 
-	"github.com/cilium/statedb"
-
-	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
@@ -31,6 +27,16 @@ type RuleInfo struct {
 type PolicyInfo struct {
 	Revision uint64     `json:"revision"`
 	Rules    []RuleInfo `json:"rules"`
+	// Rejected are the CNPs and CCNPs the agent refused because a rule
+	// failed to parse (the rules of an earlier version may still be in
+	// Rules), sorted by source.
+	Rejected []RejectedPolicy `json:"rejected,omitempty"`
+}
+
+// RejectedPolicy is a policy object the agent refused, and why.
+type RejectedPolicy struct {
+	Source Source `json:"source"`
+	Error  string `json:"error"`
 }
 
 // String describes an entry: "allow from {k8s:app=web} on tcp/80".
@@ -95,49 +101,14 @@ func ruleInfo(r *Rule) RuleInfo {
 	return ri
 }
 
-type apiParams struct {
-	Engine   *Engine
-	DB       *statedb.DB
-	Policies statedb.Table[*statepolicy.EndpointPolicyRow]
-}
-
-// APIHandlers returns the policy engine's agent API handlers: GET
-// /v1/policy (rules and revision), /v1/policy/selectors,
-// /v1/policy/endpoint/{id} (an endpoint's computed policy) and
-// /v1/policy/trace.
-func APIHandlers(e *Engine, db *statedb.DB, policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
-	p := apiParams{Engine: e, DB: db, Policies: policies}
-	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
-		{Pattern: "GET /policy", Handler: p.getPolicy},
-		{Pattern: "GET /policy/selectors", Handler: func(w http.ResponseWriter, r *http.Request) {
-			agentapi.WriteJSON(w, r, p.Engine.Selectors())
-		}},
-		{Pattern: "GET /policy/endpoint/{id}", Handler: p.getEndpoint},
-		{Pattern: "GET /policy/trace", Handler: p.trace},
-	}}
-}
-
-func (p apiParams) getPolicy(w http.ResponseWriter, r *http.Request) {
-	rev := p.Engine.Revision()
-	out := PolicyInfo{Revision: rev, Rules: []RuleInfo{}}
-	for _, rule := range p.Engine.Rules() {
+// Info returns the engine's rules and revision as GET /v1/policy shows
+// them.
+func (e *Engine) Info() PolicyInfo {
+	out := PolicyInfo{Revision: e.Revision(), Rules: []RuleInfo{}}
+	for _, rule := range e.Rules() {
 		out.Rules = append(out.Rules, ruleInfo(rule))
 	}
-	agentapi.WriteJSON(w, r, out)
-}
-
-func (p apiParams) getEndpoint(w http.ResponseWriter, r *http.Request) {
-	n, err := strconv.ParseUint(r.PathValue("id"), 10, 16)
-	if err != nil {
-		agentapi.WriteError(w, http.StatusBadRequest, "invalid endpoint ID %q: want a number such as 1090", r.PathValue("id"))
-		return
-	}
-	row, _, ok := p.Policies.Get(p.DB.ReadTxn(), statepolicy.EndpointIDIndex.Query(uint16(n)))
-	if !ok {
-		agentapi.WriteError(w, http.StatusNotFound, "no policy for endpoint %d (no such endpoint, or it has no identity yet)", n)
-		return
-	}
-	agentapi.WriteJSON(w, r, row)
+	return out
 }
 
 // ParseTraceEnd reads one end of a trace from the query parameters
@@ -205,29 +176,4 @@ func ParseDPort(s string) (uint8, uint16, error) {
 		return 0, 0, fmt.Errorf("--dport %q: protocol must be TCP, UDP, SCTP or ICMP (0/ICMP)", s)
 	}
 	return proto, uint16(n), nil
-}
-
-func (p apiParams) trace(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	src, err := ParseTraceEnd("src", q.Get("src-identity"), q.Get("src-labels"), q.Get("src-cidr"))
-	if err != nil {
-		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	dst, err := ParseTraceEnd("dst", q.Get("dst-identity"), q.Get("dst-labels"), q.Get("dst-cidr"))
-	if err != nil {
-		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	proto, port, err := ParseDPort(q.Get("dport"))
-	if err != nil {
-		agentapi.WriteError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	tr := p.Engine.Trace(src, dst, proto, port)
-	out := struct {
-		Trace
-		Text string `json:"text"`
-	}{tr, tr.Format()}
-	agentapi.WriteJSON(w, r, out)
 }

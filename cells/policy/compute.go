@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/cellium/cellium/statedb/identity"
@@ -39,25 +40,20 @@ func (e *Engine) SelectingRules(ep Endpoint) []*Rule {
 
 // selectingLocked returns the rules whose subject selects ep, sorted by
 // name: through the subject index when the engine knows ep's identity,
-// else by matching ep's labels against every rule.
+// else by matching ep's labels against the rules the rule index names.
 func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 	var out []*compiledRule
 	if set, ok := e.bySubject[ep.Identity]; ok && ep.Identity != identity.InvalidIdentity {
 		if len(set) == 0 {
 			return nil
 		}
-		out = make([]*compiledRule, 0, len(set))
-		for cr := range set {
-			out = append(out, cr)
-		}
+		out = slices.Clone(set)
 	} else {
-		for _, crs := range e.sources {
-			for _, cr := range crs {
-				if cr.subject != nil && cr.subject.m.Matches(ep.Identity, ep.Labels) {
-					out = append(out, cr)
-				}
+		e.subjects.candidates(ep.Labels, func(cr *compiledRule) {
+			if cr.subject != nil && cr.subject.m.Matches(ep.Identity, ep.Labels) {
+				out = append(out, cr)
 			}
-		}
+		})
 	}
 	slices.SortFunc(out, func(a, b *compiledRule) int {
 		switch {
@@ -66,41 +62,9 @@ func (e *Engine) selectingLocked(ep Endpoint) []*compiledRule {
 		case a.name > b.name:
 			return 1
 		}
-		return 0
+		return cmp.Compare(a.seq, b.seq)
 	})
 	return out
-}
-
-// acc collects the verdicts for one key: the rules that allow and deny
-// it, as ids of name sets (0: none).
-type acc struct {
-	allow, deny int
-}
-
-// nameSets interns the sets of rule names entries derive from, so that the
-// thousands of entries of one endpoint share a handful of slices. Set 0 is
-// empty; rules are added in sorted order, so a set is its names in order.
-type nameSets struct {
-	sets [][]string
-	ext  map[[2]int]int // (set, rule) -> set with the rule appended
-}
-
-func newNameSets() *nameSets {
-	return &nameSets{sets: [][]string{nil}, ext: map[[2]int]int{}}
-}
-
-// add returns the set of set's names plus rule i's name.
-func (n *nameSets) add(set, i int, name string) int {
-	if s := n.sets[set]; len(s) > 0 && s[len(s)-1] == name {
-		return set
-	}
-	if next, ok := n.ext[[2]int{set, i}]; ok {
-		return next
-	}
-	s := append(append(make([]string, 0, len(n.sets[set])+1), n.sets[set]...), name)
-	n.sets = append(n.sets, s)
-	n.ext[[2]int{set, i}] = len(n.sets) - 1
-	return len(n.sets) - 1
 }
 
 func (e *Engine) computeLocked(ep Endpoint, rules []*compiledRule) *statepolicy.EndpointPolicy {
@@ -112,9 +76,11 @@ func (e *Engine) computeLocked(ep Endpoint, rules []*compiledRule) *statepolicy.
 }
 
 func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepolicy.Direction) statepolicy.DirectionPolicy {
-	allowAll := statepolicy.Entry{Key: statepolicy.NewKey(0, d, 0, 0, 0)}
+	allowAll := func() []statepolicy.Entry {
+		return []statepolicy.Entry{{Key: statepolicy.NewKey(0, d, 0, 0, 0)}}
+	}
 	if e.mode == ModeNever {
-		return statepolicy.DirectionPolicy{Entries: []statepolicy.Entry{allowAll}}
+		return statepolicy.DirectionPolicy{Entries: allowAll()}
 	}
 	selecting, defaultDeny := 0, false
 	for _, cr := range rules {
@@ -127,84 +93,317 @@ func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepol
 		if e.mode == ModeAlways {
 			return statepolicy.DirectionPolicy{Enforcing: true}
 		}
-		return statepolicy.DirectionPolicy{Entries: []statepolicy.Entry{allowAll}}
+		return statepolicy.DirectionPolicy{Entries: allowAll()}
 	}
-	keys := make(map[statepolicy.Key]acc, 64)
-	names := newNameSets()
-	if !defaultDeny {
-		// Every selecting rule opted out of default deny: what no entry
-		// denies passes. The entry derives from no rule.
-		keys[allowAll.Key] = acc{allow: -1}
+	key := policyCacheKey(ep, rules, d)
+	if dp, ok := e.cache.get(key); ok {
+		return dp
 	}
-	var ids []identity.NumericIdentity
+	dp := statepolicy.DirectionPolicy{Enforcing: true, Entries: e.computeEntries(ep, rules, d, defaultDeny)}
+	e.cache.put(key, dp)
+	return dp
+}
+
+// The computation of a direction's entries works in three steps, to do
+// per (peer identity, port) only what must be done per pair:
+//
+//  1. Every entry of every selecting rule contributes, for each of its
+//     peer selectors and each of its resolved ports, the rule to the allow
+//     or deny rule set of the group (peer selector, port). Rules sharing a
+//     peer selector and a port (common: many rules allowing the same
+//     clients on the same port) share a group.
+//  2. Each group is spread over the identities its selector selects: the
+//     rule sets of groups meeting on one (identity, port) key are united.
+//  3. The keys are sorted, and per identity, denies win over allows and an
+//     allow covered by a deny of the same identity is dropped (the
+//     datapath's longest-prefix match would otherwise let the narrower
+//     allow win).
+
+// group is the peers of one selector (or any peer) on one port.
+type group struct {
+	ids         []identity.NumericIdentity // the selector's selections, shared
+	l4          l4Key
+	allow, deny int32 // rule sets
+}
+
+type groupKey struct {
+	cs *cachedSelector // nil: any peer
+	l4 l4Key
+}
+
+// slot is the verdict on one key: the packed key and its rule sets.
+type slot struct {
+	key         uint64
+	allow, deny int32 // rule sets; allow -1: allowed by no rule (default allow)
+}
+
+// packKey packs an identity and normalised protocol and port prefix into
+// a number that sorts like Key.Compare within one direction.
+func packKey(id identity.NumericIdentity, k l4Key) uint64 {
+	return uint64(id)<<32 | uint64(k.proto)<<24 | uint64(k.port)<<8 | uint64(k.plen)
+}
+
+func unpackKey(p uint64, d statepolicy.Direction) statepolicy.Key {
+	return statepolicy.Key{Identity: identity.NumericIdentity(p >> 32), Direction: d,
+		Proto: uint8(p >> 24), Port: uint16(p >> 8), PortPrefixLen: uint8(p)}
+}
+
+// normalL4 normalises k as NewKey does.
+func normalL4(k l4Key) l4Key {
+	n := statepolicy.NewKey(0, 0, k.proto, k.port, k.plen)
+	return l4Key{proto: n.Proto, port: n.Port, plen: n.PortPrefixLen}
+}
+
+// anyPeerIDs are the peers of an entry that matches any peer: identity 0
+// of the policy map. Read only.
+var anyPeerIDs = []identity.NumericIdentity{0}
+
+func (e *Engine) computeEntries(ep Endpoint, rules []*compiledRule, d statepolicy.Direction, defaultDeny bool) []statepolicy.Entry {
+	sets := newRuleSets(rules)
+
+	// 1. Groups.
+	var groups []group
+	groupOf := make(map[groupKey]int32, 16)
 	for ri, cr := range rules {
 		for i, ent := range cr.rule.entries(d) {
-			l4 := e.resolvePorts(ep, d, ent.Ports)
+			l4 := cr.ports[d][i]
+			if l4 == nil {
+				l4 = e.resolvePorts(ep, d, ent.Ports)
+			}
 			if len(l4) == 0 {
 				continue
 			}
-			ids = ids[:0]
+			npeers := len(cr.peers[d][i])
 			if ent.AnyPeer {
-				ids = append(ids, 0)
-			} else {
-				for _, cs := range cr.peers[d][i] {
-					ids = append(ids, cs.selections()...)
-				}
+				npeers = 1
 			}
-			for _, id := range ids {
+			for p := range npeers {
+				var cs *cachedSelector
+				ids := anyPeerIDs
+				if !ent.AnyPeer {
+					cs = cr.peers[d][i][p]
+					ids = cs.selections()
+				}
+				if len(ids) == 0 {
+					continue
+				}
 				for _, k := range l4 {
-					key := statepolicy.NewKey(id, d, k.proto, k.port, k.plen)
-					a := keys[key]
-					if ent.Deny {
-						a.deny = names.add(a.deny, ri, cr.name)
-					} else if a.allow >= 0 {
-						a.allow = names.add(a.allow, ri, cr.name)
+					k = normalL4(k)
+					gk := groupKey{cs: cs, l4: k}
+					gi, ok := groupOf[gk]
+					if !ok {
+						gi = int32(len(groups))
+						groups = append(groups, group{ids: ids, l4: k})
+						groupOf[gk] = gi
 					}
-					keys[key] = a
+					g := &groups[gi]
+					if ent.Deny {
+						g.deny = sets.add(g.deny, int32(ri))
+					} else {
+						g.allow = sets.add(g.allow, int32(ri))
+					}
 				}
 			}
 		}
 	}
-	return statepolicy.DirectionPolicy{Enforcing: true, Entries: finish(keys, names)}
-}
 
-// finish turns the collected keys into sorted entries: a key both allowed
-// and denied is denied, and an allow covered by a deny of the same identity
-// is dropped (the datapath's longest-prefix match would otherwise let the
-// narrower allow win).
-func finish(keys map[statepolicy.Key]acc, names *nameSets) []statepolicy.Entry {
-	var denies map[identity.NumericIdentity][]statepolicy.Key
-	for k, a := range keys {
-		if a.deny > 0 {
-			if denies == nil {
-				denies = map[identity.NumericIdentity][]statepolicy.Key{}
-			}
-			denies[k.Identity] = append(denies[k.Identity], k)
+	// 2. Keys: one slot per (group, identity), sorted by key, then the
+	// slots of one key folded into one.
+	n := 1
+	for _, g := range groups {
+		n += len(g.ids)
+	}
+	slots := make([]slot, 0, n)
+	if !defaultDeny {
+		// Every selecting rule opted out of default deny: what no entry
+		// denies passes. The entry derives from no rule.
+		slots = append(slots, slot{key: 0, allow: -1})
+	}
+	for _, g := range groups {
+		for _, id := range g.ids {
+			slots = append(slots, slot{key: packKey(id, g.l4), allow: g.allow, deny: g.deny})
 		}
 	}
-	out := make([]statepolicy.Entry, 0, len(keys))
-	for k, a := range keys {
-		if a.deny > 0 {
-			out = append(out, statepolicy.Entry{Key: k, Deny: true, DerivedFrom: names.sets[a.deny]})
+	slices.SortFunc(slots, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
+	w := 0
+	for r := 0; r < len(slots); r++ {
+		if w > 0 && slots[w-1].key == slots[r].key {
+			s := &slots[w-1]
+			if s.allow < 0 || slots[r].allow < 0 {
+				s.allow = -1
+			} else {
+				s.allow = sets.union(s.allow, slots[r].allow)
+			}
+			s.deny = sets.union(s.deny, slots[r].deny)
 			continue
 		}
-		covered := false
-		for _, dk := range denies[k.Identity] {
-			if dk.Covers(k) {
-				covered = true
-				break
+		slots[w] = slots[r]
+		w++
+	}
+	slots = slots[:w]
+
+	// 3. Entries.
+	out := make([]statepolicy.Entry, 0, len(slots))
+	var denies []statepolicy.Key
+	for i := 0; i < len(slots); {
+		id := slots[i].key >> 32
+		j := i
+		denies = denies[:0]
+		for ; j < len(slots) && slots[j].key>>32 == id; j++ {
+			if slots[j].deny > 0 {
+				denies = append(denies, unpackKey(slots[j].key, d))
 			}
 		}
-		if !covered {
-			e := statepolicy.Entry{Key: k}
-			if a.allow > 0 {
-				e.DerivedFrom = names.sets[a.allow]
+		for _, s := range slots[i:j] {
+			k := unpackKey(s.key, d)
+			if s.deny > 0 {
+				out = append(out, statepolicy.Entry{Key: k, Deny: true, DerivedFrom: sets.names(s.deny)})
+				continue
 			}
-			out = append(out, e)
+			if slices.ContainsFunc(denies, func(dk statepolicy.Key) bool { return dk.Covers(k) }) {
+				continue
+			}
+			en := statepolicy.Entry{Key: k}
+			if s.allow > 0 {
+				en.DerivedFrom = sets.names(s.allow)
+			}
+			out = append(out, en)
+		}
+		i = j
+	}
+	return out
+}
+
+// ruleSets interns sets of rules (by index into the sorted selecting
+// rules) so that the thousands of keys of one endpoint share a handful of
+// sets and of name slices. A set is a node of a trie: its largest rule and
+// the set without it (its parent). Sets are only ever built by adding
+// rules in ascending order from the empty set 0, so equal sets are the
+// same node. A node's children form a list (first child, next sibling):
+// there are few sets, and few children per set.
+type ruleSets struct {
+	rules   []*compiledRule
+	nodes   []ruleSetNode
+	unions  map[uint64]int32 // (set, set) -> their union
+	named   [][]string       // names of each set, built on demand
+	scratch [2][]int32
+}
+
+type ruleSetNode struct {
+	last, parent, depth int32 // last -1: the empty set
+	child, sibling      int32 // 0: none
+}
+
+func newRuleSets(rules []*compiledRule) *ruleSets {
+	s := &ruleSets{rules: rules, nodes: make([]ruleSetNode, 1, 16)}
+	s.nodes[0].last = -1
+	return s
+}
+
+// add returns set with rule ri added; ri must not be below set's largest
+// rule.
+func (s *ruleSets) add(set, ri int32) int32 {
+	if s.nodes[set].last == ri {
+		return set
+	}
+	for c := s.nodes[set].child; c != 0; c = s.nodes[c].sibling {
+		if s.nodes[c].last == ri {
+			return c
 		}
 	}
-	slices.SortFunc(out, func(a, b statepolicy.Entry) int { return a.Key.Compare(b.Key) })
-	return out
+	next := int32(len(s.nodes))
+	s.nodes = append(s.nodes, ruleSetNode{last: ri, parent: set, depth: s.nodes[set].depth + 1, sibling: s.nodes[set].child})
+	s.nodes[set].child = next
+	return next
+}
+
+// members appends the rules of set, ascending, to buf.
+func (s *ruleSets) members(set int32, buf []int32) []int32 {
+	d := int(s.nodes[set].depth)
+	buf = slices.Grow(buf[:0], d)[:d]
+	for i := d - 1; i >= 0; i-- {
+		buf[i] = s.nodes[set].last
+		set = s.nodes[set].parent
+	}
+	return buf
+}
+
+// union returns the set of the rules of a and b.
+func (s *ruleSets) union(a, b int32) int32 {
+	if a == b || b == 0 {
+		return a
+	}
+	if a == 0 {
+		return b
+	}
+	if a > b {
+		a, b = b, a
+	}
+	k := uint64(a)<<32 | uint64(b)
+	if u, ok := s.unions[k]; ok {
+		return u
+	}
+	s.scratch[0] = s.members(a, s.scratch[0])
+	s.scratch[1] = s.members(b, s.scratch[1])
+	ma, mb := s.scratch[0], s.scratch[1]
+	u := int32(0)
+	for len(ma) > 0 || len(mb) > 0 {
+		var next int32
+		switch {
+		case len(mb) == 0 || (len(ma) > 0 && ma[0] < mb[0]):
+			next, ma = ma[0], ma[1:]
+		case len(ma) == 0 || mb[0] < ma[0]:
+			next, mb = mb[0], mb[1:]
+		default:
+			next, ma, mb = ma[0], ma[1:], mb[1:]
+		}
+		u = s.add(u, next)
+	}
+	if s.unions == nil {
+		s.unions = map[uint64]int32{}
+	}
+	s.unions[k] = u
+	return u
+}
+
+// names returns the names of the rules of set, in order, each once.
+func (s *ruleSets) names(set int32) []string {
+	if len(s.named) <= int(set) {
+		s.named = slices.Grow(s.named, len(s.nodes)-len(s.named))[:len(s.nodes)]
+	}
+	if s.named[set] == nil {
+		m := s.members(set, s.scratch[0])
+		s.scratch[0] = m
+		out := make([]string, 0, len(m))
+		for _, ri := range m {
+			if name := s.rules[ri].name; len(out) == 0 || out[len(out)-1] != name {
+				out = append(out, name)
+			}
+		}
+		s.named[set] = slices.Clip(out)
+	}
+	return s.named[set]
+}
+
+// staticPorts resolves an entry's ports once, when they name no port:
+// normalised, sorted and unique. It returns nil when a port is named
+// (those resolve per computation) and an empty list when nothing matches.
+func staticPorts(ports []PortSpec) []l4Key {
+	if ports == nil {
+		return anyL4
+	}
+	out := make([]l4Key, 0, len(ports))
+	for _, p := range ports {
+		if isNamed(p) {
+			return nil
+		}
+		out = appendPort(out, p)
+	}
+	for i := range out {
+		out[i] = normalL4(out[i])
+	}
+	slices.SortFunc(out, func(a, b l4Key) int { return cmp.Compare(packKey(0, a), packKey(0, b)) })
+	return slices.Clip(slices.Compact(out))
 }
 
 // resolvePorts turns an entry's ports into key parts; nil ports mean every
@@ -216,31 +415,40 @@ func (e *Engine) resolvePorts(ep Endpoint, d statepolicy.Direction, ports []Port
 	}
 	var out []l4Key
 	for _, p := range ports {
-		switch {
-		case p.ICMP:
-			out = append(out, l4Key{proto: p.Proto, port: p.Port, plen: 16})
-		case p.Name != "":
-			named := ep.NamedPorts
-			if d == statepolicy.Egress {
-				named = e.egressNP
+		if !isNamed(p) {
+			out = appendPort(out, p)
+			continue
+		}
+		named := ep.NamedPorts
+		if d == statepolicy.Egress {
+			named = e.egressNP
+		}
+		for _, np := range named[p.Name] {
+			if p.Proto != 0 && np.Proto != 0 && np.Proto != p.Proto {
+				continue
 			}
-			for _, np := range named[p.Name] {
-				if p.Proto != 0 && np.Proto != 0 && np.Proto != p.Proto {
-					continue
-				}
-				proto := p.Proto
-				if proto == 0 {
-					proto = np.Proto
-				}
-				out = appendPortRange(out, proto, np.Port, np.Port)
+			proto := p.Proto
+			if proto == 0 {
+				proto = np.Proto
 			}
-		case p.Port == 0:
-			out = append(out, l4Key{proto: p.Proto})
-		default:
-			out = appendPortRange(out, p.Proto, p.Port, max(p.EndPort, p.Port))
+			out = appendPortRange(out, proto, np.Port, np.Port)
 		}
 	}
 	return out
+}
+
+// isNamed reports whether p is a named port (an ICMP type never is).
+func isNamed(p PortSpec) bool { return !p.ICMP && p.Name != "" }
+
+// appendPort appends the keys of a port that is not named.
+func appendPort(out []l4Key, p PortSpec) []l4Key {
+	switch {
+	case p.ICMP:
+		return append(out, l4Key{proto: p.Proto, port: p.Port, plen: 16})
+	case p.Port == 0:
+		return append(out, l4Key{proto: p.Proto})
+	}
+	return appendPortRange(out, p.Proto, p.Port, max(p.EndPort, p.Port))
 }
 
 // appendPortRange appends the keys of lo..hi for proto; proto 0 with a port

@@ -24,7 +24,10 @@ func (c Config) Validate() error {
 	return err
 }
 
-func newEngine(c Config) (*Engine, error) {
+// NewEngineFromConfig returns an engine in the mode --enable-policy says.
+//
+// Possible errors: an --enable-policy value ParseMode refuses.
+func NewEngineFromConfig(c Config) (*Engine, error) {
 	m, err := ParseMode(c.EnablePolicy)
 	if err != nil {
 		return nil, err

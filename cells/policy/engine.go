@@ -91,8 +91,16 @@ func (c *Changes) add(ids ...identity.NumericIdentity) {
 type compiledRule struct {
 	rule    *Rule
 	name    string
+	seq     uint64                 // unique per compilation: names the rule in policy cache keys
 	subject *cachedSelector        // nil: selects nothing
 	peers   [2][][]*cachedSelector // per direction, per entry
+	// ports are the resolved ports per direction and entry, normalised and
+	// unique; nil for an entry with a named port, which resolves per
+	// computation.
+	ports [2][][]l4Key
+	// ingressNames are the named ports its ingress entries use, sorted and
+	// unique: the part of an endpoint that shapes its ingress policy.
+	ingressNames []string
 }
 
 // cidrIdentity is a local identity allocated for a prefix rules use.
@@ -111,11 +119,19 @@ type Engine struct {
 	revision  uint64
 	sc        *SelectorCache
 	sources   map[Source][]*compiledRule
-	bySubject map[identity.NumericIdentity]map[*compiledRule]struct{}
+	bySubject map[identity.NumericIdentity][]*compiledRule // every known identity, with the rules selecting it (unordered)
 	cidrs     map[netip.Prefix]*cidrIdentity
 	freeLocal []identity.NumericIdentity
 	nextLocal identity.NumericIdentity
 	egressNP  map[string][]NamedPort
+	nextSeq   uint64
+
+	// subjects indexes the rules by what their subject requires, for
+	// endpoints known only by labels (see ruleindex.go).
+	subjects ruleIndex
+	// cache holds computed direction policies by what they depend on (see
+	// policycache.go); every change that could alter one empties it.
+	cache policyCache
 }
 
 // NewEngine returns an engine with no rules, the reserved identities, and
@@ -129,12 +145,13 @@ func NewEngine(mode Mode) *Engine {
 		revision:  1,
 		sc:        NewSelectorCache(),
 		sources:   map[Source][]*compiledRule{},
-		bySubject: map[identity.NumericIdentity]map[*compiledRule]struct{}{},
+		bySubject: map[identity.NumericIdentity][]*compiledRule{},
 		cidrs:     map[netip.Prefix]*cidrIdentity{},
 		nextLocal: identity.MinLocalIdentity,
+		subjects:  newRuleIndex(),
 	}
 	for id := range e.sc.identities {
-		e.bySubject[id] = map[*compiledRule]struct{}{}
+		e.bySubject[id] = nil
 	}
 	return e
 }
@@ -161,6 +178,7 @@ func (e *Engine) UpsertRules(src Source, rules []*Rule) Changes {
 	if len(crs) > 0 {
 		e.sources[src] = crs
 	}
+	e.cache.flush()
 	e.revision++
 	ch.Revision = e.revision
 	return ch
@@ -176,6 +194,7 @@ func (e *Engine) DeleteRules(src Source) Changes {
 		return ch
 	}
 	e.removeLocked(src, &ch)
+	e.cache.flush()
 	e.revision++
 	ch.Revision = e.revision
 	return ch
@@ -204,12 +223,22 @@ func (e *Engine) Rules() []*Rule {
 }
 
 func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
-	cr := &compiledRule{rule: r, name: r.Name()}
+	e.nextSeq++
+	cr := &compiledRule{rule: r, name: r.Name(), seq: e.nextSeq}
+	for _, ent := range r.Ingress {
+		for _, p := range ent.Ports {
+			if isNamed(p) {
+				cr.ingressNames = append(cr.ingressNames, p.Name)
+			}
+		}
+	}
+	cr.ingressNames = slices.Compact(slices.Sorted(slices.Values(cr.ingressNames)))
 	if r.Subject != nil {
+		e.subjects.add(cr, r.Subject)
 		cr.subject = e.sc.add(r.Subject)
 		cr.subject.subjectOf[cr] = struct{}{}
 		for id := range cr.subject.ids {
-			e.subjectsOf(id)[cr] = struct{}{}
+			e.addSubject(id, cr)
 			ch.add(id)
 		}
 	}
@@ -228,6 +257,7 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 				css = append(css, cs)
 			}
 			cr.peers[d] = append(cr.peers[d], css)
+			cr.ports[d] = append(cr.ports[d], staticPorts(ent.Ports))
 		}
 	}
 	return cr
@@ -236,9 +266,10 @@ func (e *Engine) compileLocked(r *Rule, ch *Changes) *compiledRule {
 func (e *Engine) removeLocked(src Source, ch *Changes) {
 	for _, cr := range e.sources[src] {
 		if cr.subject != nil {
+			e.subjects.remove(cr, cr.rule.Subject)
 			delete(cr.subject.subjectOf, cr)
 			for id := range cr.subject.ids {
-				delete(e.bySubject[id], cr)
+				e.removeSubject(id, cr)
 				ch.add(id)
 			}
 			e.sc.release(cr.subject)
@@ -329,7 +360,14 @@ func (e *Engine) updateIdentitiesLocked(upserts map[identity.NumericIdentity]lab
 	for id := range upserts {
 		ch.add(id)
 	}
-	for _, cs := range e.sc.update(upserts, deletes) {
+	changed := e.sc.update(upserts, deletes)
+	if len(changed) > 0 {
+		// Computed policies read only the rules, the selections of their
+		// peer selectors and the named ports: an identity change that
+		// moves no selection leaves every cached policy valid.
+		e.cache.flush()
+	}
+	for _, cs := range changed {
 		for cr := range cs.peerOf {
 			if cr.subject != nil {
 				ch.add(slices.Collect(maps.Keys(cr.subject.ids))...)
@@ -342,16 +380,16 @@ func (e *Engine) updateIdentitiesLocked(upserts map[identity.NumericIdentity]lab
 			_, sel := cs.ids[id]
 			for cr := range cs.subjectOf {
 				if sel {
-					e.subjectsOf(id)[cr] = struct{}{}
+					e.addSubject(id, cr)
 				} else {
-					delete(e.subjectsOf(id), cr)
+					e.removeSubject(id, cr)
 				}
 			}
 		}
 		for _, id := range deletes {
 			if _, sel := cs.ids[id]; !sel {
 				for cr := range cs.subjectOf {
-					delete(e.subjectsOf(id), cr)
+					e.removeSubject(id, cr)
 				}
 			}
 		}
@@ -362,17 +400,32 @@ func (e *Engine) updateIdentitiesLocked(upserts map[identity.NumericIdentity]lab
 		}
 	}
 	for id := range upserts {
-		e.subjectsOf(id)
+		if _, ok := e.bySubject[id]; !ok {
+			e.bySubject[id] = nil
+		}
 	}
 }
 
-func (e *Engine) subjectsOf(id identity.NumericIdentity) map[*compiledRule]struct{} {
-	m, ok := e.bySubject[id]
-	if !ok {
-		m = map[*compiledRule]struct{}{}
-		e.bySubject[id] = m
+// addSubject records that cr selects identity id. The rules selecting one
+// identity are few, so a slice serves better than a map.
+func (e *Engine) addSubject(id identity.NumericIdentity, cr *compiledRule) {
+	crs := e.bySubject[id]
+	if !slices.Contains(crs, cr) {
+		e.bySubject[id] = append(crs, cr)
 	}
-	return m
+}
+
+// removeSubject records that cr does not select identity id.
+func (e *Engine) removeSubject(id identity.NumericIdentity, cr *compiledRule) {
+	crs, ok := e.bySubject[id]
+	if !ok {
+		return
+	}
+	if i := slices.Index(crs, cr); i >= 0 {
+		crs[i] = crs[len(crs)-1]
+		crs[len(crs)-1] = nil
+		e.bySubject[id] = crs[:len(crs)-1]
+	}
 }
 
 // SetEgressNamedPorts sets the named ports egress rules are resolved
@@ -385,6 +438,7 @@ func (e *Engine) SetEgressNamedPorts(ports map[string][]NamedPort) Changes {
 		return Changes{Revision: e.revision}
 	}
 	e.egressNP = ports
+	e.cache.flush()
 	e.revision++
 	return Changes{Revision: e.revision, All: true}
 }

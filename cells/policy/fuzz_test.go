@@ -2,10 +2,13 @@ package policy
 
 import (
 	"encoding/json"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 
@@ -13,6 +16,7 @@ import (
 	api "github.com/cellium/cellium/api/policy"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 // FuzzSelectorMatchesKubernetes checks selector matching against
@@ -58,48 +62,88 @@ func FuzzSelectorMatchesKubernetes(f *testing.F) {
 	})
 }
 
-// FuzzParseCNP feeds arbitrary JSON to the CNP parser and the engine: no
-// panic, every returned rule named after its source, and every computed
-// policy sorted with unique keys.
-func FuzzParseCNP(f *testing.F) {
+// FuzzParsePolicy feeds arbitrary JSON to the three parsers (the same
+// bytes as a CiliumNetworkPolicy, a CiliumClusterwideNetworkPolicy and a
+// NetworkPolicy) and their rules to the engine: no panic, every rule named
+// after its source, computed policies equal to the reference evaluator's
+// (sorted, unique keys), and deleting the rules releases every selector
+// and CIDR identity.
+func FuzzParsePolicy(f *testing.F) {
 	for _, s := range []string{
 		`{"metadata":{"name":"p","namespace":"a"},"spec":{"endpointSelector":{},"ingress":[{"fromEndpoints":[{}]}]}}`,
 		`{"metadata":{"name":"p","namespace":"a"},"specs":[{"endpointSelector":{"matchLabels":{"k8s:app":"x"}},"egress":[{"toCIDRSet":[{"cidr":"10.0.0.0/8","except":["10.1.0.0/16"]}],"toPorts":[{"ports":[{"port":"80","endPort":90,"protocol":"TCP"}]}]}]}]}`,
 		`{"metadata":{"name":"p","namespace":"a"},"spec":{"endpointSelector":{},"ingressDeny":[{"fromEntities":["world","cluster"]}],"ingress":[{"icmps":[{"fields":[{"type":8}]}]}]}}`,
 		`{"metadata":{"name":"p","namespace":"a"},"spec":{"endpointSelector":{"matchExpressions":[{"key":"a","operator":"NotIn","values":["b"]}]},"egress":[{"toPorts":[{"ports":[{"port":"http"}]}]}]}}`,
+		`{"metadata":{"name":"p","namespace":"a"},"spec":{"endpointSelector":{"matchLabels":{"app":"x"}},"ingress":[{"fromEndpoints":[{"matchLabels":{"k8s:io.kubernetes.pod.namespace":"b","app":"y"}}],"toPorts":[{"ports":[{"port":"443","protocol":"ANY"}],"rules":{"http":[{"method":"GET"}]}}]}],"egressDeny":[{"toCIDR":["192.168.0.0/16"]}]}}`,
+		`{"metadata":{"name":"p"},"spec":{"nodeSelector":{},"ingress":[{"fromEntities":["host"]}]}}`,
+		`{"metadata":{"name":"np","namespace":"a"},"spec":{"podSelector":{"matchLabels":{"app":"x"}},"policyTypes":["Ingress","Egress"],"ingress":[{"from":[{"namespaceSelector":{"matchLabels":{"team":"t"}},"podSelector":{"matchExpressions":[{"key":"role","operator":"In","values":["fe"]}]}},{"ipBlock":{"cidr":"172.17.0.0/16","except":["172.17.1.0/24"]}}],"ports":[{"protocol":"TCP","port":6379},{"port":"http"},{"protocol":"UDP","port":1000,"endPort":2000}]}],"egress":[{"to":[{"ipBlock":{"cidr":"10.0.0.0/24"}}],"ports":[{"protocol":"TCP","port":5978}]}]}}`,
+		`{"metadata":{"name":"np","namespace":"a"},"spec":{"podSelector":{},"ingress":[{}],"policyTypes":["Ingress"]}}`,
+		`{"metadata":{"name":"np","namespace":"a"},"spec":{"podSelector":{},"policyTypes":["Egress"]}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var cnp ciliumv2.CiliumNetworkPolicy
-		if err := json.Unmarshal(data, &cnp); err != nil {
-			return
+		var (
+			cnp  ciliumv2.CiliumNetworkPolicy
+			ccnp ciliumv2.CiliumClusterwideNetworkPolicy
+			np   networkingv1.NetworkPolicy
+		)
+		type parsed struct {
+			src   Source
+			rules []*Rule
 		}
-		rules, _ := ParseCNP(&cnp, ParseOptions{})
-		e := NewEngine(ModeDefault)
-		for _, r := range rules {
-			if r.Source.Kind != KindCNP || r.Source.Name != cnp.Name {
-				t.Fatalf("rule source %v", r.Source)
+		var all []parsed
+		if json.Unmarshal(data, &cnp) == nil {
+			rules, _ := ParseCNP(&cnp, ParseOptions{})
+			all = append(all, parsed{Source{Kind: KindCNP, Namespace: cnp.Namespace, Name: cnp.Name, UID: string(cnp.UID)}, rules})
+		}
+		if json.Unmarshal(data, &ccnp) == nil {
+			rules, _ := ParseCCNP(&ccnp, ParseOptions{})
+			all = append(all, parsed{Source{Kind: KindCCNP, Name: ccnp.Name, UID: string(ccnp.UID)}, rules})
+		}
+		if json.Unmarshal(data, &np) == nil {
+			r, err := ParseNetworkPolicy(&np, ParseOptions{})
+			if (r == nil) == (err == nil) {
+				t.Fatalf("ParseNetworkPolicy returned rule %v and error %v", r, err)
+			}
+			if r != nil {
+				all = append(all, parsed{Source{Kind: KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}, []*Rule{r}})
 			}
 		}
-		if len(rules) > 0 {
-			e.UpsertRules(rules[0].Source, rules)
-		}
-		lbls := labels.ParseLabels("k8s:app=x", "k8s:io.kubernetes.pod.namespace=a", "k8s:io.cilium.k8s.policy.cluster=default")
-		e.UpdateIdentities(map[identity.NumericIdentity]labels.Labels{1000: lbls}, nil)
-		p := e.Compute(Endpoint{Identity: 1000, Labels: lbls, NamedPorts: map[string][]NamedPort{"http": {{Port: 80, Proto: tcp}}}})
-		for i := 1; i < len(p.Ingress.Entries); i++ {
-			if p.Ingress.Entries[i-1].Key.Compare(p.Ingress.Entries[i].Key) >= 0 {
-				t.Fatalf("ingress entries not sorted and unique: %v", p.Ingress.Entries)
+		for _, p := range all {
+			for _, r := range p.rules {
+				if r.Source != p.src {
+					t.Fatalf("rule source %v, want %v", r.Source, p.src)
+				}
 			}
-		}
-		for i := 1; i < len(p.Egress.Entries); i++ {
-			if p.Egress.Entries[i-1].Key.Compare(p.Egress.Entries[i].Key) >= 0 {
-				t.Fatalf("egress entries not sorted and unique: %v", p.Egress.Entries)
+			e := NewEngine(ModeDefault)
+			e.SetEgressNamedPorts(map[string][]NamedPort{"http": {{Port: 8080, Proto: tcp}}, "dns": {{Port: 53}}})
+			e.UpsertRules(p.src, p.rules)
+			var eps []Endpoint
+			for i, ls := range [][]string{
+				{"k8s:app=x", "k8s:io.kubernetes.pod.namespace=a", "k8s:io.cilium.k8s.policy.cluster=default"},
+				{"k8s:app=y", "k8s:role=fe", "k8s:io.kubernetes.pod.namespace=b", "k8s:io.cilium.k8s.namespace.labels.team=t", "k8s:io.cilium.k8s.policy.cluster=default"},
+			} {
+				lbls := labels.ParseLabels(ls...)
+				id := identity.NumericIdentity(1000 + i)
+				e.UpdateIdentities(map[identity.NumericIdentity]labels.Labels{id: lbls}, nil)
+				eps = append(eps, Endpoint{Identity: id, Labels: lbls, NamedPorts: map[string][]NamedPort{"http": {{Port: 80, Proto: tcp}}}})
 			}
-		}
-		if len(rules) > 0 {
-			e.DeleteRules(rules[0].Source)
+			// The same pod known only by its labels.
+			eps = append(eps, Endpoint{Labels: eps[0].Labels, NamedPorts: eps[0].NamedPorts})
+			checkAgainstReference(t, e, p.rules, eps)
+			for _, ep := range eps {
+				pol := e.Compute(ep)
+				for _, d := range []statepolicy.Direction{statepolicy.Ingress, statepolicy.Egress} {
+					ents := pol.Direction(d).Entries
+					for i := 1; i < len(ents); i++ {
+						if ents[i-1].Key.Compare(ents[i].Key) >= 0 {
+							t.Fatalf("%s entries not sorted and unique: %v", d, ents)
+						}
+					}
+				}
+			}
+			e.DeleteRules(p.src)
 			if len(e.CIDRIdentities()) != 0 || len(e.Selectors()) != 0 {
 				t.Fatalf("deleting the rules left CIDR identities %v or selectors %v", e.CIDRIdentities(), e.Selectors())
 			}
@@ -107,29 +151,106 @@ func FuzzParseCNP(f *testing.F) {
 	})
 }
 
-// FuzzCompute drives the random rule generator from fuzz input and
-// compares the engine with the reference evaluator.
+// FuzzCompute drives the random rule generator from fuzz input: a random
+// repository (several rules per source), identities and endpoints (one
+// known only by labels) in a random mode, compared with the reference
+// evaluator; then random churn of identities and rules, after each step of
+// which the incremental engine must equal one built from scratch and the
+// endpoints the step does not report must keep their policy; at the end
+// the reference is consulted again.
 func FuzzCompute(f *testing.F) {
-	f.Add(uint64(1), uint64(2))
-	f.Add(uint64(99), uint64(0))
-	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
+	f.Add(uint64(1), uint64(2), uint8(0))
+	f.Add(uint64(99), uint64(0), uint8(3))
+	f.Add(uint64(7), uint64(7), uint8(8))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64, steps uint8) {
 		g := &gen{r: rand.New(rand.NewPCG(s1, s2))}
-		e := NewEngine(ModeDefault)
+		mode := []Mode{ModeDefault, ModeDefault, ModeAlways, ModeNever}[g.pick(4)]
+		e := NewEngine(mode)
 		e.SetEgressNamedPorts(g.namedPorts())
-		var eps []Endpoint
-		for i := range 4 {
+		idents := map[identity.NumericIdentity]labels.Labels{}
+		ports := map[identity.NumericIdentity]map[string][]NamedPort{}
+		for i := range 2 + g.pick(4) {
 			id := identity.NumericIdentity(1000 + i)
-			lbls := g.podLabels()
-			e.UpdateIdentities(map[identity.NumericIdentity]labels.Labels{id: lbls}, nil)
-			eps = append(eps, Endpoint{Identity: id, Labels: lbls, NamedPorts: g.namedPorts()})
+			idents[id], ports[id] = g.podLabels(), g.namedPorts()
+			e.UpdateIdentities(map[identity.NumericIdentity]labels.Labels{id: idents[id]}, nil)
 		}
-		var rules []*Rule
+		srcRules := map[Source][]*Rule{}
 		for i := range 1 + g.pick(4) {
 			src := Source{Kind: KindCCNP, Name: string(rune('a' + i))}
-			r := g.rule(src, 0)
-			rules = append(rules, r)
-			e.UpsertRules(src, []*Rule{r})
+			for j := range 1 + g.pick(2) {
+				srcRules[src] = append(srcRules[src], g.rule(src, j))
+			}
+			e.UpsertRules(src, srcRules[src])
 		}
-		checkAgainstReference(t, e, rules, eps)
+		endpoints := func() []Endpoint {
+			var eps []Endpoint
+			for _, id := range slices.Sorted(maps.Keys(idents)) {
+				eps = append(eps, Endpoint{Identity: id, Labels: idents[id], NamedPorts: ports[id]})
+			}
+			return eps
+		}
+		allRules := func() []*Rule {
+			var out []*Rule
+			for _, rs := range srcRules {
+				out = append(out, rs...)
+			}
+			return out
+		}
+		eps := append(endpoints(), Endpoint{Labels: g.podLabels(), NamedPorts: g.namedPorts()})
+		checkAgainstReference(t, e, allRules(), eps)
+
+		for step := range int(steps % 8) {
+			before := map[identity.NumericIdentity]string{}
+			for _, ep := range endpoints() {
+				before[ep.Identity] = normalized(e, e.Compute(ep))
+			}
+			var ch Changes
+			switch op := g.pick(4); {
+			case op == 0:
+				id := identity.NumericIdentity(1000 + g.pick(8))
+				idents[id] = g.podLabels()
+				ch = e.UpdateIdentities(map[identity.NumericIdentity]labels.Labels{id: idents[id]}, nil)
+				ch.add(id) // it may be new, and keeps its ports
+				if _, ok := ports[id]; !ok {
+					ports[id] = g.namedPorts()
+				}
+			case op == 1 && len(idents) > 1:
+				ids := slices.Sorted(maps.Keys(idents))
+				id := ids[g.pick(len(ids))]
+				delete(idents, id)
+				ch = e.UpdateIdentities(nil, []identity.NumericIdentity{id})
+			case op == 2 && len(srcRules) > 0:
+				srcs := slices.SortedFunc(maps.Keys(srcRules), func(a, b Source) int { return strings.Compare(a.Name, b.Name) })
+				src := srcs[g.pick(len(srcs))]
+				delete(srcRules, src)
+				ch = e.DeleteRules(src)
+			default:
+				src := Source{Kind: KindCCNP, Name: string(rune('a' + g.pick(5)))}
+				var rs []*Rule
+				for j := range 1 + g.pick(2) {
+					rs = append(rs, g.rule(src, j))
+				}
+				srcRules[src] = rs
+				ch = e.UpsertRules(src, rs)
+			}
+			fresh := NewEngine(mode)
+			fresh.SetEgressNamedPorts(e.egressNP)
+			for src, rs := range srcRules {
+				fresh.UpsertRules(src, rs)
+			}
+			fresh.UpdateIdentities(idents, nil)
+			for _, ep := range endpoints() {
+				got := normalized(e, e.Compute(ep))
+				if b, ok := before[ep.Identity]; ok && b != got && !ch.Affects(ep.Identity) {
+					t.Fatalf("step %d: identity %d's policy changed but the change does not report it\nbefore:\n%s\nafter:\n%s", step, ep.Identity, b, got)
+				}
+				if want := normalized(fresh, fresh.Compute(ep)); got != want {
+					t.Fatalf("step %d: identity %d: incremental\n%s\nfrom scratch\n%s", step, ep.Identity, got, want)
+				}
+			}
+		}
+		if steps%8 > 0 {
+			checkAgainstReference(t, e, allRules(), endpoints())
+		}
 	})
 }

@@ -19,10 +19,10 @@ type SelectorCache struct {
 	selectors  map[string]*cachedSelector
 
 	// Indexes that keep updates from scanning everything: identities by
-	// label (key, value) and CIDR identities; selectors by the label an
-	// "In" requirement demands, CIDR selectors, and the rest.
+	// label (key, value) and CIDR identities by prefix; selectors by the
+	// label an "In" requirement demands, CIDR selectors, and the rest.
 	idsByLabel map[kv]map[identity.NumericIdentity]struct{}
-	cidrIDs    map[identity.NumericIdentity]struct{}
+	cidrIDs    []cidrID // sorted by cidrID.compare
 	selByLabel map[kv]map[*cachedSelector]struct{}
 	cidrSels   map[netip.Prefix]map[*cachedSelector]struct{} // by the selector's prefix
 	otherSels  map[*cachedSelector]struct{}
@@ -30,6 +30,30 @@ type SelectorCache struct {
 
 // kv is a label key and value (of any source).
 type kv struct{ key, value string }
+
+// cidrID is a CIDR identity and its prefix.
+type cidrID struct {
+	p  netip.Prefix
+	id identity.NumericIdentity
+}
+
+// compare orders by address, then prefix length, then identity: the
+// prefixes inside a prefix P are then a run starting at P's address.
+func (c cidrID) compare(o cidrID) int {
+	if r := comparePrefix(c.p, o.p); r != 0 {
+		return r
+	}
+	return int(c.id) - int(o.id)
+}
+
+// cidrIDsIn calls f for every CIDR identity whose prefix lies inside p
+// (and possibly a few more, of the same address but a shorter prefix).
+func (sc *SelectorCache) cidrIDsIn(p netip.Prefix, f func(identity.NumericIdentity, labels.Labels)) {
+	i, _ := slices.BinarySearchFunc(sc.cidrIDs, p.Addr(), func(c cidrID, a netip.Addr) int { return c.p.Addr().Compare(a) })
+	for ; i < len(sc.cidrIDs) && p.Contains(sc.cidrIDs[i].p.Addr()); i++ {
+		f(sc.cidrIDs[i].id, sc.identities[sc.cidrIDs[i].id])
+	}
+}
 
 // indexLabels returns the (key, value) pairs an "In" requirement of a
 // Selector demands, preferring keys other than the namespace and cluster
@@ -74,11 +98,16 @@ func (sc *SelectorCache) indexIdentity(id identity.NumericIdentity, lbls labels.
 			}
 		}
 	}
-	if lbls.HasSource(labels.SourceCIDR) {
-		if add {
-			sc.cidrIDs[id] = struct{}{}
-		} else {
-			delete(sc.cidrIDs, id)
+	// Only identities whose prefix reads can be selected by a CIDR
+	// selector (see CIDRSelector.Matches).
+	if p, ok := CIDRIdentityPrefix(lbls); ok {
+		c := cidrID{p: p, id: id}
+		i, found := slices.BinarySearchFunc(sc.cidrIDs, c, cidrID.compare)
+		switch {
+		case add && !found:
+			sc.cidrIDs = slices.Insert(sc.cidrIDs, i, c)
+		case !add && found:
+			sc.cidrIDs = slices.Delete(sc.cidrIDs, i, i+1)
 		}
 	}
 }
@@ -156,10 +185,8 @@ func (sc *SelectorCache) candidateSelectors(id identity.NumericIdentity, lbls la
 
 // candidateIdentities calls f for every identity m might select.
 func (sc *SelectorCache) candidateIdentities(m Matcher, f func(identity.NumericIdentity, labels.Labels)) {
-	if _, ok := m.(*CIDRSelector); ok {
-		for id := range sc.cidrIDs {
-			f(id, sc.identities[id])
-		}
+	if c, ok := m.(*CIDRSelector); ok {
+		sc.cidrIDsIn(c.Prefix, f)
 		for _, id := range []identity.NumericIdentity{identity.ReservedIdentityWorld, identity.ReservedIdentityWorldIPv4, identity.ReservedIdentityWorldIPv6} {
 			if l, ok := sc.identities[id]; ok {
 				f(id, l)
@@ -200,7 +227,6 @@ func NewSelectorCache() *SelectorCache {
 		identities: map[identity.NumericIdentity]labels.Labels{},
 		selectors:  map[string]*cachedSelector{},
 		idsByLabel: map[kv]map[identity.NumericIdentity]struct{}{},
-		cidrIDs:    map[identity.NumericIdentity]struct{}{},
 		selByLabel: map[kv]map[*cachedSelector]struct{}{},
 		cidrSels:   map[netip.Prefix]map[*cachedSelector]struct{}{},
 		otherSels:  map[*cachedSelector]struct{}{},

@@ -244,8 +244,13 @@ func TestPrivilegedLoaderCellRealPrograms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer global.Close()
+	// The same-node redirect's slot of the endpoint holds its ingress
+	// policy program.
+	if has, err := global.PolicyProgs.Has(epA.ID); err != nil || !has {
+		t.Errorf("redirect slot of endpoint %d: filled %v (%v), want filled", epA.ID, has, err)
+	}
 	counters, err := global.Metrics.Read()
-	global.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,12 +280,13 @@ func TestPrivilegedLoaderCellRealPrograms(t *testing.T) {
 		// The row is gone before the reconciler's delete runs: wait for
 		// the kernel and the bpffs to show it done.
 		got := attached(t, node, res[0].HostIfIndex)
-		if len(got[0]) == 0 && len(got[1]) == 0 && gone(layout.EndpointDir(epA.ID)) && gone(policyPin) {
+		slotted, _ := global.PolicyProgs.Has(epA.ID)
+		if len(got[0]) == 0 && len(got[1]) == 0 && gone(layout.EndpointDir(epA.ID)) && gone(policyPin) && !slotted {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after the endpoint was deleted: programs %+v, endpoint dir gone %v, policy map pin gone %v",
-				got, gone(layout.EndpointDir(epA.ID)), gone(policyPin))
+			t.Fatalf("after the endpoint was deleted: programs %+v, endpoint dir gone %v, policy map pin gone %v, redirect slot filled %v",
+				got, gone(layout.EndpointDir(epA.ID)), gone(policyPin), slotted)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -4,8 +4,10 @@
 // building cellium needs no clang; TestGeneratedBPFUpToDate fails when they
 // are stale.
 //
-// LoadLxc returns the collection spec of the two endpoint programs,
-// cil_from_container and cil_to_container, with the maps and load-time
+// LoadLxc returns the collection spec of the endpoint programs,
+// cil_from_container and cil_to_container (attached to the host veth) and
+// cil_lxc_policy (tail-called through cellium_policy_progs for same-node
+// redirects), with the maps and load-time
 // constants of cellium's BPF ABI (Documentation/operations/bpf.md). The Lxc*
 // struct types mirror the C structs of the maps and of ring buffer events
 // byte for byte; datapath/maps wraps them in typed Go APIs.

@@ -123,20 +123,22 @@ type LxcPolicyKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LxcMapCelliumCt4        = "cellium_ct4"
-	LxcMapCelliumEvents     = "cellium_events"
-	LxcMapCelliumIpcache    = "cellium_ipcache"
-	LxcMapCelliumLxc        = "cellium_lxc"
-	LxcMapCelliumMetrics    = "cellium_metrics"
-	LxcMapCelliumPolicy     = "cellium_policy"
-	LxcProgCilFromContainer = "cil_from_container"
-	LxcProgCilToContainer   = "cil_to_container"
-	LxcVarENDPOINT_ID       = "ENDPOINT_ID"
-	LxcVarENDPOINT_IFINDEX  = "ENDPOINT_IFINDEX"
-	LxcVarENDPOINT_MAC      = "ENDPOINT_MAC"
-	LxcVarPOLICY_AUDIT_MODE = "POLICY_AUDIT_MODE"
-	LxcVarSECURITY_IDENTITY = "SECURITY_IDENTITY"
-	LxcVarTRACE_ENABLED     = "TRACE_ENABLED"
+	LxcMapCelliumCt4         = "cellium_ct4"
+	LxcMapCelliumEvents      = "cellium_events"
+	LxcMapCelliumIpcache     = "cellium_ipcache"
+	LxcMapCelliumLxc         = "cellium_lxc"
+	LxcMapCelliumMetrics     = "cellium_metrics"
+	LxcMapCelliumPolicy      = "cellium_policy"
+	LxcMapCelliumPolicyProgs = "cellium_policy_progs"
+	LxcProgCilFromContainer  = "cil_from_container"
+	LxcProgCilLxcPolicy      = "cil_lxc_policy"
+	LxcProgCilToContainer    = "cil_to_container"
+	LxcVarENDPOINT_ID        = "ENDPOINT_ID"
+	LxcVarENDPOINT_IFINDEX   = "ENDPOINT_IFINDEX"
+	LxcVarENDPOINT_MAC       = "ENDPOINT_MAC"
+	LxcVarPOLICY_AUDIT_MODE  = "POLICY_AUDIT_MODE"
+	LxcVarSECURITY_IDENTITY  = "SECURITY_IDENTITY"
+	LxcVarTRACE_ENABLED      = "TRACE_ENABLED"
 )
 
 // LoadLxc returns the embedded CollectionSpec for Lxc.
@@ -182,6 +184,7 @@ type LxcSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LxcProgramSpecs struct {
 	CilFromContainer *ebpf.ProgramSpec `ebpf:"cil_from_container"`
+	CilLxcPolicy     *ebpf.ProgramSpec `ebpf:"cil_lxc_policy"`
 	CilToContainer   *ebpf.ProgramSpec `ebpf:"cil_to_container"`
 }
 
@@ -189,12 +192,13 @@ type LxcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LxcMapSpecs struct {
-	CelliumCt4     *ebpf.MapSpec `ebpf:"cellium_ct4"`
-	CelliumEvents  *ebpf.MapSpec `ebpf:"cellium_events"`
-	CelliumIpcache *ebpf.MapSpec `ebpf:"cellium_ipcache"`
-	CelliumLxc     *ebpf.MapSpec `ebpf:"cellium_lxc"`
-	CelliumMetrics *ebpf.MapSpec `ebpf:"cellium_metrics"`
-	CelliumPolicy  *ebpf.MapSpec `ebpf:"cellium_policy"`
+	CelliumCt4         *ebpf.MapSpec `ebpf:"cellium_ct4"`
+	CelliumEvents      *ebpf.MapSpec `ebpf:"cellium_events"`
+	CelliumIpcache     *ebpf.MapSpec `ebpf:"cellium_ipcache"`
+	CelliumLxc         *ebpf.MapSpec `ebpf:"cellium_lxc"`
+	CelliumMetrics     *ebpf.MapSpec `ebpf:"cellium_metrics"`
+	CelliumPolicy      *ebpf.MapSpec `ebpf:"cellium_policy"`
+	CelliumPolicyProgs *ebpf.MapSpec `ebpf:"cellium_policy_progs"`
 }
 
 // LxcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -229,12 +233,13 @@ func (o *LxcObjects) Close() error {
 //
 // It can be passed to LoadLxcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LxcMaps struct {
-	CelliumCt4     *ebpf.Map `ebpf:"cellium_ct4"`
-	CelliumEvents  *ebpf.Map `ebpf:"cellium_events"`
-	CelliumIpcache *ebpf.Map `ebpf:"cellium_ipcache"`
-	CelliumLxc     *ebpf.Map `ebpf:"cellium_lxc"`
-	CelliumMetrics *ebpf.Map `ebpf:"cellium_metrics"`
-	CelliumPolicy  *ebpf.Map `ebpf:"cellium_policy"`
+	CelliumCt4         *ebpf.Map `ebpf:"cellium_ct4"`
+	CelliumEvents      *ebpf.Map `ebpf:"cellium_events"`
+	CelliumIpcache     *ebpf.Map `ebpf:"cellium_ipcache"`
+	CelliumLxc         *ebpf.Map `ebpf:"cellium_lxc"`
+	CelliumMetrics     *ebpf.Map `ebpf:"cellium_metrics"`
+	CelliumPolicy      *ebpf.Map `ebpf:"cellium_policy"`
+	CelliumPolicyProgs *ebpf.Map `ebpf:"cellium_policy_progs"`
 }
 
 func (m *LxcMaps) Close() error {
@@ -245,6 +250,7 @@ func (m *LxcMaps) Close() error {
 		m.CelliumLxc,
 		m.CelliumMetrics,
 		m.CelliumPolicy,
+		m.CelliumPolicyProgs,
 	)
 }
 
@@ -265,12 +271,14 @@ type LxcVariables struct {
 // It can be passed to LoadLxcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LxcPrograms struct {
 	CilFromContainer *ebpf.Program `ebpf:"cil_from_container"`
+	CilLxcPolicy     *ebpf.Program `ebpf:"cil_lxc_policy"`
 	CilToContainer   *ebpf.Program `ebpf:"cil_to_container"`
 }
 
 func (p *LxcPrograms) Close() error {
 	return _LxcClose(
 		p.CilFromContainer,
+		p.CilLxcPolicy,
 		p.CilToContainer,
 	)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
@@ -39,6 +40,17 @@ type SpecLoader func() (*ebpf.CollectionSpec, error)
 
 // Maps gives the programs the maps they share with the rest of the
 // datapath, pinned in the agent's bpffs directory.
+// PolicyPrograms is implemented by Maps that hold the prog array of the
+// same-node redirect (cellium_policy_progs): a source endpoint's program
+// tail-calls the destination's ingress policy program from its slot.
+type PolicyPrograms interface {
+	// SetPolicyProgram fills endpoint id's slot with prog.
+	SetPolicyProgram(id uint16, prog *ebpf.Program) error
+	// DeletePolicyProgram empties endpoint id's slot; an empty slot is
+	// not an error.
+	DeletePolicyProgram(id uint16) error
+}
+
 type Maps interface {
 	// Global returns the global maps (cellium_ipcache, cellium_lxc, ...)
 	// by name, opened or created from their pins. They stay owned by
@@ -153,6 +165,13 @@ func (o *Ops) Update(_ context.Context, _ statedb.ReadTxn, p *bpfprog.Program) e
 		if err != nil {
 			return err
 		}
+		// Then the same-node redirect may skip the stack to this
+		// endpoint: its slot runs its ingress policy first.
+		if pp, ok := o.cfg.Maps.(PolicyPrograms); ok && coll.Programs[maps.PolicyProgram] != nil {
+			if err := pp.SetPolicyProgram(p.EndpointID, coll.Programs[maps.PolicyProgram]); err != nil {
+				return fmt.Errorf("set the redirect slot: %w", err)
+			}
+		}
 		a.row = row
 		o.applied[p.EndpointID] = a
 		return nil
@@ -261,6 +280,12 @@ func (o *Ops) Delete(_ context.Context, _ statedb.ReadTxn, p *bpfprog.Program) e
 func (o *Ops) remove(id uint16) error {
 	delete(o.applied, id)
 	var errs []error
+	// First no packet is redirected to the endpoint any more.
+	if pp, ok := o.cfg.Maps.(PolicyPrograms); ok {
+		if err := pp.DeletePolicyProgram(id); err != nil {
+			errs = append(errs, fmt.Errorf("empty the redirect slot: %w", err))
+		}
+	}
 	for _, hk := range hooks {
 		errs = append(errs, removeLinkPin(o.cfg.Layout.LinkPin(id, hk.prog)))
 	}

@@ -38,12 +38,31 @@ func (p *PinnedMaps) Global() (map[string]*ebpf.Map, error) {
 	}
 	m := p.global
 	return map[string]*ebpf.Map{
-		maps.IPCacheMapName:   m.IPCache.Map(),
-		maps.EndpointsMapName: m.Endpoints.Map(),
-		maps.CT4MapName:       m.CT4.Map(),
-		maps.MetricsMapName:   m.Metrics.Map(),
-		maps.EventsMapName:    m.Events,
+		maps.IPCacheMapName:     m.IPCache.Map(),
+		maps.EndpointsMapName:   m.Endpoints.Map(),
+		maps.CT4MapName:         m.CT4.Map(),
+		maps.MetricsMapName:     m.Metrics.Map(),
+		maps.EventsMapName:      m.Events,
+		maps.PolicyProgsMapName: m.PolicyProgs.Map(),
 	}, nil
+}
+
+// SetPolicyProgram implements PolicyPrograms: endpoint id's ingress policy
+// program goes into the same-node redirect's slot of the endpoint.
+func (p *PinnedMaps) SetPolicyProgram(id uint16, prog *ebpf.Program) error {
+	if _, err := p.Global(); err != nil {
+		return err
+	}
+	return p.global.PolicyProgs.Set(id, prog)
+}
+
+// DeletePolicyProgram implements PolicyPrograms: endpoint id's slot is
+// emptied (packets to it take the stack and its to-container program).
+func (p *PinnedMaps) DeletePolicyProgram(id uint16) error {
+	if _, err := p.Global(); err != nil {
+		return err
+	}
+	return p.global.PolicyProgs.Delete(id)
 }
 
 // Policy implements Maps.

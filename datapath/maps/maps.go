@@ -20,6 +20,9 @@ const (
 	CT4MapName       = bpf.LxcMapCelliumCt4     // IPv4 conntrack
 	MetricsMapName   = bpf.LxcMapCelliumMetrics // per-reason counters
 	EventsMapName    = bpf.LxcMapCelliumEvents  // ring buffer of events
+	// PolicyProgsMapName is the prog array of the endpoints'
+	// cil_lxc_policy programs, by endpoint ID (same-node redirect).
+	PolicyProgsMapName = bpf.LxcMapCelliumPolicyProgs
 	// PolicyMapName is the template map of the programs that the loader
 	// replaces with an endpoint's own policy map.
 	PolicyMapName = bpf.LxcMapCelliumPolicy
@@ -33,7 +36,12 @@ type Maps struct {
 	Metrics   *Metrics
 	// Events is the ring buffer; read it with NewEventReader.
 	Events *ebpf.Map
+	// PolicyProgs holds each endpoint's cil_lxc_policy program.
+	PolicyProgs *PolicyProgs
 }
+
+// globalNames are the global maps, pinned by name.
+var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName}
 
 // globalSpecs returns the specs of the global maps, pinned by name.
 func globalSpecs() (map[string]*ebpf.MapSpec, error) {
@@ -42,7 +50,7 @@ func globalSpecs() (map[string]*ebpf.MapSpec, error) {
 		return nil, fmt.Errorf("load embedded BPF object: %w", err)
 	}
 	out := map[string]*ebpf.MapSpec{}
-	for _, name := range []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName} {
+	for _, name := range globalNames {
 		ms, ok := spec.Maps[name]
 		if !ok {
 			return nil, fmt.Errorf("embedded BPF object has no map %s", name)
@@ -79,18 +87,19 @@ func Open(dir string) (*Maps, error) {
 		opened[name] = m
 	}
 	return &Maps{
-		IPCache:   &IPCache{m: opened[IPCacheMapName]},
-		Endpoints: &Endpoints{m: opened[EndpointsMapName]},
-		CT4:       &CT4{m: opened[CT4MapName]},
-		Metrics:   &Metrics{m: opened[MetricsMapName]},
-		Events:    opened[EventsMapName],
+		IPCache:     &IPCache{m: opened[IPCacheMapName]},
+		Endpoints:   &Endpoints{m: opened[EndpointsMapName]},
+		CT4:         &CT4{m: opened[CT4MapName]},
+		Metrics:     &Metrics{m: opened[MetricsMapName]},
+		Events:      opened[EventsMapName],
+		PolicyProgs: &PolicyProgs{m: opened[PolicyProgsMapName]},
 	}, nil
 }
 
 // Close closes the file descriptors; the pinned maps stay.
 func (m *Maps) Close() error {
 	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
-		m.Metrics.m.Close(), m.Events.Close())
+		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close())
 }
 
 // Replacements returns the maps to load an endpoint's programs with
@@ -98,12 +107,13 @@ func (m *Maps) Close() error {
 // endpoint's own policy map in place of the template.
 func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		IPCacheMapName:   m.IPCache.m,
-		EndpointsMapName: m.Endpoints.m,
-		CT4MapName:       m.CT4.m,
-		MetricsMapName:   m.Metrics.m,
-		EventsMapName:    m.Events,
-		PolicyMapName:    policy.m,
+		IPCacheMapName:     m.IPCache.m,
+		EndpointsMapName:   m.Endpoints.m,
+		CT4MapName:         m.CT4.m,
+		MetricsMapName:     m.Metrics.m,
+		EventsMapName:      m.Events,
+		PolicyProgsMapName: m.PolicyProgs.m,
+		PolicyMapName:      policy.m,
 	}
 }
 
@@ -121,7 +131,7 @@ func (m *Maps) NewEventReader() (*ringbuf.Reader, error) {
 // missing pins are not an error. Programs that use the maps keep them.
 func Unpin(dir string) error {
 	var errs []error
-	for _, name := range []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName} {
+	for _, name := range globalNames {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
 		}

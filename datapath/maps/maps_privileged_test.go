@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/datapath/maps"
@@ -50,7 +51,7 @@ func TestPrivilegedMapsOpenReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{maps.IPCacheMapName, maps.EndpointsMapName, maps.CT4MapName, maps.MetricsMapName, maps.EventsMapName} {
+	for _, name := range []string{maps.IPCacheMapName, maps.EndpointsMapName, maps.CT4MapName, maps.MetricsMapName, maps.EventsMapName, maps.PolicyProgsMapName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("pin %s: %v", name, err)
 		}
@@ -329,5 +330,76 @@ func TestPrivilegedPolicyMapConcurrentOpen(t *testing.T) {
 				t.Fatalf("endpoint %d: openers got different maps %v", id, ids)
 			}
 		}
+	}
+}
+
+// TestPrivilegedPolicyProgsOps: a slot of cellium_policy_progs is set,
+// replaced and emptied; a set slot survives closing and reopening the
+// pinned maps (what an agent restart does), and the map keeps the program
+// alive after its own file descriptor is closed.
+func TestPrivilegedPolicyProgsOps(t *testing.T) {
+	privileged.Require(t)
+	dir := tempBPFFS(t)
+	m, err := maps.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newProg := func() *ebpf.Program {
+		t.Helper()
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Type:         ebpf.SchedCLS,
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+			License:      "GPL",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	has := func(m *maps.Maps, ep uint16) bool {
+		t.Helper()
+		ok, err := m.PolicyProgs.Has(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if has(m, 7) {
+		t.Fatal("slot 7 set in a new map")
+	}
+	p1, p2 := newProg(), newProg()
+	if err := m.PolicyProgs.Set(7, p1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PolicyProgs.Set(7, p2); err != nil {
+		t.Fatalf("replace: %v", err)
+	}
+	if err := m.PolicyProgs.Set(65535, p1); err != nil {
+		t.Fatalf("highest endpoint ID: %v", err)
+	}
+	p1.Close()
+	p2.Close()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err = maps.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !has(m, 7) || !has(m, 65535) {
+		t.Error("slots lost when the maps were closed and reopened")
+	}
+	if err := m.PolicyProgs.Delete(7); err != nil {
+		t.Fatal(err)
+	}
+	if has(m, 7) {
+		t.Error("slot 7 still set after Delete")
+	}
+	if err := m.PolicyProgs.Delete(7); err != nil {
+		t.Errorf("Delete of an empty slot: %v", err)
+	}
+	if err := m.PolicyProgs.Delete(65535); err != nil {
+		t.Fatal(err)
 	}
 }

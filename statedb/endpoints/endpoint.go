@@ -55,8 +55,26 @@ type Endpoint struct {
 	InfoLabels labels.Labels `json:"info-labels"`
 	// Identity is the numeric security identity (0 until resolved).
 	Identity identity.NumericIdentity `json:"identity"`
-	// State is the lifecycle state (the CRD's values).
+	// State is the lifecycle state (the CRD's values). Once the identity
+	// is resolved, the endpoint manager derives it from the endpoint's
+	// policy (see PolicyRevision): waiting-to-regenerate while its policy
+	// is out of date, regenerating while it takes a newly computed policy,
+	// ready once it has.
 	State ciliumv2.EndpointState `json:"state"`
+	// PolicyRevision is the policy repository revision of the policy the
+	// endpoint has taken (its last regeneration); 0 before the first. It
+	// is Cilium's endpoint policy-revision. The CEP has no field for it.
+	PolicyRevision uint64 `json:"policy-revision,omitempty"`
+	// IdentityPending is set while the identity of changed labels is
+	// being allocated: the state stays waiting-to-regenerate until then,
+	// whatever the policy of the old identity says.
+	IdentityPending bool `json:"identity-pending,omitempty"`
+	// PolicyRestored marks an endpoint restored after an agent restart
+	// whose policy has not been computed by this run yet: its datapath
+	// still holds what the previous run realized, so it counts as ready
+	// meanwhile (an agent that boots without the API server cannot compute
+	// policies). Cleared at its first regeneration.
+	PolicyRestored bool `json:"policy-restored,omitempty"`
 	// NamedPorts are the pod's named container ports.
 	NamedPorts ciliumv2.NamedPorts `json:"named-ports,omitempty"`
 	// ServiceAccount is the pod's service account.
@@ -103,6 +121,17 @@ func (e *Endpoint) WithState(s ciliumv2.EndpointState, msg string, now time.Time
 	return c
 }
 
+// InService reports whether the endpoint has its identity and serves
+// traffic: ready, or regenerating its policy (waiting-to-regenerate,
+// regenerating).
+func (e *Endpoint) InService() bool {
+	switch e.State {
+	case ciliumv2.EndpointStateReady, ciliumv2.EndpointStateWaitingToRegenerate, ciliumv2.EndpointStateRegenerating:
+		return true
+	}
+	return false
+}
+
 // Codes of the state-change log entries (Cilium's values).
 const (
 	LogCodeOK     = "ok"
@@ -142,13 +171,13 @@ func (e *Endpoint) Failure() string {
 
 // TableHeader implements statedb.TableWritable.
 func (e *Endpoint) TableHeader() []string {
-	return []string{"ID", "Pod", "ContainerID", "IPv4", "Identity", "State"}
+	return []string{"ID", "Pod", "ContainerID", "IPv4", "Identity", "State", "PolicyRevision"}
 }
 
 // TableRow implements statedb.TableWritable.
 func (e *Endpoint) TableRow() []string {
 	return []string{strconv.Itoa(int(e.ID)), e.PodKey(), shortID(e.ContainerID), e.IPv4.String(),
-		strconv.Itoa(int(e.Identity)), string(e.State)}
+		strconv.Itoa(int(e.Identity)), string(e.State), strconv.FormatUint(e.PolicyRevision, 10)}
 }
 
 func shortID(s string) string {

@@ -25,11 +25,31 @@ type EndpointPolicyRow struct {
 	// Policy is the computed policy; its Revision is the repository
 	// revision it reflects.
 	Policy *EndpointPolicy `json:"policy"`
+	// PendingRevision is non-zero while the policy cell knows that a
+	// change of the repository (at this revision) affects the endpoint and
+	// has not recomputed its policy yet; Policy is then still the previous
+	// computation. The endpoint manager shows such an endpoint as
+	// waiting-to-regenerate.
+	PendingRevision uint64 `json:"pending-revision,omitempty"`
+}
+
+// Computed reports whether the row holds the policy of identity id,
+// computed and not waiting for a recomputation.
+func (r *EndpointPolicyRow) Computed(id identity.NumericIdentity) bool {
+	return r != nil && r.Policy != nil && r.PendingRevision == 0 && r.Identity == id && id != identity.InvalidIdentity
+}
+
+// WithPending returns a copy marked as waiting for a recomputation at
+// repository revision rev.
+func (r *EndpointPolicyRow) WithPending(rev uint64) *EndpointPolicyRow {
+	c := *r
+	c.PendingRevision = rev
+	return &c
 }
 
 // TableHeader implements statedb.TableWritable.
 func (r *EndpointPolicyRow) TableHeader() []string {
-	return []string{"Endpoint", "Identity", "Revision", "Ingress", "Egress"}
+	return []string{"Endpoint", "Identity", "Revision", "Pending", "Ingress", "Egress"}
 }
 
 // TableRow implements statedb.TableWritable.
@@ -41,8 +61,12 @@ func (r *EndpointPolicyRow) TableRow() []string {
 		}
 		return fmt.Sprintf("%s (%d entries)", s, len(d.Entries))
 	}
+	pending := ""
+	if r.PendingRevision != 0 {
+		pending = strconv.FormatUint(r.PendingRevision, 10)
+	}
 	return []string{strconv.Itoa(int(r.EndpointID)), r.Identity.StringID(), strconv.FormatUint(r.Policy.Revision, 10),
-		dir(&r.Policy.Ingress), dir(&r.Policy.Egress)}
+		pending, dir(&r.Policy.Ingress), dir(&r.Policy.Egress)}
 }
 
 // EndpointIDIndex is the table's primary index: the endpoint ID.

@@ -185,6 +185,93 @@ func TestPrivilegedPolicyFromAPI(t *testing.T) {
 		return nil
 	})
 	trace("client", "web", "81/TCP", "DENIED") // still client's egress
+
+	// Editing the CNP moves client's egress from TCP/80 to TCP/8080.
+	cur, err := e.cilium.CiliumV2().CiliumNetworkPolicies(e.ns).Get(e.ctx, "client-egress", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Egress[0].ToPorts[0].Ports[0].Port = "8080"
+	if _, err := e.cilium.CiliumV2().CiliumNetworkPolicies(e.ns).Update(e.ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicies("the edited CNP to move client's egress to 8080", func(p map[string]*ciliumv2.EndpointPolicy) error {
+		if !hasTuple(p["client"].Egress.Allowed, id("web"), 8080, 6) || hasTuple(p["client"].Egress.Allowed, id("web"), 80, 6) {
+			return fmt.Errorf("client egress %+v", p["client"].Egress)
+		}
+		return nil
+	})
+	trace("client", "web", "8080/TCP", "ALLOWED")
+	trace("client", "web", "80/TCP", "DENIED")
+
+	// A CCNP denying web's ingress from app=client (scoped to this
+	// namespace's pods) wins over everything that allows it.
+	ccnp := &ciliumv2.CiliumClusterwideNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-web-deny-client"},
+		Spec: &api.Rule{
+			EndpointSelector: &api.EndpointSelector{MatchLabels: map[string]string{"app": "web", "k8s:io.kubernetes.pod.namespace": e.ns}},
+			IngressDeny: []api.IngressDenyRule{{
+				IngressCommonRule: api.IngressCommonRule{FromEndpoints: []api.EndpointSelector{{MatchLabels: map[string]string{"app": "client", "k8s:io.kubernetes.pod.namespace": e.ns}}}},
+			}},
+		},
+	}
+	if _, err := e.cilium.CiliumV2().CiliumClusterwideNetworkPolicies().Create(e.ctx, ccnp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicies("the CCNP to deny web's ingress from client", func(p map[string]*ciliumv2.EndpointPolicy) error {
+		if !p["web"].Ingress.Enforcing || !slices.ContainsFunc(p["web"].Ingress.Denied, func(tu ciliumv2.IdentityTuple) bool { return tu.Identity == uint64(id("client")) }) {
+			return fmt.Errorf("web ingress %+v", p["web"].Ingress)
+		}
+		return nil
+	})
+	trace("client", "web", "8080/TCP", "DENIED")
+	if err := e.cilium.CiliumV2().CiliumClusterwideNetworkPolicies().Delete(e.ctx, ccnp.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicies("the deleted CCNP to lift its deny", func(p map[string]*ciliumv2.EndpointPolicy) error {
+		if p["web"].Ingress.Enforcing || len(p["web"].Ingress.Denied) != 0 {
+			return fmt.Errorf("web ingress %+v", p["web"].Ingress)
+		}
+		return nil
+	})
+	trace("client", "web", "8080/TCP", "ALLOWED")
+
+	// Relabelling the namespace moves its pods into a selection by
+	// namespace label (and gives them new identities).
+	nsCNP := &ciliumv2.CiliumNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-from-team-blue", Namespace: e.ns},
+		Spec: &api.Rule{
+			EndpointSelector: &api.EndpointSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []api.IngressRule{{
+				IngressCommonRule: api.IngressCommonRule{FromEndpoints: []api.EndpointSelector{{MatchLabels: map[string]string{"k8s:io.cilium.k8s.namespace.labels.team": "blue"}}}},
+			}},
+		},
+	}
+	if _, err := e.cilium.CiliumV2().CiliumNetworkPolicies(e.ns).Create(e.ctx, nsCNP, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicies("web's ingress to enforce, nobody of team blue yet", func(p map[string]*ciliumv2.EndpointPolicy) error {
+		if !p["web"].Ingress.Enforcing || len(p["web"].Ingress.Allowed) != 0 {
+			return fmt.Errorf("web ingress %+v", p["web"].Ingress)
+		}
+		return nil
+	})
+	trace("client", "web", "8080/TCP", "DENIED")
+	nsPatch := []byte(`{"metadata":{"labels":{"team":"blue"}}}`)
+	if _, err := e.cs.CoreV1().Namespaces().Patch(e.ctx, e.ns, types.StrategicMergePatchType, nsPatch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	oldClient := id("client")
+	waitPolicies("the relabelled namespace's pods to be allowed into web", func(p map[string]*ciliumv2.EndpointPolicy) error {
+		switch {
+		case id("client") == oldClient:
+			return fmt.Errorf("client kept identity %d after its namespace was relabelled", oldClient)
+		case !hasTuple(p["web"].Ingress.Allowed, id("client"), 0, 0):
+			return fmt.Errorf("web ingress %+v lacks client's new identity %d", p["web"].Ingress, id("client"))
+		}
+		return nil
+	})
+	trace("client", "web", "8080/TCP", "ALLOWED")
 }
 
 // policyCLI runs `cellium ARGS...` against the test's agent and returns

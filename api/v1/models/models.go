@@ -42,6 +42,26 @@ type Endpoint struct {
 	Spec *EndpointChangeRequest `json:"spec,omitempty"`
 	// Status is exactly the .status of the pod's CiliumEndpoint.
 	Status EndpointStatus `json:"status"`
+	// Policy holds the endpoint's policy revisions. Cilium's API has them
+	// at status.policy.realized / status.policy.spec; here status is the
+	// CEP's, which has no field for them, so they sit beside it.
+	Policy *EndpointPolicyRevisions `json:"policy,omitempty"`
+}
+
+// EndpointPolicyRevisions are the policy repository revisions of an
+// endpoint's policy.
+type EndpointPolicyRevisions struct {
+	// Realized is the revision of the policy the endpoint has taken (at
+	// its last regeneration).
+	Realized EndpointPolicyRevision `json:"realized"`
+	// Spec is the revision of the policy the engine computed for it last;
+	// above Realized while the endpoint regenerates.
+	Spec EndpointPolicyRevision `json:"spec"`
+}
+
+// EndpointPolicyRevision is one policy revision, under Cilium's key.
+type EndpointPolicyRevision struct {
+	PolicyRevision uint64 `json:"policy-revision"`
 }
 
 // IPAMAddress is one allocated address.

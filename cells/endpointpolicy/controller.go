@@ -1,4 +1,4 @@
-package policy
+package endpointpolicy
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	identitycell "github.com/cellium/cellium/cells/identity"
+	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
@@ -24,7 +25,7 @@ type controllerParams struct {
 	Log        *slog.Logger
 	DB         *statedb.DB
 	Jobs       hive.Jobs
-	Engine     *Engine
+	Engine     *policy.Engine
 	Cluster    identitycell.ClusterName `optional:"true"`
 	Policies   statedb.RWTable[*statepolicy.EndpointPolicyRow]
 	CIDRs      statedb.RWTable[*statepolicy.CIDRIdentity]
@@ -34,10 +35,15 @@ type controllerParams struct {
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
 	Endpoints  statedb.Table[*endpoints.Endpoint]
 	Pods       statedb.Table[*corev1.Pod]
+	// Rejected records the policies refused, for GET /v1/policy.
+	Rejected *rejections `optional:"true"`
 }
 
 func registerController(p controllerParams) {
-	c := &controller{p: p, opts: ParseOptions{ClusterName: string(p.Cluster)}}
+	c := &controller{p: p, opts: policy.ParseOptions{ClusterName: string(p.Cluster)}, generations: map[policy.Source]int64{}}
+	if c.p.Rejected == nil {
+		c.p.Rejected = newRejections()
+	}
 	p.Jobs.Add(hive.Service("compute-endpoint-policies", c.subscribe, c.run))
 }
 
@@ -45,14 +51,16 @@ func registerController(p controllerParams) {
 // the endpoints each change affects.
 type controller struct {
 	p    controllerParams
-	opts ParseOptions
+	opts policy.ParseOptions
 
 	nps   statedb.ChangeIterator[*networkingv1.NetworkPolicy]
 	cnps  statedb.ChangeIterator[*ciliumv2.CiliumNetworkPolicy]
 	ccnps statedb.ChangeIterator[*ciliumv2.CiliumClusterwideNetworkPolicy]
-	ids   statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
-	eps   statedb.ChangeIterator[*endpoints.Endpoint]
-	pods  statedb.ChangeIterator[*corev1.Pod]
+	// generations is the metadata.generation of each CNP/CCNP last parsed.
+	generations map[policy.Source]int64
+	ids         statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
+	eps         statedb.ChangeIterator[*endpoints.Endpoint]
+	pods        statedb.ChangeIterator[*corev1.Pod]
 }
 
 func (c *controller) subscribe() error {
@@ -87,7 +95,7 @@ type pending struct {
 	deleted map[uint16]struct{}
 }
 
-func (pd *pending) merge(ch Changes) {
+func (pd *pending) merge(ch policy.Changes) {
 	if ch.All {
 		pd.all = true
 	}
@@ -113,17 +121,17 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 		watch(w)
 		for ch := range npCh {
 			np := ch.Object
-			src := Source{Kind: KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
+			src := policy.Source{Kind: policy.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name, UID: string(np.UID)}
 			if ch.Deleted {
 				pd.merge(c.p.Engine.DeleteRules(src))
 				continue
 			}
-			r, err := ParseNetworkPolicy(np, c.opts)
-			var rules []*Rule
+			r, err := policy.ParseNetworkPolicy(np, c.opts)
+			var rules []*policy.Rule
 			if err != nil {
 				c.p.Log.Warn("Ignoring an invalid NetworkPolicy", "policy", src.String(), "error", err)
 			} else {
-				rules = []*Rule{r}
+				rules = []*policy.Rule{r}
 			}
 			pd.merge(c.p.Engine.UpsertRules(src, rules))
 		}
@@ -131,27 +139,39 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 		watch(w)
 		for ch := range cnpCh {
 			o := ch.Object
-			src := Source{Kind: KindCNP, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID)}
+			src := policy.Source{Kind: policy.KindCNP, Namespace: o.Namespace, Name: o.Name, UID: string(o.UID)}
 			if ch.Deleted {
+				delete(c.generations, src)
+				c.p.Rejected.clear(src)
 				pd.merge(c.p.Engine.DeleteRules(src))
 				continue
 			}
-			rules, err := ParseCNP(o, c.opts)
-			c.report(src, rules, err)
-			pd.merge(c.p.Engine.UpsertRules(src, rules))
+			if c.sameGeneration(src, o.Generation) {
+				continue // a status update (the operator's conditions)
+			}
+			rules, err := policy.ParseCNP(o, c.opts)
+			if c.report(src, rules, err) {
+				pd.merge(c.p.Engine.UpsertRules(src, rules))
+			}
 		}
 		ccnpCh, w := c.ccnps.Next(rtxn)
 		watch(w)
 		for ch := range ccnpCh {
 			o := ch.Object
-			src := Source{Kind: KindCCNP, Name: o.Name, UID: string(o.UID)}
+			src := policy.Source{Kind: policy.KindCCNP, Name: o.Name, UID: string(o.UID)}
 			if ch.Deleted {
+				delete(c.generations, src)
+				c.p.Rejected.clear(src)
 				pd.merge(c.p.Engine.DeleteRules(src))
 				continue
 			}
-			rules, err := ParseCCNP(o, c.opts)
-			c.report(src, rules, err)
-			pd.merge(c.p.Engine.UpsertRules(src, rules))
+			if c.sameGeneration(src, o.Generation) {
+				continue
+			}
+			rules, err := policy.ParseCCNP(o, c.opts)
+			if c.report(src, rules, err) {
+				pd.merge(c.p.Engine.UpsertRules(src, rules))
+			}
 		}
 		idCh, w := c.ids.Next(rtxn)
 		watch(w)
@@ -243,21 +263,56 @@ func waitAny(ctx context.Context, chs []<-chan struct{}) bool {
 	}
 }
 
-// report logs rules that failed to parse and parts that are not enforced.
-func (c *controller) report(src Source, rules []*Rule, err error) {
-	if err != nil {
-		c.p.Log.Warn("Some rules of a policy are invalid and ignored", "policy", src.String(), "error", err)
+// sameGeneration reports whether the object's spec is the one last parsed
+// (same metadata.generation), so that status-only updates do not bump the
+// repository revision. Generation 0 (objects that never went through an API
+// server) always counts as new.
+func (c *controller) sameGeneration(src policy.Source, gen int64) bool {
+	if gen == 0 {
+		return false
 	}
+	if c.generations[src] == gen {
+		return true
+	}
+	c.generations[src] = gen
+	return false
+}
+
+// report logs a policy that failed to parse and parts that are not
+// enforced. It returns false when the policy is rejected: as in Cilium, a
+// CNP or CCNP with one invalid rule is not imported at all, and the rules
+// its previous version had (if any) stay in force. The operator's
+// validator reports the error in the policy's Valid condition.
+func (c *controller) report(src policy.Source, rules []*policy.Rule, err error) bool {
+	if err != nil {
+		c.p.Log.Warn("Rejecting an invalid policy; the rules of its previous version, if any, stay in force", "policy", src.String(), "error", err)
+		c.p.Rejected.set(src, err)
+		return false
+	}
+	c.p.Rejected.clear(src)
 	for _, r := range rules {
 		if len(r.Warnings) > 0 {
 			c.p.Log.Info("Parts of a policy are not enforced", "policy", src.String(), "warnings", strings.Join(r.Warnings, "; "))
 		}
 	}
+	return true
 }
 
 // apply recomputes the affected endpoints and writes the rows that
-// changed.
+// changed. It does so in two commits: first it marks the rows of the
+// endpoints a repository change affects as pending (the endpoint manager
+// shows those endpoints as waiting-to-regenerate), then it writes the
+// recomputed rows, which clears the marks.
 func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
+	var todo []*endpoints.Endpoint
+	for ep := range c.p.Endpoints.All(rtxn) {
+		_, touched := pd.touched[ep.ID]
+		_, affected := pd.ids[ep.Identity]
+		if pd.all || touched || affected {
+			todo = append(todo, ep)
+		}
+	}
+	c.markPending(todo)
 	txn := c.p.DB.WriteTxn(c.p.Policies, c.p.CIDRs)
 	defer txn.Commit()
 	// The CIDR identities first: the datapath must know a prefix's identity
@@ -278,12 +333,7 @@ func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
 			_, _, _ = c.p.Policies.Delete(txn, row)
 		}
 	}
-	for ep := range c.p.Endpoints.All(rtxn) {
-		_, touched := pd.touched[ep.ID]
-		_, affected := pd.ids[ep.Identity]
-		if !pd.all && !touched && !affected {
-			continue
-		}
+	for _, ep := range todo {
 		cur, _, exists := c.p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(ep.ID))
 		if ep.Identity == identity.InvalidIdentity {
 			if exists {
@@ -291,11 +341,36 @@ func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
 			}
 			continue
 		}
-		pol := c.p.Engine.Compute(Endpoint{Identity: ep.Identity, Labels: ep.Labels, NamedPorts: endpointNamedPorts(ep.NamedPorts)})
-		if exists && cur.Identity == ep.Identity && cur.Policy.Equal(pol) {
+		pol := c.p.Engine.Compute(policy.Endpoint{Identity: ep.Identity, Labels: ep.Labels, NamedPorts: endpointNamedPorts(ep.NamedPorts)})
+		if exists && cur.Identity == ep.Identity && cur.PendingRevision == 0 && cur.Policy.Revision == pol.Revision && cur.Policy.Equal(pol) {
 			continue
 		}
 		_, _, _ = c.p.Policies.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: ep.ID, Identity: ep.Identity, Policy: pol})
+	}
+}
+
+// markPending marks, in a commit of its own, the rows of the endpoints in
+// todo whose policy was computed at an older repository revision than the
+// current one: a rule change affects them and their new policy is about to
+// be computed. Rows for another identity need no mark (the endpoint
+// manager already sees them as stale).
+func (c *controller) markPending(todo []*endpoints.Endpoint) {
+	rev := c.p.Engine.Revision()
+	// This job is the table's only writer: a snapshot stays accurate.
+	rtxn := c.p.DB.ReadTxn()
+	var txn statedb.WriteTxn
+	for _, ep := range todo {
+		cur, _, ok := c.p.Policies.Get(rtxn, statepolicy.EndpointIDIndex.Query(ep.ID))
+		if !ok || cur.Identity != ep.Identity || cur.Policy.Revision >= rev || cur.PendingRevision == rev {
+			continue
+		}
+		if txn == nil {
+			txn = c.p.DB.WriteTxn(c.p.Policies)
+		}
+		_, _, _ = c.p.Policies.Insert(txn, cur.WithPending(rev))
+	}
+	if txn != nil {
+		txn.Commit()
 	}
 }
 
@@ -311,27 +386,27 @@ func protoNumber(s string) uint8 {
 	return 0
 }
 
-func endpointNamedPorts(nps ciliumv2.NamedPorts) map[string][]NamedPort {
+func endpointNamedPorts(nps ciliumv2.NamedPorts) map[string][]policy.NamedPort {
 	if len(nps) == 0 {
 		return nil
 	}
-	out := map[string][]NamedPort{}
+	out := map[string][]policy.NamedPort{}
 	for _, p := range nps {
 		if p != nil && p.Name != "" {
-			out[p.Name] = append(out[p.Name], NamedPort{Port: p.Port, Proto: protoNumber(p.Protocol)})
+			out[p.Name] = append(out[p.Name], policy.NamedPort{Port: p.Port, Proto: protoNumber(p.Protocol)})
 		}
 	}
 	return out
 }
 
 // podNamedPorts collects the named container ports of pods.
-func podNamedPorts(pods func(func(*corev1.Pod, statedb.Revision) bool)) map[string][]NamedPort {
-	out := map[string][]NamedPort{}
+func podNamedPorts(pods func(func(*corev1.Pod, statedb.Revision) bool)) map[string][]policy.NamedPort {
+	out := map[string][]policy.NamedPort{}
 	for pod := range pods {
 		for _, ctr := range pod.Spec.Containers {
 			for _, p := range ctr.Ports {
 				if p.Name != "" {
-					out[p.Name] = append(out[p.Name], NamedPort{Port: uint16(p.ContainerPort), Proto: protoNumber(string(p.Protocol))})
+					out[p.Name] = append(out[p.Name], policy.NamedPort{Port: uint16(p.ContainerPort), Proto: protoNumber(string(p.Protocol))})
 				}
 			}
 		}

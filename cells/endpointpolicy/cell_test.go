@@ -1,13 +1,15 @@
-package policy
+package endpointpolicy
 
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/statedb"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
@@ -15,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s/k8stest"
+	"github.com/cellium/cellium/cells/policy"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -195,7 +198,94 @@ func TestCellConfig(t *testing.T) {
 	if err := h.Start(t.Context()); err == nil {
 		_ = h.Stop(t.Context())
 		t.Fatal("the hive started with --enable-policy=sometimes")
-	} else if !contains(err.Error(), "--enable-policy") {
+	} else if !strings.Contains(err.Error(), "--enable-policy") {
 		t.Errorf("error %v does not name the flag", err)
+	}
+}
+
+// TestCellRejectsInvalidCNPAndKeepsPrevious: a CNP edited into an invalid
+// one (a new generation) is rejected whole, as in Cilium: its previous
+// rules stay in force; a later valid policy shows the cell moved past the
+// edit. A status-only update (same generation) bumps no revision.
+func TestCellRejectsInvalidCNPAndKeepsPrevious(t *testing.T) {
+	f := startCell(t)
+	f.endpoint(t, 1, 1000, "a", map[string]string{"app": "web"})
+	f.endpoint(t, 2, 1001, "a", map[string]string{"app": "cli"})
+	web := &api.EndpointSelector{MatchLabels: map[string]string{"app": "web"}}
+	fromCli := func(port string, endPort int32) []api.IngressRule {
+		return []api.IngressRule{{
+			IngressCommonRule: api.IngressCommonRule{FromEndpoints: []api.EndpointSelector{{MatchLabels: map[string]string{"app": "cli"}}}},
+			ToPorts:           api.PortRules{{Ports: []api.PortProtocol{{Port: port, EndPort: endPort, Protocol: api.ProtoTCP}}}},
+		}}
+	}
+	put := func(name string, gen int64, rules ...*api.Rule) {
+		t.Helper()
+		cnp := &ciliumv2.CiliumNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "a", UID: types.UID("u-" + name), Generation: gen}, Specs: rules}
+		txn := f.db.WriteTxn(f.cnps)
+		_, _, _ = f.cnps.Insert(txn, cnp)
+		txn.Commit()
+	}
+	has := func(port uint16) func(r *statepolicy.EndpointPolicyRow) bool {
+		return func(r *statepolicy.EndpointPolicyRow) bool {
+			_, ok := r.Policy.Ingress.Get(statepolicy.NewKey(1001, statepolicy.Ingress, statepolicy.ProtoTCP, port, 16))
+			return ok
+		}
+	}
+	put("p", 1, &api.Rule{EndpointSelector: web, Ingress: fromCli("80", 0)})
+	var rev uint64
+	f.waitPolicy(t, "endpoint 1 to allow tcp/80", 1, func(r *statepolicy.EndpointPolicyRow) error {
+		if !has(80)(r) || r.PendingRevision != 0 {
+			return fmt.Errorf("policy (pending %d):\n%s", r.PendingRevision, r.Policy.Format())
+		}
+		rev = r.Policy.Revision
+		return nil
+	})
+
+	// Generation 2: a valid rule for 443 and an invalid one.
+	put("p", 2, &api.Rule{EndpointSelector: web, Ingress: fromCli("443", 0)}, &api.Rule{EndpointSelector: web, Ingress: fromCli("90", 80)})
+	// Same generation again (a status update): nothing to parse.
+	put("p", 2, &api.Rule{EndpointSelector: web, Ingress: fromCli("443", 0)}, &api.Rule{EndpointSelector: web, Ingress: fromCli("90", 80)})
+	put("later", 1, &api.Rule{EndpointSelector: web, Ingress: fromCli("8080", 0)})
+	f.waitPolicy(t, "the later policy applied, p's first version kept, its invalid edit not", 1, func(r *statepolicy.EndpointPolicyRow) error {
+		switch {
+		case !has(8080)(r):
+			return fmt.Errorf("later not applied yet:\n%s", r.Policy.Format())
+		case !has(80)(r) || has(443)(r):
+			return fmt.Errorf("p's previous rules not kept, or its invalid edit applied:\n%s", r.Policy.Format())
+		case r.Policy.Revision != rev+1 || r.PendingRevision != 0:
+			return fmt.Errorf("revision %d (pending %d), want %d: only the later policy changes the repository", r.Policy.Revision, r.PendingRevision, rev+1)
+		}
+		return nil
+	})
+}
+
+// TestMarkPending: the first commit of a round marks the rows of affected
+// endpoints whose policy is older than the repository; the computation
+// clears the mark and carries the new revision.
+func TestMarkPending(t *testing.T) {
+	db := statedb.New()
+	rows, err := statepolicy.NewTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := policy.NewEngine(policy.ModeDefault)
+	c := &controller{p: controllerParams{DB: db, Engine: e, Policies: rows}}
+	ep := &endpoints.Endpoint{ID: 1, Identity: 1000}
+	txn := db.WriteTxn(rows)
+	_, _, _ = rows.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: 1, Identity: 1000, Policy: &statepolicy.EndpointPolicy{Revision: e.Revision()}})
+	_, _, _ = rows.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: 2, Identity: 999, Policy: &statepolicy.EndpointPolicy{Revision: e.Revision()}})
+	txn.Commit()
+	c.markPending([]*endpoints.Endpoint{ep})
+	if r, _, _ := rows.Get(db.ReadTxn(), statepolicy.EndpointIDIndex.Query(1)); r.PendingRevision != 0 {
+		t.Errorf("marked without a repository change: %+v", r)
+	}
+	e.UpsertRules(policy.Source{Kind: policy.KindCNP, Namespace: "a", Name: "x"}, nil) // bumps the revision
+	c.markPending([]*endpoints.Endpoint{ep, {ID: 2, Identity: 1001}})
+	r, _, _ := rows.Get(db.ReadTxn(), statepolicy.EndpointIDIndex.Query(1))
+	if r.PendingRevision != e.Revision() || r.Computed(1000) {
+		t.Errorf("row after a change: %+v, want pending at %d", r, e.Revision())
+	}
+	if r2, _, _ := rows.Get(db.ReadTxn(), statepolicy.EndpointIDIndex.Query(2)); r2.PendingRevision != 0 {
+		t.Errorf("row of another identity marked: %+v", r2)
 	}
 }

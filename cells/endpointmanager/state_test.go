@@ -1,0 +1,147 @@
+package endpointmanager
+
+import (
+	"testing"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/statedb/bpfprog"
+	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/mapstate"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
+)
+
+// TestNextState: each step of nextState, and that applying it repeatedly
+// reaches ready at the computed revision through regenerating.
+func TestNextState(t *testing.T) {
+	const (
+		ready   = ciliumv2.EndpointStateReady
+		waiting = ciliumv2.EndpointStateWaitingToRegenerate
+		regen   = ciliumv2.EndpointStateRegenerating
+	)
+	row := func(id uint32, rev, pending uint64) *statepolicy.EndpointPolicyRow {
+		return &statepolicy.EndpointPolicyRow{EndpointID: 1, Identity: identity.NumericIdentity(id), Policy: &statepolicy.EndpointPolicy{Revision: rev}, PendingRevision: pending}
+	}
+	ep := func(s ciliumv2.EndpointState, rev uint64) *endpoints.Endpoint {
+		return &endpoints.Endpoint{ID: 1, Identity: 1000, State: s, PolicyRevision: rev}
+	}
+	tests := []struct {
+		name    string
+		ep      *endpoints.Endpoint
+		row     *statepolicy.EndpointPolicyRow
+		want    ciliumv2.EndpointState
+		wantRev uint64
+		changed bool
+	}{
+		{"ready without a row waits", ep(ready, 3), nil, waiting, 3, true},
+		{"row of the old identity: waits", ep(ready, 3), row(999, 3, 0), waiting, 3, true},
+		{"pending row: waits", ep(ready, 3), row(1000, 3, 4), waiting, 3, true},
+		{"already waiting: no change", ep(waiting, 3), row(1000, 3, 4), waiting, 3, false},
+		{"computed: waiting regenerates", ep(waiting, 3), row(1000, 4, 0), regen, 3, true},
+		{"computed, same revision (new identity): waiting regenerates", ep(waiting, 3), row(1000, 3, 0), regen, 3, true},
+		{"regenerating takes the revision", ep(regen, 3), row(1000, 4, 0), ready, 4, true},
+		{"ready, other revision computed: regenerates", ep(ready, 3), row(1000, 5, 0), regen, 3, true},
+		{"ready at the computed revision: rest", ep(ready, 4), row(1000, 4, 0), ready, 4, false},
+		{"restoring is the manager's", ep(ciliumv2.EndpointStateRestoring, 0), row(1000, 4, 0), ciliumv2.EndpointStateRestoring, 0, false},
+		{"waiting-for-identity is the manager's", ep(ciliumv2.EndpointStateWaitingForIdentity, 0), nil, ciliumv2.EndpointStateWaitingForIdentity, 0, false},
+		{"disconnecting is the manager's", ep(ciliumv2.EndpointStateDisconnecting, 4), nil, ciliumv2.EndpointStateDisconnecting, 4, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			step, changed := nextState(stateInputs{Endpoint: tt.ep, Policy: tt.row})
+			if changed != tt.changed {
+				t.Fatalf("changed = %v, want %v (step %+v)", changed, tt.changed, step)
+			}
+			if !changed {
+				return
+			}
+			if step.State != tt.want || step.PolicyRevision != tt.wantRev || step.Message == "" {
+				t.Errorf("step = %+v, want %s at revision %d with a message", step, tt.want, tt.wantRev)
+			}
+		})
+	}
+
+	// Restored after an agent restart: ready on the previous run's policy
+	// until this run computes one, then a regeneration clears the mark,
+	// even at an equal revision number.
+	restored := ep(waiting, 1)
+	restored.PolicyRestored = true
+	step, changed := nextState(stateInputs{Endpoint: restored, Policy: nil})
+	if !changed || step.State != ready || !step.PolicyRestored {
+		t.Errorf("restored without a row: %+v, %v; want ready, still restored", step, changed)
+	}
+	restored = ep(ready, 1)
+	restored.PolicyRestored = true
+	if step, changed := nextState(stateInputs{Endpoint: restored, Policy: nil}); changed {
+		t.Errorf("restored and ready without a row moved to %+v", step)
+	}
+	step, changed = nextState(stateInputs{Endpoint: restored, Policy: row(1000, 1, 0)})
+	if !changed || step.State != regen || !step.PolicyRestored {
+		t.Errorf("restored with a row at the same revision number: %+v, %v; want regenerating", step, changed)
+	}
+	restored = ep(regen, 1)
+	restored.PolicyRestored = true
+	step, _ = nextState(stateInputs{Endpoint: restored, Policy: row(1000, 1, 0)})
+	if step.State != ready || step.PolicyRestored || step.PolicyRevision != 1 {
+		t.Errorf("restored endpoint regenerated: %+v; want ready at 1, mark cleared", step)
+	}
+
+	// Identity being resolved for new labels: nothing moves.
+	pend := ep(waiting, 3)
+	pend.IdentityPending = true
+	if step, changed := nextState(stateInputs{Endpoint: pend, Policy: row(1000, 4, 0)}); changed {
+		t.Errorf("endpoint resolving its identity moved to %+v", step)
+	}
+
+	// From ready at 3, with revision 5 computed: regenerating, then ready at 5, then rest.
+	cur := ep(ready, 3)
+	var seen []ciliumv2.EndpointState
+	for range 5 {
+		step, changed := nextState(stateInputs{Endpoint: cur, Policy: row(1000, 5, 0)})
+		if !changed {
+			break
+		}
+		seen = append(seen, step.State)
+		cur = ep(step.State, step.PolicyRevision)
+	}
+	if len(seen) != 2 || seen[0] != regen || seen[1] != ready || cur.PolicyRevision != 5 {
+		t.Errorf("steps %v ending at revision %d, want [regenerating ready] at 5", seen, cur.PolicyRevision)
+	}
+}
+
+// With the eBPF datapath, a regenerating endpoint is ready only once its
+// programs are attached and its policy map holds the computed revision.
+func TestNextStateWaitsForDatapath(t *testing.T) {
+	ep := &endpoints.Endpoint{ID: 1, Identity: 1000, State: ciliumv2.EndpointStateRegenerating, PolicyRevision: 3}
+	row := &statepolicy.EndpointPolicyRow{EndpointID: 1, Identity: 1000, Policy: &statepolicy.EndpointPolicy{Revision: 4}}
+	pm := func(id identity.NumericIdentity, realized uint64) *mapstate.PolicyMap {
+		return &mapstate.PolicyMap{EndpointID: 1, Identity: id, Revision: 4, Realized: realized}
+	}
+	tests := []struct {
+		name  string
+		in    stateInputs
+		ready bool
+	}{
+		{"no datapath: ready", stateInputs{Programs: bpfprog.StateNone}, true},
+		{"programs pending", stateInputs{Programs: bpfprog.StatePending}, false},
+		{"programs failed", stateInputs{Programs: bpfprog.StateFailed}, false},
+		{"programs attached, no map reconciler", stateInputs{Programs: bpfprog.StateReady}, true},
+		{"policy map row missing", stateInputs{Programs: bpfprog.StateReady, WantsPolicyMap: true}, false},
+		{"policy map at an older revision", stateInputs{Programs: bpfprog.StateReady, WantsPolicyMap: true, PolicyMap: pm(1000, 3)}, false},
+		{"policy map of the old identity", stateInputs{Programs: bpfprog.StateReady, WantsPolicyMap: true, PolicyMap: pm(999, 4)}, false},
+		{"policy map holds the revision", stateInputs{Programs: bpfprog.StateReady, WantsPolicyMap: true, PolicyMap: pm(1000, 4)}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.in
+			in.Endpoint, in.Policy = ep, row
+			step, changed := nextState(in)
+			if tt.ready != changed || (changed && (step.State != ciliumv2.EndpointStateReady || step.PolicyRevision != 4)) {
+				t.Fatalf("nextState = %+v, %v; want ready at revision 4: %v", step, changed, tt.ready)
+			}
+			if reason := in.datapathReason(4); (reason == "") != tt.ready {
+				t.Errorf("datapathReason = %q", reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,224 @@
+package policyvalidator
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"log/slog"
+	"time"
+
+	"github.com/cilium/statedb"
+	k8serrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	ciliumclient "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/leaderelection"
+	"github.com/cellium/cellium/cells/policy"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// FullInterval is how often every policy's conditions are checked again
+// (a status someone else overwrote is written back).
+const FullInterval = 5 * time.Minute
+
+type params struct {
+	hive.In
+
+	Config    Config
+	Log       *slog.Logger
+	DB        *statedb.DB
+	Jobs      hive.Jobs
+	Health    hive.Health
+	Clientset k8s.Clientset
+	Desired   statedb.RWTable[*PolicyConditions]
+	CNPs      statedb.Table[*ciliumv2.CiliumNetworkPolicy]
+	CCNPs     statedb.Table[*ciliumv2.CiliumClusterwideNetworkPolicy]
+	Metrics   reconciler.Metrics `optional:"true"`
+}
+
+// register starts the deriver and contributes the status writer as a
+// leader job, unless validation is off or there is no API server.
+func register(p params) leaderelection.LeaderJobsOut {
+	switch {
+	case !p.Config.ValidateNetworkPolicy:
+		p.Log.Info("CNP/CCNP validator disabled (--validate-network-policy=false)")
+		return leaderelection.LeaderJobsOut{}
+	case !p.Clientset.IsEnabled():
+		p.Log.Info("CNP/CCNP validator disabled", "reason", k8s.ErrNotConfigured)
+		return leaderelection.LeaderJobsOut{}
+	}
+	txn := p.DB.WriteTxn(p.Desired)
+	initDone := p.Desired.RegisterInitializer(txn, "policies")
+	txn.Commit()
+	d := &deriver{p: p, initDone: initDone}
+	p.Jobs.Add(hive.Service("derive-policy-conditions", d.subscribe, d.run))
+
+	cilium := p.Clientset.Cilium().CiliumV2()
+	cfg := reconciler.Config[*PolicyConditions]{
+		Name:      "policy-conditions",
+		Table:     p.Desired,
+		GetStatus: func(r *PolicyConditions) reconciler.Status { return r.Reconcile },
+		SetStatus: func(r *PolicyConditions, s reconciler.Status) *PolicyConditions {
+			c := *r
+			c.Reconcile = s
+			return &c
+		},
+		Operations:   &target{db: p.DB, cnps: p.CNPs, ccnps: p.CCNPs, client: cilium, now: time.Now},
+		FullInterval: FullInterval,
+		RetryMin:     100 * time.Millisecond,
+		RetryMax:     30 * time.Second,
+		Metrics:      p.Metrics,
+	}
+	health := p.Health.Scope("status-writer")
+	run := func(ctx context.Context) error {
+		// A new reconciler per term of leadership: it starts from the
+		// whole table.
+		r, err := reconciler.New(p.DB, cfg)
+		if err != nil {
+			return err
+		}
+		r.Run(ctx, health)
+		return nil
+	}
+	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "policy-status-writer", Run: run}}}
+}
+
+// Desired computes the row of a CNP or CCNP.
+func desiredCNP(cnp *ciliumv2.CiliumNetworkPolicy, opts policy.ParseOptions) *PolicyConditions {
+	return &PolicyConditions{Kind: KindCNP, Namespace: cnp.Namespace, Name: cnp.Name, UID: string(cnp.UID),
+		Conditions: policy.CNPConditions(cnp, opts)}
+}
+
+func desiredCCNP(ccnp *ciliumv2.CiliumClusterwideNetworkPolicy, opts policy.ParseOptions) *PolicyConditions {
+	return &PolicyConditions{Kind: KindCCNP, Name: ccnp.Name, UID: string(ccnp.UID),
+		Conditions: policy.CCNPConditions(ccnp, opts)}
+}
+
+// deriver turns the policy tables into desired conditions.
+type deriver struct {
+	p        params
+	initDone func(statedb.WriteTxn)
+	cnps     statedb.ChangeIterator[*ciliumv2.CiliumNetworkPolicy]
+	ccnps    statedb.ChangeIterator[*ciliumv2.CiliumClusterwideNetworkPolicy]
+}
+
+func (d *deriver) subscribe() error {
+	txn := d.p.DB.WriteTxn(d.p.CNPs, d.p.CCNPs)
+	defer txn.Commit()
+	var err error
+	if d.cnps, err = d.p.CNPs.Changes(txn); err != nil {
+		return err
+	}
+	d.ccnps, err = d.p.CCNPs.Changes(txn)
+	return err
+}
+
+func (d *deriver) run(ctx context.Context, h hive.Health) {
+	defer d.cnps.Close()
+	defer d.ccnps.Close()
+	// The cluster name only scopes selectors; validity does not depend on it.
+	opts := policy.ParseOptions{}
+	for {
+		rtxn := d.p.DB.ReadTxn()
+		txn := d.p.DB.WriteTxn(d.p.Desired)
+		cnpCh, cnpWatch := d.cnps.Next(rtxn)
+		for c := range cnpCh {
+			d.apply(txn, desiredCNP(c.Object, opts), c.Deleted)
+		}
+		ccnpCh, ccnpWatch := d.ccnps.Next(rtxn)
+		for c := range ccnpCh {
+			d.apply(txn, desiredCCNP(c.Object, opts), c.Deleted)
+		}
+		cnpInit, cnpInitWatch := d.p.CNPs.Initialized(rtxn)
+		ccnpInit, ccnpInitWatch := d.p.CCNPs.Initialized(rtxn)
+		if d.initDone != nil && cnpInit && ccnpInit {
+			d.initDone(txn)
+			d.initDone = nil
+		}
+		txn.Commit()
+		h.OK("in sync")
+		select {
+		case <-ctx.Done():
+			return
+		case <-cnpWatch:
+		case <-ccnpWatch:
+		case <-cnpInitWatch:
+		case <-ccnpInitWatch:
+		}
+	}
+}
+
+// apply writes want (or deletes its row) unless nothing changes.
+func (d *deriver) apply(txn statedb.WriteTxn, want *PolicyConditions, deleted bool) {
+	cur, _, exists := d.p.Desired.Get(txn, KeyIndex.Query(want.Key()))
+	switch {
+	case deleted:
+		if exists && cur.UID == want.UID {
+			_, _, _ = d.p.Desired.Delete(txn, cur)
+		}
+	case exists && cur.sameAs(want):
+	default:
+		want.Reconcile = reconciler.Pending()
+		_, _, _ = d.p.Desired.Insert(txn, want)
+	}
+}
+
+// target writes the conditions into the policies' status subresource.
+type target struct {
+	db     *statedb.DB
+	cnps   statedb.Table[*ciliumv2.CiliumNetworkPolicy]
+	ccnps  statedb.Table[*ciliumv2.CiliumClusterwideNetworkPolicy]
+	client ciliumclient.CiliumV2Interface
+	now    func() time.Time
+}
+
+// Update sets the row's conditions on the object it names, if that
+// object (same UID) still exists and its status differs.
+func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, r *PolicyConditions) error {
+	now := metav1.NewTime(t.now())
+	rtxn := t.db.ReadTxn()
+	var err error
+	switch r.Kind {
+	case KindCNP:
+		cur, _, ok := t.cnps.Get(rtxn, k8stables.NameIndex[*ciliumv2.CiliumNetworkPolicy]().Query(r.Namespace+"/"+r.Name))
+		if !ok || string(cur.UID) != r.UID {
+			return nil // gone or replaced: its own row follows
+		}
+		conds, changed := policy.MergeConditions(cur.Status.Conditions, r.Conditions, now)
+		if !changed {
+			return nil
+		}
+		next := cur.DeepCopy()
+		next.Status.Conditions = conds
+		_, err = t.client.CiliumNetworkPolicies(r.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	case KindCCNP:
+		cur, _, ok := t.ccnps.Get(rtxn, k8stables.NameIndex[*ciliumv2.CiliumClusterwideNetworkPolicy]().Query(r.Name))
+		if !ok || string(cur.UID) != r.UID {
+			return nil
+		}
+		conds, changed := policy.MergeConditions(cur.Status.Conditions, r.Conditions, now)
+		if !changed {
+			return nil
+		}
+		next := cur.DeepCopy()
+		next.Status.Conditions = conds
+		_, err = t.client.CiliumClusterwideNetworkPolicies().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	}
+	if err != nil && !k8serrors.IsNotFound(err) {
+		// A conflict means the mirror lags behind: the retry reads it again.
+		return fmt.Errorf("update status of %s: %w", r.Key(), err)
+	}
+	return nil
+}
+
+// Delete does nothing: the conditions go with their object.
+func (t *target) Delete(context.Context, statedb.ReadTxn, *PolicyConditions) error { return nil }
+
+// Prune does nothing: there is nothing to remove from the API server.
+func (t *target) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*PolicyConditions, statedb.Revision]) error {
+	return nil
+}

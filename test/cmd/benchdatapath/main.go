@@ -1,0 +1,43 @@
+// Command benchdatapath runs the datapath bench (`make bench-datapath`,
+// root): throughput and request/response rate between two pods with and
+// without cellium's programs, and the policy-update-to-drop latency. See
+// test/benchdatapath.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cellium/cellium/test/benchdatapath"
+)
+
+func main() {
+	cfg := benchdatapath.Config{}
+	flag.DurationVar(&cfg.Duration, "duration", 5*time.Second, "length of each iperf3 and sockperf run (whole seconds)")
+	flag.IntVar(&cfg.Rounds, "rounds", 3, "rounds of (bare, cellium) measurements; medians are compared")
+	flag.IntVar(&cfg.Updates, "updates", 200, "policy updates timed")
+	flag.DurationVar(&cfg.StreamInterval, "stream-interval", 100*time.Microsecond, "gap between the stream's datagrams during the latency test (below 1ms the sender spins)")
+	flag.IntVar(&cfg.IPCachePrefixes, "ipcache-prefixes", 4000, "prefixes loaded into the ipcache besides the pods")
+	flag.IntVar(&cfg.PolicyEntries, "policy-entries", 500, "policy entries per pod besides the peer's allows")
+	flag.BoolVar(&cfg.Pin, "pin", false, "run the clients on CPU 0 and the servers on CPU 1 (taskset), the same for every variant")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "benchdatapath: needs root (network namespaces, BPF); run it as root")
+		os.Exit(1)
+	}
+	// A closed stdout (`| head`) must not kill the bench before it has
+	// removed its namespaces: writes fail instead, and Run still cleans up.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	_, err := benchdatapath.Run(ctx, cfg, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchdatapath:", err)
+		os.Exit(1)
+	}
+}
