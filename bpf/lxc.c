@@ -346,14 +346,15 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 
 	/* Packets of an established connection in its own direction are
 	 * checked again, so a policy update that no longer allows it stops
-	 * it (bpf/README.md). */
+	 * it (bpf/README.md). A denied one keeps its entry: deleted, the
+	 * peer's next packet (an ACK, a retransmission) would open an entry
+	 * the other way, and this direction's packets would then pass as its
+	 * replies without a policy lookup. */
 	ret = policy_verdict(remote_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
 			     p.policy_dport, &allow_all);
 	if (established) {
-		if (ret && !POLICY_AUDIT_MODE) {
-			map_delete_elem(&cellium_ct4, &key);
+		if (ret && !POLICY_AUDIT_MODE)
 			return drop(skb, &p, ret, dir);
-		}
 		ct_update(ct, &p, now, 0);
 		return pass(skb, &p, dir, obs);
 	}

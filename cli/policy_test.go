@@ -104,7 +104,8 @@ func TestPolicyCommands(t *testing.T) {
 	}{
 		{[]string{"policy", "trace", "--dst-identity", "2001"}, "give exactly one of --src-identity"},
 		{[]string{"policy", "trace", "--src-k8s-pod", "default:nope", "--dst-identity", "2001"}, "no endpoint with an identity for pod default/nope"},
-		{[]string{"policy", "trace", "--src-identity", "1", "--dst-identity", "2001", "--dport", "80/ICMP"}, "protocol must be TCP, UDP or SCTP"},
+		{[]string{"policy", "trace", "--src-identity", "1", "--dst-identity", "2001", "--dport", "80/GRE"}, "protocol must be TCP, UDP, SCTP or ICMP"},
+		{[]string{"policy", "trace", "--src-identity", "1", "--dst-identity", "2001", "--dport", "80/ICMP"}, "ICMP has no port, use 0/ICMP"},
 	} {
 		r := run(t, sock, tc.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {

@@ -210,9 +210,20 @@ type fakeIdentities struct {
 	failN int
 	// failures counts the failed allocations.
 	failures int
+	// entered, when set, receives a value as an allocation of
+	// non-reserved labels begins, which then waits for gate to close.
+	entered chan struct{}
+	gate    chan struct{}
 }
 
 func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identitycell.Identity, error) {
+	if _, reserved := identity.LookupReservedByLabels(l); !reserved && f.gate != nil {
+		select {
+		case f.entered <- struct{}{}:
+		default:
+		}
+		<-f.gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
@@ -588,6 +599,48 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	if next.ID == live.ID {
 		t.Errorf("new endpoint reused restored ID %d", live.ID)
 	}
+}
+
+// TestRestoredEndpointsHaveIdentityWhenInitialized: the endpoints table
+// is initialized only once the restored endpoints have resolved their
+// identities again. Before, it was initialized with the restored rows
+// still without identity, and the ipcache and the BPF loader, which prune
+// what an initialized table does not want, removed the endpoints'
+// ipcache entries and programs for a moment after every agent restart:
+// packets between pods were dropped as from world or went unenforced.
+func TestRestoredEndpointsHaveIdentityWhenInitialized(t *testing.T) {
+	dir := t.TempDir()
+	seed := func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("live", "uid-live", map[string]string{"app": "web"}))
+	}
+	var live models.Endpoint
+	t.Run("first agent", func(t *testing.T) {
+		e := start(t, dir, nil, seed)
+		req := addReq("c-live", "live", "10.0.0.40")
+		req.InterfaceName = "lo"
+		e.add(t, req, &live)
+	})
+	ids := &fakeIdentities{ids: map[string]identity.NumericIdentity{}, refs: map[identity.NumericIdentity]int{},
+		entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	e := start(t, dir, ids, seed)
+	// Restore is resolving the endpoint's identity, held by the gate.
+	select {
+	case <-ids.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("restore never allocated the endpoint's identity")
+	}
+	txn := e.db.ReadTxn()
+	if ok, _ := e.eps.Initialized(txn); ok {
+		cur, _, _ := e.eps.Get(txn, endpoints.IDIndex.Query(uint16(live.ID)))
+		t.Errorf("endpoints table initialized while restored endpoint %d has no identity yet (%+v)", live.ID, cur)
+	}
+	close(ids.gate)
+	waitFor(t, "the table initialized, with the endpoint's identity", func() bool {
+		txn := e.db.ReadTxn()
+		ok, _ := e.eps.Initialized(txn)
+		cur, _, found := e.eps.Get(txn, endpoints.IDIndex.Query(uint16(live.ID)))
+		return ok && found && cur.Identity != identity.InvalidIdentity
+	})
 }
 
 func TestHealthEndpoint(t *testing.T) {

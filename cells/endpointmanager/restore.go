@@ -243,23 +243,25 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 		}
 		local = append(local, ep)
 	}
-	markDone()
+	// Bounded, for all endpoints together: without the API an identity
+	// that was not restored waits for it; the second step resolves it
+	// again once the pods are listed.
+	rctx, cancel := context.WithTimeout(ctx, RestoreIdentityWait)
 	for _, ep := range local {
 		cur, ok := m.Get(ep.ID)
 		if !ok || !sameEndpoint(cur, ep) {
 			continue // deleted by a CNI DEL meanwhile
 		}
 		saved := cur.Labels
-		// Bounded: without the API an identity that was not restored waits
-		// for it; the second step resolves it again once the pods are
-		// listed.
-		rctx, cancel := context.WithTimeout(ctx, RestoreIdentityWait)
-		_, err := m.relabel(rctx, cur, &saved, true)
-		cancel()
-		if err != nil {
+		if _, err := m.relabel(rctx, cur, &saved, true); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
 		}
 	}
+	cancel()
+	// Only now: the ipcache and the BPF loader prune what the initialized
+	// table does not want, and a restored endpoint without its identity
+	// yet wants no ipcache entry and no programs.
+	markDone()
 
 	if ok, _ := m.pods.Initialized(m.db.ReadTxn()); !ok {
 		m.log.Info("restored endpoints serve with their saved labels until the pods of this node are listed", "count", len(local))

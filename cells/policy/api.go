@@ -147,7 +147,8 @@ func ParseTraceEnd(side, idStr, lblStr, addrStr string) (TraceEnd, error) {
 	return TraceEnd{Addr: a}, nil
 }
 
-// ParseDPort reads "PORT[/PROTO]" (protocol TCP by default; ANY is not a
+// ParseDPort reads "PORT[/PROTO]" (protocol TCP by default; "0/ICMP" for
+// ICMP, which has no port; ANY is not a
 // packet's protocol).
 func ParseDPort(s string) (uint8, uint16, error) {
 	if s == "" {
@@ -165,8 +166,14 @@ func ParseDPort(s string) (uint8, uint16, error) {
 		proto = statepolicy.ProtoUDP
 	case "SCTP":
 		proto = statepolicy.ProtoSCTP
+	case "ICMP":
+		// ICMP has no port: the datapath looks echoes up with port 0.
+		if n != 0 {
+			return 0, 0, fmt.Errorf("--dport %q: ICMP has no port, use 0/ICMP", s)
+		}
+		proto = statepolicy.ProtoICMP
 	default:
-		return 0, 0, fmt.Errorf("--dport %q: protocol must be TCP, UDP or SCTP", s)
+		return 0, 0, fmt.Errorf("--dport %q: protocol must be TCP, UDP, SCTP or ICMP (0/ICMP)", s)
 	}
 	return proto, uint16(n), nil
 }

@@ -134,10 +134,21 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 		if len(evs) != 1 || evs[0].Type != maps.EventDrop || evs[0].Reason != maps.DropPolicy {
 			t.Errorf("events: %v, want just a Policy denied drop (no verdict: not a new connection)", evs)
 		}
-		if _, err := m.CT4.Lookup(web); !errors.Is(err, ebpf.ErrKeyNotExist) {
-			t.Errorf("the denied connection's entry is still there: %v", err)
+		// The entry stays, so the connection keeps its direction: the
+		// peer's packets are its replies (they open no entry the other
+		// way), and its own direction keeps dropping.
+		if _, err := m.CT4.Lookup(web); err != nil {
+			t.Errorf("the denied connection's entry: %v, want it kept", err)
 		}
-		expect(t, "late reply", to, packet(remote, self, 6, 80, 40000, tcpACK), tcActShot)
+		expect(t, "late reply", to, packet(remote, self, 6, 80, 40000, tcpACK), tcActOK)
+		back := maps.CTKey{Src: remote, Dst: self, SrcPort: 80, DstPort: 40000, Proto: 6, Dir: maps.CTIngress}
+		if _, err := m.CT4.Lookup(back); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("the late reply opened an entry the other way: %v", err)
+		}
+		evs = expect(t, "data out after the reply", from, packet(self, remote, 6, 40000, 80, tcpACK), tcActShot)
+		if len(evs) != 1 || evs[0].Reason != maps.DropPolicy {
+			t.Errorf("events: %v, want a Policy denied drop", evs)
+		}
 	})
 
 	t.Run("udp", func(t *testing.T) {

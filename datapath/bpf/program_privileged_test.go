@@ -213,6 +213,13 @@ func TestPrivilegedProgramTraffic(t *testing.T) {
 		if ev.Reason != maps.DropPolicy {
 			t.Errorf("drop of the established connection: %v, want Policy denied", ev)
 		}
+		// The connection keeps its entry, and so its direction: deleted,
+		// b's next packet of it would open an entry b -> a, and a's
+		// packets would pass as that entry's replies.
+		ctKey := maps.CTKey{Src: a.ip, Dst: b.ip, SrcPort: sport, DstPort: 80, Proto: 6, Dir: maps.CTIngress}
+		if _, err := m.CT4.Lookup(ctKey); err != nil {
+			t.Errorf("conntrack entry of the denied connection: %v, want it kept", err)
+		}
 		c.Close() // ends the pending read
 		if err := <-errc; err == nil {
 			t.Error("the connection still echoes after its allow was removed")

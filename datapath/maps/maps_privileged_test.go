@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -285,6 +286,51 @@ func TestPrivilegedMetricsAndCTEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
+}
+
+// TestPrivilegedPolicyMapConcurrentOpen: the loader and the policy map
+// reconciler open a new endpoint's policy map at the same time; every
+// opener gets the one pinned map (before, the opener that lost the race
+// to pin failed with "file exists" and the endpoint's CNI ADD with it).
+func TestPrivilegedPolicyMapConcurrentOpen(t *testing.T) {
+	privileged.Require(t)
+	dir := tempBPFFS(t)
+	const openers = 8
+	for id := uint16(1); id <= 50; id++ {
+		var wg sync.WaitGroup
+		ids := make([]ebpf.MapID, openers)
+		errs := make([]error, openers)
+		start := make(chan struct{})
+		for i := range openers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				pm, err := maps.OpenPolicyMap(dir, id)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				defer pm.Close()
+				info, err := pm.Map().Info()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				ids[i], _ = info.ID()
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("endpoint %d: concurrent open: %v", id, err)
+		}
+		for _, mid := range ids[1:] {
+			if mid != ids[0] {
+				t.Fatalf("endpoint %d: openers got different maps %v", id, ids)
+			}
+		}
+	}
 }
 
 // TestPrivilegedPolicyProgsOps: a slot of cellium_policy_progs is set,

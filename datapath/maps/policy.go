@@ -35,7 +35,8 @@ type PolicyMap struct {
 }
 
 // OpenPolicyMap opens endpoint epID's policy map pinned in dir, creating
-// and pinning it if missing. Close it when done; the pin stays until
+// and pinning it if missing. Concurrent openers of the same map all get
+// the one pinned map. Close it when done; the pin stays until
 // RemovePolicyMap.
 func OpenPolicyMap(dir string, epID uint16) (*PolicyMap, error) {
 	spec, err := bpf.LoadLxc()
@@ -51,6 +52,12 @@ func OpenPolicyMap(dir string, epID uint16) (*PolicyMap, error) {
 	ms.Name = PolicyMapPinName(epID)
 	ms.Pinning = ebpf.PinByName
 	m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	if errors.Is(err, os.ErrExist) {
+		// Another opener (the loader and the policy map reconciler both
+		// open a new endpoint's map) pinned it between our lookup and our
+		// pin: the pin is there now, so this opens it.
+		m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open policy map of endpoint %d in %s: %w", epID, dir, err)
 	}

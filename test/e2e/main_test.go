@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/http"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +29,10 @@ import (
 	"github.com/cellium/cellium/api/client/clientset/versioned"
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/datapath/healthep"
+	"github.com/cellium/cellium/datapath/link"
+	"github.com/cellium/cellium/datapath/routing"
+	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/test/devkubelet"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
@@ -117,6 +124,9 @@ type env struct {
 type envOptions struct {
 	operatorArgs []string
 	agentArgs    []string
+	// hostRouting and bpf turn on the agent's host routing and eBPF
+	// datapath (devnode.NodeOptions).
+	hostRouting, bpf bool
 }
 
 // newEnv starts an operator, a node (agent and kubelet) and makes a
@@ -174,6 +184,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	})
 
+	if o.hostRouting {
+		// Registered before the node's cleanup: runs once the agent is gone.
+		restoreHostNetwork(t)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "node"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -183,10 +197,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	t.Cleanup(func() { _ = klog.Close() })
 	node, err := devnode.NewNode(agentKubeconfig, c.Clientset(), b, devnode.NodeOptions{
-		Name:      "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
-		Dir:       filepath.Join(dir, "node"),
-		AgentArgs: o.agentArgs,
-		Logger:    slog.New(slog.NewTextHandler(klog, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Name:        "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
+		Dir:         filepath.Join(dir, "node"),
+		AgentArgs:   o.agentArgs,
+		HostRouting: o.hostRouting,
+		BPF:         o.bpf,
+		Logger:      slog.New(slog.NewTextHandler(klog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -507,3 +523,41 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // metavOpts are the options of every Get.
 var metavOpts = metav1.GetOptions{}
+
+// hostSysctls are the settings of this machine's namespace the agent
+// changes with host routing.
+var hostSysctls = []string{"net/ipv4/ip_forward", "net/ipv4/conf/all/rp_filter"}
+
+// restoreHostNetwork saves hostSysctls now and, when the test ends, undoes
+// what the agent's host routing leaves in this machine's namespace after
+// it stopped (as an agent leaves it for its next run): cilium_host and
+// cilium_net, the routes it owns, its nftables table, the health
+// endpoint's namespace and veth; then writes the sysctls back.
+func restoreHostNetwork(t *testing.T) {
+	t.Helper()
+	saved := map[string][]byte{}
+	for _, p := range hostSysctls {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[p] = v
+	}
+	t.Cleanup(func() {
+		none := iter.Seq2[*routes.Device, statedb.Revision](func(func(*routes.Device, statedb.Revision) bool) {})
+		noRoutes := iter.Seq2[*routes.Route, statedb.Revision](func(func(*routes.Route, statedb.Revision) bool) {})
+		names := healthep.Names{}.WithDefaults()
+		errs := []error{
+			healthep.Remove(context.Background(), link.Host{}, names.NetnsPath(), names.HostIfName),
+			routing.DeviceOps{}.Prune(context.Background(), nil, none),
+			routing.RemoveNFTable(routing.Netns{}),
+			routing.RouteOps{}.Prune(context.Background(), nil, noRoutes),
+		}
+		for p, v := range saved {
+			errs = append(errs, os.WriteFile(filepath.Join("/proc/sys", p), v, 0))
+		}
+		if err := errors.Join(errs...); err != nil {
+			t.Errorf("undo host routing: %v", err)
+		}
+	})
+}

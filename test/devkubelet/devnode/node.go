@@ -59,6 +59,9 @@ type NodeOptions struct {
 	// SandboxIDPrefix starts the kubelet's sandbox IDs (see
 	// devkubelet.Config.SandboxIDPrefix).
 	SandboxIDPrefix string
+	// HostRouting and BPF are the agent's (AgentConfig.HostRouting,
+	// AgentConfig.BPF); Cleanup unmounts the agent's bpffs when BPF is on.
+	HostRouting, BPF bool
 }
 
 // Node is one node of a harness cluster run by this process: the agent
@@ -100,11 +103,13 @@ func NewNode(kubeconfig string, cs kubernetes.Interface, bins Binaries, opts Nod
 		IP:   opts.IP,
 		Dir:  opts.Dir,
 		agentCfg: AgentConfig{
-			Binary:     bins.Agent,
-			Kubeconfig: kubeconfig,
-			NodeName:   opts.Name,
-			Dir:        filepath.Join(opts.Dir, "agent"),
-			Args:       opts.AgentArgs,
+			Binary:      bins.Agent,
+			Kubeconfig:  kubeconfig,
+			NodeName:    opts.Name,
+			Dir:         filepath.Join(opts.Dir, "agent"),
+			Args:        opts.AgentArgs,
+			HostRouting: opts.HostRouting,
+			BPF:         opts.BPF,
 		},
 		opts: opts,
 		cs:   cs,
@@ -296,5 +301,9 @@ func (n *Node) Cleanup(ctx context.Context) error {
 	errs = append(errs, n.StopAgent())
 	_, err := devkubelet.RemoveLeftovers(n.KubeletStateDir())
 	errs = append(errs, err)
+	if n.agentCfg.BPF {
+		// The agent is gone: its bpffs (pins, links) goes with the mount.
+		errs = append(errs, n.agentCfg.UnmountBPF())
+	}
 	return errors.Join(errs...)
 }
