@@ -239,8 +239,14 @@ func (d *Deriver) initWatch(rtxn statedb.ReadTxn) <-chan struct{} {
 	return nil
 }
 
+// ready reports whether the table is complete enough to be pruned
+// against: every input initialized and the local node known with its
+// router IP (the host's address pods see), unless the node has no pod
+// CIDR yet, so that no router IP can come (a new node whose CiliumNode
+// the operator has not served: nothing of an earlier run to keep).
 func (d *Deriver) ready(rtxn statedb.ReadTxn) bool {
-	return d.initWatch(rtxn) == nil && d.localRow != nil && d.localRow.RouterIP.IsValid()
+	return d.initWatch(rtxn) == nil && d.localRow != nil &&
+		(d.localRow.RouterIP.IsValid() || len(d.localRow.PodCIDRs) == 0)
 }
 
 // write makes the rows of the touched prefixes their winners.

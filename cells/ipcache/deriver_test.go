@@ -207,12 +207,35 @@ func TestDeriveInitializedAfterRouterIP(t *testing.T) {
 	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); ok {
 		t.Fatal("initialized before the local node is known")
 	}
+	// Pod CIDRs but no router IP yet: the router IP is coming.
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}
 	r.write(func(w statedb.WriteTxn) {
-		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), RouterIP: addr("10.1.0.1")})
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), PodCIDRs: cidrs})
+	})
+	d.mustStep(t)
+	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); ok {
+		t.Fatal("initialized with pod CIDRs but before the router IP")
+	}
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), PodCIDRs: cidrs, RouterIP: addr("10.1.0.1")})
 	})
 	d.mustStep(t)
 	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); !ok {
 		t.Fatal("not initialized with every input initialized and the router IP known")
+	}
+}
+
+// A node without pod CIDRs (the operator has not served its CiliumNode)
+// can have no router IP: the table is initialized without one.
+func TestDeriveInitializedWithoutPodCIDRs(t *testing.T) {
+	r := newTables(t)
+	d := newDeriver(t, r)
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1")})
+	})
+	d.mustStep(t)
+	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); !ok {
+		t.Fatal("not initialized for a node without pod CIDRs")
 	}
 }
 

@@ -115,7 +115,15 @@ func TestOperatorAndAgent(t *testing.T) {
 	ns := c.TestNamespace(t)
 	checkCEPTable(t, c.RESTConfig(), ns)
 
-	// The agent, for node-a.
+	// The agent, for node-a, whose Node object a kubelet would have
+	// registered (the local node, and with it the ipcache's host entries,
+	// come from it).
+	nodeA := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}}}}
+	if _, err := c.Clientset().CoreV1().Nodes().Create(ctx, nodeA, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node node-a: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Clientset().CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}) })
 	socket := filepath.Join(t.TempDir(), "cellium.sock")
 	metricsAddr := freeAddr(t)
 	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-a"}, "--k8s-kubeconfig-path="+agentKubeconfig,
