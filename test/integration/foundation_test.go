@@ -123,7 +123,9 @@ func TestOperatorAndAgent(t *testing.T) {
 	if _, err := c.Clientset().CoreV1().Nodes().Create(ctx, nodeA, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node node-a: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Clientset().CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.Clientset().CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{})
+	})
 	socket := filepath.Join(t.TempDir(), "cellium.sock")
 	metricsAddr := freeAddr(t)
 	agent := startDaemon(t, "cellium-agent", []string{"K8S_NODE_NAME=node-a"}, "--k8s-kubeconfig-path="+agentKubeconfig,
