@@ -3,6 +3,7 @@ package cepsync_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,19 @@ func TestCEPPolicyStatus(t *testing.T) {
 	defer a.stop(t)
 	a.policy.Paused.Store(true) // the test writes the rows
 	ep := a.create(t, ns, "web", "c-web", "10.1.0.30", string(pod.UID))
+	// The namespace's labels are part of the identity: if the agent saw
+	// the pod before its (new) namespace, the endpoint moves to the right
+	// identity once it does. The rows below are for the settled identity.
+	nsLabel := "k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name=" + ns
+	eventually(t, "the endpoint's identity with its namespace's labels", func() error {
+		if err := a.call("GET", fmt.Sprintf("/endpoint/%d", ep.ID), nil, &ep); err != nil {
+			return err
+		}
+		if ep.Status.Identity == nil || !slices.Contains(ep.Status.Identity.Labels, nsLabel) {
+			return fmt.Errorf("identity %+v lacks %s", ep.Status.Identity, nsLabel)
+		}
+		return nil
+	})
 
 	// cepMatches waits until the CEP's status equals the API's, and check
 	// accepts its policy.
