@@ -177,7 +177,7 @@ func TestReadyOnlyWhenProgramsAttached(t *testing.T) {
 	for ep == nil {
 		it, watch := e.eps.AllWatch(e.db.ReadTxn())
 		for cur := range it {
-			if cur.Identity != 0 && cur.State == ciliumv2.EndpointStateRegenerating {
+			if cur.ContainerID == "c1" && cur.Identity != 0 && cur.State == ciliumv2.EndpointStateRegenerating {
 				ep = cur
 			}
 		}
