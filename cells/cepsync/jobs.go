@@ -222,6 +222,11 @@ func (d *deriver) desired(rtxn statedb.ReadTxn, ep *endpoints.Endpoint, nodeIP s
 		if !ok || string(pod.UID) != ep.PodUID {
 			return nil // no owner: no CEP (Cilium does the same)
 		}
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			// A finished pod has no network: the operator deletes its
+			// CEP, and a restored endpoint of it must not bring it back.
+			return nil
+		}
 		out.Labels = maps.Clone(pod.Labels)
 	}
 	return out
