@@ -3,7 +3,6 @@ package cepsync_test
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,20 +25,9 @@ func TestCEPPolicyStatus(t *testing.T) {
 	defer a.stop(t)
 	a.policy.Paused.Store(true) // the test writes the rows
 	ep := a.create(t, ns, "web", "c-web", "10.1.0.30", string(pod.UID))
-	// The namespace's labels are part of the identity: if the agent saw
-	// the pod before its (new) namespace, the endpoint moves to the right
-	// identity once it does. The rows below are for the settled identity.
-	nsLabel := "k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name=" + ns
-	eventually(t, "the endpoint's identity with its namespace's labels", func() error {
-		if err := a.call("GET", fmt.Sprintf("/endpoint/%d", ep.ID), nil, &ep); err != nil {
-			return err
-		}
-		if ep.Status.Identity == nil || !slices.Contains(ep.Status.Identity.Labels, nsLabel) {
-			return fmt.Errorf("identity %+v lacks %s", ep.Status.Identity, nsLabel)
-		}
-		return nil
-	})
-
+	var written *statepolicy.EndpointPolicy // the row write last stored
+	var writtenFor int64
+	var write func(*statepolicy.EndpointPolicy)
 	// cepMatches waits until the CEP's status equals the API's, and check
 	// accepts its policy.
 	cepMatches := func(what string, check func(*ciliumv2.EndpointPolicy) error) *ciliumv2.CiliumEndpoint {
@@ -53,6 +41,10 @@ func TestCEPPolicyStatus(t *testing.T) {
 			var cur models.Endpoint
 			if err := a.call("GET", fmt.Sprintf("/endpoint/%d", ep.ID), nil, &cur); err != nil {
 				return err
+			}
+			if written != nil && cur.Status.Identity.ID != writtenFor {
+				write(written)
+				return fmt.Errorf("the endpoint moved to identity %d: row written again", cur.Status.Identity.ID)
 			}
 			want, _ := json.Marshal(cur.Status)
 			have, _ := json.Marshal(cep.Status)
@@ -71,9 +63,18 @@ func TestCEPPolicyStatus(t *testing.T) {
 		return nil
 	})
 
-	write := func(p *statepolicy.EndpointPolicy) {
+	// The namespace's labels are part of the identity: if the agent saw
+	// the pod before its (new) namespace, the endpoint moves to another
+	// identity once it does. write stores the row for the endpoint's
+	// current identity; cepMatches writes it again if the identity moved.
+	write = func(p *statepolicy.EndpointPolicy) {
+		var cur models.Endpoint
+		if err := a.call("GET", fmt.Sprintf("/endpoint/%d", ep.ID), nil, &cur); err != nil {
+			t.Fatal(err)
+		}
+		written, writtenFor = p, cur.Status.Identity.ID
 		txn := a.db.WriteTxn(a.pols)
-		if _, _, err := a.pols.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: uint16(ep.ID), Identity: identity.NumericIdentity(ep.Status.Identity.ID), Policy: p}); err != nil {
+		if _, _, err := a.pols.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: uint16(ep.ID), Identity: identity.NumericIdentity(writtenFor), Policy: p}); err != nil {
 			t.Fatal(err)
 		}
 		txn.Commit()
@@ -129,6 +130,7 @@ func TestCEPPolicyStatus(t *testing.T) {
 	})
 
 	// The row goes (the engine dropped the endpoint): so does the policy.
+	written = nil
 	txn := a.db.WriteTxn(a.pols)
 	if _, _, err := a.pols.Delete(txn, &statepolicy.EndpointPolicyRow{EndpointID: uint16(ep.ID)}); err != nil {
 		t.Fatal(err)
