@@ -53,6 +53,11 @@ type Deriver struct {
 	localRow   *nodes.LocalNode
 	localNode  *nodes.Node
 	localAddrs map[netip.Addr]bool
+
+	// deferred are the prefixes that lost every claim before the table
+	// was initialized: their rows stay (a restarted agent's map keeps
+	// serving them) until initialization decides about them again.
+	deferred map[netip.Prefix]struct{}
 }
 
 // NewDeriver registers the deriver as the ipcache table's initializer:
@@ -62,7 +67,7 @@ type Deriver struct {
 // later. It starts nothing.
 func NewDeriver(t Tables) *Deriver {
 	wtxn := t.DB.WriteTxn(t.IPCache)
-	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{},
+	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{}, deferred: map[netip.Prefix]struct{}{},
 		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources")}
 	wtxn.Commit()
 	return d
@@ -249,11 +254,20 @@ func (d *Deriver) ready(rtxn statedb.ReadTxn) bool {
 		(d.localRow.RouterIP.IsValid() || len(d.localRow.PodCIDRs) == 0)
 }
 
-// write makes the rows of the touched prefixes their winners.
+// write makes the rows of the touched prefixes their winners. Before the
+// table is initialized a prefix that lost every claim keeps its row: the
+// sources are still filling in (a restored endpoint gets its identity a
+// moment after the CEP that claimed its address stops counting as remote),
+// and deleting the row would delete the map entry that pods of the last
+// run rely on. Initialization decides about those prefixes again.
 func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{}) error {
 	initNow := d.initDone != nil && d.ready(rtxn)
 	if len(touched) == 0 && !initNow {
 		return nil
+	}
+	if initNow {
+		maps.Copy(touched, d.deferred)
+		clear(d.deferred)
 	}
 	wtxn := d.t.DB.WriteTxn(d.t.IPCache)
 	defer wtxn.Abort()
@@ -267,6 +281,8 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{})
 			if _, _, err := d.t.IPCache.Insert(wtxn, want.WithStatus(reconciler.Pending())); err != nil {
 				return fmt.Errorf("insert %s: %w", p, err)
 			}
+		case found && !pendingDelete && d.initDone != nil && !initNow:
+			d.deferred[p] = struct{}{}
 		case found && !pendingDelete:
 			if _, _, err := d.t.IPCache.Delete(wtxn, cur); err != nil {
 				return fmt.Errorf("delete %s: %w", p, err)
