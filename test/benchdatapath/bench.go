@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
@@ -30,35 +31,27 @@ type Config struct {
 	Duration time.Duration
 	// Rounds of (bare, cellium) pairs; the medians are compared.
 	Rounds int
-	// Updates is the number of policy updates timed.
-	Updates int
+	// Updates is the number of policy updates timed writing the policy
+	// map directly; AgentUpdates through the agent's cells.
+	Updates, AgentUpdates int
 	// StreamInterval is the gap between the stream's datagrams, which
 	// bounds the latency's resolution.
 	StreamInterval time.Duration
 	// IPCachePrefixes and PolicyEntries size the loaded maps.
 	IPCachePrefixes int
 	PolicyEntries   int
+	// ReconcilerPolicyEntries, ReconcilerPrefixes and ReconcilerRounds
+	// size the map reconcilers' measurement.
+	ReconcilerPolicyEntries, ReconcilerPrefixes, ReconcilerRounds int
 	// Pin runs the clients on CPU 0 and the servers on CPU 1 (taskset)
 	// when the machine has two CPUs or more, the same for every variant.
 	Pin bool
 }
 
-// variant is one way of connecting the pods, with its figures.
+// variant is one way of connecting the pods.
 type variant struct {
 	name               string
 	programs, redirect bool
-	bps, rr            []float64
-}
-
-// Result holds the medians measured: bare veths, programs with packets
-// through the stack, programs with the same-node redirect.
-type Result struct {
-	BareBps, StackBps, RedirectBps float64
-	BareRR, StackRR, RedirectRR    float64
-	// Latencies are the policy update times; Enforcer says how the
-	// policy was updated.
-	Latencies latencies
-	Enforcer  string
 }
 
 // Run builds the topology, measures, prints to w and removes everything.
@@ -75,12 +68,22 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 			return res, err
 		}
 	}
+	res.Duration, res.Rounds, res.LoadBefore = cfg.Duration, cfg.Rounds, loadAvg()
 	tmp, err := os.MkdirTemp("", "cellium-benchdp-")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(tmp)
 	t, err := newTopology(ctx, tmp)
+	if t.node != nil {
+		res.made = append(res.made, t.node.Path())
+	}
+	for _, p := range []*pod{t.a, t.b} {
+		if p != nil {
+			res.made = append(res.made, p.ns.Path())
+		}
+	}
+	res.made = append(res.made, t.dir)
 	defer func() {
 		if cerr := t.close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
@@ -100,6 +103,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 			return res, err
 		}
 	}
+	fmt.Fprintf(w, "load average %s; the machine may be shared: rounds interleave the variants and the aims use medians of per-round ratios\n", res.LoadBefore)
 	if t.clientCPU >= 0 {
 		fmt.Fprintf(w, "clients pinned to CPU %d, servers to CPU %d\n", t.clientCPU, t.serverCPU)
 	}
@@ -107,9 +111,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 		t.a.ip, t.a.id, t.b.ip, t.b.id, cfg.IPCachePrefixes+2, cfg.PolicyEntries+4)
 
 	variants := []variant{{name: "bare"}, {name: "stack", programs: true}, {name: "redirect", programs: true, redirect: true}}
+	res.Variants = make([]Variant, len(variants))
+	for i, v := range variants {
+		res.Variants[i].Name = v.name
+	}
 	for round := range cfg.Rounds {
-		for i := range variants {
-			v := &variants[i]
+		for i, v := range variants {
 			if v.programs {
 				if err := t.attach(v.redirect); err != nil {
 					return res, err
@@ -131,9 +138,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 			if err != nil {
 				return res, err
 			}
-			fmt.Fprintf(w, "round %d %-8s throughput %8.2f Gbit/s   request/response %9.0f /s   packets to b through the stack %d\n",
-				round+1, v.name, bps/1e9, rr, tx1-tx0)
-			v.bps, v.rr = append(v.bps, bps), append(v.rr, rr)
+			WriteRound(w, round+1, v.name, bps, rr, tx1-tx0)
+			res.Variants[i].Bps = append(res.Variants[i].Bps, bps)
+			res.Variants[i].RR = append(res.Variants[i].RR, rr)
 			if v.programs {
 				if err := t.detach(); err != nil {
 					return res, err
@@ -141,42 +148,46 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 			}
 		}
 	}
-	bare, stack, redir := variants[0], variants[1], variants[2]
-	res.BareBps, res.StackBps, res.RedirectBps = median(bare.bps), median(stack.bps), median(redir.bps)
-	res.BareRR, res.StackRR, res.RedirectRR = median(bare.rr), median(stack.rr), median(redir.rr)
 
 	if err := t.attach(true); err != nil {
 		return res, err
 	}
 	// A deny for every identity on the stream's port: it beats the allow
 	// of a's identity (drop reason 181).
+	fmt.Fprintf(w, "policy updates written to the policy map directly (%d)...\n", cfg.Updates)
 	enf := &mapsEnforcer{pm: t.b.policy, key: policy.NewKey(0, policy.Ingress, policy.ProtoUDP, streamPort, 16)}
-	res.Enforcer = enf.name()
-	res.Latencies, err = t.enforcementLatency(ctx, enf, cfg.Updates, cfg.StreamInterval)
+	res.MapLatency.Enforcer = enf.name()
+	res.MapLatency.latencies, err = t.enforcementLatency(ctx, enf, cfg.Updates, cfg.StreamInterval)
 	if err != nil {
-		return res, fmt.Errorf("policy update latency: %w", err)
+		return res, fmt.Errorf("policy update latency (policy map): %w", err)
 	}
 
-	fmt.Fprintf(w, "\nmedians of %d rounds of %s each; a = bare routed veths, b = cellium programs + policy\n", cfg.Rounds, cfg.Duration)
-	fmt.Fprintf(w, "(b stack: packets between the pods through the host stack; b redirect: bpf_redirect_peer after both policies)\n")
-	fmt.Fprintf(w, "  TCP throughput (iperf3)          a %7.2f Gbit/s  b stack %7.2f (%.3fx)  b redirect %7.2f (%.3fx)  aim >= 0.95x\n",
-		res.BareBps/1e9, res.StackBps/1e9, res.StackBps/res.BareBps, res.RedirectBps/1e9, res.RedirectBps/res.BareBps)
-	fmt.Fprintf(w, "  TCP_RR (sockperf ping-pong, 64B) a %7.0f /s      b stack %7.0f (%.3fx)  b redirect %7.0f (%.3fx)  aim >= 1.0x\n",
-		res.BareRR, res.StackRR, res.StackRR/res.BareRR, res.RedirectRR, res.RedirectRR/res.BareRR)
-	fmt.Fprintf(w, "  median of the per-round ratios (a and b measured back to back; steadier under a changing load):\n")
-	fmt.Fprintf(w, "    throughput b stack %.3fx  b redirect %.3fx    request/response b stack %.3fx  b redirect %.3fx\n",
-		medianRatio(stack.bps, bare.bps), medianRatio(redir.bps, bare.bps), medianRatio(stack.rr, bare.rr), medianRatio(redir.rr, bare.rr))
-	fmt.Fprintf(w, "  policy update (%s), %d updates:\n", res.Enforcer, len(res.Latencies.FirstDrop))
-	for _, l := range []struct {
-		what string
-		d    []time.Duration
-	}{{"update applied (call returned)", res.Latencies.Applied}, {"update -> first packet dropped", res.Latencies.FirstDrop}} {
-		lat := slices.Clone(l.d)
-		slices.Sort(lat)
-		fmt.Fprintf(w, "    %-32s p50 %9v  p99 %9v  max %9v\n", l.what, percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1])
+	// The agent's cells take over the maps: its policy replaces the
+	// bench's.
+	fmt.Fprintf(w, "policy updates through the agent's cells (%d)...\n", cfg.AgentUpdates)
+	ag, err := newAgent(t.dir, os.Stderr)
+	if err != nil {
+		return res, err
 	}
-	fmt.Fprintf(w, "    (the UDP stream sent a datagram every %v on average: the first drop waits for the next one; aim p99 <= 50ms)\n",
-		res.Latencies.StreamGap.Round(time.Microsecond))
+	t.add(ag.stop)
+	if err := ag.adopt(ctx, t); err != nil {
+		return res, err
+	}
+	aenf := &agentEnforcer{a: ag, src: t.a, dst: t.b}
+	res.AgentLatency.Enforcer = aenf.name()
+	res.AgentLatency.latencies, err = t.enforcementLatency(ctx, aenf, cfg.AgentUpdates, cfg.StreamInterval)
+	if err != nil {
+		return res, fmt.Errorf("policy update latency (agent): %w", err)
+	}
+
+	fmt.Fprintf(w, "map reconcilers (%d rounds)...\n", cfg.ReconcilerRounds)
+	res.Reconcilers, err = measureReconcilers(ctx, filepath.Join(t.dir, "reconcilers"), cfg.ReconcilerPolicyEntries,
+		cfg.ReconcilerPrefixes, cfg.ReconcilerRounds, os.Stderr)
+	if err != nil {
+		return res, err
+	}
+	res.LoadAfter = loadAvg()
+	res.Write(w)
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,10 @@ func mounts(t *testing.T) string {
 }
 
 // TestPrivilegedBenchRuns runs the bench once at its smallest and checks
-// it prints every figure and leaves no namespace or bpffs mount behind.
-// It asserts nothing about the figures.
+// it prints every figure (throughput, request/response, both policy update
+// latencies, the reconcilers, the aims), that each is present and sane,
+// and that it leaves no namespace or bpffs mount behind. It asserts
+// nothing about how fast anything is.
 func TestPrivilegedBenchRuns(t *testing.T) {
 	privileged.Require(t)
 	for _, bin := range []string{"iperf3", "sockperf", "nsenter", "ss"} {
@@ -39,43 +42,76 @@ func TestPrivilegedBenchRuns(t *testing.T) {
 	before := mounts(t)
 	var out bytes.Buffer
 	res, err := Run(context.Background(), Config{
-		Duration: time.Second, Rounds: 1, Updates: 3, StreamInterval: time.Millisecond,
+		Duration: time.Second, Rounds: 1, Updates: 3, AgentUpdates: 3, StreamInterval: time.Millisecond,
 		IPCachePrefixes: 100, PolicyEntries: 10,
+		ReconcilerPolicyEntries: 1000, ReconcilerPrefixes: 2000, ReconcilerRounds: 1,
 	}, &out)
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"TCP throughput (iperf3)", "TCP_RR (sockperf", "update -> first packet dropped", "round 1 redirect"} {
+	for _, want := range []string{"round 1 bare", "round 1 stack", "round 1 redirect", "TCP throughput (iperf3)", "TCP_RR (sockperf",
+		"through the agent:", "policy map written directly", "update -> first packet dropped", "update -> first packet through",
+		"entries/s", "prefixes/s", "== aims ==", "load average"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if res.BareBps <= 0 || res.RedirectRR <= 0 || len(res.Latencies.FirstDrop) != 3 {
-		t.Errorf("result %+v: want figures for every part", res)
+	if n := strings.Count(out.String(), "PASS ") + strings.Count(out.String(), "MISS "); n != 4 {
+		t.Errorf("%d aims with a verdict, want 4:\n%s", n, out.String())
+	}
+	// Sane, not timed: every figure is there and positive, latencies
+	// below the 5s the bench waits at most.
+	for _, v := range res.Variants {
+		if len(v.Bps) != 1 || len(v.RR) != 1 || v.Bps[0] <= 0 || v.RR[0] <= 0 {
+			t.Errorf("variant %s: %+v", v.Name, v)
+		}
+	}
+	if len(res.Variants) != 3 {
+		t.Errorf("%d variants, want bare, stack, redirect", len(res.Variants))
+	}
+	for _, l := range []Latency{res.MapLatency, res.AgentLatency} {
+		for what, d := range map[string][]time.Duration{"applied": l.Applied, "first drop": l.FirstDrop, "first pass": l.FirstPass} {
+			if len(d) != 3 {
+				t.Errorf("%s: %d %s latencies, want 3", l.Enforcer, len(d), what)
+			}
+			for _, x := range d {
+				if x <= 0 || x > 5*time.Second {
+					t.Errorf("%s: %s latency %v", l.Enforcer, what, x)
+				}
+			}
+		}
+		if l.StreamGap <= 0 {
+			t.Errorf("%s: stream gap %v", l.Enforcer, l.StreamGap)
+		}
+	}
+	rc := res.Reconcilers
+	if rc.PolicyEntriesPerSec <= 0 || rc.IPCachePrefixesPerSec <= 0 || rc.PolicyEntries != 1000 || rc.IPCachePrefixes != 2000 {
+		t.Errorf("reconcilers %+v", rc)
+	}
+	if res.LoadBefore == "" || res.LoadAfter == "" {
+		t.Errorf("load averages %q %q", res.LoadBefore, res.LoadAfter)
+	}
+	// Only the run's own mounts: other tests make namespaces meanwhile.
+	if len(res.made) != 4 {
+		t.Errorf("the run reports %d mounts made, want 3 namespaces and a bpffs: %v", len(res.made), res.made)
+	}
+	var made []string
+	for _, m := range res.made {
+		// mountinfo shows /var/run/netns/x as /run/netns/x.
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(m)); err == nil {
+			m = filepath.Join(dir, filepath.Base(m))
+		}
+		made = append(made, m)
 	}
 	after := mounts(t)
 	for _, l := range strings.Split(after, "\n") {
-		if (strings.Contains(l, "cellium-benchdp-") || strings.Contains(l, "/netns/")) && !strings.Contains(before, l) {
+		for _, m := range made {
+			if strings.Contains(l, " "+m+" ") {
+				t.Errorf("left behind: %s", l)
+			}
+		}
+		if strings.Contains(l, "cellium-benchdp-") && !strings.Contains(before, l) {
 			t.Errorf("left behind: %s", l)
 		}
-	}
-}
-
-func TestPercentileAndMedian(t *testing.T) {
-	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	if got := percentile(d, 50); got != 5 {
-		t.Errorf("p50 = %v, want 5", got)
-	}
-	if got := percentile(d, 99); got != 10 {
-		t.Errorf("p99 = %v, want 10", got)
-	}
-	if got := percentile(nil, 99); got != 0 {
-		t.Errorf("p99 of nothing = %v", got)
-	}
-	if got := median([]float64{3, 1, 2}); got != 2 {
-		t.Errorf("median = %v, want 2", got)
-	}
-	if got := medianRatio([]float64{2, 9, 3}, []float64{1, 3, 3}); got != 2 {
-		t.Errorf("medianRatio = %v, want 2 (ratios 2, 3, 1)", got)
 	}
 }

@@ -3,6 +3,7 @@ package benchdatapath
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -80,6 +81,12 @@ func (t *topology) iperf3(ctx context.Context, d time.Duration) (float64, error)
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
 	}
+	return parseIperf3(out)
+}
+
+// parseIperf3 returns the received throughput (bits/s) of iperf3 -J's
+// output.
+func parseIperf3(out []byte) (float64, error) {
 	var res struct {
 		End struct {
 			SumReceived struct {
@@ -93,6 +100,9 @@ func (t *topology) iperf3(ctx context.Context, d time.Duration) (float64, error)
 	}
 	if res.Error != "" {
 		return 0, fmt.Errorf("iperf3: %s", res.Error)
+	}
+	if res.End.SumReceived.BitsPerSecond <= 0 {
+		return 0, errors.New("iperf3 output has no received throughput")
 	}
 	return res.End.SumReceived.BitsPerSecond, nil
 }
@@ -117,14 +127,20 @@ func (t *topology) sockperf(ctx context.Context, d time.Duration) (float64, erro
 	if err != nil {
 		return 0, fmt.Errorf("sockperf client: %w: %s", err, out)
 	}
+	return parseSockperf(out)
+}
+
+// parseSockperf returns the round trips per second of sockperf
+// ping-pong's output: messages received back over the valid duration.
+func parseSockperf(out []byte) (float64, error) {
 	m := sockperfValid.FindSubmatch(out)
 	if m == nil {
 		return 0, fmt.Errorf("sockperf output has no valid-duration summary: %s", out)
 	}
 	secs, _ := strconv.ParseFloat(string(m[1]), 64)
 	recv, _ := strconv.ParseFloat(string(m[3]), 64)
-	if secs <= 0 {
-		return 0, fmt.Errorf("sockperf ran for %v s", secs)
+	if secs <= 0 || recv <= 0 {
+		return 0, fmt.Errorf("sockperf received %v messages in %v s", recv, secs)
 	}
 	return recv / secs, nil
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/link"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/identity"
@@ -56,7 +57,9 @@ type topology struct {
 	host link.Host
 	a, b *pod
 	maps *maps.Maps
-	dir  string // the bpffs
+	dir  string // the bpffs (the agent's --bpf-root)
+	// pinDir holds the maps (dir/cellium, as the agent pins them).
+	pinDir string
 	// clientCPU and serverCPU pin the load generators (taskset); -1
 	// leaves them to the scheduler.
 	clientCPU, serverCPU int
@@ -142,7 +145,13 @@ func newTopology(ctx context.Context, tmp string) (*topology, error) {
 		return t, err
 	}
 	t.add(func() error { return unix.Unmount(t.dir, 0) })
-	if t.maps, err = maps.Open(t.dir); err != nil {
+	// The agent's layout (<bpf-root>/cellium): the agent's cells run on
+	// the same maps later.
+	t.pinDir = filepath.Join(t.dir, bpfconfig.PinSubdir)
+	if err := os.MkdirAll(t.pinDir, 0o700); err != nil {
+		return t, err
+	}
+	if t.maps, err = maps.Open(t.pinDir); err != nil {
 		return t, err
 	}
 	t.add(t.maps.Close)
@@ -185,7 +194,7 @@ func (t *topology) addPod(ctx context.Context, name string, ip netip.Addr, id id
 	}); err != nil {
 		return nil, err
 	}
-	if p.policy, err = maps.OpenPolicyMap(t.dir, epID); err != nil {
+	if p.policy, err = maps.OpenPolicyMap(t.pinDir, epID); err != nil {
 		return nil, err
 	}
 	t.add(p.policy.Close)

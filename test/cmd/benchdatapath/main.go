@@ -1,6 +1,8 @@
 // Command benchdatapath runs the datapath bench (`make bench-datapath`,
 // root): throughput and request/response rate between two pods with and
-// without cellium's programs, and the policy-update-to-drop latency. See
+// without cellium's programs, the policy-update-to-enforced latency
+// (policy map written directly, and through the agent's cells), and the
+// map reconcilers' throughput, checked against the aims. See
 // test/benchdatapath.
 package main
 
@@ -18,9 +20,13 @@ import (
 
 func main() {
 	cfg := benchdatapath.Config{}
-	flag.DurationVar(&cfg.Duration, "duration", 5*time.Second, "length of each iperf3 and sockperf run (whole seconds)")
-	flag.IntVar(&cfg.Rounds, "rounds", 3, "rounds of (bare, cellium) measurements; medians are compared")
-	flag.IntVar(&cfg.Updates, "updates", 200, "policy updates timed")
+	flag.DurationVar(&cfg.Duration, "duration", 3*time.Second, "length of each iperf3 and sockperf run (whole seconds)")
+	flag.IntVar(&cfg.Rounds, "rounds", 5, "rounds of (bare, stack, redirect) measurements; medians of per-round ratios are compared")
+	flag.IntVar(&cfg.Updates, "updates", 200, "policy updates timed writing the policy map directly")
+	flag.IntVar(&cfg.AgentUpdates, "agent-updates", 200, "policy updates timed through the agent's cells (a CNP written and removed)")
+	flag.IntVar(&cfg.ReconcilerPolicyEntries, "reconciler-policy-entries", 10000, "policy entries replaced per round of the policy map reconciler's measurement")
+	flag.IntVar(&cfg.ReconcilerPrefixes, "reconciler-prefixes", 50000, "prefixes written per round of the ipcache reconciler's measurement")
+	flag.IntVar(&cfg.ReconcilerRounds, "reconciler-rounds", 5, "rounds of each map reconciler measurement (median)")
 	flag.DurationVar(&cfg.StreamInterval, "stream-interval", 100*time.Microsecond, "gap between the stream's datagrams during the latency test (below 1ms the sender spins)")
 	flag.IntVar(&cfg.IPCachePrefixes, "ipcache-prefixes", 4000, "prefixes loaded into the ipcache besides the pods")
 	flag.IntVar(&cfg.PolicyEntries, "policy-entries", 500, "policy entries per pod besides the peer's allows")
