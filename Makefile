@@ -110,8 +110,9 @@ bench-policy:
 	$(GO) test -run '^$$' -bench 'FullComputation|ComputeAllEndpoints' -benchtime 5x -benchmem $(BENCH_FLAGS) ./cells/policy/
 	$(GO) test -run '^$$' -bench 'IdentityAdded|RuleChanged|NoMatch20k' -benchmem $(BENCH_FLAGS) ./cells/policy/
 
-## bench-datapath: throughput (iperf3) and request/response rate (sockperf) between two pods,
-## bare veths vs cellium's programs with a policy, as ratios; policy-update-to-drop latency (root)
+## bench-datapath: one report (root, ~3 min): throughput (iperf3) and request/response rate (sockperf)
+## between two pods, bare veths vs cellium's programs with a policy, as ratios; policy-update-to-enforced
+## latency through the agent's cells and via the map alone; map reconciler throughput; PASS/MISS per aim
 BENCH_DP_FLAGS ?=
 bench-datapath: deps
 	$(GO) run ./test/cmd/benchdatapath $(BENCH_DP_FLAGS)

@@ -2,8 +2,12 @@
 // on one node (`make bench-datapath`): TCP throughput (iperf3) and TCP
 // request/response rate (sockperf ping-pong) over (a) bare routed veths
 // and (b) the same veths with cellium's programs attached with tcx and a
-// realistic policy loaded, printed as ratios b/a; and the time from a
-// policy update to the first packet it drops in a running stream.
+// realistic policy loaded, printed as ratios b/a; the time from a policy
+// update to the first packet it drops (and, undone, to the first packet
+// through again) in a running stream, with the policy map written
+// directly and through the agent's own cells (agent.go); and the map
+// reconcilers' throughput into pinned maps (reconcilers.go). The report
+// (report.go) checks the figures against the aims.
 //
 // Everything lives in network namespaces the bench makes (a node
 // namespace and one per pod, the bench's range blackholed in the node
