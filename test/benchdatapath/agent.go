@@ -41,13 +41,14 @@ const benchNamespace = "benchdp"
 // are written here by the bench: a policy change is a CNP row written as
 // the CNP reflector writes it on a watch event.
 type agent struct {
-	h     *hive.Hive
-	db    *statedb.DB
-	eps   statedb.RWTable[*endpoints.Endpoint]
-	ids   statedb.RWTable[*ciliumv2.CiliumIdentity]
-	cnps  statedb.RWTable[*ciliumv2.CiliumNetworkPolicy]
-	local statedb.RWTable[*nodes.LocalNode]
-	pmaps statedb.Table[*mapstate.PolicyMap]
+	h       *hive.Hive
+	started bool
+	db      *statedb.DB
+	eps     statedb.RWTable[*endpoints.Endpoint]
+	ids     statedb.RWTable[*ciliumv2.CiliumIdentity]
+	cnps    statedb.RWTable[*ciliumv2.CiliumNetworkPolicy]
+	local   statedb.RWTable[*nodes.LocalNode]
+	pmaps   statedb.Table[*mapstate.PolicyMap]
 }
 
 func capture[T any](dst *T) hive.Cell { return hive.Invoke(func(v T) { *dst = v }) }
@@ -84,7 +85,12 @@ func newAgent(bpfRoot string, logw io.Writer) (*agent, error) {
 	return a, nil
 }
 
-func (a *agent) stop() error { return a.h.Stop(context.Background()) }
+func (a *agent) stop() error {
+	if !a.started {
+		return nil
+	}
+	return a.h.Stop(context.Background())
+}
 
 // podLabels are the security labels of a bench pod with app=name.
 func podLabels(name string) labels.Labels {
@@ -148,6 +154,7 @@ func (a *agent) adopt(ctx context.Context, t *topology) error {
 	if err := a.h.Start(ctx); err != nil {
 		return fmt.Errorf("start the agent's cells: %w", err)
 	}
+	a.started = true
 	for _, p := range []*pod{t.a, t.b} {
 		if _, err := a.waitPolicy(ctx, p.epID, func(*policy.EndpointPolicy) bool { return true }, 30*time.Second); err != nil {
 			return fmt.Errorf("pod %s's policy map: %w", p.name, err)
