@@ -310,16 +310,12 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	if (ret != PARSE_IPV4)
 		return drop(skb, &p, ret, dir);
 
-	if (!egress && local_src)
-		remote_id = local_src;
-	else
-		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
-	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
-	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 	now = ktime_get_ns();
 
 	/* A reply of a connection admitted in the other direction passes
-	 * without a policy lookup. */
+	 * without a policy lookup, and without an ipcache lookup: the
+	 * remote's identity (for the trace event only) is the one its entry
+	 * recorded. */
 	key.saddr = p.daddr;
 	key.daddr = p.saddr;
 	key.sport = p.dport;
@@ -328,9 +324,20 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	key.dir = egress ? CT_DIR_INGRESS : CT_DIR_EGRESS;
 	ct = map_lookup_elem(&cellium_ct4, &key);
 	if (ct && ct->expires > now) {
+		if (TRACE_ENABLED) {
+			p.src_identity = egress ? SECURITY_IDENTITY : ct->src_identity;
+			p.dst_identity = egress ? ct->src_identity : SECURITY_IDENTITY;
+		}
 		ct_update(ct, &p, now, 1);
 		return pass(skb, &p, dir, obs);
 	}
+
+	if (!egress && local_src)
+		remote_id = local_src;
+	else
+		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
+	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
+	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 
 	key.saddr = p.saddr;
 	key.daddr = p.daddr;

@@ -6,12 +6,13 @@ import (
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/test/privileged"
 )
 
 // BenchmarkPrivilegedProgram measures one program run (BPF_PROG_TEST_RUN,
-// in the kernel) per packet kind: a reply (conntrack only), a packet of an
+// in the kernel), with 4,000 prefixes in the ipcache, per packet kind: a reply (conntrack only), a packet of an
 // established connection in its own direction (conntrack + policy
 // re-check), and a packet dropped by policy (with its drop event).
 func BenchmarkPrivilegedProgram(b *testing.B) {
@@ -20,6 +21,21 @@ func BenchmarkPrivilegedProgram(b *testing.B) {
 	events := newEventReader(b, m)
 	self, remote := netip.MustParseAddr("10.7.0.10"), netip.MustParseAddr("10.7.0.11")
 	if err := m.IPCache.Update(netip.PrefixFrom(remote, 32), maps.IPCacheEntry{Identity: 1001}); err != nil {
+		b.Fatal(err)
+	}
+	// A realistic ipcache around it: 4,000 prefixes, a quarter /24s (the
+	// LPM trie's depth is what a lookup costs).
+	var prefixes []netip.Prefix
+	var entries []maps.IPCacheEntry
+	for i := range 4000 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98 + byte(i>>16), byte(i >> 8), byte(i)}), 32)
+		if i%4 == 3 {
+			p = netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 16 + byte(i>>10), byte(i >> 2), 0}), 24)
+		}
+		prefixes = append(prefixes, p)
+		entries = append(entries, maps.IPCacheEntry{Identity: identity.NumericIdentity(20000 + i%500)})
+	}
+	if err := m.IPCache.BatchUpdate(prefixes, entries); err != nil {
 		b.Fatal(err)
 	}
 	pm := openPolicy(b, dir, 9)

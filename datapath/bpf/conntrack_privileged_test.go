@@ -231,3 +231,67 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 		}
 	})
 }
+
+// TestPrivilegedProgramReplyIdentity: a reply passes on its conntrack
+// entry without an ipcache lookup; with tracing on, its trace event names
+// the remote identity the entry recorded, in both directions, also once
+// the remote's prefix has left the ipcache.
+func TestPrivilegedProgramReplyIdentity(t *testing.T) {
+	privileged.Require(t)
+	m, dir := openMaps(t)
+	events := newEventReader(t, m)
+	self, remote := netip.MustParseAddr("10.7.1.10"), netip.MustParseAddr("10.7.1.11")
+	prefix := netip.PrefixFrom(remote, 32)
+	if err := m.IPCache.Update(prefix, maps.IPCacheEntry{Identity: 1001}); err != nil {
+		t.Fatal(err)
+	}
+	pm := openPolicy(t, dir, 8)
+	if err := pm.BatchUpdate([]policy.Entry{
+		{Key: policy.NewKey(1001, policy.Egress, policy.ProtoTCP, 80, 16)},
+		{Key: policy.NewKey(1001, policy.Ingress, policy.ProtoTCP, 22, 16)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 8, Identity: 1000, IfIndex: 3, Trace: true})
+	from, to := coll.Programs[bpf.LxcProgCilFromContainer], coll.Programs[bpf.LxcProgCilToContainer]
+	for _, c := range []struct {
+		name              string
+		open, reply       *ebpf.Program
+		openPkt, replyPkt []byte
+		src, dst          uint32
+		obs               uint8
+	}{
+		{"egress connection, reply in", from, to, packet(self, remote, 6, 40000, 80, tcpSYN), packet(remote, self, 6, 80, 40000, tcpSYN|tcpACK), 1001, 1000, maps.TraceToLxc},
+		{"ingress connection, reply out", to, from, packet(remote, self, 6, 40001, 22, tcpSYN), packet(self, remote, 6, 22, 40001, tcpSYN|tcpACK), 1000, 1001, maps.TraceFromLxc},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := m.IPCache.Update(prefix, maps.IPCacheEntry{Identity: 1001}); err != nil {
+				t.Fatal(err)
+			}
+			if got := run(t, c.open, c.openPkt); got != tcActOK {
+				t.Fatalf("opening packet: verdict %d", got)
+			}
+			events.drain(t)
+			// The ipcache no longer knows the remote: a lookup would say
+			// world (2).
+			if err := m.IPCache.Delete(prefix); err != nil {
+				t.Fatal(err)
+			}
+			if got := run(t, c.reply, c.replyPkt); got != tcActOK {
+				t.Fatalf("reply: verdict %d", got)
+			}
+			var trace *maps.Event
+			for _, e := range events.drain(t) {
+				if e.Type == maps.EventTrace && e.Reason == c.obs {
+					trace = &e
+				}
+			}
+			if trace == nil {
+				t.Fatal("no trace event of the reply")
+			}
+			if uint32(trace.SrcIdentity) != c.src || uint32(trace.DstIdentity) != c.dst {
+				t.Errorf("reply traced %d -> %d, want %d -> %d (the entry's remote identity)", trace.SrcIdentity, trace.DstIdentity, c.src, c.dst)
+			}
+		})
+	}
+}
