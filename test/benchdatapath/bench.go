@@ -120,7 +120,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (res Result, err error) {
 		res.Variants[i].Name = v.name
 	}
 	for round := range cfg.Rounds {
-		for i, v := range variants {
+		// Every other round runs the variants in reverse order, so that
+		// a load drifting during a round, or whatever the variant run
+		// first in a round meets, biases no variant.
+		order := []int{0, 1, 2}
+		if round%2 == 1 {
+			order = []int{2, 1, 0}
+		}
+		for _, i := range order {
+			v := variants[i]
 			if v.programs {
 				if err := t.attach(v.redirect); err != nil {
 					return res, err

@@ -125,7 +125,7 @@ func WriteRound(w io.Writer, round int, name string, bps, rr float64, viaStack u
 // the policy update latencies, the reconcilers' rates and the aims.
 func (r *Result) Write(w io.Writer) {
 	bare, stack, redir := r.variant("bare"), r.variant("stack"), r.variant("redirect")
-	fmt.Fprintf(w, "\n== datapath: %d rounds of %s each, variants interleaved in every round ==\n", r.Rounds, r.Duration)
+	fmt.Fprintf(w, "\n== datapath: %d rounds of %s each, every round runs the variants back to back (every other one in reverse) ==\n", r.Rounds, r.Duration)
 	fmt.Fprintf(w, "a = bare routed veths, no programs; b = cellium's programs + policy (stack: packets between the pods\n")
 	fmt.Fprintf(w, "through the host stack; redirect: bpf_redirect_peer after both policies, as the agent loads them)\n")
 	fmt.Fprintf(w, "                                   a (median)       b stack (median)        b redirect (median)\n")

@@ -21,7 +21,7 @@ import (
 func main() {
 	cfg := benchdatapath.Config{}
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Second, "length of each iperf3 and sockperf run (whole seconds)")
-	flag.IntVar(&cfg.Rounds, "rounds", 5, "rounds of (bare, stack, redirect) measurements; medians of per-round ratios are compared")
+	flag.IntVar(&cfg.Rounds, "rounds", 6, "rounds of (bare, stack, redirect) measurements, every other one in reverse order; medians of per-round ratios are compared")
 	flag.IntVar(&cfg.Updates, "updates", 200, "policy updates timed writing the policy map directly")
 	flag.IntVar(&cfg.AgentUpdates, "agent-updates", 200, "policy updates timed through the agent's cells (a CNP written and removed)")
 	flag.IntVar(&cfg.ReconcilerPolicyEntries, "reconciler-policy-entries", 10000, "policy entries replaced per round of the policy map reconciler's measurement")
