@@ -213,15 +213,7 @@ func median(v []float64) float64 {
 }
 
 // medianRatio is the median of b[i]/a[i].
-func medianRatio(b, a []float64) float64 {
-	r := make([]float64, 0, len(a))
-	for i := range min(len(a), len(b)) {
-		if a[i] > 0 {
-			r = append(r, b[i]/a[i])
-		}
-	}
-	return median(r)
-}
+func medianRatio(b, a []float64) float64 { return median(ratios(b, a)) }
 
 // percentile of sorted, nearest rank.
 func percentile(sorted []time.Duration, p int) time.Duration {

@@ -138,6 +138,9 @@ func (r *Result) Write(w io.Writer) {
 	fmt.Fprintf(w, "  median of the per-round ratios b/a (a and b measured back to back; the figures the aims use):\n")
 	fmt.Fprintf(w, "    throughput      b stack %.3fx  b redirect %.3fx\n", medianRatio(stack.Bps, bare.Bps), medianRatio(redir.Bps, bare.Bps))
 	fmt.Fprintf(w, "    request/resp.   b stack %.3fx  b redirect %.3fx\n", medianRatio(stack.RR, bare.RR), medianRatio(redir.RR, bare.RR))
+	fmt.Fprintf(w, "  per-round ratios b redirect / a, sorted (their spread is the run's noise):\n")
+	fmt.Fprintf(w, "    throughput      %s\n", fmtRatios(ratios(redir.Bps, bare.Bps)))
+	fmt.Fprintf(w, "    request/resp.   %s\n", fmtRatios(ratios(redir.RR, bare.RR)))
 
 	fmt.Fprintf(w, "\n== policy update -> enforced (UDP stream a -> b, a deny of it applied and removed) ==\n")
 	for _, l := range []struct {
@@ -170,6 +173,26 @@ func (r *Result) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nload average (1, 5, 15 min) before %s, after %s. A shared machine is noisy: single rounds vary\n", r.LoadBefore, r.LoadAfter)
 	fmt.Fprintf(w, "a lot; trust the per-round ratios, and run more rounds (-rounds) before concluding.\n")
+}
+
+// ratios are b[i]/a[i] for the rounds both measured, sorted.
+func ratios(b, a []float64) []float64 {
+	r := make([]float64, 0, len(a))
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 {
+			r = append(r, b[i]/a[i])
+		}
+	}
+	slices.Sort(r)
+	return r
+}
+
+func fmtRatios(r []float64) string {
+	parts := make([]string, len(r))
+	for i, x := range r {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " ")
 }
 
 func ratio(b, a float64) float64 {
