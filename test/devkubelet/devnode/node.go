@@ -62,6 +62,8 @@ type NodeOptions struct {
 	// HostRouting and BPF are the agent's (AgentConfig.HostRouting,
 	// AgentConfig.BPF); Cleanup unmounts the agent's bpffs when BPF is on.
 	HostRouting, BPF bool
+	// SocketLB is the agent's AgentConfig.SocketLB.
+	SocketLB bool
 }
 
 // Node is one node of a harness cluster run by this process: the agent
@@ -110,6 +112,7 @@ func NewNode(kubeconfig string, cs kubernetes.Interface, bins Binaries, opts Nod
 			Args:        opts.AgentArgs,
 			HostRouting: opts.HostRouting,
 			BPF:         opts.BPF,
+			SocketLB:    opts.SocketLB,
 		},
 		opts: opts,
 		cs:   cs,
