@@ -165,11 +165,13 @@ func (l lazyServices) Delete(k []maps.ServiceSlot) error { return l.pinned().Del
 func (l lazyServices) Lookup(k maps.ServiceSlot) (maps.ServiceValue, bool, error) {
 	return l.pinned().Lookup(k)
 }
-func (l lazyServices) Dump() (map[maps.ServiceSlot]maps.ServiceValue, error) { return l.pinned().Dump() }
+func (l lazyServices) Dump() (map[maps.ServiceSlot]maps.ServiceValue, error) {
+	return l.pinned().Dump()
+}
 
 type lazyBackends struct{ get func() *maps.LB4Backends }
 
-func (l lazyBackends) pinned() lbsync.PinnedBackends { return lbsync.PinnedBackends{M: l.get()} }
+func (l lazyBackends) pinned() lbsync.PinnedBackends            { return lbsync.PinnedBackends{M: l.get()} }
 func (l lazyBackends) Update(ids []uint32, a []lb.L4Addr) error { return l.pinned().Update(ids, a) }
 func (l lazyBackends) Delete(ids []uint32) error                { return l.pinned().Delete(ids) }
 func (l lazyBackends) Dump() (map[uint32]lb.L4Addr, error)      { return l.pinned().Dump() }

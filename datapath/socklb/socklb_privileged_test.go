@@ -192,7 +192,9 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	tcpBE, udpBE := echo(t)
 	vip := netip.AddrFrom4([4]byte{198, 18, x, 10})
 	empty := netip.AddrFrom4([4]byte{198, 18, x, 11})
-	fe := func(a netip.Addr, port uint16, proto uint8) lb.L4Addr { return lb.L4Addr{Addr: a, Port: port, Proto: proto} }
+	fe := func(a netip.Addr, port uint16, proto uint8) lb.L4Addr {
+		return lb.L4Addr{Addr: a, Port: port, Proto: proto}
+	}
 	// Backend 1 TCP, backend 2 UDP; 198.18.x.10:80 TCP and UDP;
 	// 198.18.x.11:80 TCP without backends.
 	if err := m.Backends.Update([]uint32{1, 2}, []lb.L4Addr{
