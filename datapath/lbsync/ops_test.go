@@ -187,8 +187,12 @@ func TestReconcilersAgainstFakeMaps(t *testing.T) {
 	tt.slices.RegisterInitializer(wtxn, "test")(wtxn)
 	wtxn.Commit()
 
-	tcp := func(ip string, port uint16) lb.L4Addr { return lb.L4Addr{Addr: mustAddr(ip), Port: port, Proto: lb.TCP} }
-	udp := func(ip string, port uint16) lb.L4Addr { return lb.L4Addr{Addr: mustAddr(ip), Port: port, Proto: lb.UDP} }
+	tcp := func(ip string, port uint16) lb.L4Addr {
+		return lb.L4Addr{Addr: mustAddr(ip), Port: port, Proto: lb.TCP}
+	}
+	udp := func(ip string, port uint16) lb.L4Addr {
+		return lb.L4Addr{Addr: mustAddr(ip), Port: port, Proto: lb.UDP}
+	}
 	// Backends fail: only the frontend without backends is written
 	// (and the stray entries are pruned once the tables are initialized).
 	k8stest.Eventually(t, "the backend-less frontend alone", func() error {
