@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -115,8 +116,13 @@ func register(p params) error {
 	// any reconciler runs.
 	p.Lifecycle.Append(hive.Hook{
 		OnStart: func(context.Context) error {
-			if err := maps.EnsureBPFFS(pinDir); err != nil {
+			// bpffs at --bpf-root (not at the pin directory: a mount there
+			// would hide under the loader's mount of the root).
+			if err := maps.EnsureBPFFS(p.BPF.BPFRoot); err != nil {
 				return err
+			}
+			if err := os.MkdirAll(pinDir, 0o700); err != nil {
+				return fmt.Errorf("create %s: %w", pinDir, err)
 			}
 			if _, err := socklb.EnsureCgroup2(p.Config.CgroupRoot); err != nil {
 				return fmt.Errorf("%w (pass --cgroup-root=<a cgroup2 mount>, or --bpf-lb-sock=false)", err)
