@@ -99,7 +99,6 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	blackhole(t, serviceRange)
 	peers := e.dpPods([]string{"a", "b", "c"})
 	a, b, c := peers["a"], peers["b"], peers["c"]
-	drops := e.watchDrops()
 
 	// The programs are attached, their links pinned under the bpffs.
 	linkDir := filepath.Join(e.node.AgentConfig().BPFRoot(), "cellium", "socklb")
@@ -158,6 +157,26 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "a reaches b through the ClusterIP", func() error { return exchange("default-allow") })
 	t.Logf("a -> %s (b %s): TCP, UDP and unconnected UDP answered by b, peer shown as the ClusterIP", vip, b.ip)
+
+	// The links are pinned: the ClusterIP works while the agent is down,
+	// and after it is back (its programs swapped into the same links).
+	if err := e.node.StopAgent(); err != nil {
+		t.Fatal(err)
+	}
+	if err := exchange("agent stopped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.StartAgent(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := exchange("agent restarted"); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := socklb.Attached(linkDir); err != nil || len(names) != len(socklb.Programs) {
+		t.Fatalf("after the restart: pinned %v (%v), want %d links", names, err, len(socklb.Programs))
+	}
+	// The restarted agent's drop events.
+	drops := e.watchDrops()
 
 	// a's egress is allowed only to app=b on the target port: the
 	// ClusterIP traffic passes (its packets go to b), a -> c does not.
@@ -245,20 +264,25 @@ func TestPrivilegedSocketLB(t *testing.T) {
 		}
 		return nil
 	})
-	// The Service gone: the ClusterIP is an ordinary (blackholed) address.
+	// Turned off (--bpf-lb-sock=false): the agent detaches the programs
+	// at start; the ClusterIP is an ordinary (blackholed) address again.
+	if err := e.node.StopAgent(); err != nil {
+		t.Fatal(err)
+	}
+	e.node.SetSocketLB(false)
+	if err := e.node.StartAgent(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := socklb.Attached(linkDir); err != nil || len(names) != 0 {
+		t.Fatalf("--bpf-lb-sock=false: still pinned %v (%v)", names, err)
+	}
+	ok, _, errno, err := svcExchange(a.netns, "tcp", vip, 500*time.Millisecond)
+	if err != nil || ok || errno == syscall.EHOSTUNREACH {
+		t.Errorf("--bpf-lb-sock=false: connect to %s answered %v, errno %v (%v); want it untranslated into the blackhole", vip, ok, errno, err)
+	}
 	if err := e.cs.CoreV1().Services(e.ns).Delete(e.ctx, "b-svc", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the ClusterIP untranslated", func() error {
-		_, _, errno, err := svcExchange(a.netns, "tcp", vip, 300*time.Millisecond)
-		if err != nil {
-			return err
-		}
-		if errno == syscall.EHOSTUNREACH {
-			return fmt.Errorf("connect to %s still refused by the socket LB", vip)
-		}
-		return nil
-	})
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -203,6 +203,14 @@ func (n *Node) LaunchAgent() (*harness.Running, error) {
 	return r, nil
 }
 
+// SetSocketLB switches the socket load balancer (AgentConfig.SocketLB) for
+// the agent's next start.
+func (n *Node) SetSocketLB(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.agentCfg.SocketLB = on
+}
+
 // StopAgent stops the agent (SIGTERM); its state directory stays, so
 // StartAgent restores it.
 func (n *Node) StopAgent() error {
