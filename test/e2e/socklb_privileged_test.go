@@ -6,7 +6,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -157,6 +160,18 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "a reaches b through the ClusterIP", func() error { return exchange("default-allow") })
 	t.Logf("a -> %s (b %s): TCP, UDP and unconnected UDP answered by b, peer shown as the ClusterIP", vip, b.ip)
+	// `cellium service list` shows both frontends with b as backend.
+	out, err := exec.CommandContext(e.ctx, cliBinary(t), "-H", "unix://"+e.node.AgentConfig().SocketPath(), "service", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cellium service list: %v\n%s", err, out)
+	}
+	for _, proto := range []string{"TCP", "UDP"} {
+		want := regexp.MustCompile(regexp.QuoteMeta(vip.String()+"/"+proto) + ` +ClusterIP +` + regexp.QuoteMeta(e.ns+"/b-svc:"+strings.ToLower(proto)) +
+			` +\d+ => ` + regexp.QuoteMeta(netip.AddrPortFrom(b.ip, dpPort).String()+"/"+proto) + ` +Done`)
+		if !want.Match(out) {
+			t.Errorf("cellium service list lacks %s -> b on %s:\n%s", vip, proto, out)
+		}
+	}
 
 	// The links are pinned: the ClusterIP works while the agent is down,
 	// and after it is back (its programs swapped into the same links).
