@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"time"
 
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +21,7 @@ import (
 const MaxBackendID = 65535
 
 // ErrNoBackendID means every backend ID is in use.
-var ErrNoBackendID = errors.New("no free backend ID: more than 65535 distinct backends")
+var ErrNoBackendID = errors.New("no free backend ID: more distinct backends than the backends map holds")
 
 // Tables are the tables the deriver reads and writes.
 type Tables struct {
@@ -56,6 +58,33 @@ type Deriver struct {
 	// They are reserved (reserved) until the tables are initialized.
 	restored map[lb.L4Addr]uint32
 	reserved map[uint32]bool
+	// failed are the Services of a step that failed, derived again.
+	failed map[string]struct{}
+	// maxID is the highest backend ID (MaxBackendID; tests lower it).
+	maxID uint32
+}
+
+// bookkeeping is the deriver's memory of the tables, saved before a step.
+type bookkeeping struct {
+	refs map[lb.L4Addr]int
+	ids  map[lb.L4Addr]uint32
+	used map[uint32]bool
+	next uint32
+}
+
+func (d *Deriver) save() bookkeeping {
+	return bookkeeping{refs: maps.Clone(d.refs), ids: maps.Clone(d.ids), used: maps.Clone(d.used), next: d.next}
+}
+
+func (d *Deriver) restoreState(b bookkeeping) {
+	d.refs, d.ids, d.used, d.next = b.refs, b.ids, b.used, b.next
+}
+
+// after returns a channel closed after dt.
+func after(dt time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(dt, func() { close(ch) })
+	return ch
 }
 
 // NewDeriver registers the deriver as the initializer of the two tables:
@@ -69,7 +98,7 @@ func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver
 		t.Frontends.RegisterInitializer(wtxn, "k8s-services"),
 		t.Backends.RegisterInitializer(wtxn, "k8s-services"),
 	}, sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
-		used: map[uint32]bool{}, next: 1}
+		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID}
 	wtxn.Commit()
 	return d
 }
@@ -127,10 +156,13 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 // Services they touch. It returns the channels that close when there is
 // more to do. Subscribe first.
 func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
+	var restoreErr error
 	if d.restore != nil {
+		// Without the map's IDs the backends get new ones: the services
+		// map is rewritten with them, only the restart is less smooth.
 		ids, err := d.restore()
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("read the backend IDs of the backends map: %w", err)
+			restoreErr = fmt.Errorf("read the backend IDs of the backends map (new IDs are given): %w", err)
 		}
 		d.restored, d.restore = ids, nil
 		d.reserved = map[uint32]bool{}
@@ -138,6 +170,7 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			d.reserved[id] = true
 		}
 	}
+	defer func() { err = errors.Join(restoreErr, err) }()
 	rtxn := d.t.DB.ReadTxn()
 	touched := map[string]struct{}{}
 	svcCh, svcW := d.svcs.Next(rtxn)
@@ -171,9 +204,23 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			initNow = true
 		}
 	}
+	for name := range d.failed {
+		touched[name] = struct{}{}
+	}
+	d.failed = nil
 	if len(touched) == 0 && !initNow {
 		return svcW, slW, initW, nil
 	}
+	// A failed step writes nothing: the bookkeeping goes back to what the
+	// tables hold, and the Services are derived again after a second.
+	saved := d.save()
+	defer func() {
+		if err != nil {
+			d.restoreState(saved)
+			d.failed = touched
+			initW = after(time.Second)
+		}
+	}()
 	wtxn := d.t.DB.WriteTxn(d.t.Frontends, d.t.Backends)
 	defer wtxn.Abort()
 	var released []lb.L4Addr
@@ -185,17 +232,12 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 		released = append(released, rel...)
 	}
 	for _, b := range released {
-		if d.refs[b] > 0 {
-			continue
+		if n, ok := d.refs[b]; !ok || n > 0 {
+			continue // taken again, or released already
 		}
-		delete(d.refs, b)
-		if cur, _, ok := d.t.Backends.Get(wtxn, lb.BackendAddressIndex.Query(b)); ok && cur.Status.Kind != reconciler.StatusPendingDelete {
-			if _, _, err := d.t.Backends.Delete(wtxn, cur); err != nil {
-				return svcW, slW, initW, err
-			}
+		if err := d.release(wtxn, b); err != nil {
+			return svcW, slW, initW, err
 		}
-		delete(d.used, d.ids[b])
-		delete(d.ids, b)
 	}
 	if initNow {
 		for _, f := range d.initDone {
@@ -279,6 +321,12 @@ func (d *Deriver) acquire(wtxn statedb.WriteTxn, b lb.L4Addr) (uint32, error) {
 		return id, nil
 	}
 	id, err := d.allocate(b)
+	if errors.Is(err, ErrNoBackendID) {
+		// Backends this step released may still hold IDs.
+		if err = d.reclaim(wtxn); err == nil {
+			id, err = d.allocate(b)
+		}
+	}
 	if err != nil {
 		d.refs[b]--
 		return 0, err
@@ -290,13 +338,41 @@ func (d *Deriver) acquire(wtxn statedb.WriteTxn, b lb.L4Addr) (uint32, error) {
 	return id, nil
 }
 
+// reclaim frees the IDs (and rows) of backends nobody references any more.
+func (d *Deriver) reclaim(wtxn statedb.WriteTxn) error {
+	for b, n := range d.refs {
+		if n > 0 {
+			continue
+		}
+		if err := d.release(wtxn, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release forgets backend b and deletes its row.
+func (d *Deriver) release(wtxn statedb.WriteTxn, b lb.L4Addr) error {
+	delete(d.refs, b)
+	if cur, _, ok := d.t.Backends.Get(wtxn, lb.BackendAddressIndex.Query(b)); ok && cur.Status.Kind != reconciler.StatusPendingDelete {
+		if _, _, err := d.t.Backends.Delete(wtxn, cur); err != nil {
+			return err
+		}
+	}
+	if id, ok := d.ids[b]; ok {
+		delete(d.used, id)
+		delete(d.ids, b)
+	}
+	return nil
+}
+
 func (d *Deriver) allocate(b lb.L4Addr) (uint32, error) {
-	if id, ok := d.restored[b]; ok && id >= 1 && id <= MaxBackendID && !d.used[id] {
+	if id, ok := d.restored[b]; ok && id >= 1 && id <= d.maxID && !d.used[id] {
 		return id, nil
 	}
-	for range MaxBackendID {
+	for range d.maxID {
 		id := d.next
-		d.next = d.next%MaxBackendID + 1
+		d.next = d.next%d.maxID + 1
 		if d.used[id] {
 			continue
 		}
@@ -306,7 +382,7 @@ func (d *Deriver) allocate(b lb.L4Addr) (uint32, error) {
 		return id, nil
 	}
 	// Every ID is used or reserved: take a reserved one.
-	for id := uint32(1); id <= MaxBackendID; id++ {
+	for id := uint32(1); id <= d.maxID; id++ {
 		if !d.used[id] {
 			return id, nil
 		}

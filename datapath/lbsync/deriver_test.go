@@ -1,6 +1,7 @@
 package lbsync
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -273,3 +274,54 @@ func TestDeriverRestoresIDs(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// A step that fails (here: out of backend IDs) writes nothing and leaves
+// the bookkeeping as the tables are; the Service is derived again later
+// and succeeds once it fits.
+func TestDeriverFailedStepRollsBack(t *testing.T) {
+	tt := newTables(t)
+	d := NewDeriver(tt.Tables, nil)
+	d.maxID = 2
+	if err := d.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	wtxn := tt.DB.WriteTxn(tt.svcs, tt.slices)
+	_, _, _ = tt.svcs.Insert(wtxn, service(1, "http TCP 80"))
+	_, _, _ = tt.slices.Insert(wtxn, slice("a", 1, map[int]bool{1: true}, "http TCP 8080"))
+	wtxn.Commit()
+	if _, _, _, err := d.Step(); err != nil {
+		t.Fatal(err)
+	}
+	// Service 2 needs two more backends: one ID is left.
+	wtxn = tt.DB.WriteTxn(tt.svcs, tt.slices)
+	_, _, _ = tt.svcs.Insert(wtxn, service(2, "http TCP 80"))
+	_, _, _ = tt.slices.Insert(wtxn, slice("b", 2, map[int]bool{2: true, 3: true}, "http TCP 8080"))
+	wtxn.Commit()
+	_, _, retry, err := d.Step()
+	if !errors.Is(err, ErrNoBackendID) {
+		t.Fatalf("step: %v, want ErrNoBackendID", err)
+	}
+	txn := tt.DB.ReadTxn()
+	if got := content(t, tt.Tables, txn); len(got) != 1 {
+		t.Fatalf("frontends after the failed step: %v", got)
+	}
+	checkIDs(t, tt.Tables, txn)
+	if len(d.refs) != 1 || len(d.used) != 1 {
+		t.Fatalf("bookkeeping not rolled back: refs %v, used %v", d.refs, d.used)
+	}
+	// Service 1 goes, freeing its ID: the retry derives service 2 (which
+	// did not change itself).
+	<-retry
+	wtxn = tt.DB.WriteTxn(tt.svcs)
+	_, _, _ = tt.svcs.Delete(wtxn, service(1))
+	wtxn.Commit()
+	if _, _, _, err := d.Step(); err != nil {
+		t.Fatal(err)
+	}
+	txn = tt.DB.ReadTxn()
+	if got, want := content(t, tt.Tables, txn), []string{"10.96.0.2:80/TCP ns/svc2:http [10.0.0.2:8080/TCP 10.0.0.3:8080/TCP]"}; !slices.Equal(got, want) {
+		t.Fatalf("frontends: %v, want %v", got, want)
+	}
+	checkIDs(t, tt.Tables, txn)
+}

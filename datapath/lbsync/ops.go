@@ -154,12 +154,17 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 }
 
 // BackendOps reconciles the lb-backends table into the backends map.
-type BackendOps struct{ m BackendsMap }
+type BackendOps struct {
+	m        BackendsMap
+	backends statedb.Table[*lb.Backend]
+}
 
 var _ reconciler.Operations[*lb.Backend] = (*BackendOps)(nil)
 
-// NewBackendOps reconciles into m.
-func NewBackendOps(m BackendsMap) *BackendOps { return &BackendOps{m: m} }
+// NewBackendOps reconciles the table backends into m.
+func NewBackendOps(m BackendsMap, backends statedb.Table[*lb.Backend]) *BackendOps {
+	return &BackendOps{m: m, backends: backends}
+}
 
 // Update implements reconciler.Operations.
 func (o *BackendOps) Update(_ context.Context, _ statedb.ReadTxn, b *lb.Backend) error {
@@ -169,8 +174,13 @@ func (o *BackendOps) Update(_ context.Context, _ statedb.ReadTxn, b *lb.Backend)
 	return nil
 }
 
-// Delete implements reconciler.Operations.
-func (o *BackendOps) Delete(_ context.Context, _ statedb.ReadTxn, b *lb.Backend) error {
+// Delete implements reconciler.Operations. An ID another backend holds
+// now (reused) is left alone: that backend's Update writes it, possibly
+// in the same round before this delete.
+func (o *BackendOps) Delete(_ context.Context, txn statedb.ReadTxn, b *lb.Backend) error {
+	if cur, _, ok := o.backends.Get(txn, lb.BackendIDIndex.Query(b.ID)); ok && cur.Address != b.Address {
+		return nil
+	}
 	if err := o.m.Delete([]uint32{b.ID}); err != nil {
 		return fmt.Errorf("delete backend %d (%v): %w", b.ID, b.Address, err)
 	}
@@ -215,7 +225,7 @@ func FrontendsConfig(t Tables, m ServicesMap) reconciler.Config[*lb.Frontend] {
 // lb-backends table into m.
 func BackendsConfig(t Tables, m BackendsMap) reconciler.Config[*lb.Backend] {
 	return reconciler.Config[*lb.Backend]{
-		Name: BackendsReconciler, Table: t.Backends, Operations: NewBackendOps(m),
+		Name: BackendsReconciler, Table: t.Backends, Operations: NewBackendOps(m, t.Backends),
 		GetStatus: func(b *lb.Backend) reconciler.Status { return b.Status },
 		SetStatus: (*lb.Backend).WithStatus,
 	}

@@ -269,3 +269,39 @@ func TestReconcilersAgainstFakeMaps(t *testing.T) {
 func equal(a, b map[lb.L4Addr][]lb.L4Addr) bool {
 	return maps.EqualFunc(a, b, func(x, y []lb.L4Addr) bool { return fmt.Sprint(x) == fmt.Sprint(y) })
 }
+
+// Deleting a backend whose ID another backend holds now leaves the map
+// entry to the new owner.
+func TestBackendDeleteOfReusedID(t *testing.T) {
+	tt := newTables(t)
+	f := newFakeLB()
+	ops := NewBackendOps(fakeBackends{f}, tt.Backends)
+	oldB := &lb.Backend{Address: lb.L4Addr{Addr: mustAddr("10.0.0.1"), Port: 80, Proto: lb.TCP}, ID: 5}
+	newB := &lb.Backend{Address: lb.L4Addr{Addr: mustAddr("10.0.0.2"), Port: 80, Proto: lb.TCP}, ID: 5}
+	wtxn := tt.DB.WriteTxn(tt.Backends)
+	_, _, _ = tt.Backends.Insert(wtxn, newB)
+	txn := wtxn.Commit()
+	ctx := context.Background()
+	if err := ops.Update(ctx, txn, newB); err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.Delete(ctx, txn, oldB); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.backends[5]; got != newB.Address {
+		t.Fatalf("ID 5 -> %v, want %v", got, newB.Address)
+	}
+	// Gone from the table: deleted.
+	if err := ops.Delete(ctx, tt.DB.ReadTxn(), &lb.Backend{Address: lb.L4Addr{Addr: mustAddr("10.0.0.9"), Port: 80, Proto: lb.TCP}, ID: 9}); err != nil {
+		t.Fatal(err)
+	}
+	wtxn = tt.DB.WriteTxn(tt.Backends)
+	_, _, _ = tt.Backends.Delete(wtxn, newB)
+	txn = wtxn.Commit()
+	if err := ops.Delete(ctx, txn, newB); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.backends[5]; ok {
+		t.Fatal("ID 5 still in the map after its backend went")
+	}
+}
