@@ -99,6 +99,8 @@ func TestGolden(t *testing.T) {
 		{"node-list", []string{"node", "list"}},
 		{"node-list-yaml", []string{"node", "ls", "-o", "yaml"}},
 		{"ipcache-list", []string{"ipcache", "list"}},
+		{"service-list", []string{"service", "list"}},
+		{"service-list-json", []string{"service", "ls", "-o", "json"}},
 		{"config", []string{"config"}},
 		{"config-json", []string{"config", "-o", "json"}},
 		{"config-get", []string{"config", "get", "K8sClientQPS"}},

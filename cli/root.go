@@ -96,6 +96,7 @@ what the agent knows. Most commands that print an object take
 		a.policyCommand(),
 		a.nodeCommand(),
 		a.ipcacheCommand(),
+		a.serviceCommand(),
 		a.configCommand(),
 		a.statedbCommand(),
 		a.doctorCommand(),

@@ -49,6 +49,11 @@ typedef __u32 __be32;
 
 /* Errno values the helpers return negated. */
 #define EEXIST 17
+#define EHOSTUNREACH 113
+
+/* cgroup sock_addr verdicts. */
+#define SYS_REJECT 0
+#define SYS_PROCEED 1
 
 /* The start of struct __sk_buff (include/uapi/linux/bpf.h): context
  * accesses are by offset, so the fields up to data_end are enough. */
@@ -72,6 +77,22 @@ struct __sk_buff {
 	__u32 data_end;
 };
 
+/* struct bpf_sock_addr (include/uapi/linux/bpf.h), up to msg_src_ip6:
+ * the context of the cgroup connect4, sendmsg4, recvmsg4 and getpeername4
+ * programs. Addresses and ports are in network byte order; the port is
+ * the low 16 bits of user_port. */
+struct bpf_sock_addr {
+	__u32 user_family;
+	__u32 user_ip4;
+	__u32 user_ip6[4];
+	__u32 user_port;
+	__u32 family;
+	__u32 type;
+	__u32 protocol;
+	__u32 msg_src_ip4;
+	__u32 msg_src_ip6[4];
+};
+
 /* Helpers, by their stable numbers (enum bpf_func_id). */
 static void *(*map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
@@ -82,6 +103,9 @@ static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void 
 static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)132;
 static long (*tail_call)(void *ctx, void *prog_array_map, __u32 index) = (void *)12;
 static long (*redirect_peer)(__u32 ifindex, __u64 flags) = (void *)155;
+static __u32 (*get_prandom_u32)(void) = (void *)7;
+static __u64 (*get_socket_cookie)(void *ctx) = (void *)46;
+static long (*set_retval)(int retval) = (void *)187;
 
 /* Byte order: the programs are built for bpfel only. */
 #define bpf_htons(x) ((__be16)__builtin_bswap16(x))

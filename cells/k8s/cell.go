@@ -14,10 +14,12 @@ var ClientCell = hive.Module("k8s-client", "Kubernetes client",
 )
 
 // AgentResourcesCell mirrors what an agent watches: its own node's pods,
-// and cluster-wide namespaces, nodes, policies and Cilium objects.
+// and cluster-wide namespaces, nodes, policies, Services, EndpointSlices
+// and Cilium objects.
 var AgentResourcesCell = hive.Module("k8s-resources", "Kubernetes resources in statedb",
 	LocalPodsCell, NamespacesCell, NodesCell, NetworkPoliciesCell,
 	CNPsCell, CCNPsCell, CiliumEndpointsCell, CiliumNodesCell, CiliumIdentitiesCell,
+	ServicesCell, EndpointSlicesCell,
 )
 
 // OperatorResourcesCell mirrors what the operator watches: every pod,

@@ -210,6 +210,18 @@ var (
 	// CiliumNodesCell mirrors CiliumNodes.
 	CiliumNodesCell = resource("cilium-nodes", "CiliumNodes", k8stables.NewCiliumNodesTable,
 		func() listWatch { return ciliumLW("ciliumnodes") })
+	// ServicesCell mirrors Services (the socket load balancer's
+	// frontends).
+	ServicesCell = resource("services", "Services", k8stables.NewServicesTable,
+		func() listWatch { return coreLW("services") })
+	// EndpointSlicesCell mirrors discovery.k8s.io/v1 EndpointSlices (the
+	// socket load balancer's backends).
+	EndpointSlicesCell = resource("endpoint-slices", "EndpointSlices", k8stables.NewEndpointSlicesTable,
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				return cache.NewListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", "", fields.Everything())
+			}
+		})
 	// CiliumIdentitiesCell mirrors CiliumIdentities.
 	CiliumIdentitiesCell = resource("cilium-identities", "CiliumIdentities", k8stables.NewCiliumIdentitiesTable,
 		func() listWatch { return ciliumLW("ciliumidentities") })

@@ -1,7 +1,8 @@
 // Package bpfdatapath composes the agent's eBPF datapath under one switch,
 // --enable-bpf-datapath, with one --bpf-root: the per-endpoint program
 // loader (daemon/bpfloader) and the reconcilers of the ipcache, endpoint
-// and policy maps the programs read (daemon/bpfmaps). Only cellium-agent's
+// and policy maps the programs read (daemon/bpfmaps), and the socket load
+// balancer (daemon/socklb). Only cellium-agent's
 // main composes it, so that the daemon package does not link the datapath.
 package bpfdatapath
 
@@ -9,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/daemon/bpfloader"
 	"github.com/cellium/cellium/daemon/bpfmaps"
+	"github.com/cellium/cellium/daemon/socklb"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
 )
@@ -24,5 +26,7 @@ var Cell = hive.Module("bpf-datapath", "eBPF programs on the pod veths and the m
 			OpenMaps: func(dir string) bpfloader.ClosableMaps { return loader.NewPinnedMaps(dir) },
 		}),
 		bpfmaps.Maps(bpfmaps.OpenPinned),
+		// ClusterIPs translated at the socket (--bpf-lb-sock).
+		socklb.Cell,
 	),
 )

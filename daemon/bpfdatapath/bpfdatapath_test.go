@@ -45,6 +45,10 @@ func TestAgentGraph(t *testing.T) {
 		"--policy-audit-mode=false (default false)",
 		"⇦ statedb.Table[*bpfprog.Program]",
 		"⇦ statedb.Table[*mapstate.PolicyMap]",
+		"socket-lb (Socket load balancer: Service ClusterIPs translated at connect and sendmsg)",
+		"--bpf-lb-sock=true (default true)",
+		"--cgroup-root=/run/cellium/cgroupv2",
+		"⇦ statedb.Table[*lb.Frontend]",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent hive output lacks %q", want)

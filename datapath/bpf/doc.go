@@ -11,6 +11,13 @@
 // constants of cellium's BPF ABI (Documentation/operations/bpf.md). The Lxc*
 // struct types mirror the C structs of the maps and of ring buffer events
 // byte for byte; datapath/maps wraps them in typed Go APIs.
+//
+// LoadSock returns the collection spec of the socket load balancer's
+// cgroup programs (bpf/sock.c: cil_sock4_connect, cil_sock4_sendmsg,
+// cil_sock4_recvmsg, cil_sock4_getpeername) and its maps
+// (cellium_lb4_services, cellium_lb4_backends, cellium_lb4_reverse_sk),
+// with the Sock* struct types.
 package bpf
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type ipcache_key -type ipcache_value -type endpoint_key -type endpoint_info -type policy_key -type policy_entry -type ct4_key -type ct_entry -type metrics_key -type metrics_value -type event Lxc ../../bpf/lxc.c -- -mcpu=v3 -Wall -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror

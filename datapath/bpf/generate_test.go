@@ -27,15 +27,19 @@ func TestGeneratedBPFUpToDate(t *testing.T) {
 			t.Skipf("%s not found (run `make deps`); cannot check the generated BPF files", tool)
 		}
 	}
-	args := generateArgs(t)
 	out := t.TempDir()
-	// bpf2go's flags end at the first positional argument (the stem).
-	cmdArgs := append([]string{"run", args[0], "-output-dir", out}, args[1:]...)
-	cmd := exec.Command("go", cmdArgs...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("bpf2go: %v\n%s", err, b)
+	var names []string
+	for _, args := range generateArgs(t) {
+		// bpf2go's flags end at the first positional argument (the stem).
+		cmdArgs := append([]string{"run", args[0], "-output-dir", out}, args[1:]...)
+		cmd := exec.Command("go", cmdArgs...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("bpf2go: %v\n%s", err, b)
+		}
+		stem := strings.ToLower(bpf2goStem(t, args))
+		names = append(names, stem+"_bpfel.go", stem+"_bpfel.o")
 	}
-	for _, name := range []string{"lxc_bpfel.go", "lxc_bpfel.o"} {
+	for _, name := range names {
 		want, err := os.ReadFile(filepath.Join(out, name))
 		if err != nil {
 			t.Fatal(err)
@@ -50,20 +54,37 @@ func TestGeneratedBPFUpToDate(t *testing.T) {
 	}
 }
 
-// generateArgs returns the arguments of the bpf2go //go:generate line
+// bpf2goStem returns the stem (the first positional argument) of a
+// bpf2go command line: every flag before it takes a value.
+func bpf2goStem(t *testing.T, args []string) string {
+	t.Helper()
+	for i := 1; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") {
+			return args[i]
+		}
+		i++ // the flag's value
+	}
+	t.Fatalf("bpf2go line %v has no stem", args)
+	return ""
+}
+
+// generateArgs returns the arguments of each bpf2go //go:generate line
 // after `go run`.
-func generateArgs(t *testing.T) []string {
+func generateArgs(t *testing.T) [][]string {
 	t.Helper()
 	src, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const prefix = "//go:generate go run "
+	var out [][]string
 	for line := range strings.SplitSeq(string(src), "\n") {
 		if rest, ok := strings.CutPrefix(line, prefix); ok && strings.Contains(rest, "bpf2go") {
-			return strings.Fields(rest)
+			out = append(out, strings.Fields(rest))
 		}
 	}
-	t.Fatal("doc.go has no bpf2go //go:generate line")
-	return nil
+	if len(out) == 0 {
+		t.Fatal("doc.go has no bpf2go //go:generate line")
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,6 +37,8 @@ const (
 	CiliumEndpointsTable  = "k8s-cilium-endpoints"
 	CiliumNodesTable      = "k8s-cilium-nodes"
 	CiliumIdentitiesTable = "k8s-cilium-identities"
+	ServicesTable         = "k8s-services"
+	EndpointSlicesTable   = "k8s-endpoint-slices"
 )
 
 // Key is the primary key of an object: "namespace/name", or "name" for
@@ -166,4 +169,41 @@ func NodeInternalIP(n *corev1.Node) string {
 		}
 	}
 	return v6
+}
+
+// NewServicesTable creates the Service table.
+func NewServicesTable(db *statedb.DB) (statedb.RWTable[*corev1.Service], error) {
+	return NewTable[*corev1.Service](db, ServicesTable)
+}
+
+// EndpointSliceServiceIndex indexes EndpointSlices by the Service they
+// belong to ("namespace/name", from the kubernetes.io/service-name label);
+// a slice without the label is not indexed.
+var EndpointSliceServiceIndex = statedb.Index[*discoveryv1.EndpointSlice, string]{
+	Name: "service",
+	FromObject: func(s *discoveryv1.EndpointSlice) index.KeySet {
+		name, ok := EndpointSliceService(s)
+		if !ok {
+			return index.KeySet{}
+		}
+		return index.NewKeySet(index.String(name))
+	},
+	FromKey:    index.String,
+	FromString: index.FromString,
+}
+
+// EndpointSliceService returns the "namespace/name" of the Service slice
+// belongs to, from its kubernetes.io/service-name label.
+func EndpointSliceService(s *discoveryv1.EndpointSlice) (string, bool) {
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return "", false
+	}
+	return s.Namespace + "/" + name, true
+}
+
+// NewEndpointSlicesTable creates the EndpointSlice table (indexed also by
+// Service).
+func NewEndpointSlicesTable(db *statedb.DB) (statedb.RWTable[*discoveryv1.EndpointSlice], error) {
+	return NewTable(db, EndpointSlicesTable, statedb.Indexer[*discoveryv1.EndpointSlice](EndpointSliceServiceIndex))
 }

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,13 @@ import (
 
 // cluster is the API server (and etcd) every test's node runs against.
 // No controller-manager: the garbage collection under test is cellium's.
-var cluster = harness.NewShared(harness.Options{})
+// Its Service range is one nobody else on the machine uses (the socket
+// load balancer's programs act on every socket of the machine: a
+// ClusterIP of another cluster must not be translated or refused by them).
+var cluster = harness.NewShared(harness.Options{ServiceClusterIPRange: serviceRange.String()})
+
+// serviceRange is this process's Service range, 10.252.X.0/24.
+var serviceRange = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 252, byte(os.Getpid()%200) + 20, 0}), 24)
 
 var (
 	binOnce sync.Once
@@ -127,6 +134,8 @@ type envOptions struct {
 	// hostRouting and bpf turn on the agent's host routing and eBPF
 	// datapath (devnode.NodeOptions).
 	hostRouting, bpf bool
+	// socketLB turns on the socket load balancer (with bpf).
+	socketLB bool
 }
 
 // newEnv starts an operator, a node (agent and kubelet) and makes a
@@ -202,6 +211,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		AgentArgs:   o.agentArgs,
 		HostRouting: o.hostRouting,
 		BPF:         o.bpf,
+		SocketLB:    o.socketLB,
 		Logger:      slog.New(slog.NewTextHandler(klog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

@@ -156,6 +156,10 @@ func TestServiceAccountsLeastPrivilege(t *testing.T) {
 	cases := map[string][]check{
 		install.AgentServiceAccount: {
 			{verb: "list", resource: "pods", allowed: true},
+			{verb: "watch", resource: "services", allowed: true},
+			{verb: "list", group: "discovery.k8s.io", resource: "endpointslices", allowed: true},
+			{verb: "update", resource: "services", namespace: "default"},
+			{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: "default"},
 			{verb: "create", group: "cilium.io", resource: "ciliumendpoints", namespace: "default", allowed: true},
 			{verb: "update", group: "cilium.io", resource: "ciliumnodes", allowed: true},
 			{verb: "get", resource: "secrets", namespace: install.Namespace},

@@ -59,6 +59,7 @@ type nodeOptions struct {
 	hostRouting      bool
 	masquerade       bool
 	bpf              bool
+	socketLB         bool
 	agentArgs        []string
 	operatorArgs     []string
 
@@ -82,6 +83,7 @@ func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs.BoolVar(&o.hostRouting, "host-routing", true, "let the agent program this machine's network namespace (cilium_host, a route per pod, ip_forward) so that pods reach each other and the node; down removes them and restores the sysctls")
 	fs.BoolVar(&o.masquerade, "masquerade", false, "with --host-routing, let the agent masquerade pod traffic leaving the machine (pods then reach whatever this machine reaches)")
 	fs.BoolVar(&o.bpf, "bpf", false, "let the agent attach its eBPF programs to the pods' veths (--enable-bpf-datapath), pinned in a bpffs of its own in the cluster directory; down unmounts it")
+	fs.BoolVar(&o.socketLB, "socket-lb", false, "with --bpf, let the agent translate Service ClusterIPs at the socket (--bpf-lb-sock): its cgroup programs act on every socket of this machine, for the cluster's Service range (--service-cluster-ip-range of the API server)")
 	fs.StringSliceVar(&o.agentArgs, "agent-arg", nil, "extra cellium-agent flag (repeatable)")
 	fs.StringSliceVar(&o.operatorArgs, "operator-arg", nil, "extra cellium-operator flag (repeatable)")
 }
@@ -133,6 +135,7 @@ func agentConfig(dir string, c *harness.Cluster, o nodeOptions) devnode.AgentCon
 		// Pods of `make up` reach each other and the node.
 		HostRouting: o.hostRouting,
 		BPF:         o.bpf,
+		SocketLB:    o.socketLB,
 		Detach:      true,
 	}
 }

@@ -271,6 +271,13 @@ type AgentConfig struct {
 	// BPFRoot (mounted by the agent; unmount it with UnmountBPF when the
 	// agent is gone). Off by default, like HostRouting.
 	BPF bool
+	// SocketLB turns on the socket load balancer when BPF is on
+	// (--bpf-lb-sock), attached to the machine's cgroup2 mount
+	// (--cgroup-root=Cgroup2Mount(), nothing mounted). Off by default:
+	// its programs act on every socket of the machine, so the Services of
+	// the agent's cluster must use a Service range nobody else on the
+	// machine uses.
+	SocketLB bool
 	// Detach lets the process outlive the caller (devcluster up).
 	Detach bool
 }
@@ -288,6 +295,22 @@ func (c AgentConfig) UnmountBPF() error {
 		return fmt.Errorf("unmount the agent's bpffs %s: %w", c.BPFRoot(), err)
 	}
 	return nil
+}
+
+// Cgroup2Mount returns where this machine has the cgroup v2 hierarchy
+// mounted (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a
+// hybrid one), from /proc/self/mounts.
+func Cgroup2Mount() (string, error) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "", fmt.Errorf("find the cgroup2 mount: %w", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup2 mount in /proc/self/mounts: mount one for the socket load balancer")
 }
 
 // StateDir is the agent's --state-dir: Dir/state.
@@ -327,7 +350,14 @@ func (c AgentConfig) Process() (harness.Process, error) {
 		"--enable-bpf-datapath=" + strconv.FormatBool(c.BPF),
 	}
 	if c.BPF {
-		args = append(args, "--bpf-root="+c.BPFRoot())
+		args = append(args, "--bpf-root="+c.BPFRoot(), "--bpf-lb-sock="+strconv.FormatBool(c.SocketLB))
+		if c.SocketLB {
+			cg, err := Cgroup2Mount()
+			if err != nil {
+				return harness.Process{}, err
+			}
+			args = append(args, "--cgroup-root="+cg)
+		}
 	}
 	return harness.Process{
 		Name:    Agent,

@@ -62,6 +62,8 @@ type NodeOptions struct {
 	// HostRouting and BPF are the agent's (AgentConfig.HostRouting,
 	// AgentConfig.BPF); Cleanup unmounts the agent's bpffs when BPF is on.
 	HostRouting, BPF bool
+	// SocketLB is the agent's AgentConfig.SocketLB.
+	SocketLB bool
 }
 
 // Node is one node of a harness cluster run by this process: the agent
@@ -110,6 +112,7 @@ func NewNode(kubeconfig string, cs kubernetes.Interface, bins Binaries, opts Nod
 			Args:        opts.AgentArgs,
 			HostRouting: opts.HostRouting,
 			BPF:         opts.BPF,
+			SocketLB:    opts.SocketLB,
 		},
 		opts: opts,
 		cs:   cs,
@@ -198,6 +201,14 @@ func (n *Node) LaunchAgent() (*harness.Running, error) {
 	}
 	n.agent = r
 	return r, nil
+}
+
+// SetSocketLB switches the socket load balancer (AgentConfig.SocketLB) for
+// the agent's next start.
+func (n *Node) SetSocketLB(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.agentCfg.SocketLB = on
 }
 
 // StopAgent stops the agent (SIGTERM); its state directory stays, so

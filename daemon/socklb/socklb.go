@@ -1,0 +1,183 @@
+// Package socklb composes the agent's socket load balancer (like Cilium's
+// --bpf-lb-sock): the lb-frontends and lb-backends tables (statedb/lb),
+// the deriver that fills them from Services and EndpointSlices and their
+// reconcilers into cellium_lb4_services and cellium_lb4_backends
+// (datapath/lbsync), and the cgroup programs of bpf/sock.c attached to the
+// cgroup v2 root with links pinned in <bpf-root>/cellium/socklb
+// (datapath/socklb). It belongs under the BPF datapath's feature
+// (daemon/bpfdatapath), whose bpfconfig.Config it reads.
+package socklb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/statedb"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/reconcilejob"
+	"github.com/cellium/cellium/datapath/bpfconfig"
+	"github.com/cellium/cellium/datapath/lbsync"
+	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/datapath/socklb"
+	"github.com/cellium/cellium/statedb/lb"
+)
+
+// FullInterval is how often the services and backends maps are checked
+// against their tables again and pruned.
+const FullInterval = 30 * time.Second
+
+// LinkSubdir is the directory under the agent's pin directory
+// (<bpf-root>/cellium) holding the programs' pinned cgroup links.
+const LinkSubdir = "socklb"
+
+// Config is the socket load balancer's configuration.
+type Config struct {
+	// EnableSocketLB translates ClusterIPs at connect/sendmsg.
+	EnableSocketLB bool `flag:"bpf-lb-sock"`
+	// CgroupRoot is where the cgroup v2 hierarchy is (mounted if not).
+	CgroupRoot string `flag:"cgroup-root"`
+}
+
+// DefaultConfig is on, with cgroup2 at /run/cellium/cgroupv2 (Cilium's
+// place, /run/cilium/cgroupv2, with cellium's name).
+var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2"}
+
+// Flags registers --bpf-lb-sock and --cgroup-root.
+func (def Config) Flags(fs *pflag.FlagSet) {
+	fs.Bool("bpf-lb-sock", def.EnableSocketLB,
+		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs), so that pod egress policy sees the real destination; false detaches the programs")
+	fs.String("cgroup-root", def.CgroupRoot,
+		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
+}
+
+// Validate implements hive.Validator.
+func (c Config) Validate() error {
+	if c.EnableSocketLB && !filepath.IsAbs(c.CgroupRoot) {
+		return fmt.Errorf("--cgroup-root %q is not an absolute path", c.CgroupRoot)
+	}
+	return nil
+}
+
+// Cell is the socket load balancer, under --enable-bpf-datapath.
+var Cell = hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs translated at connect and sendmsg",
+	// --bpf-lb-sock, --cgroup-root.
+	hive.Config(DefaultConfig),
+	// The derived tables: rows written by the deriver here, statuses by
+	// the reconcilers here.
+	hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
+	// Anyone reads them (cellium statedb lb-frontends).
+	hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable),
+	// Services in, maps and cgroup programs out; or, when off, the
+	// programs detached.
+	hive.Invoke(register),
+)
+
+type params struct {
+	hive.In
+	Config    Config
+	BPF       bpfconfig.Config
+	DB        *statedb.DB
+	Services  statedb.Table[*corev1.Service]
+	Slices    statedb.Table[*discoveryv1.EndpointSlice]
+	Frontends statedb.RWTable[*lb.Frontend]
+	Backends  statedb.RWTable[*lb.Backend]
+	Lifecycle hive.Lifecycle
+	Jobs      hive.Jobs
+	Reconcile reconcilejob.Params
+}
+
+func register(p params) error {
+	pinDir := p.BPF.PinDir()
+	linkDir := filepath.Join(pinDir, LinkSubdir)
+	if !p.Config.EnableSocketLB {
+		// Off: whatever an earlier run attached goes.
+		p.Lifecycle.Append(hive.Hook{OnStart: func(context.Context) error {
+			if err := errors.Join(socklb.Detach(linkDir), maps.UnpinLB(pinDir)); err != nil {
+				return fmt.Errorf("detach the socket load balancer (--bpf-lb-sock=false): %w", err)
+			}
+			return nil
+		}})
+		return nil
+	}
+	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends}
+	var m *maps.LBMaps
+	services := lazyServices{func() *maps.LB4Services { return m.Services }}
+	backends := lazyBackends{func() *maps.LB4Backends { return m.Backends }}
+	d := lbsync.NewDeriver(t, func() (map[lb.L4Addr]uint32, error) { return lbsync.RestoreIDs(backends) })
+	// The maps open and the programs attach in the start hook, before
+	// any reconciler runs.
+	p.Lifecycle.Append(hive.Hook{
+		OnStart: func(context.Context) error {
+			// bpffs at --bpf-root (not at the pin directory: a mount there
+			// would hide under the loader's mount of the root).
+			if err := maps.EnsureBPFFS(p.BPF.BPFRoot); err != nil {
+				return err
+			}
+			if err := os.MkdirAll(pinDir, 0o700); err != nil {
+				return fmt.Errorf("create %s: %w", pinDir, err)
+			}
+			if _, err := socklb.EnsureCgroup2(p.Config.CgroupRoot); err != nil {
+				return fmt.Errorf("%w (pass --cgroup-root=<a cgroup2 mount>, or --bpf-lb-sock=false)", err)
+			}
+			var err error
+			if m, err = maps.OpenLB(pinDir); err != nil {
+				return fmt.Errorf("open the socket LB maps in %s: %w", pinDir, err)
+			}
+			if err := socklb.Attach(m, p.Config.CgroupRoot, linkDir); err != nil {
+				return fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", p.Config.CgroupRoot, err)
+			}
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			// The links stay pinned: translation goes on while the agent
+			// restarts.
+			if m != nil {
+				return m.Close()
+			}
+			return nil
+		},
+	})
+	fc := lbsync.FrontendsConfig(t, services)
+	bc := lbsync.BackendsConfig(t, backends)
+	fc.FullInterval, bc.FullInterval = FullInterval, FullInterval
+	// Jobs "reconcile-lb4-services-map", "reconcile-lb4-backends-map".
+	if _, err := reconcilejob.New(p.Reconcile, bc, nil); err != nil {
+		return err
+	}
+	if _, err := reconcilejob.New(p.Reconcile, fc, nil); err != nil {
+		return err
+	}
+	p.Jobs.Add(hive.Service("derive-lb-tables", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
+	return nil
+}
+
+// lazyServices and lazyBackends forward to the maps once the start hook
+// has opened them.
+type lazyServices struct{ get func() *maps.LB4Services }
+
+func (l lazyServices) pinned() lbsync.PinnedServices { return lbsync.PinnedServices{M: l.get()} }
+func (l lazyServices) Update(k []maps.ServiceSlot, v []maps.ServiceValue) error {
+	return l.pinned().Update(k, v)
+}
+func (l lazyServices) Delete(k []maps.ServiceSlot) error { return l.pinned().Delete(k) }
+func (l lazyServices) Lookup(k maps.ServiceSlot) (maps.ServiceValue, bool, error) {
+	return l.pinned().Lookup(k)
+}
+func (l lazyServices) Dump() (map[maps.ServiceSlot]maps.ServiceValue, error) {
+	return l.pinned().Dump()
+}
+
+type lazyBackends struct{ get func() *maps.LB4Backends }
+
+func (l lazyBackends) pinned() lbsync.PinnedBackends            { return lbsync.PinnedBackends{M: l.get()} }
+func (l lazyBackends) Update(ids []uint32, a []lb.L4Addr) error { return l.pinned().Update(ids, a) }
+func (l lazyBackends) Delete(ids []uint32) error                { return l.pinned().Delete(ids) }
+func (l lazyBackends) Dump() (map[uint32]lb.L4Addr, error)      { return l.pinned().Dump() }

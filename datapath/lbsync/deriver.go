@@ -1,0 +1,391 @@
+package lbsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// MaxBackendID is the highest backend ID (the backends map holds 65536
+// entries).
+const MaxBackendID = 65535
+
+// ErrNoBackendID means every backend ID is in use.
+var ErrNoBackendID = errors.New("no free backend ID: more distinct backends than the backends map holds")
+
+// Tables are the tables the deriver reads and writes.
+type Tables struct {
+	DB        *statedb.DB
+	Services  statedb.Table[*corev1.Service]
+	Slices    statedb.Table[*discoveryv1.EndpointSlice]
+	Frontends statedb.RWTable[*lb.Frontend]
+	Backends  statedb.RWTable[*lb.Backend]
+}
+
+// Deriver keeps the lb-frontends and lb-backends tables derived from the
+// Services and EndpointSlices tables (lb.ServiceFrontends per Service).
+// Create it with NewDeriver; Run it in one goroutine.
+type Deriver struct {
+	t        Tables
+	svcs     statedb.ChangeIterator[*corev1.Service]
+	slices   statedb.ChangeIterator[*discoveryv1.EndpointSlice]
+	initDone []func(statedb.WriteTxn)
+	restore  func() (map[lb.L4Addr]uint32, error)
+
+	// sliceSvc is the Service each slice was last seen to belong to, so
+	// that a slice moving to another Service recomputes both.
+	sliceSvc map[string]string
+	// refs counts the frontends using each backend; ids and used are
+	// the backend IDs handed out; next is where the search for a free
+	// one starts.
+	refs map[lb.L4Addr]int
+	ids  map[lb.L4Addr]uint32
+	used map[uint32]bool
+	next uint32
+	// restored are IDs the backends map held when the agent started:
+	// a backend gets its old ID back, so that the services map's slots
+	// stay right while they are rewritten.
+	// They are reserved (reserved) until the tables are initialized.
+	restored map[lb.L4Addr]uint32
+	reserved map[uint32]bool
+	// failed are the Services of a step that failed, derived again.
+	failed map[string]struct{}
+	// maxID is the highest backend ID (MaxBackendID; tests lower it).
+	maxID uint32
+}
+
+// bookkeeping is the deriver's memory of the tables, saved before a step.
+type bookkeeping struct {
+	refs map[lb.L4Addr]int
+	ids  map[lb.L4Addr]uint32
+	used map[uint32]bool
+	next uint32
+}
+
+func (d *Deriver) save() bookkeeping {
+	return bookkeeping{refs: maps.Clone(d.refs), ids: maps.Clone(d.ids), used: maps.Clone(d.used), next: d.next}
+}
+
+func (d *Deriver) restoreState(b bookkeeping) {
+	d.refs, d.ids, d.used, d.next = b.refs, b.ids, b.used, b.next
+}
+
+// after returns a channel closed after dt.
+func after(dt time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(dt, func() { close(ch) })
+	return ch
+}
+
+// NewDeriver registers the deriver as the initializer of the two tables:
+// they are initialized (and the maps pruned) only once the Services and
+// EndpointSlices tables are. restore, when not nil, returns the backend
+// IDs the backends map holds; it is called once, at the first step. It
+// starts nothing.
+func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver {
+	wtxn := t.DB.WriteTxn(t.Frontends, t.Backends)
+	d := &Deriver{t: t, restore: restore, initDone: []func(statedb.WriteTxn){
+		t.Frontends.RegisterInitializer(wtxn, "k8s-services"),
+		t.Backends.RegisterInitializer(wtxn, "k8s-services"),
+	}, sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
+		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID}
+	wtxn.Commit()
+	return d
+}
+
+// Subscribe starts following the input tables; call it in a start hook.
+func (d *Deriver) Subscribe() error {
+	wtxn := d.t.DB.WriteTxn(d.t.Services, d.t.Slices)
+	defer wtxn.Commit()
+	var err error
+	if d.svcs, err = d.t.Services.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.Services.Name(), err)
+	}
+	if d.slices, err = d.t.Slices.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.Slices.Name(), err)
+	}
+	return nil
+}
+
+func (d *Deriver) close() {
+	if d.svcs != nil {
+		d.svcs.Close()
+	}
+	if d.slices != nil {
+		d.slices.Close()
+	}
+}
+
+// Run derives until ctx ends.
+func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
+	if d.svcs == nil {
+		if err := d.Subscribe(); err != nil {
+			health.Degraded("subscribe", err)
+			return
+		}
+	}
+	defer d.close()
+	for {
+		svcW, slW, initW, err := d.Step()
+		if err != nil {
+			health.Degraded("derive load-balancer tables", err)
+		} else {
+			health.OK("derived")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-svcW:
+		case <-slW:
+		case <-initW:
+		}
+	}
+}
+
+// Step consumes the changes up to now and rewrites the frontends of the
+// Services they touch. It returns the channels that close when there is
+// more to do. Subscribe first.
+func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
+	var restoreErr error
+	if d.restore != nil {
+		// Without the map's IDs the backends get new ones: the services
+		// map is rewritten with them, only the restart is less smooth.
+		ids, err := d.restore()
+		if err != nil {
+			restoreErr = fmt.Errorf("read the backend IDs of the backends map (new IDs are given): %w", err)
+		}
+		d.restored, d.restore = ids, nil
+		d.reserved = map[uint32]bool{}
+		for _, id := range ids {
+			d.reserved[id] = true
+		}
+	}
+	defer func() { err = errors.Join(restoreErr, err) }()
+	rtxn := d.t.DB.ReadTxn()
+	touched := map[string]struct{}{}
+	svcCh, svcW := d.svcs.Next(rtxn)
+	for ch := range svcCh {
+		touched[k8stables.Key(ch.Object)] = struct{}{}
+	}
+	slCh, slW := d.slices.Next(rtxn)
+	for ch := range slCh {
+		key := k8stables.Key(ch.Object)
+		if old, ok := d.sliceSvc[key]; ok {
+			touched[old] = struct{}{}
+			delete(d.sliceSvc, key)
+		}
+		if svc, ok := k8stables.EndpointSliceService(ch.Object); ok {
+			touched[svc] = struct{}{}
+			if !ch.Deleted {
+				d.sliceSvc[key] = svc
+			}
+		}
+	}
+	initNow := false
+	if d.initDone != nil {
+		svcInit, w1 := d.t.Services.Initialized(rtxn)
+		slInit, w2 := d.t.Slices.Initialized(rtxn)
+		switch {
+		case !svcInit:
+			initW = w1
+		case !slInit:
+			initW = w2
+		default:
+			initNow = true
+		}
+	}
+	for name := range d.failed {
+		touched[name] = struct{}{}
+	}
+	d.failed = nil
+	if len(touched) == 0 && !initNow {
+		return svcW, slW, initW, nil
+	}
+	// A failed step writes nothing: the bookkeeping goes back to what the
+	// tables hold, and the Services are derived again after a second.
+	saved := d.save()
+	defer func() {
+		if err != nil {
+			d.restoreState(saved)
+			d.failed = touched
+			initW = after(time.Second)
+		}
+	}()
+	wtxn := d.t.DB.WriteTxn(d.t.Frontends, d.t.Backends)
+	defer wtxn.Abort()
+	var released []lb.L4Addr
+	for name := range touched {
+		rel, err := d.syncService(rtxn, wtxn, name)
+		if err != nil {
+			return svcW, slW, initW, fmt.Errorf("service %s: %w", name, err)
+		}
+		released = append(released, rel...)
+	}
+	for _, b := range released {
+		if n, ok := d.refs[b]; !ok || n > 0 {
+			continue // taken again, or released already
+		}
+		if err := d.release(wtxn, b); err != nil {
+			return svcW, slW, initW, err
+		}
+	}
+	if initNow {
+		for _, f := range d.initDone {
+			f(wtxn)
+		}
+		d.initDone = nil
+		// Every Service has been derived: what was not taken back is gone.
+		d.restored, d.reserved = nil, nil
+	}
+	wtxn.Commit()
+	return svcW, slW, initW, nil
+}
+
+// syncService rewrites the frontends of Service name and returns the
+// backends whose reference it dropped (deleted by the caller if nobody
+// took them again).
+func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
+	var want []*lb.Frontend
+	if svc, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name)); ok {
+		var sls []*discoveryv1.EndpointSlice
+		for s := range d.t.Slices.List(rtxn, k8stables.EndpointSliceServiceIndex.Query(name)) {
+			sls = append(sls, s)
+		}
+		want = lb.ServiceFrontends(svc, sls)
+	}
+	var released []lb.L4Addr
+	wanted := map[lb.L4Addr]bool{}
+	for _, f := range want {
+		wanted[f.Address] = true
+	}
+	// Current frontends of the Service, and rows of the wanted addresses
+	// that another Service held: their references go.
+	var cur []*lb.Frontend
+	for f := range d.t.Frontends.List(wtxn, lb.FrontendServiceIndex.Query(name)) {
+		cur = append(cur, f)
+	}
+	for _, f := range want {
+		if o, _, ok := d.t.Frontends.Get(wtxn, lb.FrontendAddressIndex.Query(f.Address)); ok && o.Service != name {
+			cur = append(cur, o)
+		}
+	}
+	for _, f := range cur {
+		if f.Status.Kind == reconciler.StatusPendingDelete {
+			continue
+		}
+		for _, b := range f.Backends {
+			d.refs[b]--
+			released = append(released, b)
+		}
+		if !wanted[f.Address] {
+			if _, _, err := d.t.Frontends.Delete(wtxn, f); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, f := range want {
+		f.BackendIDs = make([]uint32, len(f.Backends))
+		for i, b := range f.Backends {
+			id, err := d.acquire(wtxn, b)
+			if err != nil {
+				return nil, err
+			}
+			f.BackendIDs[i] = id
+		}
+		if o, _, ok := d.t.Frontends.Get(wtxn, lb.FrontendAddressIndex.Query(f.Address)); ok &&
+			o.Status.Kind != reconciler.StatusPendingDelete && o.SameAs(f) {
+			continue
+		}
+		if _, _, err := d.t.Frontends.Insert(wtxn, f.WithStatus(reconciler.Pending())); err != nil {
+			return nil, err
+		}
+	}
+	return released, nil
+}
+
+// acquire takes a reference on backend b, giving it an ID and a row if
+// it has none.
+func (d *Deriver) acquire(wtxn statedb.WriteTxn, b lb.L4Addr) (uint32, error) {
+	d.refs[b]++
+	if id, ok := d.ids[b]; ok {
+		return id, nil
+	}
+	id, err := d.allocate(b)
+	if errors.Is(err, ErrNoBackendID) {
+		// Backends this step released may still hold IDs.
+		if err = d.reclaim(wtxn); err == nil {
+			id, err = d.allocate(b)
+		}
+	}
+	if err != nil {
+		d.refs[b]--
+		return 0, err
+	}
+	d.ids[b], d.used[id] = id, true
+	if _, _, err := d.t.Backends.Insert(wtxn, &lb.Backend{Address: b, ID: id, Status: reconciler.Pending()}); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// reclaim frees the IDs (and rows) of backends nobody references any more.
+func (d *Deriver) reclaim(wtxn statedb.WriteTxn) error {
+	for b, n := range d.refs {
+		if n > 0 {
+			continue
+		}
+		if err := d.release(wtxn, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release forgets backend b and deletes its row.
+func (d *Deriver) release(wtxn statedb.WriteTxn, b lb.L4Addr) error {
+	delete(d.refs, b)
+	if cur, _, ok := d.t.Backends.Get(wtxn, lb.BackendAddressIndex.Query(b)); ok && cur.Status.Kind != reconciler.StatusPendingDelete {
+		if _, _, err := d.t.Backends.Delete(wtxn, cur); err != nil {
+			return err
+		}
+	}
+	if id, ok := d.ids[b]; ok {
+		delete(d.used, id)
+		delete(d.ids, b)
+	}
+	return nil
+}
+
+func (d *Deriver) allocate(b lb.L4Addr) (uint32, error) {
+	if id, ok := d.restored[b]; ok && id >= 1 && id <= d.maxID && !d.used[id] {
+		return id, nil
+	}
+	for range d.maxID {
+		id := d.next
+		d.next = d.next%d.maxID + 1
+		if d.used[id] {
+			continue
+		}
+		if d.reserved[id] {
+			continue // kept for its backend while it may come back
+		}
+		return id, nil
+	}
+	// Every ID is used or reserved: take a reserved one.
+	for id := uint32(1); id <= d.maxID; id++ {
+		if !d.used[id] {
+			return id, nil
+		}
+	}
+	return 0, ErrNoBackendID
+}

@@ -1,0 +1,20 @@
+// Package lbsync keeps the socket load balancer's tables (statedb/lb) and
+// BPF maps (bpf/sock.c) in step with the cluster's Services:
+//
+//   - Deriver derives the lb-frontends and lb-backends tables from the
+//     k8s-services and k8s-endpoint-slices tables, incrementally: a change
+//     of a Service or of one of its EndpointSlices recomputes that
+//     Service's frontends only. Backends are shared between frontends and
+//     counted; a backend gets a numeric ID when a frontend first uses it
+//     and loses it when the last one stops;
+//   - FrontendOps and BackendOps reconcile the two tables into
+//     cellium_lb4_services and cellium_lb4_backends with the generic
+//     reconciler (statedb/reconciler). A frontend is written only once
+//     all its backends are in the backends map, slots first and the
+//     count last, so a program never picks a slot that is not there yet.
+//
+// The package works on small interfaces (ServicesMap, BackendsMap) so that
+// its logic is tested with in-memory maps; PinnedServices and
+// PinnedBackends adapt datapath/maps. It is plain Go; daemon/socklb
+// composes it into the agent.
+package lbsync

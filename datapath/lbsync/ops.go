@@ -1,0 +1,232 @@
+package lbsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/cilium/statedb"
+
+	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/reconciler"
+)
+
+// Reconciler names (jobs "reconcile-<name>", metrics labels).
+const (
+	FrontendsReconciler = "lb4-services-map"
+	BackendsReconciler  = "lb4-backends-map"
+)
+
+// ErrBackendNotReady means a frontend waits for one of its backends to be
+// written into the backends map; the reconciler retries it.
+var ErrBackendNotReady = errors.New("backend not in the backends map yet")
+
+// ServicesMap is cellium_lb4_services as the reconciler uses it.
+// Delete must be idempotent.
+type ServicesMap interface {
+	Update(keys []maps.ServiceSlot, vals []maps.ServiceValue) error
+	Delete(keys []maps.ServiceSlot) error
+	// Lookup reports the value of k and whether it exists.
+	Lookup(k maps.ServiceSlot) (maps.ServiceValue, bool, error)
+	Dump() (map[maps.ServiceSlot]maps.ServiceValue, error)
+}
+
+// BackendsMap is cellium_lb4_backends as the reconciler uses it. Delete
+// must be idempotent.
+type BackendsMap interface {
+	Update(ids []uint32, addrs []lb.L4Addr) error
+	Delete(ids []uint32) error
+	Dump() (map[uint32]lb.L4Addr, error)
+}
+
+// FrontendOps reconciles the lb-frontends table into the services map.
+type FrontendOps struct {
+	m        ServicesMap
+	backends statedb.Table[*lb.Backend]
+}
+
+var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
+
+// NewFrontendOps reconciles into m; backends is the lb-backends table,
+// whose statuses say which backends are in the backends map.
+func NewFrontendOps(m ServicesMap, backends statedb.Table[*lb.Backend]) *FrontendOps {
+	return &FrontendOps{m: m, backends: backends}
+}
+
+// Update implements reconciler.Operations: once every backend of f is in
+// the backends map (its row Done), it writes slots 1..n, then slot 0 with
+// the count n, then deletes the slots above n that an older version had.
+func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Frontend) error {
+	if len(f.BackendIDs) != len(f.Backends) {
+		return fmt.Errorf("frontend %v: %d backends but %d IDs", f.Address, len(f.Backends), len(f.BackendIDs))
+	}
+	for i, id := range f.BackendIDs {
+		b, _, ok := o.backends.Get(txn, lb.BackendIDIndex.Query(id))
+		if !ok || b.Address != f.Backends[i] || b.Status.Kind != reconciler.StatusDone {
+			return fmt.Errorf("frontend %v: backend %v (ID %d): %w", f.Address, f.Backends[i], id, ErrBackendNotReady)
+		}
+	}
+	old, hadOld, err := o.m.Lookup(maps.ServiceSlot{Frontend: f.Address})
+	if err != nil {
+		return fmt.Errorf("frontend %v: %w", f.Address, err)
+	}
+	n := len(f.BackendIDs)
+	keys := make([]maps.ServiceSlot, 0, n+1)
+	vals := make([]maps.ServiceValue, 0, n+1)
+	for i, id := range f.BackendIDs {
+		keys = append(keys, maps.ServiceSlot{Frontend: f.Address, Slot: uint16(i + 1)})
+		vals = append(vals, maps.ServiceValue{BackendID: id})
+	}
+	if n > 0 {
+		if err := o.m.Update(keys, vals); err != nil {
+			return fmt.Errorf("frontend %v: write slots: %w", f.Address, err)
+		}
+	}
+	if err := o.m.Update([]maps.ServiceSlot{{Frontend: f.Address}}, []maps.ServiceValue{{Count: uint16(n)}}); err != nil {
+		return fmt.Errorf("frontend %v: write count: %w", f.Address, err)
+	}
+	if hadOld && int(old.Count) > n {
+		var stale []maps.ServiceSlot
+		for s := n + 1; s <= int(old.Count); s++ {
+			stale = append(stale, maps.ServiceSlot{Frontend: f.Address, Slot: uint16(s)})
+		}
+		if err := o.m.Delete(stale); err != nil {
+			return fmt.Errorf("frontend %v: delete slots above %d: %w", f.Address, n, err)
+		}
+	}
+	return nil
+}
+
+// Delete implements reconciler.Operations: slot 0 first (the frontend is
+// gone for the programs), then its slots.
+func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
+	n := len(f.BackendIDs)
+	if v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: f.Address}); err != nil {
+		return fmt.Errorf("frontend %v: %w", f.Address, err)
+	} else if ok {
+		n = max(n, int(v.Count))
+	}
+	if err := o.m.Delete([]maps.ServiceSlot{{Frontend: f.Address}}); err != nil {
+		return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+	}
+	var slots []maps.ServiceSlot
+	for s := 1; s <= n; s++ {
+		slots = append(slots, maps.ServiceSlot{Frontend: f.Address, Slot: uint16(s)})
+	}
+	if err := o.m.Delete(slots); err != nil {
+		return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+	}
+	return nil
+}
+
+// Prune implements reconciler.Operations: it lists the map, then deletes
+// the frontends no row wants (slot 0 first) and the slots above each
+// desired frontend's count.
+func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
+	have, err := o.m.Dump()
+	if err != nil {
+		return fmt.Errorf("list services map: %w", err)
+	}
+	want := map[lb.L4Addr]int{}
+	for f := range desired {
+		want[f.Address] = len(f.BackendIDs)
+	}
+	var zero, rest []maps.ServiceSlot
+	for k := range have {
+		n, ok := want[k.Frontend]
+		switch {
+		case !ok && k.Slot == 0:
+			zero = append(zero, k)
+		case !ok || int(k.Slot) > n:
+			rest = append(rest, k)
+		}
+	}
+	if err := o.m.Delete(zero); err != nil {
+		return fmt.Errorf("prune %d frontends: %w", len(zero), err)
+	}
+	if err := o.m.Delete(rest); err != nil {
+		return fmt.Errorf("prune %d slots: %w", len(rest), err)
+	}
+	return nil
+}
+
+// BackendOps reconciles the lb-backends table into the backends map.
+type BackendOps struct {
+	m        BackendsMap
+	backends statedb.Table[*lb.Backend]
+}
+
+var _ reconciler.Operations[*lb.Backend] = (*BackendOps)(nil)
+
+// NewBackendOps reconciles the table backends into m.
+func NewBackendOps(m BackendsMap, backends statedb.Table[*lb.Backend]) *BackendOps {
+	return &BackendOps{m: m, backends: backends}
+}
+
+// Update implements reconciler.Operations.
+func (o *BackendOps) Update(_ context.Context, _ statedb.ReadTxn, b *lb.Backend) error {
+	if err := o.m.Update([]uint32{b.ID}, []lb.L4Addr{b.Address}); err != nil {
+		return fmt.Errorf("backend %d (%v): %w", b.ID, b.Address, err)
+	}
+	return nil
+}
+
+// Delete implements reconciler.Operations. An ID another backend holds
+// now (reused) is left alone: that backend's Update writes it, possibly
+// in the same round before this delete.
+func (o *BackendOps) Delete(_ context.Context, txn statedb.ReadTxn, b *lb.Backend) error {
+	if cur, _, ok := o.backends.Get(txn, lb.BackendIDIndex.Query(b.ID)); ok && cur.Address != b.Address {
+		return nil
+	}
+	if err := o.m.Delete([]uint32{b.ID}); err != nil {
+		return fmt.Errorf("delete backend %d (%v): %w", b.ID, b.Address, err)
+	}
+	return nil
+}
+
+// Prune implements reconciler.Operations: it lists the map, then deletes
+// the IDs no row has.
+func (o *BackendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Backend, statedb.Revision]) error {
+	have, err := o.m.Dump()
+	if err != nil {
+		return fmt.Errorf("list backends map: %w", err)
+	}
+	for b := range desired {
+		if a, ok := have[b.ID]; ok && a == b.Address {
+			delete(have, b.ID)
+		}
+	}
+	var stray []uint32
+	for id := range have {
+		stray = append(stray, id)
+	}
+	if err := o.m.Delete(stray); err != nil {
+		return fmt.Errorf("prune %d backends: %w", len(stray), err)
+	}
+	return nil
+}
+
+// FrontendsConfig returns the configuration of the reconciler of the
+// lb-frontends table into m.
+func FrontendsConfig(t Tables, m ServicesMap) reconciler.Config[*lb.Frontend] {
+	return reconciler.Config[*lb.Frontend]{
+		Name: FrontendsReconciler, Table: t.Frontends, Operations: NewFrontendOps(m, t.Backends),
+		GetStatus: func(f *lb.Frontend) reconciler.Status { return f.Status },
+		SetStatus: (*lb.Frontend).WithStatus,
+		// A frontend waits for its backends: retry soon.
+		RetryMin: 5 * time.Millisecond, RetryMax: 5 * time.Second,
+	}
+}
+
+// BackendsConfig returns the configuration of the reconciler of the
+// lb-backends table into m.
+func BackendsConfig(t Tables, m BackendsMap) reconciler.Config[*lb.Backend] {
+	return reconciler.Config[*lb.Backend]{
+		Name: BackendsReconciler, Table: t.Backends, Operations: NewBackendOps(m, t.Backends),
+		GetStatus: func(b *lb.Backend) reconciler.Status { return b.Status },
+		SetStatus: (*lb.Backend).WithStatus,
+	}
+}

@@ -1,0 +1,158 @@
+// Package socklb attaches the socket load balancer's cgroup programs
+// (bpf/sock.c) to the cgroup v2 root and detaches them. The attachments
+// are BPF links pinned in a directory on bpffs, so that they outlive the
+// agent: a restarted agent finds the pins and swaps the programs in place
+// (no moment without translation), and turning the feature off removes the
+// pins, which detaches the programs.
+package socklb
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/maps"
+)
+
+// Program is one cgroup program and where it attaches.
+type Program struct {
+	Name   string
+	Attach ebpf.AttachType
+}
+
+// Programs are the socket load balancer's programs; each link is pinned
+// under its Name.
+var Programs = []Program{
+	{bpf.SockProgCilSock4Connect, ebpf.AttachCGroupInet4Connect},
+	{bpf.SockProgCilSock4Sendmsg, ebpf.AttachCGroupUDP4Sendmsg},
+	{bpf.SockProgCilSock4Recvmsg, ebpf.AttachCGroupUDP4Recvmsg},
+	{bpf.SockProgCilSock4Getpeername, ebpf.AttachCgroupInet4GetPeername},
+}
+
+// IsCgroup2 reports whether path is the mount of a cgroup v2 hierarchy.
+func IsCgroup2(path string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return st.Type == unix.CGROUP2_SUPER_MAGIC, nil
+}
+
+// EnsureCgroup2 makes path a cgroup v2 mount: it creates the directory if
+// missing and mounts cgroup2 there unless it already is one (as Cilium does
+// with /run/cilium/cgroupv2). The root of a cgroup2 mount is the root of
+// the one cgroup v2 hierarchy of the machine, wherever it is mounted. It
+// reports whether it mounted. Needs root to mount.
+func EnsureCgroup2(path string) (mounted bool, err error) {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return false, fmt.Errorf("create cgroup2 mount point: %w", err)
+	}
+	ok, err := IsCgroup2(path)
+	if err != nil || ok {
+		return false, err
+	}
+	if err := unix.Mount("none", path, "cgroup2", 0, ""); err != nil {
+		return false, fmt.Errorf("mount cgroup2 at %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// Attach loads the programs with the maps m and attaches each to the
+// cgroup v2 hierarchy mounted at cgroupRoot, pinning its link in linkDir
+// (a bpffs directory, created if missing). A link already pinned there
+// gets the new program in place (link update); a pin that cannot be
+// updated is replaced by a new attachment.
+func Attach(m *maps.LBMaps, cgroupRoot, linkDir string) error {
+	ok, err := IsCgroup2(cgroupRoot)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s is not a cgroup2 mount", cgroupRoot)
+	}
+	spec, err := bpf.LoadSock()
+	if err != nil {
+		return fmt.Errorf("load embedded socket LB object: %w", err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.Replacements()})
+	if err != nil {
+		return fmt.Errorf("load the socket LB programs: %w", err)
+	}
+	// The links hold the programs; the collection's descriptors go.
+	defer coll.Close()
+	if err := os.MkdirAll(linkDir, 0o700); err != nil {
+		return fmt.Errorf("create link directory: %w", err)
+	}
+	for _, p := range Programs {
+		prog := coll.Programs[p.Name]
+		if prog == nil {
+			return fmt.Errorf("socket LB object has no program %s", p.Name)
+		}
+		if err := attachOne(prog, p, cgroupRoot, filepath.Join(linkDir, p.Name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func attachOne(prog *ebpf.Program, p Program, cgroupRoot, pin string) error {
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		err = l.Update(prog)
+		if err == nil {
+			return l.Close()
+		}
+		// Not updatable (another attach type, a kernel that lost it):
+		// detach it and attach anew.
+		_ = l.Unpin()
+		_ = l.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		if rmErr := os.Remove(pin); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			return fmt.Errorf("replace unreadable link pin %s: %w", pin, errors.Join(err, rmErr))
+		}
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: p.Attach, Program: prog})
+	if err != nil {
+		return fmt.Errorf("attach %s to %s: %w", p.Name, cgroupRoot, err)
+	}
+	if err := l.Pin(pin); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("pin the link of %s at %s: %w", p.Name, pin, err)
+	}
+	return l.Close()
+}
+
+// Detach removes the pinned links in linkDir, which detaches the programs,
+// then the directory. Missing pins are not an error.
+func Detach(linkDir string) error {
+	var errs []error
+	for _, p := range Programs {
+		pin := filepath.Join(linkDir, p.Name)
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", pin, err))
+		}
+	}
+	if err := os.Remove(linkDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove %s: %w", linkDir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Attached returns the names of the programs whose links are pinned in
+// linkDir.
+func Attached(linkDir string) ([]string, error) {
+	var out []string
+	for _, p := range Programs {
+		if _, err := os.Stat(filepath.Join(linkDir, p.Name)); err == nil {
+			out = append(out, p.Name)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	return out, nil
+}
