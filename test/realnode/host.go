@@ -76,6 +76,10 @@ var KubeletSysctls = []string{
 	"net.netfilter.nf_conntrack_max",
 	"net.netfilter.nf_conntrack_tcp_timeout_established",
 	"net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+	// The forwarding settings of cellium's agent when it runs as a pod
+	// with host routing (the node's Options.Agent empty).
+	"net.ipv4.ip_forward",
+	"net.ipv4.conf.all.rp_filter",
 }
 
 func sysctlPath(name string) string {

@@ -50,7 +50,16 @@ type Options struct {
 	Cluster *harness.Cluster
 	// Binaries are the node's programs (harness.EnsureNodeBinaries).
 	Binaries harness.NodeBinaries
-	// Agent and CNIPlugin are cellium-agent and cellium-cni.
+	// Agent and CNIPlugin are cellium-agent and cellium-cni, run by the
+	// node as a process and linked into its CNI binary directory. Both
+	// empty: cellium comes as pods ([Install]: the agent's DaemonSet
+	// installs the plugin and writes the conflist); the node's directory is
+	// then made a shared mount (containerd requires one for the
+	// DaemonSet's mount propagation), Start returns once the kubelet has
+	// registered the Node (Ready follows the agent's conflist), and Stop
+	// deletes the pods that are not in the host network and waits for the
+	// agent to release them before it stops the node, then removes what
+	// the agent left in the host's network namespace.
 	Agent, CNIPlugin string
 	// AgentKubeconfig is the agent's (Cluster.AgentKubeconfig).
 	AgentKubeconfig string
@@ -74,6 +83,9 @@ type Options struct {
 	ClusterCIDR string
 	// StartTimeout bounds the start of each component; default 2 minutes.
 	StartTimeout time.Duration
+	// Detach runs the node's processes in sessions of their own, so that
+	// they outlive the caller (make up); [Recover] stops them.
+	Detach bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -109,6 +121,10 @@ type hostState struct {
 	HadResults  map[string]bool   `json:"hadResults"` // the files in /var/lib/cni/results before
 	HadKubelet  map[string]bool   `json:"hadKubelet"` // which of the kubelet's default directories existed before
 	HadDPSocket bool              `json:"hadDevicePluginSocket"`
+	// AgentInPod: cellium runs as pods (Options.Agent empty); the node's
+	// directory is a shared bind mount of itself, and the agent's host
+	// network state is removed when the node stops.
+	AgentInPod bool `json:"agentInPod,omitempty"`
 	// NFTables are the nftables tables ("ip kube-proxy") kube-proxy made,
 	// which were not there before.
 	NFTables []string `json:"nftables,omitempty"`
@@ -175,6 +191,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	for _, d := range kubeletDefaultDirs {
 		h.HadKubelet[d] = exists(d)
 	}
+	h.AgentInPod = opts.Agent == ""
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start real node: %w", err)
 	}
@@ -195,7 +212,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	if err := os.Symlink(opts.CNIPlugin, filepath.Join(n.CNIBinDir(), devnode.CNIPlugin)); err != nil {
+	if h.AgentInPod {
+		if err := sharedMount(n.Dir); err != nil {
+			return nil, err
+		}
+	} else if err := os.Symlink(opts.CNIPlugin, filepath.Join(n.CNIBinDir(), devnode.CNIPlugin)); err != nil {
 		return nil, err
 	}
 	if err := os.Symlink(opts.Binaries.Loopback, filepath.Join(n.CNIBinDir(), "loopback")); err != nil {
@@ -223,10 +244,15 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	if h.AgentInPod {
+		log.Info("real node registered; its network comes with cellium's DaemonSet", "name", n.Name, "dir", n.Dir,
+			"took", time.Since(began).Round(time.Millisecond))
+		return n, nil
+	}
 	if err := n.startAgent(ctx); err != nil {
 		return nil, err
 	}
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.WaitReady(ctx); err != nil {
 		return nil, err
 	}
 	log.Info("real node ready", "name", n.Name, "dir", n.Dir, "took", time.Since(began).Round(time.Millisecond))
@@ -324,6 +350,7 @@ func (n *Node) process(name, path string, args []string, env ...string) harness.
 		Dir:     n.Dir,
 		LogFile: n.LogFile(name),
 		PidFile: filepath.Join(n.Dir, name+".pid"),
+		Detach:  n.opts.Detach,
 	}
 }
 
@@ -553,8 +580,10 @@ func (n *Node) startAgent(ctx context.Context) error {
 	return devnode.WaitAgent(ctx, n.agentCfg, r)
 }
 
-// waitReady waits for the Node's Ready condition.
-func (n *Node) waitReady(ctx context.Context) error {
+// WaitReady waits (at most the start timeout) for the Node's Ready
+// condition: the kubelet runs and containerd's CRI has found a CNI
+// configuration.
+func (n *Node) WaitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.StartTimeout)
 	defer cancel()
 	return devnode.WaitFor(ctx, n.kubeletProc(), func() error {
@@ -595,7 +624,10 @@ func (n *Node) kubeletProc() *harness.Running {
 func (n *Node) Stop(ctx context.Context) error {
 	var errs []error
 	cs := n.opts.Cluster.Clientset()
-	if n.kubeletProc() != nil && n.agentRunning() {
+	switch {
+	case n.kubeletProc() != nil && n.host.AgentInPod:
+		errs = append(errs, DrainPodNetwork(ctx, cs, n.Name, n.agentCfg.SocketPath()))
+	case n.kubeletProc() != nil && n.agentRunning():
 		errs = append(errs, n.drain(ctx))
 	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
@@ -853,6 +885,9 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 	var errs []error
 	errs = append(errs, killNodeProcesses(h.CgroupRoot, h.Socket, log))
 	errs = append(errs, unmountUnder(dir))
+	if h.AgentInPod {
+		errs = append(errs, unmountDir(dir), devnode.RemoveAgentHostNetwork(context.Background()))
+	}
 	errs = append(errs, removeCgroupRoot(h.CgroupRoot))
 	if h.Sysctls != nil {
 		errs = append(errs, writeSysctls(h.Sysctls))
@@ -1013,6 +1048,12 @@ func (h *hostState) leftovers(dir string) []string {
 	if mps, err := mountsUnder(dir); err == nil {
 		for _, mp := range mps {
 			out = append(out, "mount "+mp)
+		}
+	}
+	if h.AgentInPod {
+		out = append(out, agentHostNetworkLeftovers()...)
+		if isMountPoint(dir) {
+			out = append(out, "mount "+dir)
 		}
 	}
 	if links, err := h.logLinks(); err == nil {
