@@ -315,8 +315,15 @@ func (n *Node) AgentConfig() devnode.AgentConfig { return n.agentCfg }
 func (n *Node) ContainerdSocket() string { return filepath.Join(n.Dir, "containerd.sock") }
 
 func (n *Node) containerdDir() string { return filepath.Join(n.Dir, "containerd") }
-func (n *Node) kubeletDir() string    { return filepath.Join(n.Dir, "kubelet") }
-func (n *Node) podLogsDir() string    { return filepath.Join(n.Dir, "pod-logs") }
+
+// NetnsDir is where the node's containerd pins the pods' network
+// namespaces (netns_mounts_under_state_dir: its CRI plugin's state
+// directory, /netns).
+func (n *Node) NetnsDir() string {
+	return filepath.Join(n.containerdDir(), "state", "io.containerd.grpc.v1.cri", "netns")
+}
+func (n *Node) kubeletDir() string { return filepath.Join(n.Dir, "kubelet") }
+func (n *Node) podLogsDir() string { return filepath.Join(n.Dir, "pod-logs") }
 
 // LogFile is the log of a process of the node (Containerd, Kubelet,
 // KubeScheduler, devnode.Agent).
@@ -936,16 +943,12 @@ func Recover(dir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	h, err := readHostState(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("recover real node in %s: %w", dir, err)
-	}
-	var h hostState
-	if err := json.Unmarshal(b, &h); err != nil {
-		return fmt.Errorf("recover real node in %s: %s: %w", dir, stateFile, err)
 	}
 	var errs []error
 	for _, name := range []string{devnode.Agent, KubeProxy, Kubelet, KubeScheduler, Containerd} {
@@ -969,6 +972,19 @@ func Recover(dir string, log *slog.Logger) error {
 		return fmt.Errorf("recover real node %s: %w", h.Name, err)
 	}
 	return nil
+}
+
+// readHostState reads the state Start recorded in dir.
+func readHostState(dir string) (hostState, error) {
+	var h hostState
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+	}
+	return h, nil
 }
 
 // killNodeProcesses kills what still runs of a node whose containerd and
