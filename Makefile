@@ -74,11 +74,15 @@ bpf:
 manifests:
 	$(GO) run ./install/cmd/render-manifests
 
-## up: a local cluster on this machine (etcd, kube-apiserver, operator, agent)
-up: deps k8s-binaries build
-	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN)
+## up: a local cluster on this machine: etcd, kube-apiserver, kube-controller-manager
+## and a real node (containerd, kubelet, kube-scheduler, kube-proxy) with cellium
+## installed from its chart (DaemonSet, Deployment), demo pods (root).
+## NODE=dev runs the devkubelet and an agent process instead (no node binaries).
+NODE ?= real
+up: deps k8s-binaries build $(if $(filter real,$(NODE)),node-binaries)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE)
 
-## down: stop what `make up` started
+## down: stop what `make up` started and remove everything it made on the host
 down:
 	$(GO) run ./test/cmd/devcluster down --dir $(DEVDIR)
 

@@ -121,6 +121,9 @@ type hostState struct {
 	HadResults  map[string]bool   `json:"hadResults"` // the files in /var/lib/cni/results before
 	HadKubelet  map[string]bool   `json:"hadKubelet"` // which of the kubelet's default directories existed before
 	HadDPSocket bool              `json:"hadDevicePluginSocket"`
+	// ShimSocketDir is the shims' socket directory when it is outside the
+	// node's directory (a long path): removed with the node.
+	ShimSocketDir string `json:"shimSocketDir,omitempty"`
 	// AgentInPod: cellium runs as pods (Options.Agent empty); the node's
 	// directory is a shared bind mount of itself, and the agent's host
 	// network state is removed when the node stops.
@@ -323,6 +326,19 @@ func (n *Node) NetnsDir() string {
 	return filepath.Join(n.containerdDir(), "state", "io.containerd.grpc.v1.cri", "netns")
 }
 func (n *Node) kubeletDir() string { return filepath.Join(n.Dir, "kubelet") }
+
+// maxShimSocketDir is the longest socket_dir containerd accepts.
+const maxShimSocketDir = 42
+
+// shimSocketDir is the directory of the shims' sockets: in the node's
+// directory if its path is short enough for containerd, else
+// /run/cellium-<link name> (a name of this node alone), which Stop removes.
+func (n *Node) shimSocketDir() string {
+	if d := filepath.Join(n.containerdDir(), "s"); len(d) <= maxShimSocketDir {
+		return d
+	}
+	return filepath.Join("/run", "cellium-"+n.host.LinkName)
+}
 func (n *Node) podLogsDir() string { return filepath.Join(n.Dir, "pod-logs") }
 
 // LogFile is the log of a process of the node (Containerd, Kubelet,
@@ -386,12 +402,19 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		State:         filepath.Join(d, "state"),
 		Temp:          filepath.Join(d, "tmp"),
 		Socket:        n.ContainerdSocket(),
-		ShimSocketDir: filepath.Join(d, "s"),
+		ShimSocketDir: n.shimSocketDir(),
 		RuncRoot:      filepath.Join(d, "runc"),
 		Runc:          n.opts.Binaries.Runc,
 		CNIBinDir:     n.CNIBinDir(),
 		CNIConfDir:    n.agentCfg.CNIConfDir(),
 		SandboxImage:  SandboxImage,
+	}
+	if cfg.ShimSocketDir != filepath.Join(d, "s") {
+		// Recorded before it is made, for Stop and Recover.
+		n.host.ShimSocketDir = cfg.ShimSocketDir
+		if err := n.writeState(); err != nil {
+			return err
+		}
 	}
 	for _, dir := range []string{cfg.Root, cfg.State, cfg.Temp, cfg.ShimSocketDir, cfg.RuncRoot} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -632,7 +655,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	var errs []error
 	cs := n.opts.Cluster.Clientset()
 	switch {
-	case n.kubeletProc() != nil && n.host.AgentInPod:
+	case n.host.AgentInPod && n.running(Kubelet) && exists(n.agentCfg.SocketPath()):
 		errs = append(errs, DrainPodNetwork(ctx, cs, n.Name, n.agentCfg.SocketPath()))
 	case n.kubeletProc() != nil && n.agentRunning():
 		errs = append(errs, n.drain(ctx))
@@ -659,6 +682,22 @@ func (n *Node) Stop(ctx context.Context) error {
 		return fmt.Errorf("stop real node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// running reports whether the node started the process name and it has
+// not exited.
+func (n *Node) running(name string) bool {
+	for _, r := range n.procs {
+		if r.Name() == name {
+			select {
+			case <-r.Done():
+				return false
+			default:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (n *Node) agentRunning() bool {
@@ -908,6 +947,11 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 			}
 		}
 	}
+	if h.ShimSocketDir != "" {
+		if err := os.RemoveAll(h.ShimSocketDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	errs = append(errs, removeEmptyTree(runContainerd, h.HadRunCtrd))
 	errs = append(errs, removeEmptyTree(varLibCNI, h.HadVarCNI))
 	if !h.HadDPSocket {
@@ -1093,6 +1137,9 @@ func (h *hostState) leftovers(dir string) []string {
 		if nftTableExists(tbl) {
 			out = append(out, "nftables table "+tbl)
 		}
+	}
+	if h.ShimSocketDir != "" && exists(h.ShimSocketDir) {
+		out = append(out, "directory "+h.ShimSocketDir)
 	}
 	if !h.HadDPSocket && exists(devicePluginSocket) {
 		out = append(out, "socket "+devicePluginSocket)

@@ -84,7 +84,8 @@ func agentHostNetworkLeftovers() []string {
 // the agent on socket no longer has an endpoint of a pod: the kubelet has
 // stopped their sandboxes and containerd released their network through
 // CNI DEL while the agent still runs. Pods a controller recreates are
-// deleted again. It gives up after a minute.
+// deleted again. It gives up after a minute, at once if the agent or the
+// API server does not answer.
 //
 // Errors: the API server or the agent does not answer; pods remain.
 func DrainPodNetwork(ctx context.Context, cs kubernetes.Interface, node, socket string) error {
@@ -92,6 +93,16 @@ func DrainPodNetwork(ctx context.Context, cs kubernetes.Interface, node, socket 
 	defer cancel()
 	agent := client.New(socket)
 	defer agent.Close()
+	// An API server or agent that does not answer at all is not waited
+	// for.
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer pcancel()
+	if _, err := agent.GetEndpoints(pctx); err != nil {
+		return fmt.Errorf("drain: the agent on %s: %w", socket, err)
+	}
+	if _, err := cs.CoreV1().Nodes().Get(pctx, node, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
 	zero := int64(0)
 	return devnode.WaitFor(ctx, nil, func() error {
 		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})

@@ -34,6 +34,8 @@ type state struct {
 	APIServer  string    `json:"apiserver,omitempty"`
 	Kubeconfig string    `json:"kubeconfig,omitempty"`
 	Started    time.Time `json:"started"`
+	// Node is the kind of node (nodeReal, nodeDev; empty: dev).
+	Node string `json:"node,omitempty"`
 }
 
 // stopTimeout is how long each process gets after SIGTERM before SIGKILL.
@@ -82,6 +84,16 @@ func newUpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.StartTimeout = timeout
 			node.timeout = timeout
+			if node.kind != nodeReal && node.kind != nodeDev {
+				return fmt.Errorf("--node=%s: want %s or %s", node.kind, nodeReal, nodeDev)
+			}
+			if node.kind == nodeReal && !node.controlPlaneOnly {
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods)
+			}
 			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},
 	}
@@ -222,6 +234,9 @@ func prepareDir(dir string, log io.Writer) error {
 		}
 	}
 	fmt.Fprintf(log, "removing the state of a stopped cluster in %s\n", dir)
+	if err := downReal(context.Background(), log, dir); err != nil {
+		return err
+	}
 	if err := removeNodeLeftovers(dir, log); err != nil {
 		return err
 	}
@@ -256,6 +271,12 @@ func down(stdout io.Writer, dir string) error {
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
 		return fmt.Errorf("%s holds no devcluster state (%s); not touching it", dir, stateFile)
+	}
+	// The real node first: its pods are released through the agent while
+	// the API server still runs. If it cannot be cleaned, dir stays (its
+	// state says what is left).
+	if err := downReal(context.Background(), stdout, dir); err != nil {
+		return fmt.Errorf("stop cluster in %s: %w", dir, err)
 	}
 	procs, err := processes(dir)
 	if err != nil {

@@ -49,6 +49,7 @@ const demoNamespace = "demo"
 
 // nodeOptions configure the node up runs on top of the control plane.
 type nodeOptions struct {
+	kind             string // nodeReal or nodeDev
 	controlPlaneOnly bool
 	binDir           string
 	nodeName         string
@@ -72,6 +73,8 @@ type nodeOptions struct {
 
 func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	fs.StringVar(&o.kind, "node", nodeDev, "the node: "+nodeReal+" (containerd, kubelet, kube-scheduler, kube-proxy; cellium installed from its chart as a DaemonSet and a Deployment: make up) "+
+		"or "+nodeDev+" (the devkubelet and cellium-agent as a process: fast, no container runtime); the flags below are for "+nodeDev)
 	fs.BoolVar(&o.controlPlaneOnly, "control-plane-only", false, "run etcd and kube-apiserver (and the controller-manager) only: no cellium, no root needed")
 	fs.StringVar(&o.binDir, "bin-dir", "", "directory with cellium-agent, cellium-operator, cellium-cni, devkubelet (and cellium) from `make build`; empty: the directory of this program if it has them, else build them with `go build`")
 	fs.StringVar(&o.nodeName, "node-name", "cellium-node", "name of the node the agent and the devkubelet run")
