@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
 
 all: build
 
@@ -31,6 +31,11 @@ k8s-binaries:
 ## containerd, ctr, containerd-shim-runc-v2, the CNI loopback plugin) into the
 ## cache, and Debian's runc; the first build takes ~15 minutes on 2 cores
 node-binaries: deps k8s-node-binaries containerd-binaries
+
+## kubectl: kubectl of the cluster's version into the cache (make up builds it
+## when there is no kubectl on $PATH)
+kubectl:
+	nice -n 19 $(GO) run ./test/cmd/devcluster build-kubectl
 
 ## k8s-node-binaries: kubelet, kube-scheduler and kube-proxy into the cache
 k8s-node-binaries:

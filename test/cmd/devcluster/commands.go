@@ -51,7 +51,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd())
+	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd(), newBuildKubectlCmd())
 	return root
 }
 
@@ -338,8 +338,20 @@ func status(ctx context.Context, stdout io.Writer, dir string) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROCESS\tPID\tSTATE\tLOG")
 	down := 0
+	// A real node's processes live in DIR/node.
+	paths := make([]string, 0, len(procs))
 	for _, name := range procs {
-		pid, running, err := harness.ReadPidFile(filepath.Join(dir, name+".pid"))
+		paths = append(paths, filepath.Join(dir, name))
+	}
+	if st.Node == nodeReal {
+		nodePids, _ := filepath.Glob(filepath.Join(dir, "node", "*.pid"))
+		for _, f := range nodePids {
+			paths = append(paths, strings.TrimSuffix(f, ".pid"))
+		}
+	}
+	for _, path := range paths {
+		name := filepath.Base(path)
+		pid, running, err := harness.ReadPidFile(path + ".pid")
 		state := "running"
 		switch {
 		case err != nil:
@@ -354,7 +366,7 @@ func status(ctx context.Context, stdout io.Writer, dir string) error {
 		if pid > 0 {
 			pidText = fmt.Sprint(pid)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, pidText, state, relativeToWD(filepath.Join(dir, name+".log")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, pidText, state, relativeToWD(path+".log"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -456,6 +468,22 @@ func newBuildNodeCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&only, "only", "", "build one group only: "+harness.NodeGroupKubernetes+" or "+harness.NodeGroupContainerd)
 	return cmd
+}
+
+func newBuildKubectlCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build-kubectl",
+		Short: "Build kubectl (the cluster's version, from tools/k8s) into the cache if missing and print its path",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := harness.EnsureKubectl(cmd.Context(), logger(cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), p)
+			return nil
+		},
+	}
 }
 
 // processes returns the names of the processes of the cluster in dir, in

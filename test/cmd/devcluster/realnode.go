@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/exec"
 	"text/tabwriter"
 	"time"
 
@@ -58,7 +60,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		return err
 	}
 	kc := relativeToWD(c.Kubeconfig())
-	k := "kubectl --kubeconfig " + kc
+	k := kubectl(ctx, log) + " --kubeconfig " + kc
 	fmt.Fprintf(stdout, "cluster is up: kube-apiserver %s, node %s (containerd, kubelet, kube-scheduler, kube-proxy nftables)\n",
 		c.Control.APIServerURL(), c.Node.Name)
 	fmt.Fprintf(stdout, "cellium installed from its chart: %s (DaemonSet %s, Deployment %s in %s)\n",
@@ -114,4 +116,23 @@ func downReal(ctx context.Context, w io.Writer, dir string) error {
 		return fmt.Errorf("the real node left %v", left)
 	}
 	return nil
+}
+
+// kubectl is the kubectl to print in the hints: the cluster's own version
+// if it is cached, else one on $PATH, else the cluster's own built now
+// (harness.EnsureKubectl, a few minutes once).
+func kubectl(ctx context.Context, log *slog.Logger) string {
+	if p, ok := harness.CachedKubectl(); ok {
+		return p
+	}
+	if _, err := exec.LookPath("kubectl"); err == nil {
+		return "kubectl"
+	}
+	log.Info("no kubectl on $PATH: building the cluster's version (make kubectl)")
+	p, err := harness.EnsureKubectl(ctx, log)
+	if err != nil {
+		log.Warn("cannot build kubectl", "error", err)
+		return "kubectl"
+	}
+	return p
 }
