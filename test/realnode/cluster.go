@@ -221,6 +221,8 @@ func (c *Cluster) AgentSocket() string { return c.Node.AgentConfig().SocketPath(
 // plane, the blackhole routes. The directory stays (the logs).
 func (c *Cluster) Stop(ctx context.Context) error {
 	var errs []error
+	// No controller recreates the pods the node's drain deletes.
+	errs = append(errs, stopControllerManager(c.Dir))
 	if c.Node != nil {
 		errs = append(errs, c.Node.Stop(ctx))
 	}
@@ -265,7 +267,8 @@ func ClusterLeftovers(dir string) []string {
 }
 
 // Down stops the cluster in dir that [Up] started with Detach, from any
-// process (make down): the pods that are not in the host network are
+// process (make down): kube-controller-manager is stopped first (nothing
+// recreates pods any more), the pods that are not in the host network are
 // deleted and released through the agent while it still runs (best
 // effort: an API server or agent that does not answer is skipped), then
 // the node's processes are killed and the host cleaned ([Recover]), the
@@ -282,6 +285,10 @@ func Down(ctx context.Context, dir string, log *slog.Logger) error {
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	// No controller recreates the pods the drain deletes.
+	if err := stopControllerManager(dir); err != nil {
 		return err
 	}
 	if h, err := readHostState(st.NodeDir); err == nil && h.AgentInPod && st.Kubeconfig != "" {
@@ -303,6 +310,13 @@ func Down(ctx context.Context, dir string, log *slog.Logger) error {
 		return fmt.Errorf("stop real cluster in %s: %w", dir, err)
 	}
 	return nil
+}
+
+// stopControllerManager stops the cluster's kube-controller-manager (by
+// its pid file in dir), so that no ReplicaSet, Job or DaemonSet controller
+// recreates the pods a drain deletes.
+func stopControllerManager(dir string) error {
+	return harness.StopPidFile(filepath.Join(dir, harness.KubeControllerManager+".pid"), stopTimeout)
 }
 
 // controlPlaneOrder sorts the control plane's pid files in stop order.

@@ -1,8 +1,10 @@
 package realnode
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -65,7 +68,8 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	bins := nodeBinaries(t)
 	waitMachineFree(t)
 	ctx := t.Context()
-	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logged), nil))
 	dir, err := os.MkdirTemp("", "crc-")
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +178,37 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	_ = netns.Close()
 	agent.Close()
 
+	// A Deployment's pod: down must release it although its ReplicaSet
+	// would recreate it.
+	one := int32(1)
+	labels := map[string]string{"app": "replicated"}
+	_, err = cs.AppsV1().Deployments(DemoNamespace).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "replicated"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: DemoImage, ImagePullPolicy: corev1.PullNever,
+				}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the Deployment's pod running", func() error {
+		d, err := cs.AppsV1().Deployments(DemoNamespace).Get(ctx, "replicated", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != 1 {
+			return fmt.Errorf("%d ready replicas", d.Status.ReadyReplicas)
+		}
+		return nil
+	})
+
 	// make down, from the state on disk.
 	down = true
 	began := time.Now()
@@ -184,6 +219,9 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	// The control plane's processes are gone; this closes its clients.
 	if err := c.Control.Stop(); err != nil {
 		t.Error(err)
+	}
+	if strings.Contains(logged.String(), "could not release") {
+		t.Error("down did not release the pods' network through the agent (see its warning above)")
 	}
 	if left := ClusterLeftovers(dir); len(left) > 0 {
 		t.Fatalf("down left on the host:\n  %s", strings.Join(left, "\n  "))

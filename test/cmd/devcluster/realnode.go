@@ -118,15 +118,15 @@ func downReal(ctx context.Context, w io.Writer, dir string) error {
 	return nil
 }
 
-// kubectl is the kubectl to print in the hints: the cluster's own version
-// if it is cached, else one on $PATH, else the cluster's own built now
-// (harness.EnsureKubectl, a few minutes once).
+// kubectl is the kubectl to print in the hints: the one on $PATH, else the
+// cluster's own version from the cache, built now if needed
+// (harness.EnsureKubectl, a few minutes once; make kubectl).
 func kubectl(ctx context.Context, log *slog.Logger) string {
-	if p, ok := harness.CachedKubectl(); ok {
-		return p
-	}
 	if _, err := exec.LookPath("kubectl"); err == nil {
 		return "kubectl"
+	}
+	if p, ok := harness.CachedKubectl(); ok {
+		return p
 	}
 	log.Info("no kubectl on $PATH: building the cluster's version (make kubectl)")
 	p, err := harness.EnsureKubectl(ctx, log)
