@@ -318,6 +318,8 @@ func (n *Node) AgentConfig() devnode.AgentConfig { return n.agentCfg }
 func (n *Node) ContainerdSocket() string { return filepath.Join(n.Dir, "containerd.sock") }
 
 func (n *Node) containerdDir() string { return filepath.Join(n.Dir, "containerd") }
+func (n *Node) kubeletDir() string    { return filepath.Join(n.Dir, "kubelet") }
+func (n *Node) podLogsDir() string    { return filepath.Join(n.Dir, "pod-logs") }
 
 // NetnsDir is where the node's containerd pins the pods' network
 // namespaces (netns_mounts_under_state_dir: its CRI plugin's state
@@ -325,7 +327,6 @@ func (n *Node) containerdDir() string { return filepath.Join(n.Dir, "containerd"
 func (n *Node) NetnsDir() string {
 	return filepath.Join(n.containerdDir(), "state", "io.containerd.grpc.v1.cri", "netns")
 }
-func (n *Node) kubeletDir() string { return filepath.Join(n.Dir, "kubelet") }
 
 // maxShimSocketDir is the longest socket_dir containerd accepts.
 const maxShimSocketDir = 42
@@ -339,7 +340,6 @@ func (n *Node) shimSocketDir() string {
 	}
 	return filepath.Join("/run", "cellium-"+n.host.LinkName)
 }
-func (n *Node) podLogsDir() string { return filepath.Join(n.Dir, "pod-logs") }
 
 // LogFile is the log of a process of the node (Containerd, Kubelet,
 // KubeScheduler, devnode.Agent).
@@ -700,19 +700,7 @@ func (n *Node) running(name string) bool {
 	return false
 }
 
-func (n *Node) agentRunning() bool {
-	for _, r := range n.procs {
-		if r.Name() == devnode.Agent {
-			select {
-			case <-r.Done():
-				return false
-			default:
-				return true
-			}
-		}
-	}
-	return false
-}
+func (n *Node) agentRunning() bool { return n.running(devnode.Agent) }
 
 // drain deletes the pods bound to the node at once and waits until
 // containerd runs no task any more and the agent has no pod's endpoint left:
