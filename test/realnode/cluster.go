@@ -46,6 +46,10 @@ type ClusterOptions struct {
 	// PodCIDR and ServiceCIDR default to DefaultPodCIDR and
 	// DefaultServiceCIDR.
 	PodCIDR, ServiceCIDR string
+	// Values are more chart values (helm --set syntax, e.g.
+	// "agent.extraArgs={--enable-policy=always}"), after DevValues: they
+	// win.
+	Values []string
 	// NodeBinaries are the node's programs; zero: the cached ones
 	// (harness.EnsureNodeBinaries, which builds what is missing).
 	NodeBinaries harness.NodeBinaries
@@ -193,7 +197,7 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Logger: log}); err != nil {
+	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, Logger: log}); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*opts.StartTimeout)
@@ -393,6 +397,8 @@ type InstallOptions struct {
 	// PodCIDR is the operator's pod address space (DefaultPodCIDR if
 	// empty).
 	PodCIDR string
+	// Values are more chart values after DevValues (helm --set syntax).
+	Values []string
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -434,7 +440,8 @@ func DevValues(n *Node, apiPort, operatorPort int, podCIDR string) []string {
 }
 
 // Install installs cellium on a node started without an agent process
-// (Options.Agent empty): the Helm chart rendered with [DevValues] (also
+// (Options.Agent empty): the Helm chart rendered with [DevValues] and
+// opts.Values (also
 // written to the node's directory as cellium.yaml) and applied with
 // server-side apply, like `kubectl apply --server-side -f`. It does not
 // wait: see [WaitInstalled].
@@ -464,7 +471,7 @@ func Install(ctx context.Context, c *harness.Cluster, n *Node, opts InstallOptio
 	if err != nil {
 		return err
 	}
-	out, err := install.RenderWith(ctx, helm, root, DevValues(n, apiPort, opPort, opts.PodCIDR)...)
+	out, err := install.RenderWith(ctx, helm, root, append(DevValues(n, apiPort, opPort, opts.PodCIDR), opts.Values...)...)
 	if err != nil {
 		return err
 	}
