@@ -83,9 +83,11 @@ manifests:
 ## and a real node (containerd, kubelet, kube-scheduler, kube-proxy) with cellium
 ## installed from its chart (DaemonSet, Deployment), demo pods (root).
 ## NODE=dev runs the devkubelet and an agent process instead (no node binaries).
+## UP_FLAGS adds devcluster up flags, e.g. UP_FLAGS="--set agent.ipv4Masquerade=true".
 NODE ?= real
+UP_FLAGS ?=
 up: deps k8s-binaries build $(if $(filter real,$(NODE)),node-binaries)
-	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(UP_FLAGS)
 
 ## down: stop what `make up` started and remove everything it made on the host
 down:

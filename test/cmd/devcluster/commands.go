@@ -92,7 +92,7 @@ func newUpCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods)
+				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values)
 			}
 			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},

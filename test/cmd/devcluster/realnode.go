@@ -22,9 +22,9 @@ const (
 )
 
 // upReal starts a control plane and a real node in dir with cellium
-// installed from its chart (realnode.Up, detached), then the demo pods,
-// and prints what to try.
-func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool) error {
+// installed from its chart (realnode.Up, detached; values are more chart
+// values), then the demo pods, and prints what to try.
+func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string) error {
 	if err := checkRoot(os.Geteuid(), false); err != nil {
 		return err
 	}
@@ -46,6 +46,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		Dir:          dir,
 		Detach:       true,
 		NodeBinaries: bins,
+		Values:       values,
 		StartTimeout: timeout,
 		Logger:       log,
 	})
