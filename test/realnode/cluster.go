@@ -82,6 +82,7 @@ const clusterStateFile = "realcluster.json"
 // clusterState is what Up changed outside the processes' directories.
 type clusterState struct {
 	NodeDir    string `json:"nodeDir"`
+	PodCIDR    string `json:"podCIDR,omitempty"`
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// Blackholes are the routes Up added (those that were there before are
 	// not listed: Down leaves them).
@@ -129,7 +130,7 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("real cluster: %w", err)
 	}
-	c := &Cluster{Dir: dir, opts: opts, log: log, state: clusterState{NodeDir: filepath.Join(dir, "node")}}
+	c := &Cluster{Dir: dir, opts: opts, log: log, state: clusterState{NodeDir: filepath.Join(dir, "node"), PodCIDR: opts.PodCIDR}}
 	if err := c.writeState(); err != nil {
 		return nil, err
 	}
@@ -239,7 +240,8 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 // Leftovers lists what the cluster left on the host after Stop or [Down]:
 // the node's leftovers ([Node.Leftovers], the agent's host network
-// included), processes still running and the blackhole routes. Empty means
+// included), processes still running, the blackhole routes and any other
+// route into the pod CIDR (the agent's routes to its pods). Empty means
 // clean.
 func (c *Cluster) Leftovers() []string { return ClusterLeftovers(c.Dir) }
 
@@ -265,6 +267,9 @@ func ClusterLeftovers(dir string) []string {
 		if prefix, err := netip.ParsePrefix(p); err == nil && blackholeExists(prefix) {
 			out = append(out, "blackhole route "+p)
 		}
+	}
+	if pool, err := netip.ParsePrefix(st.PodCIDR); err == nil {
+		out = append(out, routesInto(pool)...)
 	}
 	slices.Sort(out)
 	return out

@@ -147,6 +147,16 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pods' host veths: down must remove them.
+	var veths []string
+	for _, ep := range eps {
+		if ep.Spec != nil && ep.Spec.InterfaceName != "" {
+			veths = append(veths, ep.Spec.InterfaceName)
+		}
+	}
+	if len(veths) < len(demo) {
+		t.Fatalf("host veths %v for %d demo pods", veths, len(demo))
+	}
 	for _, d := range demo {
 		found := false
 		for _, ep := range eps {
@@ -222,6 +232,11 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	}
 	if strings.Contains(logged.String(), "could not release") {
 		t.Error("down did not release the pods' network through the agent (see its warning above)")
+	}
+	for _, v := range veths {
+		if _, err := net.InterfaceByName(v); err == nil {
+			t.Errorf("host veth %s of a pod left after down", v)
+		}
 	}
 	if left := ClusterLeftovers(dir); len(left) > 0 {
 		t.Fatalf("down left on the host:\n  %s", strings.Join(left, "\n  "))

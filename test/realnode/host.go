@@ -276,3 +276,23 @@ func blackholeExists(prefix netip.Prefix) bool {
 	}
 	return false
 }
+
+// routesInto lists the routes of the main table whose destination lies
+// inside pool (a route to a pod, to the router IP), blackholes aside.
+func routesInto(pool netip.Prefix) []string {
+	rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return []string{"list routes: " + err.Error()}
+	}
+	var out []string
+	for _, r := range rs {
+		if r.Dst == nil || r.Type == unix.RTN_BLACKHOLE {
+			continue
+		}
+		dst, ok := netip.AddrFromSlice(r.Dst.IP)
+		if ok && pool.Contains(dst.Unmap()) {
+			out = append(out, "route "+r.Dst.String())
+		}
+	}
+	return out
+}
