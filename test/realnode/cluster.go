@@ -213,6 +213,17 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// ReleaseHostNetworkLock releases the machine-wide lock the node took
+// (harness.LockHostNetwork), which Stop releases otherwise: for a caller
+// that leaves the cluster running detached (make up) or stops it with
+// [Down]. Nothing guards the machine's kube-proxy tables and cilium_host
+// from other tests afterwards but their own checks.
+func (c *Cluster) ReleaseHostNetworkLock() {
+	if c.Node != nil {
+		c.Node.releaseLock()
+	}
+}
+
 // Kubeconfig is the admin's kubeconfig file of the cluster.
 func (c *Cluster) Kubeconfig() string { return c.Control.Kubeconfig() }
 

@@ -226,6 +226,7 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("down took %s", time.Since(began).Round(time.Millisecond))
+	c.ReleaseHostNetworkLock()
 	// The control plane's processes are gone; this closes its clients.
 	if err := c.Control.Stop(); err != nil {
 		t.Error(err)

@@ -103,6 +103,9 @@ type Node struct {
 	agentCfg devnode.AgentConfig
 
 	procs []*harness.Running // in start order
+	// unlock releases harness.LockHostNetwork (a node with kube-proxy or
+	// with cellium as pods holds it while it runs); nil if not held.
+	unlock func()
 }
 
 // hostState is what the node changes on the host and what was there
@@ -195,6 +198,21 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		h.HadKubelet[d] = exists(d)
 	}
 	h.AgentInPod = opts.Agent == ""
+	if opts.KubeProxy || h.AgentInPod {
+		// kube-proxy's tables and the host-routing agent are the
+		// machine's: one such node (or host-routing test) at a time.
+		n.unlock, err = harness.LockHostNetwork(ctx, func() {
+			log.Info("waiting for another node or host-routing test on this machine to finish")
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start real node: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				n.releaseLock()
+			}
+		}()
+	}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start real node: %w", err)
 	}
@@ -678,10 +696,19 @@ func (n *Node) Stop(ctx context.Context) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete CiliumNode %s: %w", n.Name, err))
 	}
+	n.releaseLock()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop real node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// releaseLock releases the host network lock if the node holds it.
+func (n *Node) releaseLock() {
+	if n.unlock != nil {
+		n.unlock()
+		n.unlock = nil
+	}
 }
 
 // running reports whether the node started the process name and it has

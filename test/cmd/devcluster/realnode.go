@@ -53,6 +53,8 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	if err != nil {
 		return fmt.Errorf("%w%s", err, hint)
 	}
+	// The cluster runs on without this process.
+	c.ReleaseHostNetworkLock()
 	for _, p := range c.Control.Processes() {
 		st.Processes = append(st.Processes, p.Name())
 	}
