@@ -21,37 +21,8 @@ import (
 
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/install"
-	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/test/privileged"
 )
-
-// waitMachineFree waits (up to 15 minutes) until no other node with
-// kube-proxy and no other agent with host routing runs on this machine:
-// their nftables tables and cilium_host are the machine's. Another test's
-// node is waited for, never touched.
-func waitMachineFree(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Minute)
-	for {
-		var busy []string
-		for _, tbl := range kubeProxyTables {
-			if nftTableExists(tbl) {
-				busy = append(busy, "nftables table "+tbl)
-			}
-		}
-		if _, err := net.InterfaceByName(routes.HostDevice); err == nil {
-			busy = append(busy, "link "+routes.HostDevice)
-		}
-		if len(busy) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("another real node or host-routing agent still runs on this machine after 15 minutes (%s)", strings.Join(busy, ", "))
-		}
-		t.Logf("waiting for another node on this machine to stop (%s)", strings.Join(busy, ", "))
-		time.Sleep(20 * time.Second)
-	}
-}
 
 // TestPrivilegedRealClusterDaemonSet is make up's cluster through its Go
 // API, detached as make up runs it: cellium is installed from the chart
@@ -62,11 +33,11 @@ func waitMachineFree(t *testing.T) {
 // cellium endpoints with ready CiliumEndpoints and addresses from the
 // operator's pool; one pod reaches another over HTTP. Down (make down,
 // from the state on disk) then leaves nothing: no process, mount, cgroup,
-// link, route, nftables table or sysctl change.
+// link, route, nftables table or sysctl change. Another node with
+// kube-proxy or host-routing agent on the machine is waited for (Start).
 func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	privileged.Require(t)
 	bins := nodeBinaries(t)
-	waitMachineFree(t)
 	ctx := t.Context()
 	var logged bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logged), nil))

@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cellium/cellium/api/v1/client"
+	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -212,6 +213,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 				n.releaseLock()
 			}
 		}()
+		if err := waitHostFree(ctx, opts.KubeProxy, h.AgentInPod, log); err != nil {
+			return nil, fmt.Errorf("start real node: %w", err)
+		}
 	}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start real node: %w", err)
@@ -525,6 +529,44 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	})
 	return err
+}
+
+// hostFreeWait bounds how long Start waits for another node's kube-proxy
+// tables or host-routing agent to go away.
+const hostFreeWait = 15 * time.Minute
+
+// waitHostFree waits (at most hostFreeWait) until no kube-proxy tables
+// exist (if kubeProxy) and no cilium_host (if hostRouting: an agent with
+// host routing), left by a node or test that does not take
+// harness.LockHostNetwork (a detached make up, an older branch's test).
+// They are never touched.
+func waitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, hostFreeWait)
+	defer cancel()
+	told := false
+	for {
+		var busy []string
+		for _, tbl := range kubeProxyTables {
+			if kubeProxy && nftTableExists(tbl) {
+				busy = append(busy, "nftables table "+tbl)
+			}
+		}
+		if _, err := net.InterfaceByName(routes.HostDevice); hostRouting && err == nil {
+			busy = append(busy, "link "+routes.HostDevice)
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+		if !told {
+			told = true
+			log.Info("waiting for another node on this machine to stop", "busy", strings.Join(busy, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("another node's %s still there after %s (a make up running? make down stops it)", strings.Join(busy, ", "), hostFreeWait)
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // kubeProxyTables are the nftables tables of kube-proxy's nftables mode.

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/test/harness"
@@ -28,18 +27,8 @@ func TestPrivilegedUpDownRealNode(t *testing.T) {
 	} else if len(missing) > 0 && os.Getenv("CELLIUM_REAL_NODE") != "1" {
 		t.Skipf("real node skipped: %s not built yet; run `make node-binaries` once", strings.Join(missing, ", "))
 	}
-	// One node with kube-proxy and one host-routing agent at a time on
-	// the machine: wait for another test's, never touch it.
-	for deadline := time.Now().Add(15 * time.Minute); ; time.Sleep(20 * time.Second) {
-		_, hostDev := net.InterfaceByName(routes.HostDevice)
-		_, nftErr := realnode.NFT(t.Context(), "list", "table", "ip", "kube-proxy")
-		if hostDev != nil && nftErr != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("another real node or host-routing agent still runs on this machine after 15 minutes")
-		}
-	}
+	// Another node with kube-proxy or host-routing agent on the machine is
+	// waited for (realnode.Start).
 	ctx := t.Context()
 	dir, err := os.MkdirTemp("", "devr-")
 	if err != nil {
