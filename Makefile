@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
 
 all: build
 
@@ -31,6 +31,11 @@ k8s-binaries:
 ## containerd, ctr, containerd-shim-runc-v2, the CNI loopback plugin) into the
 ## cache, and Debian's runc; the first build takes ~15 minutes on 2 cores
 node-binaries: deps k8s-node-binaries containerd-binaries
+
+## kubectl: kubectl of the cluster's version into the cache (make up builds it
+## when there is no kubectl on $PATH)
+kubectl:
+	nice -n 19 $(GO) run ./test/cmd/devcluster build-kubectl
 
 ## k8s-node-binaries: kubelet, kube-scheduler and kube-proxy into the cache
 k8s-node-binaries:
@@ -74,11 +79,17 @@ bpf:
 manifests:
 	$(GO) run ./install/cmd/render-manifests
 
-## up: a local cluster on this machine (etcd, kube-apiserver, operator, agent)
-up: deps k8s-binaries build
-	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN)
+## up: a local cluster on this machine: etcd, kube-apiserver, kube-controller-manager
+## and a real node (containerd, kubelet, kube-scheduler, kube-proxy) with cellium
+## installed from its chart (DaemonSet, Deployment), demo pods (root).
+## NODE=dev runs the devkubelet and an agent process instead (no node binaries).
+## UP_FLAGS adds devcluster up flags, e.g. UP_FLAGS="--set agent.ipv4Masquerade=true".
+NODE ?= real
+UP_FLAGS ?=
+up: deps k8s-binaries build $(if $(filter real,$(NODE)),node-binaries)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(UP_FLAGS)
 
-## down: stop what `make up` started
+## down: stop what `make up` started and remove everything it made on the host
 down:
 	$(GO) run ./test/cmd/devcluster down --dir $(DEVDIR)
 

@@ -52,6 +52,21 @@ const header = `# cellium, rendered from the Helm chart install/helm/cellium wit
 //
 // Errors: helm fails (the error carries its output).
 func Render(ctx context.Context, helm, root string) ([]byte, error) {
+	out, err := RenderWith(ctx, helm, root)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(header), out...), nil
+}
+
+// RenderWith runs `helm template` on the chart of the checkout at root in
+// [Namespace] with the values set (helm's --set syntax, "key=value") and
+// returns the manifests without ManifestsFile's header: the chart as it
+// would be installed with those values (test/realnode installs cellium on
+// its node this way).
+//
+// Errors: helm fails (the error carries its output).
+func RenderWith(ctx context.Context, helm, root string, set ...string) ([]byte, error) {
 	// Helm's configuration and caches are not needed to render a local
 	// chart: an empty home keeps the user's out of it.
 	home, err := os.MkdirTemp("", "cellium-helm-")
@@ -59,8 +74,11 @@ func Render(ctx context.Context, helm, root string) ([]byte, error) {
 		return nil, fmt.Errorf("helm template: %w", err)
 	}
 	defer os.RemoveAll(home)
-	cmd := exec.CommandContext(ctx, helm, "template", ReleaseName, filepath.Join(root, ChartDir),
-		"--namespace", Namespace)
+	args := []string{"template", ReleaseName, filepath.Join(root, ChartDir), "--namespace", Namespace}
+	for _, v := range set {
+		args = append(args, "--set", v)
+	}
+	cmd := exec.CommandContext(ctx, helm, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.Env = append(os.Environ(), HelmEnv(home)...)
@@ -68,7 +86,7 @@ func Render(ctx context.Context, helm, root string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("helm template %s: %w\n%s", ChartDir, err, stderr.Bytes())
 	}
-	return append([]byte(header), out...), nil
+	return out, nil
 }
 
 // HelmEnv is the environment that points helm's configuration, cache and

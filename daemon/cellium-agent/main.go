@@ -12,10 +12,14 @@ import (
 	"github.com/cellium/cellium/daemon/healthendpoint"
 	"github.com/cellium/cellium/daemon/hostlinks"
 	"github.com/cellium/cellium/daemon/hostrouting"
+	"github.com/cellium/cellium/daemon/nodeinit"
 )
 
 func main() {
-	if err := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfdatapath.Cell, datapathmonitor.Cell).ExecuteContext(context.Background()); err != nil {
+	cmd := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfdatapath.Cell, datapathmonitor.Cell)
+	// The DaemonSet's init containers (the image has no shell).
+	cmd.AddCommand(nodeinit.Commands()...)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		os.Exit(1)
 	}

@@ -194,6 +194,15 @@ func newEnv(t *testing.T, o envOptions) *env {
 	})
 
 	if o.hostRouting {
+		// One host-routing agent (or real node with kube-proxy: make up,
+		// test/realnode) at a time on the machine, across test packages.
+		unlock, err := harness.LockHostNetwork(ctx, func() {
+			t.Log("waiting for another host-routing test or real node on this machine to finish")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(unlock)
 		// Registered before the node's cleanup: runs once the agent is gone.
 		restoreHostNetwork(t)
 	}

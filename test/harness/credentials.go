@@ -7,6 +7,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
@@ -81,6 +82,23 @@ func (c *Cluster) ApplyManifests(ctx context.Context, workloads bool) error {
 	if err != nil {
 		return fmt.Errorf("apply manifests: %w", err)
 	}
+	return c.applyObjects(ctx, objs, false, workloads)
+}
+
+// ApplyObjects applies objects of the kinds of the manifests (the
+// ServiceAccounts, roles and bindings, the DaemonSet and the Deployment)
+// for real with server-side apply, workloads included: for a cluster with
+// a node that runs them (test/realnode's Install, with the chart rendered
+// for that node).
+//
+// Errors: an object has an unknown kind; the API server refuses one.
+func (c *Cluster) ApplyObjects(ctx context.Context, objs []*unstructured.Unstructured) error {
+	return c.applyObjects(ctx, objs, true, true)
+}
+
+// applyObjects applies the RBAC objects for real, and the workloads if
+// workloads is set: for real if real is set, else as a dry run.
+func (c *Cluster) applyObjects(ctx context.Context, objs []*unstructured.Unstructured, real, workloads bool) error {
 	// The admin HTTP client: Stop closes its idle connections.
 	dyn, err := dynamic.NewForConfigAndClient(c.RESTConfig(), c.httpClient)
 	if err != nil {
@@ -95,7 +113,7 @@ func (c *Cluster) ApplyManifests(ctx context.Context, workloads bool) error {
 			continue
 		}
 		opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
-		if !rbac {
+		if !rbac && !real {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
 		var ri dynamic.ResourceInterface = dyn.Resource(gvr)

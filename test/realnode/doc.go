@@ -7,6 +7,13 @@
 // loopback plugin in its plugin directory. Images come from OCI archives
 // packed locally (test/ociimage) and imported with ctr: no registry.
 //
+// A node started without an agent binary gets cellium the way users
+// install it: [Up] runs a control plane and such a node and [Install]
+// applies the Helm chart (the agent's DaemonSet and the operator's
+// Deployment, from the packed cellium image, host paths inside the node's
+// directory: [DevValues]); `make up` is Up with Detach, `make down` is
+// [Down].
+//
 // Everything of a node lives in one directory (containerd's root, state,
 // sockets and network namespaces; the kubelet's root, certificates and pod
 // logs; the CNI directories; the logs). What the kubelet insists on

@@ -76,6 +76,10 @@ var KubeletSysctls = []string{
 	"net.netfilter.nf_conntrack_max",
 	"net.netfilter.nf_conntrack_tcp_timeout_established",
 	"net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+	// The forwarding settings of cellium's agent when it runs as a pod
+	// with host routing (the node's Options.Agent empty).
+	"net.ipv4.ip_forward",
+	"net.ipv4.conf.all.rp_filter",
 }
 
 func sysctlPath(name string) string {
@@ -216,22 +220,79 @@ func cgroupRootExists(root string) []string {
 // the default route off the machine. The returned function removes it; a
 // route that was there already is left alone.
 func Blackhole(prefix netip.Prefix) (remove func() error, err error) {
+	added, err := addBlackhole(prefix)
+	if err != nil {
+		return nil, err
+	}
+	if !added {
+		return func() error { return nil }, nil
+	}
+	return func() error { return removeBlackhole(prefix) }, nil
+}
+
+func blackholeRoute(prefix netip.Prefix) *netlink.Route {
 	r := &netlink.Route{
 		Dst:      netlink.NewIPNet(prefix.Addr().AsSlice()),
 		Type:     unix.RTN_BLACKHOLE,
 		Protocol: unix.RTPROT_STATIC,
 	}
 	r.Dst.Mask = net.CIDRMask(prefix.Bits(), prefix.Addr().BitLen())
-	if err := netlink.RouteAdd(r); err != nil {
+	return r
+}
+
+// addBlackhole adds the blackhole route for prefix and reports whether it
+// did (false: a route for prefix was there already).
+func addBlackhole(prefix netip.Prefix) (bool, error) {
+	if err := netlink.RouteAdd(blackholeRoute(prefix)); err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			return func() error { return nil }, nil
+			return false, nil
 		}
-		return nil, fmt.Errorf("blackhole %s: %w", prefix, err)
+		return false, fmt.Errorf("blackhole %s: %w", prefix, err)
 	}
-	return func() error {
-		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("remove blackhole %s: %w", prefix, err)
+	return true, nil
+}
+
+// removeBlackhole removes the blackhole route for prefix; a missing one is
+// no error.
+func removeBlackhole(prefix netip.Prefix) error {
+	if err := netlink.RouteDel(blackholeRoute(prefix)); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("remove blackhole %s: %w", prefix, err)
+	}
+	return nil
+}
+
+// blackholeExists reports whether the main table has a blackhole route
+// for prefix.
+func blackholeExists(prefix netip.Prefix) bool {
+	rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: blackholeRoute(prefix).Dst, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false
+	}
+	for _, r := range rs {
+		if r.Type == unix.RTN_BLACKHOLE {
+			return true
 		}
-		return nil
-	}, nil
+	}
+	return false
+}
+
+// routesInto lists the routes of the main table whose destination lies
+// inside pool (a route to a pod, to the router IP), blackholes aside.
+func routesInto(pool netip.Prefix) []string {
+	rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return []string{"list routes: " + err.Error()}
+	}
+	var out []string
+	for _, r := range rs {
+		if r.Dst == nil || r.Type == unix.RTN_BLACKHOLE {
+			continue
+		}
+		dst, ok := netip.AddrFromSlice(r.Dst.IP)
+		if ok && pool.Contains(dst.Unmap()) {
+			out = append(out, "route "+r.Dst.String())
+		}
+	}
+	return out
 }

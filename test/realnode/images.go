@@ -16,8 +16,9 @@ import (
 const (
 	// DemoImage runs test/cmd/demoapp (HTTP on :8080).
 	DemoImage = "cellium.local/demoapp:dev"
-	// CelliumImage holds cellium-agent, cellium-operator and cellium-cni
-	// in /usr/bin.
+	// CelliumImage holds cellium-agent, cellium-operator, cellium-cni and
+	// the cellium CLI in /usr/bin, and no shell: the image the manifests
+	// (install/kubernetes) run, under the name DevValues gives them.
 	CelliumImage = "cellium.local/cellium:dev"
 )
 
@@ -52,6 +53,7 @@ var (
 			"cellium-agent":    "./daemon/cellium-agent",
 			"cellium-operator": "./operator/cellium-operator",
 			"cellium-cni":      "./cni/cellium-cni",
+			"cellium":          "./cli/cellium",
 		},
 		Entrypoint: []string{"/usr/bin/cellium-agent"},
 	}

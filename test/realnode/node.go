@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cellium/cellium/api/v1/client"
+	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -50,7 +51,16 @@ type Options struct {
 	Cluster *harness.Cluster
 	// Binaries are the node's programs (harness.EnsureNodeBinaries).
 	Binaries harness.NodeBinaries
-	// Agent and CNIPlugin are cellium-agent and cellium-cni.
+	// Agent and CNIPlugin are cellium-agent and cellium-cni, run by the
+	// node as a process and linked into its CNI binary directory. Both
+	// empty: cellium comes as pods ([Install]: the agent's DaemonSet
+	// installs the plugin and writes the conflist); the node's directory is
+	// then made a shared mount (containerd requires one for the
+	// DaemonSet's mount propagation), Start returns once the kubelet has
+	// registered the Node (Ready follows the agent's conflist), and Stop
+	// deletes the pods that are not in the host network and waits for the
+	// agent to release them before it stops the node, then removes what
+	// the agent left in the host's network namespace.
 	Agent, CNIPlugin string
 	// AgentKubeconfig is the agent's (Cluster.AgentKubeconfig).
 	AgentKubeconfig string
@@ -74,6 +84,9 @@ type Options struct {
 	ClusterCIDR string
 	// StartTimeout bounds the start of each component; default 2 minutes.
 	StartTimeout time.Duration
+	// Detach runs the node's processes in sessions of their own, so that
+	// they outlive the caller (make up); [Recover] stops them.
+	Detach bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -91,6 +104,9 @@ type Node struct {
 	agentCfg devnode.AgentConfig
 
 	procs []*harness.Running // in start order
+	// unlock releases harness.LockHostNetwork (a node with kube-proxy or
+	// with cellium as pods holds it while it runs); nil if not held.
+	unlock func()
 }
 
 // hostState is what the node changes on the host and what was there
@@ -109,6 +125,13 @@ type hostState struct {
 	HadResults  map[string]bool   `json:"hadResults"` // the files in /var/lib/cni/results before
 	HadKubelet  map[string]bool   `json:"hadKubelet"` // which of the kubelet's default directories existed before
 	HadDPSocket bool              `json:"hadDevicePluginSocket"`
+	// ShimSocketDir is the shims' socket directory when it is outside the
+	// node's directory (a long path): removed with the node.
+	ShimSocketDir string `json:"shimSocketDir,omitempty"`
+	// AgentInPod: cellium runs as pods (Options.Agent empty); the node's
+	// directory is a shared bind mount of itself, and the agent's host
+	// network state is removed when the node stops.
+	AgentInPod bool `json:"agentInPod,omitempty"`
 	// NFTables are the nftables tables ("ip kube-proxy") kube-proxy made,
 	// which were not there before.
 	NFTables []string `json:"nftables,omitempty"`
@@ -175,6 +198,25 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	for _, d := range kubeletDefaultDirs {
 		h.HadKubelet[d] = exists(d)
 	}
+	h.AgentInPod = opts.Agent == ""
+	if opts.KubeProxy || h.AgentInPod {
+		// kube-proxy's tables and the host-routing agent are the
+		// machine's: one such node (or host-routing test) at a time.
+		n.unlock, err = harness.LockHostNetwork(ctx, func() {
+			log.Info("waiting for another node or host-routing test on this machine to finish")
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start real node: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				n.releaseLock()
+			}
+		}()
+		if err := waitHostFree(ctx, opts.KubeProxy, h.AgentInPod, log); err != nil {
+			return nil, fmt.Errorf("start real node: %w", err)
+		}
+	}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start real node: %w", err)
 	}
@@ -195,7 +237,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	if err := os.Symlink(opts.CNIPlugin, filepath.Join(n.CNIBinDir(), devnode.CNIPlugin)); err != nil {
+	if h.AgentInPod {
+		if err := sharedMount(n.Dir); err != nil {
+			return nil, err
+		}
+	} else if err := os.Symlink(opts.CNIPlugin, filepath.Join(n.CNIBinDir(), devnode.CNIPlugin)); err != nil {
 		return nil, err
 	}
 	if err := os.Symlink(opts.Binaries.Loopback, filepath.Join(n.CNIBinDir(), "loopback")); err != nil {
@@ -223,10 +269,15 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	if h.AgentInPod {
+		log.Info("real node registered; its network comes with cellium's DaemonSet", "name", n.Name, "dir", n.Dir,
+			"took", time.Since(began).Round(time.Millisecond))
+		return n, nil
+	}
 	if err := n.startAgent(ctx); err != nil {
 		return nil, err
 	}
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.WaitReady(ctx); err != nil {
 		return nil, err
 	}
 	log.Info("real node ready", "name", n.Name, "dir", n.Dir, "took", time.Since(began).Round(time.Millisecond))
@@ -292,6 +343,26 @@ func (n *Node) containerdDir() string { return filepath.Join(n.Dir, "containerd"
 func (n *Node) kubeletDir() string    { return filepath.Join(n.Dir, "kubelet") }
 func (n *Node) podLogsDir() string    { return filepath.Join(n.Dir, "pod-logs") }
 
+// NetnsDir is where the node's containerd pins the pods' network
+// namespaces (netns_mounts_under_state_dir: its CRI plugin's state
+// directory, /netns).
+func (n *Node) NetnsDir() string {
+	return filepath.Join(n.containerdDir(), "state", "io.containerd.grpc.v1.cri", "netns")
+}
+
+// maxShimSocketDir is the longest socket_dir containerd accepts.
+const maxShimSocketDir = 42
+
+// shimSocketDir is the directory of the shims' sockets: in the node's
+// directory if its path is short enough for containerd, else
+// /run/cellium-<link name> (a name of this node alone), which Stop removes.
+func (n *Node) shimSocketDir() string {
+	if d := filepath.Join(n.containerdDir(), "s"); len(d) <= maxShimSocketDir {
+		return d
+	}
+	return filepath.Join("/run", "cellium-"+n.host.LinkName)
+}
+
 // LogFile is the log of a process of the node (Containerd, Kubelet,
 // KubeScheduler, devnode.Agent).
 func (n *Node) LogFile(name string) string {
@@ -324,6 +395,7 @@ func (n *Node) process(name, path string, args []string, env ...string) harness.
 		Dir:     n.Dir,
 		LogFile: n.LogFile(name),
 		PidFile: filepath.Join(n.Dir, name+".pid"),
+		Detach:  n.opts.Detach,
 	}
 }
 
@@ -352,12 +424,19 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		State:         filepath.Join(d, "state"),
 		Temp:          filepath.Join(d, "tmp"),
 		Socket:        n.ContainerdSocket(),
-		ShimSocketDir: filepath.Join(d, "s"),
+		ShimSocketDir: n.shimSocketDir(),
 		RuncRoot:      filepath.Join(d, "runc"),
 		Runc:          n.opts.Binaries.Runc,
 		CNIBinDir:     n.CNIBinDir(),
 		CNIConfDir:    n.agentCfg.CNIConfDir(),
 		SandboxImage:  SandboxImage,
+	}
+	if cfg.ShimSocketDir != filepath.Join(d, "s") {
+		// Recorded before it is made, for Stop and Recover.
+		n.host.ShimSocketDir = cfg.ShimSocketDir
+		if err := n.writeState(); err != nil {
+			return err
+		}
 	}
 	for _, dir := range []string{cfg.Root, cfg.State, cfg.Temp, cfg.ShimSocketDir, cfg.RuncRoot} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -450,6 +529,44 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	})
 	return err
+}
+
+// hostFreeWait bounds how long Start waits for another node's kube-proxy
+// tables or host-routing agent to go away.
+const hostFreeWait = 15 * time.Minute
+
+// waitHostFree waits (at most hostFreeWait) until no kube-proxy tables
+// exist (if kubeProxy) and no cilium_host (if hostRouting: an agent with
+// host routing), left by a node or test that does not take
+// harness.LockHostNetwork (a detached make up, an older branch's test).
+// They are never touched.
+func waitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, hostFreeWait)
+	defer cancel()
+	told := false
+	for {
+		var busy []string
+		for _, tbl := range kubeProxyTables {
+			if kubeProxy && nftTableExists(tbl) {
+				busy = append(busy, "nftables table "+tbl)
+			}
+		}
+		if _, err := net.InterfaceByName(routes.HostDevice); hostRouting && err == nil {
+			busy = append(busy, "link "+routes.HostDevice)
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+		if !told {
+			told = true
+			log.Info("waiting for another node on this machine to stop", "busy", strings.Join(busy, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("another node's %s still there after %s (a make up running? make down stops it)", strings.Join(busy, ", "), hostFreeWait)
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // kubeProxyTables are the nftables tables of kube-proxy's nftables mode.
@@ -553,8 +670,10 @@ func (n *Node) startAgent(ctx context.Context) error {
 	return devnode.WaitAgent(ctx, n.agentCfg, r)
 }
 
-// waitReady waits for the Node's Ready condition.
-func (n *Node) waitReady(ctx context.Context) error {
+// WaitReady waits (at most the start timeout) for the Node's Ready
+// condition: the kubelet runs and containerd's CRI has found a CNI
+// configuration.
+func (n *Node) WaitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.StartTimeout)
 	defer cancel()
 	return devnode.WaitFor(ctx, n.kubeletProc(), func() error {
@@ -595,7 +714,10 @@ func (n *Node) kubeletProc() *harness.Running {
 func (n *Node) Stop(ctx context.Context) error {
 	var errs []error
 	cs := n.opts.Cluster.Clientset()
-	if n.kubeletProc() != nil && n.agentRunning() {
+	switch {
+	case n.host.AgentInPod && n.running(Kubelet) && exists(n.agentCfg.SocketPath()):
+		errs = append(errs, DrainPodNetwork(ctx, cs, n.Name, n.agentCfg.SocketPath()))
+	case n.kubeletProc() != nil && n.agentRunning():
 		errs = append(errs, n.drain(ctx))
 	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
@@ -616,15 +738,26 @@ func (n *Node) Stop(ctx context.Context) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete CiliumNode %s: %w", n.Name, err))
 	}
+	n.releaseLock()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop real node %s: %w", n.Name, err)
 	}
 	return nil
 }
 
-func (n *Node) agentRunning() bool {
+// releaseLock releases the host network lock if the node holds it.
+func (n *Node) releaseLock() {
+	if n.unlock != nil {
+		n.unlock()
+		n.unlock = nil
+	}
+}
+
+// running reports whether the node started the process name and it has
+// not exited.
+func (n *Node) running(name string) bool {
 	for _, r := range n.procs {
-		if r.Name() == devnode.Agent {
+		if r.Name() == name {
 			select {
 			case <-r.Done():
 				return false
@@ -635,6 +768,8 @@ func (n *Node) agentRunning() bool {
 	}
 	return false
 }
+
+func (n *Node) agentRunning() bool { return n.running(devnode.Agent) }
 
 // drain deletes the pods bound to the node at once and waits until
 // containerd runs no task any more and the agent has no pod's endpoint left:
@@ -853,6 +988,9 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 	var errs []error
 	errs = append(errs, killNodeProcesses(h.CgroupRoot, h.Socket, log))
 	errs = append(errs, unmountUnder(dir))
+	if h.AgentInPod {
+		errs = append(errs, unmountDir(dir), devnode.RemoveAgentHostNetwork(context.Background()))
+	}
 	errs = append(errs, removeCgroupRoot(h.CgroupRoot))
 	if h.Sysctls != nil {
 		errs = append(errs, writeSysctls(h.Sysctls))
@@ -864,6 +1002,11 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 			if err := os.Remove(filepath.Join(varLibCNI, "results", name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
+		}
+	}
+	if h.ShimSocketDir != "" {
+		if err := os.RemoveAll(h.ShimSocketDir); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	errs = append(errs, removeEmptyTree(runContainerd, h.HadRunCtrd))
@@ -901,16 +1044,12 @@ func Recover(dir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	h, err := readHostState(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("recover real node in %s: %w", dir, err)
-	}
-	var h hostState
-	if err := json.Unmarshal(b, &h); err != nil {
-		return fmt.Errorf("recover real node in %s: %s: %w", dir, stateFile, err)
 	}
 	var errs []error
 	for _, name := range []string{devnode.Agent, KubeProxy, Kubelet, KubeScheduler, Containerd} {
@@ -934,6 +1073,19 @@ func Recover(dir string, log *slog.Logger) error {
 		return fmt.Errorf("recover real node %s: %w", h.Name, err)
 	}
 	return nil
+}
+
+// readHostState reads the state Start recorded in dir.
+func readHostState(dir string) (hostState, error) {
+	var h hostState
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+	}
+	return h, nil
 }
 
 // killNodeProcesses kills what still runs of a node whose containerd and
@@ -1015,6 +1167,12 @@ func (h *hostState) leftovers(dir string) []string {
 			out = append(out, "mount "+mp)
 		}
 	}
+	if h.AgentInPod {
+		out = append(out, agentHostNetworkLeftovers()...)
+		if isMountPoint(dir) {
+			out = append(out, "mount "+dir)
+		}
+	}
 	if links, err := h.logLinks(); err == nil {
 		for _, l := range links {
 			out = append(out, "log link "+l)
@@ -1036,6 +1194,9 @@ func (h *hostState) leftovers(dir string) []string {
 		if nftTableExists(tbl) {
 			out = append(out, "nftables table "+tbl)
 		}
+	}
+	if h.ShimSocketDir != "" && exists(h.ShimSocketDir) {
+		out = append(out, "directory "+h.ShimSocketDir)
 	}
 	if !h.HadDPSocket && exists(devicePluginSocket) {
 		out = append(out, "socket "+devicePluginSocket)

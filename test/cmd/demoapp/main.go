@@ -2,7 +2,9 @@
 // server that answers every request with "hello from <hostname>\n" (the pod's
 // name), on the address given by --listen (default :8080), and says so on
 // standard error when it starts. It exits on SIGTERM or SIGINT. test/realnode packs it, built static, into an image of
-// its own.
+// its own. With --get URL it is the client instead: it sends GET URL, prints
+// the answer's body and exits (1 on failure), so that one demo pod can call
+// another: kubectl exec web-1 -- demoapp --get http://<IP of web-2>:8080/.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,7 +22,15 @@ import (
 
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve HTTP on")
+	get := flag.String("get", "", "send GET to this URL, print the body and exit instead of serving")
 	flag.Parse()
+	if *get != "" {
+		if err := fetch(*get); err != nil {
+			fmt.Fprintln(os.Stderr, "demoapp:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
@@ -48,4 +59,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demoapp:", err)
 		os.Exit(1)
 	}
+}
+
+// fetch sends GET url (5 second timeout) and copies the body of a 200
+// answer to standard output.
+func fetch(url string) error {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	_, err = io.Copy(os.Stdout, resp.Body)
+	return err
 }

@@ -34,6 +34,8 @@ type state struct {
 	APIServer  string    `json:"apiserver,omitempty"`
 	Kubeconfig string    `json:"kubeconfig,omitempty"`
 	Started    time.Time `json:"started"`
+	// Node is the kind of node (nodeReal, nodeDev; empty: dev).
+	Node string `json:"node,omitempty"`
 }
 
 // stopTimeout is how long each process gets after SIGTERM before SIGKILL.
@@ -49,7 +51,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd())
+	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd(), newBuildKubectlCmd())
 	return root
 }
 
@@ -82,6 +84,16 @@ func newUpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.StartTimeout = timeout
 			node.timeout = timeout
+			if node.kind != nodeReal && node.kind != nodeDev {
+				return fmt.Errorf("--node=%s: want %s or %s", node.kind, nodeReal, nodeDev)
+			}
+			if node.kind == nodeReal && !node.controlPlaneOnly {
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values)
+			}
 			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},
 	}
@@ -222,6 +234,9 @@ func prepareDir(dir string, log io.Writer) error {
 		}
 	}
 	fmt.Fprintf(log, "removing the state of a stopped cluster in %s\n", dir)
+	if err := downReal(context.Background(), log, dir); err != nil {
+		return err
+	}
 	if err := removeNodeLeftovers(dir, log); err != nil {
 		return err
 	}
@@ -256,6 +271,12 @@ func down(stdout io.Writer, dir string) error {
 	}
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
 		return fmt.Errorf("%s holds no devcluster state (%s); not touching it", dir, stateFile)
+	}
+	// The real node first: its pods are released through the agent while
+	// the API server still runs. If it cannot be cleaned, dir stays (its
+	// state says what is left).
+	if err := downReal(context.Background(), stdout, dir); err != nil {
+		return fmt.Errorf("stop cluster in %s: %w", dir, err)
 	}
 	procs, err := processes(dir)
 	if err != nil {
@@ -317,8 +338,20 @@ func status(ctx context.Context, stdout io.Writer, dir string) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROCESS\tPID\tSTATE\tLOG")
 	down := 0
+	// A real node's processes live in DIR/node.
+	paths := make([]string, 0, len(procs))
 	for _, name := range procs {
-		pid, running, err := harness.ReadPidFile(filepath.Join(dir, name+".pid"))
+		paths = append(paths, filepath.Join(dir, name))
+	}
+	if st.Node == nodeReal {
+		nodePids, _ := filepath.Glob(filepath.Join(dir, "node", "*.pid"))
+		for _, f := range nodePids {
+			paths = append(paths, strings.TrimSuffix(f, ".pid"))
+		}
+	}
+	for _, path := range paths {
+		name := filepath.Base(path)
+		pid, running, err := harness.ReadPidFile(path + ".pid")
 		state := "running"
 		switch {
 		case err != nil:
@@ -333,7 +366,7 @@ func status(ctx context.Context, stdout io.Writer, dir string) error {
 		if pid > 0 {
 			pidText = fmt.Sprint(pid)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, pidText, state, relativeToWD(filepath.Join(dir, name+".log")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, pidText, state, relativeToWD(path+".log"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -435,6 +468,22 @@ func newBuildNodeCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&only, "only", "", "build one group only: "+harness.NodeGroupKubernetes+" or "+harness.NodeGroupContainerd)
 	return cmd
+}
+
+func newBuildKubectlCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build-kubectl",
+		Short: "Build kubectl (the cluster's version, from tools/k8s) into the cache if missing and print its path",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := harness.EnsureKubectl(cmd.Context(), logger(cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), p)
+			return nil
+		},
+	}
 }
 
 // processes returns the names of the processes of the cluster in dir, in

@@ -6,17 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/cilium/statedb"
-
 	"github.com/cellium/cellium/datapath/healthep"
-	"github.com/cellium/cellium/datapath/link"
 	"github.com/cellium/cellium/datapath/routing"
 	"github.com/cellium/cellium/statedb/routes"
+	"github.com/cellium/cellium/test/devkubelet/devnode"
 )
 
 // hostSysctls are the settings of this machine's network namespace that the
@@ -82,14 +79,8 @@ func restoreHostNetwork(dir string, w io.Writer) error {
 	if !restored {
 		return err
 	}
-	none := iter.Seq2[*routes.Device, statedb.Revision](func(func(*routes.Device, statedb.Revision) bool) {})
-	noRoutes := iter.Seq2[*routes.Route, statedb.Revision](func(func(*routes.Route, statedb.Revision) bool) {})
 	names := healthep.Names{}.WithDefaults()
-	err = errors.Join(err,
-		healthep.Remove(context.Background(), link.Host{}, names.NetnsPath(), names.HostIfName),
-		routing.DeviceOps{}.Prune(context.Background(), nil, none),
-		routing.RemoveNFTable(routing.Netns{}),
-		routing.RouteOps{}.Prune(context.Background(), nil, noRoutes))
+	err = errors.Join(err, devnode.RemoveAgentHostNetwork(context.Background()))
 	if err == nil {
 		fmt.Fprintf(w, "removed %s, the health endpoint (%s, netns %s), the agent's routes and nftables table %s; restored %s\n",
 			routes.HostDevice, names.HostIfName, names.NetnsName, routing.NFTable, strings.Join(hostSysctls, ", "))

@@ -3,7 +3,8 @@
 // kube-controller-manager, started by the test harness (test/harness) as
 // detached processes that keep running after the command returns.
 //
-//	go run ./test/cmd/devcluster up --dir .cellium-dev [--controller-manager]
+//	go run ./test/cmd/devcluster up --dir .cellium-dev --node real   # make up: a real node, cellium from its chart
+//	go run ./test/cmd/devcluster up --dir .cellium-dev [--controller-manager]   # the dev node (devkubelet)
 //	kubectl --kubeconfig .cellium-dev/kubeconfig get ns
 //	go run ./test/cmd/devcluster status --dir .cellium-dev
 //	go run ./test/cmd/devcluster down --dir .cellium-dev

@@ -49,6 +49,8 @@ const demoNamespace = "demo"
 
 // nodeOptions configure the node up runs on top of the control plane.
 type nodeOptions struct {
+	kind             string   // nodeReal or nodeDev
+	values           []string // --set: chart values of the real node's install
 	controlPlaneOnly bool
 	binDir           string
 	nodeName         string
@@ -73,6 +75,9 @@ type nodeOptions struct {
 
 func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	fs.StringVar(&o.kind, "node", nodeDev, "the node: "+nodeReal+" (containerd, kubelet, kube-scheduler, kube-proxy; cellium installed from its chart as a DaemonSet and a Deployment: make up) "+
+		"or "+nodeDev+" (the devkubelet and cellium-agent as a process: fast, no container runtime); --node-name, --node-ip, --cluster-pool-*, --host-routing, --masquerade, --bpf, --agent-arg and --operator-arg are for "+nodeDev)
+	fs.StringArrayVar(&o.values, "set", nil, "with --node "+nodeReal+": a chart value for cellium's install, helm's --set syntax, after make up's own (repeatable), e.g. --set 'agent.extraArgs={--enable-policy=always}'")
 	fs.BoolVar(&o.controlPlaneOnly, "control-plane-only", false, "run etcd and kube-apiserver (and the controller-manager) only: no cellium, no root needed")
 	fs.StringVar(&o.binDir, "bin-dir", "", "directory with cellium-agent, cellium-operator, cellium-cni, devkubelet (and cellium) from `make build`; empty: the directory of this program if it has them, else build them with `go build`")
 	fs.StringVar(&o.nodeName, "node-name", "cellium-node", "name of the node the agent and the devkubelet run")

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/test/harness"
+	"github.com/cellium/cellium/test/realnode"
+)
+
+// Kinds of node up runs (--node).
+const (
+	nodeReal = "real" // containerd, kubelet, kube-scheduler, kube-proxy; cellium from its chart
+	nodeDev  = "dev"  // the devkubelet and an agent process
+)
+
+// upReal starts a control plane and a real node in dir with cellium
+// installed from its chart (realnode.Up, detached; values are more chart
+// values), then the demo pods, and prints what to try.
+func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string) error {
+	if err := checkRoot(os.Geteuid(), false); err != nil {
+		return err
+	}
+	log := logger(stderr)
+	bins, err := harness.EnsureNodeBinaries(ctx, log)
+	if err != nil {
+		return err
+	}
+	if err := prepareDir(dir, stderr); err != nil {
+		return err
+	}
+	st := state{Started: time.Now().UTC(), Node: nodeReal}
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	hint := fmt.Sprintf("\n(logs are in %s and %s/node; `make down` or `devcluster down --dir %s` cleans up)",
+		relativeToWD(dir), relativeToWD(dir), relativeToWD(dir))
+	c, err := realnode.Up(ctx, realnode.ClusterOptions{
+		Dir:          dir,
+		Detach:       true,
+		NodeBinaries: bins,
+		Values:       values,
+		StartTimeout: timeout,
+		Logger:       log,
+	})
+	if err != nil {
+		return fmt.Errorf("%w%s", err, hint)
+	}
+	// The cluster runs on without this process.
+	c.ReleaseHostNetworkLock()
+	for _, p := range c.Control.Processes() {
+		st.Processes = append(st.Processes, p.Name())
+	}
+	st.APIServer, st.Kubeconfig = c.Control.APIServerURL(), c.Kubeconfig()
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	kc := relativeToWD(c.Kubeconfig())
+	k := kubectl(ctx, log) + " --kubeconfig " + kc
+	fmt.Fprintf(stdout, "cluster is up: kube-apiserver %s, node %s (containerd, kubelet, kube-scheduler, kube-proxy nftables)\n",
+		c.Control.APIServerURL(), c.Node.Name)
+	fmt.Fprintf(stdout, "cellium installed from its chart: %s (DaemonSet %s, Deployment %s in %s)\n",
+		relativeToWD(c.Node.Dir+"/cellium.yaml"), realnode.AgentDaemonSet, realnode.OperatorDeployment, install.Namespace)
+	fmt.Fprintf(stdout, "kubeconfig: %s\n  export KUBECONFIG=%s\n\n", kc, c.Kubeconfig())
+	agentExec := fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- /usr/bin/cellium --host unix://%s",
+		k, install.Namespace, realnode.AgentDaemonSet, c.AgentSocket())
+	try := []string{
+		k + " get nodes,ciliumnodes -o wide",
+		k + " get pods -A -o wide",
+		agentExec + " status",
+		agentExec + " endpoint list",
+		k + " get cep -A",
+	}
+	if demoPods {
+		demo, err := c.DeployDemo(ctx, timeout)
+		if err != nil {
+			return fmt.Errorf("%w (see %s describe pods -n %s)%s", err, k, realnode.DemoNamespace, hint)
+		}
+		fmt.Fprintf(stdout, "demo pods in namespace %s (image %s, HTTP on :8080):\n", realnode.DemoNamespace, realnode.DemoImage)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  POD\tIP\tENDPOINT\tIDENTITY")
+		for _, d := range demo {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\n", d.Name, d.IP, d.EndpointID, d.Identity)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		try = append(try,
+			fmt.Sprintf("%s -n %s exec %s -- demoapp --get http://%s:8080/", k, realnode.DemoNamespace, demo[0].Name, demo[1].IP),
+			fmt.Sprintf("%s -n %s logs %s", k, realnode.DemoNamespace, demo[1].Name),
+			fmt.Sprintf("%s run hello --image=%s --image-pull-policy=Never", k, realnode.DemoImage),
+		)
+	}
+	try = append(try, "make down")
+	printTry(stdout, try)
+	fmt.Fprintf(stdout, "logs: %s/*.log (control plane), %s/node/*.log (node), %s/node/pod-logs (pods)\n",
+		relativeToWD(dir), relativeToWD(dir), relativeToWD(dir))
+	return nil
+}
+
+// downReal stops the real cluster in dir, if there is one (realnode.Down).
+func downReal(ctx context.Context, w io.Writer, dir string) error {
+	if !realnode.IsClusterDir(dir) {
+		return nil
+	}
+	fmt.Fprintf(w, "stopping the real node and its pods\n")
+	if err := realnode.Down(ctx, dir, logger(w)); err != nil {
+		return err
+	}
+	if left := realnode.ClusterLeftovers(dir); len(left) > 0 {
+		return fmt.Errorf("the real node left %v", left)
+	}
+	return nil
+}
+
+// kubectl is the kubectl to print in the hints: the one on $PATH, else the
+// cluster's own version from the cache, built now if needed
+// (harness.EnsureKubectl, a few minutes once; make kubectl).
+func kubectl(ctx context.Context, log *slog.Logger) string {
+	if _, err := exec.LookPath("kubectl"); err == nil {
+		return "kubectl"
+	}
+	if p, ok := harness.CachedKubectl(); ok {
+		return p
+	}
+	log.Info("no kubectl on $PATH: building the cluster's version (make kubectl)")
+	p, err := harness.EnsureKubectl(ctx, log)
+	if err != nil {
+		log.Warn("cannot build kubectl", "error", err)
+		return "kubectl"
+	}
+	return p
+}

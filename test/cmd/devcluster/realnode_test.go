@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cellium/cellium/statedb/routes"
+	"github.com/cellium/cellium/test/harness"
+	"github.com/cellium/cellium/test/privileged"
+	"github.com/cellium/cellium/test/realnode"
+)
+
+// TestPrivilegedUpDownRealNode is make up and make down: `up --node real`
+// starts the control plane and the real node with cellium from its chart
+// and the demo pods and prints what to try; status lists the node's
+// processes; down removes everything (realnode.ClusterLeftovers) and the
+// directory. Needs the node binaries (make node-binaries): skipped without
+// them unless CELLIUM_REAL_NODE=1, which builds them.
+func TestPrivilegedUpDownRealNode(t *testing.T) {
+	privileged.Require(t)
+	if _, missing, err := harness.CachedNodeBinaries(); err != nil {
+		t.Fatal(err)
+	} else if len(missing) > 0 && os.Getenv("CELLIUM_REAL_NODE") != "1" {
+		t.Skipf("real node skipped: %s not built yet; run `make node-binaries` once", strings.Join(missing, ", "))
+	}
+	// Another node with kube-proxy or host-routing agent on the machine is
+	// waited for (realnode.Start).
+	ctx := t.Context()
+	dir, err := os.MkdirTemp("", "devr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = run(context.Background(), "down", "--dir", dir)
+		_ = os.RemoveAll(dir)
+	})
+	out, err := run(ctx, "up", "--dir", dir, "--node", "real")
+	if err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+	for _, want := range []string{"cellium installed from its chart", "web-1", "web-2", "db-1",
+		"exec ds/cellium-agent -c cellium-agent -- /usr/bin/cellium --host unix://" + filepath.Join(dir, "node", "agent", "cellium.sock") + " status",
+		"exec web-1 -- demoapp --get http://10.236.", "logs web-2", "run hello", "make down"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up's output lacks %q:\n%s", want, out)
+		}
+	}
+	st, err := run(ctx, "status", "--dir", dir)
+	if err != nil {
+		t.Errorf("status: %v\n%s", err, st)
+	}
+	for _, want := range []string{harness.KubeControllerManager, realnode.Containerd, realnode.Kubelet, realnode.KubeProxy, realnode.KubeScheduler} {
+		if !strings.Contains(st, want) {
+			t.Errorf("status lacks %s:\n%s", want, st)
+		}
+	}
+	// down fails when realnode.ClusterLeftovers finds anything left.
+	if out, err := run(ctx, "down", "--dir", dir); err != nil {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s left after down", dir)
+	}
+	if _, err := net.InterfaceByName(routes.HostDevice); err == nil {
+		t.Errorf("%s left after down", routes.HostDevice)
+	}
+	if _, err := realnode.NFT(ctx, "list", "table", "ip", "kube-proxy"); err == nil {
+		t.Error("kube-proxy's nftables table left after down")
+	}
+}

@@ -1,0 +1,537 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/test/devkubelet/devnode"
+	"github.com/cellium/cellium/test/harness"
+)
+
+// Address ranges of a [Cluster] (make up): no other test of the project
+// uses them. Both are blackholed on the host while the cluster runs.
+const (
+	// DefaultPodCIDR is the operator's pod address space.
+	DefaultPodCIDR = "10.236.0.0/16"
+	// DefaultServiceCIDR is the API server's Service range.
+	DefaultServiceCIDR = "10.237.0.0/16"
+)
+
+// ClusterOptions configure [Up].
+type ClusterOptions struct {
+	// Dir holds everything: the control plane's files (harness.Options.Dir),
+	// the node (Dir/node), the images (Dir/images) and the cluster's state
+	// (for [Down]). Created if needed; keep it short (unix sockets live in
+	// it).
+	Dir string
+	// Detach lets every process outlive the caller (make up); [Down] stops
+	// them from another process.
+	Detach bool
+	// PodCIDR and ServiceCIDR default to DefaultPodCIDR and
+	// DefaultServiceCIDR.
+	PodCIDR, ServiceCIDR string
+	// Values are more chart values (helm --set syntax, e.g.
+	// "agent.extraArgs={--enable-policy=always}"), after DevValues: they
+	// win.
+	Values []string
+	// NodeBinaries are the node's programs; zero: the cached ones
+	// (harness.EnsureNodeBinaries, which builds what is missing).
+	NodeBinaries harness.NodeBinaries
+	// StartTimeout bounds the start of each component; default 2 minutes
+	// (the agent's DaemonSet gets twice that).
+	StartTimeout time.Duration
+	// Logger receives progress; nil discards it.
+	Logger *slog.Logger
+}
+
+// Cluster is a control plane (etcd, kube-apiserver with the Node and RBAC
+// authorizers, kube-controller-manager) and one real node (containerd,
+// kubelet, kube-scheduler, kube-proxy in nftables mode) with cellium
+// installed from its Helm chart: the agent's DaemonSet and the operator's
+// Deployment, from the locally packed image imported into containerd. No
+// cellium process runs outside a pod.
+type Cluster struct {
+	Control *harness.Cluster
+	Node    *Node
+	Dir     string
+
+	opts  ClusterOptions
+	log   *slog.Logger
+	state clusterState
+}
+
+// clusterStateFile, in the cluster's directory, records what [Down] needs.
+const clusterStateFile = "realcluster.json"
+
+// clusterState is what Up changed outside the processes' directories.
+type clusterState struct {
+	NodeDir    string `json:"nodeDir"`
+	PodCIDR    string `json:"podCIDR,omitempty"`
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Blackholes are the routes Up added (those that were there before are
+	// not listed: Down leaves them).
+	Blackholes []string `json:"blackholes,omitempty"`
+}
+
+// Up starts a [Cluster] in opts.Dir and waits until the node is Ready, the
+// agent's pod is Ready and the operator runs. On error everything started
+// is stopped and removed again.
+//
+// Only one Cluster may run on the machine at a time (kube-proxy's
+// nftables tables and the agent's host routing are the machine's).
+//
+// Errors: not root; a binary is missing and cannot be built; a component
+// does not start in time.
+func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
+	if opts.Dir == "" {
+		return nil, errors.New("real cluster: no directory")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.PodCIDR == "" {
+		opts.PodCIDR = DefaultPodCIDR
+	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = DefaultServiceCIDR
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("real cluster: needs root (containerd, the kubelet, network namespaces)")
+	}
+	if opts.NodeBinaries.Kubelet == "" {
+		if opts.NodeBinaries, err = harness.EnsureNodeBinaries(ctx, log); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("real cluster: %w", err)
+	}
+	c := &Cluster{Dir: dir, opts: opts, log: log, state: clusterState{NodeDir: filepath.Join(dir, "node"), PodCIDR: opts.PodCIDR}}
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("real cluster in %s: %w", dir, err), c.Stop(context.Background()))
+		}
+	}()
+	// Nothing sent to the pods' or Services' addresses leaves the machine.
+	for _, p := range []string{opts.PodCIDR, opts.ServiceCIDR} {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			return nil, err
+		}
+		added, err := addBlackhole(prefix)
+		if err != nil {
+			return nil, err
+		}
+		if added {
+			c.state.Blackholes = append(c.state.Blackholes, p)
+			if err := c.writeState(); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	c.Control, err = harness.Start(ctx, harness.Options{
+		Dir:                   dir,
+		Detach:                opts.Detach,
+		ControllerManager:     true,
+		NodeAuthorizer:        true,
+		APIServerArgs:         []string{"--kubelet-preferred-address-types=InternalIP"},
+		ServiceClusterIPRange: opts.ServiceCIDR,
+		StartTimeout:          opts.StartTimeout,
+		Logger:                log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.state.Kubeconfig = c.Control.Kubeconfig()
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+	var images []string
+	for _, spec := range []ImageSpec{PauseSpec, DemoSpec, CelliumSpec} {
+		log.Info("packing image", "name", spec.Name)
+		img, err := BuildImage(ctx, filepath.Join(dir, "images"), spec)
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, img)
+	}
+	c.Node, err = Start(ctx, Options{
+		Cluster:      c.Control,
+		Binaries:     opts.NodeBinaries,
+		Dir:          c.state.NodeDir,
+		Images:       images,
+		Scheduler:    true,
+		KubeProxy:    true,
+		ClusterCIDR:  opts.PodCIDR,
+		StartTimeout: opts.StartTimeout,
+		Detach:       opts.Detach,
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, Logger: log}); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*opts.StartTimeout)
+	defer cancel()
+	if err := WaitInstalled(wctx, c.Control.Clientset()); err != nil {
+		return nil, err
+	}
+	if err := c.Node.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	log.Info("real cluster ready", "kubeconfig", c.Kubeconfig(), "node", c.Node.Name)
+	return c, nil
+}
+
+// ReleaseHostNetworkLock releases the machine-wide lock the node took
+// (harness.LockHostNetwork), which Stop releases otherwise: for a caller
+// that leaves the cluster running detached (make up) or stops it with
+// [Down]. Nothing guards the machine's kube-proxy tables and cilium_host
+// from other tests afterwards but their own checks.
+func (c *Cluster) ReleaseHostNetworkLock() {
+	if c.Node != nil {
+		c.Node.releaseLock()
+	}
+}
+
+// Kubeconfig is the admin's kubeconfig file of the cluster.
+func (c *Cluster) Kubeconfig() string { return c.Control.Kubeconfig() }
+
+// AgentSocket is the agent's API socket on the host (the DaemonSet's pod
+// creates it there): for the cellium CLI, `cellium --host unix://<socket>`.
+func (c *Cluster) AgentSocket() string { return c.Node.AgentConfig().SocketPath() }
+
+// Stop stops the cluster started by [Up] in this process and removes
+// everything it made: the node first ([Node.Stop]: the pods' network
+// released through the agent, then the agent's host state), the control
+// plane, the blackhole routes. The directory stays (the logs).
+func (c *Cluster) Stop(ctx context.Context) error {
+	var errs []error
+	// No controller recreates the pods the node's drain deletes.
+	errs = append(errs, stopControllerManager(c.Dir))
+	if c.Node != nil {
+		errs = append(errs, c.Node.Stop(ctx))
+	}
+	if c.Control != nil {
+		errs = append(errs, c.Control.Stop())
+	}
+	errs = append(errs, removeBlackholes(c.state.Blackholes))
+	return errors.Join(errs...)
+}
+
+// Leftovers lists what the cluster left on the host after Stop or [Down]:
+// the node's leftovers ([Node.Leftovers], the agent's host network
+// included), processes still running, the blackhole routes and any other
+// route into the pod CIDR (the agent's routes to its pods). Empty means
+// clean.
+func (c *Cluster) Leftovers() []string { return ClusterLeftovers(c.Dir) }
+
+// ClusterLeftovers is [Cluster.Leftovers] for the cluster in dir.
+func ClusterLeftovers(dir string) []string {
+	st, err := readClusterState(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if h, err := readHostState(st.NodeDir); err == nil {
+		out = append(out, h.leftovers(st.NodeDir)...)
+	}
+	for _, pidDir := range []string{dir, st.NodeDir} {
+		files, _ := filepath.Glob(filepath.Join(pidDir, "*.pid"))
+		for _, f := range files {
+			if pid, running, err := harness.ReadPidFile(f); err == nil && running {
+				out = append(out, fmt.Sprintf("process %s (pid %d)", filepath.Base(f), pid))
+			}
+		}
+	}
+	for _, p := range st.Blackholes {
+		if prefix, err := netip.ParsePrefix(p); err == nil && blackholeExists(prefix) {
+			out = append(out, "blackhole route "+p)
+		}
+	}
+	if pool, err := netip.ParsePrefix(st.PodCIDR); err == nil {
+		out = append(out, routesInto(pool)...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Down stops the cluster in dir that [Up] started with Detach, from any
+// process (make down): kube-controller-manager is stopped first (nothing
+// recreates pods any more), the pods that are not in the host network are
+// deleted and released through the agent while it still runs (best
+// effort: an API server or agent that does not answer is skipped), then
+// the node's processes are killed and the host cleaned ([Recover]), the
+// control plane stopped and the blackhole routes removed. The directory
+// stays. A dir without a cluster state is no error.
+//
+// Errors: something cannot be stopped or removed.
+func Down(ctx context.Context, dir string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := readClusterState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// No controller recreates the pods the drain deletes.
+	if err := stopControllerManager(dir); err != nil {
+		return err
+	}
+	if h, err := readHostState(st.NodeDir); err == nil && h.AgentInPod && st.Kubeconfig != "" {
+		if err := drainFrom(ctx, st.Kubeconfig, h.Name, filepath.Join(st.NodeDir, "agent", "cellium.sock")); err != nil {
+			log.Warn("could not release the pods' network through the agent; their namespaces and veths go with their processes", "error", err)
+		}
+	}
+	var errs []error
+	errs = append(errs, Recover(st.NodeDir, log))
+	pidFiles, err := filepath.Glob(filepath.Join(dir, "*.pid"))
+	errs = append(errs, err)
+	// The API server before etcd.
+	slices.SortFunc(pidFiles, func(a, b string) int { return controlPlaneOrder(a) - controlPlaneOrder(b) })
+	for _, f := range pidFiles {
+		errs = append(errs, harness.StopPidFile(f, stopTimeout))
+	}
+	errs = append(errs, removeBlackholes(st.Blackholes))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop real cluster in %s: %w", dir, err)
+	}
+	return nil
+}
+
+// stopControllerManager stops the cluster's kube-controller-manager (by
+// its pid file in dir), so that no ReplicaSet, Job or DaemonSet controller
+// recreates the pods a drain deletes.
+func stopControllerManager(dir string) error {
+	return harness.StopPidFile(filepath.Join(dir, harness.KubeControllerManager+".pid"), stopTimeout)
+}
+
+// controlPlaneOrder sorts the control plane's pid files in stop order.
+func controlPlaneOrder(pidFile string) int {
+	switch filepath.Base(pidFile) {
+	case harness.KubeControllerManager + ".pid":
+		return 0
+	case harness.KubeAPIServer + ".pid":
+		return 1
+	case harness.Etcd + ".pid":
+		return 3
+	}
+	return 2
+}
+
+// drainFrom runs DrainPodNetwork with the admin's kubeconfig.
+func drainFrom(ctx context.Context, kubeconfig, node, socket string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return DrainPodNetwork(ctx, cs, node, socket)
+}
+
+// IsClusterDir reports whether dir holds the state of a Cluster (Up was
+// called with it).
+func IsClusterDir(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, clusterStateFile))
+	return err == nil
+}
+
+func (c *Cluster) writeState() error {
+	b, err := json.MarshalIndent(c.state, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, clusterStateFile), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("record cluster state: %w", err)
+	}
+	return nil
+}
+
+func readClusterState(dir string) (clusterState, error) {
+	var st clusterState
+	b, err := os.ReadFile(filepath.Join(dir, clusterStateFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("read %s: %w", filepath.Join(dir, clusterStateFile), err)
+	}
+	return st, nil
+}
+
+func removeBlackholes(prefixes []string) error {
+	var errs []error
+	for _, p := range prefixes {
+		prefix, err := netip.ParsePrefix(p)
+		if err == nil {
+			err = removeBlackhole(prefix)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// InstallOptions configure [Install].
+type InstallOptions struct {
+	// PodCIDR is the operator's pod address space (DefaultPodCIDR if
+	// empty).
+	PodCIDR string
+	// Values are more chart values after DevValues (helm --set syntax).
+	Values []string
+	// Logger receives progress; nil discards it.
+	Logger *slog.Logger
+}
+
+// DevValues are the chart values (helm --set) that install cellium on node
+// n of the cluster whose API server listens on apiPort of 127.0.0.1, as a
+// user installs the chart, with what differs on this machine:
+//
+//   - the image is the locally packed one (CelliumImage), never pulled;
+//   - the agent and the operator reach the API server on 127.0.0.1
+//     (k8sServiceHost): the kubernetes Service has no endpoint here;
+//   - every host path of the agent is inside the node's directory, where
+//     the node's containerd looks for them (CNI binaries and conflist, its
+//     netns directory) or where nothing else on the machine collides
+//     (socket, state, bpffs, the cgroup2 mount of the socket load
+//     balancer); the socket is the node's
+//     AgentConfig().SocketPath();
+//   - no masquerading (pods reach each other and the node, nothing else);
+//   - one operator replica, its health port free on this machine.
+func DevValues(n *Node, apiPort, operatorPort int, podCIDR string) []string {
+	agentDir := n.AgentConfig().Dir
+	return []string{
+		"image.repository=cellium.local/cellium",
+		"image.tag=dev",
+		"image.pullPolicy=Never",
+		"k8sServiceHost=127.0.0.1",
+		"k8sServicePort=" + strconv.Itoa(apiPort),
+		"agent.socketDir=" + agentDir,
+		"agent.stateDir=" + n.AgentConfig().StateDir(),
+		"agent.cni.binDir=" + n.CNIBinDir(),
+		"agent.cni.confDir=" + n.AgentConfig().CNIConfDir(),
+		"agent.bpffsDir=" + filepath.Join(agentDir, "bpffs"),
+		"agent.cgroupRoot=" + filepath.Join(agentDir, "cgroupv2"),
+		"agent.netnsDir=" + n.NetnsDir(),
+		"agent.ipv4Masquerade=false",
+		"operator.replicas=1",
+		"operator.apiServeAddr=localhost:" + strconv.Itoa(operatorPort),
+		"operator.clusterPool.ipv4CIDR={" + podCIDR + "}",
+		"operator.clusterPool.ipv4MaskSize=24",
+	}
+}
+
+// Install installs cellium on a node started without an agent process
+// (Options.Agent empty): the Helm chart rendered with [DevValues] and
+// opts.Values (also
+// written to the node's directory as cellium.yaml) and applied with
+// server-side apply, like `kubectl apply --server-side -f`. It does not
+// wait: see [WaitInstalled].
+//
+// Errors: helm cannot be built or fails; the API server refuses an object.
+func Install(ctx context.Context, c *harness.Cluster, n *Node, opts InstallOptions) error {
+	if opts.PodCIDR == "" {
+		opts.PodCIDR = DefaultPodCIDR
+	}
+	helm, err := harness.EnsureHelm(ctx, opts.Logger)
+	if err != nil {
+		return err
+	}
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(c.APIServerURL())
+	if err != nil {
+		return fmt.Errorf("install cellium: %w", err)
+	}
+	apiPort, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("install cellium: API server port of %s: %w", c.APIServerURL(), err)
+	}
+	opPort, err := devnode.FreePort()
+	if err != nil {
+		return err
+	}
+	out, err := install.RenderWith(ctx, helm, root, append(DevValues(n, apiPort, opPort, opts.PodCIDR), opts.Values...)...)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.Dir, "cellium.yaml"), out, 0o644); err != nil {
+		return fmt.Errorf("install cellium: %w", err)
+	}
+	objs, err := install.Objects(out)
+	if err != nil {
+		return err
+	}
+	if err := c.ApplyObjects(ctx, objs); err != nil {
+		return fmt.Errorf("install cellium: %w", err)
+	}
+	return nil
+}
+
+// Names of the workloads of the chart.
+const (
+	AgentDaemonSet     = "cellium-agent"
+	OperatorDeployment = "cellium-operator"
+)
+
+// WaitInstalled waits until the agent's DaemonSet has every pod Ready and
+// the operator's Deployment a ready replica.
+//
+// Errors: ctx ends first (with what is not ready).
+func WaitInstalled(ctx context.Context, cs kubernetes.Interface) error {
+	return devnode.WaitFor(ctx, nil, func() error {
+		ds, err := cs.AppsV1().DaemonSets(install.Namespace).Get(ctx, AgentDaemonSet, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ds.Status.DesiredNumberScheduled == 0 || ds.Status.NumberReady < ds.Status.DesiredNumberScheduled {
+			return fmt.Errorf("DaemonSet %s: %d of %d pods ready", AgentDaemonSet, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled)
+		}
+		var dep *appsv1.Deployment
+		if dep, err = cs.AppsV1().Deployments(install.Namespace).Get(ctx, OperatorDeployment, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if dep.Status.ReadyReplicas < 1 {
+			return fmt.Errorf("Deployment %s: no ready replica", OperatorDeployment)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,156 @@
+package realnode
+
+import (
+	"path"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/test/harness"
+)
+
+// TestManifestsRunInCelliumImage: every program the committed manifests
+// run in cellium's image (containers, init containers, exec probes) is a
+// file the packed image has (CelliumSpec: /usr/bin/<binary>), and none is a
+// shell: the image has none.
+func TestManifestsRunInCelliumImage(t *testing.T) {
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := install.ReadObjects(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := map[string]bool{}
+	for name := range CelliumSpec.Packages {
+		packed["/usr/bin/"+name] = true
+	}
+	checked := 0
+	check := func(where string, argv []string) {
+		checked++
+		if len(argv) == 0 {
+			t.Errorf("%s: no command (the image's entrypoint would run)", where)
+			return
+		}
+		if !packed[argv[0]] {
+			t.Errorf("%s runs %s, which the cellium image does not have (it has %v)", where, argv[0], packed)
+		}
+		if base := path.Base(argv[0]); base == "sh" || base == "bash" || strings.HasPrefix(argv[0], "/bin/") {
+			t.Errorf("%s runs a shell or /bin program (%s): the image has none", where, argv[0])
+		}
+	}
+	for _, o := range objs {
+		var spec *corev1.PodSpec
+		switch o.GetKind() {
+		case "DaemonSet":
+			var ds appsv1.DaemonSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &ds); err != nil {
+				t.Fatal(err)
+			}
+			spec = &ds.Spec.Template.Spec
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			spec = &d.Spec.Template.Spec
+		default:
+			continue
+		}
+		for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+			where := o.GetKind() + " " + o.GetName() + " container " + c.Name
+			check(where, c.Command)
+			for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
+				if p != nil && p.Exec != nil {
+					check(where+" probe", p.Exec.Command)
+				}
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked %d commands; the manifests have at least 5 (2 init containers, 2 containers, probes)", checked)
+	}
+}
+
+// TestDevValues renders the chart with DevValues for a node in a long
+// directory: the workloads run the packed image without pulling, reach the
+// API server on 127.0.0.1, and every host path of the agent lies in the
+// node's directory; the shims' socket directory of such a node is short
+// enough for containerd.
+func TestDevValues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds or runs helm")
+	}
+	helm, err := harness.EnsureHelm(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Dir: "/work/some/long/checkout/.cellium-dev/node", host: hostState{LinkName: "crn0a0b"}}
+	n.agentCfg.Dir = n.Dir + "/agent"
+	if d := n.shimSocketDir(); len(d) > maxShimSocketDir || !strings.HasPrefix(d, "/run/cellium-crn0a0b") {
+		t.Errorf("shim socket dir %s (%d bytes)", d, len(d))
+	}
+	out, err := install.RenderWith(t.Context(), helm, root, DevValues(n, 6443, 9999, DefaultPodCIDR)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := install.Objects(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workloads := 0
+	for _, o := range objs {
+		var spec corev1.PodSpec
+		switch o.GetKind() {
+		case "DaemonSet":
+			var ds appsv1.DaemonSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &ds); err != nil {
+				t.Fatal(err)
+			}
+			spec = ds.Spec.Template.Spec
+			for _, v := range spec.Volumes {
+				// The host's /proc is read only to enter its cgroup
+				// namespace (mount-cgroup).
+				if v.HostPath != nil && v.HostPath.Path != "/proc" && !strings.HasPrefix(v.HostPath.Path, n.Dir+"/") {
+					t.Errorf("agent volume %s: host path %s outside the node's directory", v.Name, v.HostPath.Path)
+				}
+			}
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			spec = d.Spec.Template.Spec
+			if *d.Spec.Replicas != 1 {
+				t.Errorf("operator replicas %d, want 1 (one node)", *d.Spec.Replicas)
+			}
+		default:
+			continue
+		}
+		workloads++
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			if c.Image != CelliumImage || c.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("%s container %s: image %s pull %s, want %s never pulled", o.GetKind(), c.Name, c.Image, c.ImagePullPolicy, CelliumImage)
+			}
+		}
+		env := map[string]string{}
+		for _, e := range spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
+			t.Errorf("%s: API server env %v", o.GetKind(), env)
+		}
+	}
+	if workloads != 2 {
+		t.Fatalf("%d workloads rendered, want the DaemonSet and the Deployment", workloads)
+	}
+}
