@@ -156,6 +156,22 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 		}
 		return nil
 	})
+	// And through a ClusterIP: the socket load balancer translates it to
+	// db-1, the Service db's one backend (the EndpointSlice comes from the
+	// controller-manager, the agent reflects it).
+	if byName["db-1"].ServiceIP == "" {
+		t.Fatal("the demo has no ClusterIP for db")
+	}
+	eventually(t, 30*time.Second, "web-1 reaching db through its ClusterIP", func() error {
+		body, err := httpGetIn(netns, byName["db-1"].ServiceIP+":8080")
+		if err != nil {
+			return err
+		}
+		if body != "hello from db-1\n" {
+			return fmt.Errorf("answer %q", body)
+		}
+		return nil
+	})
 	_ = netns.Close()
 	agent.Close()
 

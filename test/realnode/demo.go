@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
@@ -23,7 +24,15 @@ type DemoPod struct {
 	IP         string
 	EndpointID int64
 	Identity   int64
+	// ServiceIP is the ClusterIP of the Service named after the pod's app
+	// (port 8080), which selects the pods of that app.
+	ServiceIP string
 }
+
+// demoServices are the Services DeployDemo creates, one per app: the
+// pods reach each other through their ClusterIPs (the socket load
+// balancer).
+var demoServices = []string{"web", "db"}
 
 // demoPods are the pods DeployDemo creates: name and app label.
 var demoPods = [][2]string{{"web-1", "web"}, {"web-2", "web"}, {"db-1", "db"}}
@@ -59,6 +68,24 @@ func (c *Cluster) DeployDemo(ctx context.Context, timeout time.Duration) ([]Demo
 			return nil, fmt.Errorf("demo: create pod %s: %w", p[0], err)
 		}
 	}
+	serviceIPs := map[string]string{}
+	for _, app := range demoServices {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: DemoNamespace},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": app},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}
+		got, err := cs.CoreV1().Services(DemoNamespace).Create(ctx, svc, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			got, err = cs.CoreV1().Services(DemoNamespace).Get(ctx, app, metav1.GetOptions{})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("demo: service %s: %w", app, err)
+		}
+		serviceIPs[app] = got.Spec.ClusterIP
+	}
 	cilium, err := versioned.NewForConfig(c.Control.RESTConfig())
 	if err != nil {
 		return nil, err
@@ -83,7 +110,7 @@ func (c *Cluster) DeployDemo(ctx context.Context, timeout time.Duration) ([]Demo
 			if cep.Status.State != ciliumv2.EndpointStateReady {
 				return fmt.Errorf("CiliumEndpoint of %s is %s", p[0], cep.Status.State)
 			}
-			d := DemoPod{Name: p[0], App: p[1], IP: pod.Status.PodIP, EndpointID: cep.Status.ID}
+			d := DemoPod{Name: p[0], App: p[1], IP: pod.Status.PodIP, EndpointID: cep.Status.ID, ServiceIP: serviceIPs[p[1]]}
 			if cep.Status.Identity != nil {
 				d.Identity = cep.Status.Identity.ID
 			}

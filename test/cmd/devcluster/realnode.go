@@ -95,6 +95,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		fmt.Fprintln(stdout)
 		try = append(try,
 			fmt.Sprintf("%s -n %s exec %s -- demoapp --get http://%s:8080/", k, realnode.DemoNamespace, demo[0].Name, demo[1].IP),
+			fmt.Sprintf("%s -n %s get services   # then: exec %s -- demoapp --get http://%s:8080/ (Service db's ClusterIP)", k, realnode.DemoNamespace, demo[0].Name, demo[len(demo)-1].ServiceIP),
 			fmt.Sprintf("%s -n %s logs %s", k, realnode.DemoNamespace, demo[1].Name),
 			fmt.Sprintf("%s run hello --image=%s --image-pull-policy=Never", k, realnode.DemoImage),
 		)
