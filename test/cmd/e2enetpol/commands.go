@@ -48,7 +48,7 @@ func logger(w io.Writer) *slog.Logger {
 // filterFlags are the flags that select specs.
 type filterFlags struct {
 	focus, skip string
-	forceSCTP bool
+	forceSCTP   bool
 }
 
 func (f *filterFlags) register(cmd *cobra.Command) {
