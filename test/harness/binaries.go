@@ -303,9 +303,9 @@ func (b toolBuild) recipe() string {
 	}
 	for _, pkg := range tests {
 		if b.tags != "" {
-			lines = append(lines, fmt.Sprintf("%sgo test -c -trimpath -tags=%q -ldflags=%q %s\n", extra, b.tags, b.ldflags, pkg))
+			lines = append(lines, fmt.Sprintf("%sgo test -c -vet=off -trimpath -tags=%q -ldflags=%q %s\n", extra, b.tags, b.ldflags, pkg))
 		} else {
-			lines = append(lines, fmt.Sprintf("%sgo test -c -trimpath -ldflags=%q %s\n", extra, b.ldflags, pkg))
+			lines = append(lines, fmt.Sprintf("%sgo test -c -vet=off -trimpath -ldflags=%q %s\n", extra, b.ldflags, pkg))
 		}
 	}
 	return strings.Join(lines, "")
@@ -434,9 +434,11 @@ func (b toolBuild) buildArgs(out string, pkgs []string) []string {
 }
 
 // testArgs are the go command's arguments that build pkg's test binary
-// into the file out: `test -c -trimpath [-tags=...] -ldflags=... -o out pkg`.
+// into the file out: `test -c -vet=off -trimpath [-tags=...] -ldflags=... -o out pkg`.
 func (b toolBuild) testArgs(out, pkg string) []string {
-	args := []string{"test", "-c", "-trimpath"}
+	// No vet: the suite is not ours to check, and vetting its thousands of
+	// packages takes minutes.
+	args := []string{"test", "-c", "-vet=off", "-trimpath"}
 	if b.tags != "" {
 		args = append(args, "-tags="+b.tags)
 	}

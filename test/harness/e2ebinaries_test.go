@@ -54,7 +54,7 @@ func TestPlanE2EBinariesLayout(t *testing.T) {
 	}
 	for i, wants := range [][]string{
 		{"CGO_ENABLED=0 go build -trimpath -ldflags=\"-X main.Version=" + bins.AgnhostVersion + "\" k8s.io/kubernetes/test/images/agnhost\n"},
-		{"CGO_ENABLED=0 go test -c -trimpath -ldflags=", "k8s.io/kubernetes/test/e2e\n",
+		{"CGO_ENABLED=0 go test -c -vet=off -trimpath -ldflags=", "k8s.io/kubernetes/test/e2e\n",
 			"k8s.io/component-base/version.gitVersion=" + bins.KubernetesVersion},
 	} {
 		recipe := builds[i].recipe()
@@ -104,7 +104,7 @@ func TestToolBuildTestBinary(t *testing.T) {
 		t.Errorf("missing after the build: %v", m)
 	}
 	recipe, err := os.ReadFile(filepath.Join(out, ".recipe-e2e"))
-	if err != nil || !strings.Contains(string(recipe), "go test -c -trimpath") {
+	if err != nil || !strings.Contains(string(recipe), "go test -c -vet=off -trimpath") {
 		t.Errorf("recipe %q, %v", recipe, err)
 	}
 }
