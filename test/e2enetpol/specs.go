@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -87,8 +89,8 @@ type Spec struct {
 	Focus string
 }
 
-// Plan is what a run does: the specs to run, in the suite's order, and
-// those it skips with the reason.
+// Plan is what a run does: the specs to run and those it skips with the
+// reason, each sorted by name (Ginkgo shuffles the suite's containers).
 type Plan struct {
 	Run     []Spec
 	Skipped []Result
@@ -118,6 +120,8 @@ func (c compiled) plan(r ginkgoReport) Plan {
 			p.Run = append(p.Run, Spec{Name: s.name(), Focus: "^" + regexp.QuoteMeta(text) + "$"})
 		}
 	}
+	slices.SortFunc(p.Run, func(a, b Spec) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(p.Skipped, func(a, b Result) int { return strings.Compare(a.Name, b.Name) })
 	return p
 }
 
