@@ -140,6 +140,7 @@ func newRunCmd() *cobra.Command {
 		socket, ctr      string
 		specTimeout      time.Duration
 		realnode         bool
+		celliumBin       string
 		keep             bool
 		extraArgs        []string
 		failOnSpecFailed bool
@@ -185,7 +186,7 @@ func newRunCmd() *cobra.Command {
 			}
 
 			if realnode {
-				rn, err := startRealNode(ctx, log, filepath.Join(dir, "cluster"), archive)
+				rn, err := startRealNode(ctx, log, filepath.Join(dir, "cluster"), celliumBin, archive)
 				if err != nil {
 					return err
 				}
@@ -241,6 +242,7 @@ func newRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&ctr, "ctr", "", "ctr binary for --containerd-socket (default: the cached one)")
 	cmd.Flags().DurationVar(&specTimeout, "spec-timeout", e2enetpol.DefaultSpecTimeout, "time limit of each spec")
 	cmd.Flags().BoolVar(&realnode, "realnode", false, "start a cluster of its own with a real node for the run (root), and stop it after")
+	cmd.Flags().StringVar(&celliumBin, "cellium-bin-dir", "", "with --realnode: run the cellium-agent, cellium-operator and cellium-cni in this directory instead of building them from the checkout")
 	cmd.Flags().BoolVar(&keep, "keep", false, "with --realnode: keep the cluster's logs (the cluster is stopped either way)")
 	cmd.Flags().StringSliceVar(&extraArgs, "e2e-arg", nil, "extra e2e.test flag, e.g. --e2e-arg=--ginkgo.vv (repeatable)")
 	cmd.Flags().BoolVar(&failOnSpecFailed, "fail", true, "exit with an error if a spec failed")
