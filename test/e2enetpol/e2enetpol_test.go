@@ -1,6 +1,8 @@
 package e2enetpol
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -206,5 +208,46 @@ func initImageConfigs(list RegistryList) (map[ImageID]Config, map[ImageID]Config
 	}
 	if _, err := agnhostImageName([]byte("package image")); err == nil {
 		t.Error("no error for sources without the agnhost line")
+	}
+}
+
+// TestTrimReport: the trimmed report keeps the specs that ran (and the
+// skipped one with a reason) and drops those the focus left out; it still
+// parses the same.
+func TestTrimReport(t *testing.T) {
+	data, err := os.ReadFile("testdata/run.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := trimReport(path); err != nil {
+		t.Fatal(err)
+	}
+	r, err := readReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range r.SpecReports {
+		names = append(names, s.LeafNodeType+" "+s.State+" "+s.LeafNodeText)
+	}
+	want := []string{
+		"SynchronizedBeforeSuite passed ",
+		"It passed should support a 'default-deny-ingress' policy [Feature:NetworkPolicy]",
+		"It failed should deny egress from pods based on PodSelector [Feature:NetworkPolicy]",
+		"It skipped should support a 'default-deny-ingress' policy [Feature:NetworkPolicy]",
+		"It timedout should support creating NetworkPolicy API operations",
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("trimmed report has\n  %s\nwant\n  %s", strings.Join(names, "\n  "), strings.Join(want, "\n  "))
+	}
+	if r.RunTime != 190*time.Second || r.SuiteDescription != "Kubernetes e2e suite" {
+		t.Errorf("suite fields lost: %+v", r)
+	}
+	if err := trimReport(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Error("no error for a missing report")
 	}
 }

@@ -74,6 +74,48 @@ func parseReport(r io.Reader) (ginkgoReport, error) {
 	return reports[0], nil
 }
 
+// trimReport rewrites the JSON report at path without the specs the run
+// left out (state "skipped" and no message: the thousands of specs of the
+// suite that the focus did not select), which make each report ~5 MB.
+// Fields the runner does not read are kept as they were.
+//
+// Errors: the file cannot be read, parsed or written.
+func trimReport(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("trim ginkgo report: %w", err)
+	}
+	var reports []map[string]json.RawMessage
+	if err := json.Unmarshal(data, &reports); err != nil {
+		return fmt.Errorf("trim ginkgo report %s: %w", path, err)
+	}
+	for _, r := range reports {
+		var specs []json.RawMessage
+		if err := json.Unmarshal(r["SpecReports"], &specs); err != nil {
+			return fmt.Errorf("trim ginkgo report %s: %w", path, err)
+		}
+		kept := specs[:0]
+		for _, raw := range specs {
+			var s ginkgoSpecReport
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return fmt.Errorf("trim ginkgo report %s: %w", path, err)
+			}
+			if s.State == stateSkipped && s.Failure.Message == "" {
+				continue
+			}
+			kept = append(kept, raw)
+		}
+		if r["SpecReports"], err = json.Marshal(kept); err != nil {
+			return fmt.Errorf("trim ginkgo report %s: %w", path, err)
+		}
+	}
+	out, err := json.Marshal(reports)
+	if err != nil {
+		return fmt.Errorf("trim ginkgo report %s: %w", path, err)
+	}
+	return os.WriteFile(path, out, 0o644)
+}
+
 // text is a spec's full text as Ginkgo's focus and skip match it: the
 // suite's description, the containers' texts and the spec's own, joined by
 // spaces.

@@ -133,6 +133,9 @@ func (c Config) runSpec(ctx context.Context, n int, spec Spec) Result {
 	runErr := c.runSuite(ctx, c.args(spec.Focus, report, false, c.SpecTimeout), log, c.SpecTimeout+interruptGrace)
 	took := time.Since(start)
 	r, err := readReport(report)
+	if err == nil {
+		err = trimReport(report)
+	}
 	if err != nil {
 		reason := fmt.Sprintf("no report from e2e.test: %v", err)
 		if runErr != nil {
