@@ -50,7 +50,7 @@ func TestRunDefaults(t *testing.T) {
 	if got := cmd.Flags().Lookup("kubeconfig").DefValue; got != ".cellium-dev/kubeconfig" {
 		t.Errorf("default kubeconfig %s", got)
 	}
-	if got := cmd.Flags().Lookup("spec-timeout").DefValue; !strings.HasPrefix(got, "10m") {
+	if got := cmd.Flags().Lookup("spec-timeout").DefValue; !strings.HasPrefix(got, "5m") {
 		t.Errorf("default spec timeout %s", got)
 	}
 }
