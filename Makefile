@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode clean
 
 all: build
 
@@ -120,6 +120,28 @@ bench:
 bench-policy:
 	$(GO) test -run '^$$' -bench 'FullComputation|ComputeAllEndpoints' -benchtime 5x -benchmem $(BENCH_FLAGS) ./cells/policy/
 	$(GO) test -run '^$$' -bench 'IdentityAdded|RuleChanged|NoMatch20k' -benchmem $(BENCH_FLAGS) ./cells/policy/
+
+## e2e-binaries: Kubernetes' e2e.test and agnhost (from tools/k8s) into the
+## cache, and the agnhost image; ~15 minutes cold on 2 cores, not part of `test`
+e2e-binaries:
+	nice -n 19 $(GO) run ./test/cmd/e2enetpol build
+
+## e2e-netpol: Kubernetes' NetworkPolicy e2e specs ("[sig-network] Netpol") against
+## `make up`'s cluster; FOCUS=regex narrows them (e.g. FOCUS=default-deny-ingress),
+## NETPOL_SKIP=regex leaves some out, E2E_FLAGS passes more flags to e2enetpol run
+## (e.g. --containerd-socket S to import the agnhost image). SCTP specs are skipped
+## when the kernel has no SCTP. Prints passed/failed/skipped and the failed specs.
+FOCUS       ?=
+NETPOL_SKIP ?=
+E2E_FLAGS   ?=
+export FOCUS NETPOL_SKIP
+e2e-netpol: deps k8s-binaries
+	$(GO) run ./test/cmd/e2enetpol run --kubeconfig $(DEVDIR)/kubeconfig --dir $(DEVDIR)/e2e-netpol --focus "$$FOCUS" --skip "$$NETPOL_SKIP" $(E2E_FLAGS)
+
+## e2e-netpol-realnode: the same on a cluster of its own with a real node (containerd,
+## kubelet, kube-proxy, cellium-agent as a host process), stopped after the run (root)
+e2e-netpol-realnode: deps k8s-binaries node-binaries
+	$(GO) run ./test/cmd/e2enetpol run --realnode --dir $(DEVDIR)/e2e-netpol --focus "$$FOCUS" --skip "$$NETPOL_SKIP" $(E2E_FLAGS)
 
 ## bench-datapath: one report (root, ~3 min): throughput (iperf3) and request/response rate (sockperf)
 ## between two pods, bare veths vs cellium's programs with a policy, as ratios; policy-update-to-enforced

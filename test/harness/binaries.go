@@ -245,6 +245,9 @@ type program struct {
 	name     string        // binary name
 	pkg      string        // package to build, relative to the module directory
 	estimate time.Duration // rough cold build time on 2 cores, for the progress message
+	// test builds the package's test binary (go test -c) instead of its
+	// command: the Kubernetes e2e suite is a test binary.
+	test bool
 }
 
 // toolBuild builds programs of one tools module into a directory keyed by
@@ -276,20 +279,36 @@ func (b toolBuild) recipePath() string {
 }
 
 func (b toolBuild) recipe() string {
-	var pkgs []string
+	var pkgs, tests []string
 	for _, p := range b.programs {
-		pkgs = append(pkgs, p.pkg)
+		if p.test {
+			tests = append(tests, p.pkg)
+		} else {
+			pkgs = append(pkgs, p.pkg)
+		}
 	}
-	// The control plane's recipe predates tags and env: it stays as it was
-	// written, so that its cached binaries stay valid.
+	// The control plane's recipe predates tags, env and test binaries: it
+	// stays as it was written, so that its cached binaries stay valid.
 	var extra string
 	if len(b.env) > 0 {
 		extra += strings.Join(b.env, " ") + " "
 	}
-	if b.tags != "" {
-		return fmt.Sprintf("%sgo build -trimpath -tags=%q -ldflags=%q %s\n", extra, b.tags, b.ldflags, strings.Join(pkgs, " "))
+	var lines []string
+	if len(pkgs) > 0 {
+		if b.tags != "" {
+			lines = append(lines, fmt.Sprintf("%sgo build -trimpath -tags=%q -ldflags=%q %s\n", extra, b.tags, b.ldflags, strings.Join(pkgs, " ")))
+		} else {
+			lines = append(lines, fmt.Sprintf("%sgo build -trimpath -ldflags=%q %s\n", extra, b.ldflags, strings.Join(pkgs, " ")))
+		}
 	}
-	return fmt.Sprintf("%sgo build -trimpath -ldflags=%q %s\n", extra, b.ldflags, strings.Join(pkgs, " "))
+	for _, pkg := range tests {
+		if b.tags != "" {
+			lines = append(lines, fmt.Sprintf("%sgo test -c -vet=off -trimpath -tags=%q -ldflags=%q %s\n", extra, b.tags, b.ldflags, pkg))
+		} else {
+			lines = append(lines, fmt.Sprintf("%sgo test -c -vet=off -trimpath -ldflags=%q %s\n", extra, b.ldflags, pkg))
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 // missing returns the programs to build: those not in outDir, or all of them
@@ -349,11 +368,10 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 	}
 	defer os.RemoveAll(tmp)
 
-	var names, pkgs []string
+	var names []string
 	var estimate time.Duration
 	for _, p := range missing {
 		names = append(names, p.name)
-		pkgs = append(pkgs, p.pkg)
 		estimate += p.estimate
 	}
 	what := fmt.Sprintf("%s %s", strings.Join(names, ", "), b.version)
@@ -365,11 +383,28 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 	}
 
 	start := time.Now()
-	out, err := runGoBuild(ctx, goCmd, b, tmp, pkgs, func() {
+	progress := func() {
 		log.Info(fmt.Sprintf("still building %s (%s elapsed)...", what, time.Since(start).Round(time.Second)))
-	})
-	if err != nil {
-		return fmt.Errorf("build %s in %s: %w\n%s", what, b.moduleDir, err, tailLines(out, 30))
+	}
+	// One go build for the commands, one go test -c per test binary.
+	var pkgs []string
+	var tests []program
+	for _, p := range missing {
+		if p.test {
+			tests = append(tests, p)
+		} else {
+			pkgs = append(pkgs, p.pkg)
+		}
+	}
+	if len(pkgs) > 0 {
+		if out, err := runGoBuild(ctx, goCmd, b, b.buildArgs(tmp+string(filepath.Separator), pkgs), progress); err != nil {
+			return fmt.Errorf("build %s in %s: %w\n%s", what, b.moduleDir, err, tailLines(out, 30))
+		}
+	}
+	for _, p := range tests {
+		if out, err := runGoBuild(ctx, goCmd, b, b.testArgs(filepath.Join(tmp, p.name), p.pkg), progress); err != nil {
+			return fmt.Errorf("build %s in %s: %w\n%s", what, b.moduleDir, err, tailLines(out, 30))
+		}
 	}
 	if err := os.MkdirAll(b.outDir, 0o755); err != nil {
 		return fmt.Errorf("build %s: %w", what, err)
@@ -386,16 +421,34 @@ func (b toolBuild) ensure(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-// runGoBuild runs `go build -trimpath [-tags=...] -ldflags=... -o outDir/ pkgs...`
-// in b's module directory, with b's environment, and returns its combined
-// output. progress is called every minute.
-func runGoBuild(ctx context.Context, goCmd string, b toolBuild, outDir string, pkgs []string, progress func()) ([]byte, error) {
+// buildArgs are the go command's arguments that build pkgs into out (a
+// directory, with a trailing separator): `build -trimpath [-tags=...]
+// -ldflags=... -o out pkgs...`.
+func (b toolBuild) buildArgs(out string, pkgs []string) []string {
 	args := []string{"build", "-trimpath"}
 	if b.tags != "" {
 		args = append(args, "-tags="+b.tags)
 	}
-	args = append(args, "-ldflags="+b.ldflags, "-o", outDir+string(filepath.Separator))
-	args = append(args, pkgs...)
+	args = append(args, "-ldflags="+b.ldflags, "-o", out)
+	return append(args, pkgs...)
+}
+
+// testArgs are the go command's arguments that build pkg's test binary
+// into the file out: `test -c -vet=off -trimpath [-tags=...] -ldflags=... -o out pkg`.
+func (b toolBuild) testArgs(out, pkg string) []string {
+	// No vet: the suite is not ours to check, and vetting its thousands of
+	// packages takes minutes.
+	args := []string{"test", "-c", "-vet=off", "-trimpath"}
+	if b.tags != "" {
+		args = append(args, "-tags="+b.tags)
+	}
+	return append(args, "-ldflags="+b.ldflags, "-o", out, pkg)
+}
+
+// runGoBuild runs the go command with args (buildArgs, testArgs) in b's
+// module directory, with b's environment, and returns its combined output.
+// progress is called every minute.
+func runGoBuild(ctx context.Context, goCmd string, b toolBuild, args []string, progress func()) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = b.moduleDir
 	// The tools modules are not part of any workspace.
