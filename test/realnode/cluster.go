@@ -366,6 +366,18 @@ func drainFrom(ctx context.Context, kubeconfig, node, socket string) error {
 	return DrainPodNetwork(ctx, cs, node, socket)
 }
 
+// ContainerdSocket returns the socket of the containerd of the node of
+// the cluster in dir (started by [Up], possibly by another process).
+//
+// Errors: dir holds no cluster state.
+func ContainerdSocket(dir string) (string, error) {
+	st, err := readClusterState(dir)
+	if err != nil {
+		return "", err
+	}
+	return (&Node{Dir: st.NodeDir}).ContainerdSocket(), nil
+}
+
 // IsClusterDir reports whether dir holds the state of a Cluster (Up was
 // called with it).
 func IsClusterDir(dir string) bool {

@@ -140,7 +140,6 @@ func newRunCmd() *cobra.Command {
 		socket, ctr      string
 		specTimeout      time.Duration
 		realnode         bool
-		celliumBin       string
 		keep             bool
 		extraArgs        []string
 		failOnSpecFailed bool
@@ -149,11 +148,12 @@ func newRunCmd() *cobra.Command {
 		Use:   "run",
 		Short: "Run the Netpol specs against a cluster and print passed/failed/skipped",
 		Long: "run builds what is missing, lists the specs (dry run), imports the agnhost image into the node's\n" +
-			"containerd (--containerd-socket), and runs each spec in an e2e.test process of its own.\n" +
-			"With --realnode it first starts a cluster of its own (control plane with kube-controller-manager,\n" +
-			"cellium-operator, and a real node: containerd, kubelet, kube-scheduler, kube-proxy, cellium-agent\n" +
-			"as a host process), imports the image there, and stops it all at the end (root; only one node\n" +
-			"with kube-proxy can run on a machine at a time).",
+			"containerd (--containerd-socket; found by itself for make up's cluster), and runs each spec in an\n" +
+			"e2e.test process of its own.\n" +
+			"With --realnode it first starts a cluster of its own the way make up does (control plane with\n" +
+			"kube-controller-manager, a real node: containerd, kubelet, kube-scheduler, kube-proxy, and cellium\n" +
+			"installed from its chart), imports the image there, and stops it all at the end (root; only one\n" +
+			"node with kube-proxy can run on a machine at a time).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -186,7 +186,7 @@ func newRunCmd() *cobra.Command {
 			}
 
 			if realnode {
-				rn, err := startRealNode(ctx, log, filepath.Join(dir, "cluster"), celliumBin, archive)
+				rn, err := startRealNode(ctx, log, filepath.Join(dir, "cluster"), archive)
 				if err != nil {
 					return err
 				}
@@ -202,6 +202,9 @@ func newRunCmd() *cobra.Command {
 				}
 				if _, err := os.Stat(cfg.Kubeconfig); err != nil {
 					return fmt.Errorf("no cluster: %w (start one with `make up`, pass --kubeconfig, or use --realnode)", err)
+				}
+				if socket == "" {
+					socket = makeUpSocket(cfg.Kubeconfig)
 				}
 				if socket != "" {
 					if ctr == "" {
@@ -238,11 +241,10 @@ func newRunCmd() *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", defaultKubeconfig, "admin kubeconfig of the cluster (make up writes .cellium-dev/kubeconfig)")
 	cmd.Flags().StringVar(&dir, "dir", ".cellium-dev/e2e-netpol", "directory for the image archive, the reports and logs (and with --realnode, the cluster)")
-	cmd.Flags().StringVar(&socket, "containerd-socket", "", "import the agnhost image into the containerd at this socket first (the node's)")
+	cmd.Flags().StringVar(&socket, "containerd-socket", "", "import the agnhost image into the containerd at this socket first (the node's; default: make up's node, when --kubeconfig is make up's)")
 	cmd.Flags().StringVar(&ctr, "ctr", "", "ctr binary for --containerd-socket (default: the cached one)")
 	cmd.Flags().DurationVar(&specTimeout, "spec-timeout", e2enetpol.DefaultSpecTimeout, "time limit of each spec")
 	cmd.Flags().BoolVar(&realnode, "realnode", false, "start a cluster of its own with a real node for the run (root), and stop it after")
-	cmd.Flags().StringVar(&celliumBin, "cellium-bin-dir", "", "with --realnode: run the cellium-agent, cellium-operator and cellium-cni in this directory instead of building them from the checkout")
 	cmd.Flags().BoolVar(&keep, "keep", false, "with --realnode: keep the cluster's logs (the cluster is stopped either way)")
 	cmd.Flags().StringSliceVar(&extraArgs, "e2e-arg", nil, "extra e2e.test flag, e.g. --e2e-arg=--ginkgo.vv (repeatable)")
 	cmd.Flags().BoolVar(&failOnSpecFailed, "fail", true, "exit with an error if a spec failed")
