@@ -155,7 +155,10 @@ static __always_inline int parse_pkt(struct __sk_buff *skb, struct pkt *p)
 	return ret;
 }
 
-static __always_inline __u32 ipcache_identity4(__be32 addr)
+/* ipcache_identity4 returns addr's identity (world when no prefix holds
+ * it) and sets *cidr_id to the identity of the policy CIDR that also holds
+ * it (0: none). */
+static __always_inline __u32 ipcache_identity4(__be32 addr, __u32 *cidr_id)
 {
 	struct ipcache_key key = {
 		.prefixlen = IPCACHE_STATIC_PREFIX + 32,
@@ -163,8 +166,15 @@ static __always_inline __u32 ipcache_identity4(__be32 addr)
 		.ip = { addr },
 	};
 	struct ipcache_value *v = map_lookup_elem(&cellium_ipcache, &key);
+	__u32 low;
 
-	return v ? v->sec_identity : IDENTITY_WORLD;
+	*cidr_id = 0;
+	if (!v)
+		return IDENTITY_WORLD;
+	low = (__u32)v->cidr_id[0] | ((__u32)v->cidr_id[1] << 8) | ((__u32)v->cidr_id[2] << 16);
+	if (low)
+		*cidr_id = IDENTITY_SCOPE_LOCAL | low;
+	return v->sec_identity;
 }
 
 /* policy_verdict decides like statedb/policy DirectionPolicy.Decide: the
@@ -198,6 +208,24 @@ static __always_inline int policy_verdict(__u32 remote_id, __u8 egress, __u8 pro
 	if (!l3 && l4->lpm_prefix_length == 0)
 		*allow_all = 1;
 	return 0;
+}
+
+/* cidr_verdict combines ret, the verdict on the remote's identity, with
+ * the verdict on the identity of the policy CIDR that holds its address
+ * (a pod's address an ipBlock names): a deny on either is final, an allow
+ * on either allows. */
+static __always_inline int cidr_verdict(int ret, __u32 cidr_id, __u8 dir, __u8 proto,
+					__be16 dport, int *allow_all)
+{
+	int cidr_all, cidr_ret = policy_verdict(cidr_id, dir, proto, dport, &cidr_all);
+
+	if (cidr_ret == DROP_POLICY_DENY)
+		return DROP_POLICY_DENY;
+	if (ret == 0)
+		return 0;
+	if (cidr_ret == 0)
+		*allow_all = cidr_all;
+	return cidr_ret;
 }
 
 static __always_inline void count(__u32 bytes, __u8 reason, __u8 dir)
@@ -301,7 +329,7 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	struct ct4_key key = {};
 	struct ct_entry *ct;
 	int ret, allow_all, established;
-	__u32 remote_id;
+	__u32 remote_id, cidr_id = 0;
 	__u64 now;
 
 	ret = parse_pkt(skb, &p);
@@ -335,7 +363,7 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	if (!egress && local_src)
 		remote_id = local_src;
 	else
-		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr);
+		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr, &cidr_id);
 	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
 	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 
@@ -359,6 +387,14 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	 * replies without a policy lookup. */
 	ret = policy_verdict(remote_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
 			     p.policy_dport, &allow_all);
+	/* A same-node source's identity came without the ipcache: look its
+	 * address up only when the identity did not allow it, for a CIDR rule
+	 * that may. */
+	if (ret == DROP_POLICY && !egress && local_src)
+		ipcache_identity4(p.saddr, &cidr_id);
+	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
+		ret = cidr_verdict(ret, cidr_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
+				   p.policy_dport, &allow_all);
 	if (established) {
 		if (ret && !POLICY_AUDIT_MODE)
 			return drop(skb, &p, ret, dir);

@@ -14,6 +14,8 @@
 
 /* Reserved identities. */
 #define IDENTITY_WORLD 2
+/* The local scope of identities (CIDR identities): 1 << 24. */
+#define IDENTITY_SCOPE_LOCAL 0x01000000
 
 /* struct event.type: Cilium's monitor message types. */
 #define EVENT_DROP 1           /* CILIUM_NOTIFY_DROP */

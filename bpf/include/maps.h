@@ -20,11 +20,15 @@ struct ipcache_key {
 	__u32 ip[4];
 };
 
+/* cidr_id: the low 24 bits of the local-scope (1 << 24) identity of the
+ * most specific prefix a policy CIDR rule names that holds this one, when
+ * another source won the prefix (a pod's address inside an ipBlock); 0:
+ * none. Policy is decided on it as well as on sec_identity. */
 struct ipcache_value {
 	__u32 sec_identity;
 	__u32 tunnel_endpoint;
 	__u8 flags;
-	__u8 pad[3];
+	__u8 cidr_id[3];
 };
 
 /* cellium_lxc: local endpoint address -> endpoint. */

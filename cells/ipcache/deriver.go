@@ -219,11 +219,15 @@ func (d *Deriver) step() (watches, error) {
 	cidrCh, cidrsW := d.cidrs.Next(rtxn)
 	w.cidrs = cidrsW
 	for ch := range cidrCh {
-		owner := cidrOwner(ch.Object.Prefix.Masked())
+		pfx := ch.Object.Prefix.Masked()
+		owner := cidrOwner(pfx)
 		if ch.Deleted {
 			d.st.set(owner, nil, touched)
 		} else {
 			d.st.set(owner, cidrClaims(ch.Object), touched)
+		}
+		if pfx.IsValid() {
+			d.st.setCIDR(pfx, ch.Object.Identity, !ch.Deleted, touched)
 		}
 	}
 
@@ -324,6 +328,9 @@ func FromScratch(txn statedb.ReadTxn, t Tables) map[netip.Prefix]*ipcache.Entry 
 	}
 	for c := range t.CIDRs.All(txn) {
 		st.set(cidrOwner(c.Prefix.Masked()), cidrClaims(c), touched)
+		if c.Prefix.IsValid() {
+			st.setCIDR(c.Prefix.Masked(), c.Identity, true, touched)
+		}
 	}
 	out := map[netip.Prefix]*ipcache.Entry{}
 	for p := range touched {

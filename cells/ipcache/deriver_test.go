@@ -388,3 +388,59 @@ func TestDeriveKeepsUnclaimedRowsUntilInitialized(t *testing.T) {
 		t.Fatal("10.1.0.8/32 is claimed by nobody and stayed after initialization")
 	}
 }
+
+// A policy CIDR that holds a pod's address (an ipBlock naming pods) loses
+// the prefix to the endpoint but lends it its identity as CIDRIdentity:
+// the most specific CIDR's, the /32 itself included; a CIDR row keeps
+// none; removing the CIDRs clears it.
+func TestDeriveCIDRIdentityOfPodAddresses(t *testing.T) {
+	r := newTables(t)
+	d := newDeriver(t, r)
+	const wide, narrow, exact = 1<<24 | 1, 1<<24 | 2, 1<<24 | 3
+	get := func(p string) *ipcache.Entry {
+		t.Helper()
+		e, _, ok := r.IPCache.Get(r.DB.ReadTxn(), ipcache.PrefixIndex.Query(pfx(p)))
+		if !ok {
+			t.Fatalf("no row %s", p)
+		}
+		return e
+	}
+	r.write(func(w statedb.WriteTxn) {
+		// A node without pod CIDRs: the table is initialized at once.
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1")})
+		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 7, IPv4: addr("10.1.0.7"), Identity: 1234})
+		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 8, IPv4: addr("10.1.1.8"), Identity: 1234})
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.1.0.0/16"), Identity: wide})
+	})
+	d.mustStep(t)
+	if e := get("10.1.0.7/32"); e.Identity != 1234 || e.CIDRIdentity != wide {
+		t.Fatalf("10.1.0.7 in 10.1.0.0/16: %+v", e)
+	}
+	if e := get("10.1.0.0/16"); e.CIDRIdentity != 0 {
+		t.Errorf("the CIDR's own row carries a CIDR identity: %+v", e)
+	}
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.1.0.0/24"), Identity: narrow})
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.1.1.8/32"), Identity: exact})
+	})
+	d.mustStep(t)
+	if e := get("10.1.0.7/32"); e.CIDRIdentity != narrow {
+		t.Errorf("10.1.0.7: CIDR identity %d, want the /24's %d", e.CIDRIdentity, narrow)
+	}
+	if e := get("10.1.1.8/32"); e.Identity != 1234 || e.Source != ipcache.SourceEndpoint || e.CIDRIdentity != exact {
+		t.Errorf("10.1.1.8: %+v, want the endpoint's identity with the /32 CIDR's %d", e, exact)
+	}
+	r.write(func(w statedb.WriteTxn) {
+		for _, p := range []string{"10.1.0.0/16", "10.1.0.0/24", "10.1.1.8/32"} {
+			_, _, _ = r.cidrs.Delete(w, &policy.CIDRIdentity{Prefix: pfx(p)})
+		}
+	})
+	d.mustStep(t)
+	if e := get("10.1.0.7/32"); e.CIDRIdentity != 0 {
+		t.Errorf("after the CIDRs went: %+v", e)
+	}
+	txn := r.DB.ReadTxn()
+	if s := diff(rows(txn, r.IPCache), FromScratch(txn, r.Tables)); s != "" {
+		t.Fatalf("incremental != from scratch:\n%s", s)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 
+	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/ipcache"
 )
 
@@ -13,10 +14,47 @@ import (
 type state struct {
 	byOwner  map[string]claims
 	byPrefix map[netip.Prefix]map[string]claim
+	// cidrs are the prefixes policy CIDR rules name, with their CIDR
+	// identities: a row inside one (a pod's address in an ipBlock) carries
+	// the most specific one's identity as its CIDRIdentity.
+	cidrs map[netip.Prefix]identity.NumericIdentity
 }
 
 func newState() *state {
-	return &state{byOwner: map[string]claims{}, byPrefix: map[netip.Prefix]map[string]claim{}}
+	return &state{byOwner: map[string]claims{}, byPrefix: map[netip.Prefix]map[string]claim{},
+		cidrs: map[netip.Prefix]identity.NumericIdentity{}}
+}
+
+// setCIDR records (ok) or forgets the policy CIDR prefix p with identity
+// id, and adds every claimed prefix inside p to touched: their
+// CIDRIdentity may change.
+func (s *state) setCIDR(p netip.Prefix, id identity.NumericIdentity, ok bool, touched map[netip.Prefix]struct{}) {
+	old, had := s.cidrs[p]
+	if had == ok && old == id {
+		return
+	}
+	if ok {
+		s.cidrs[p] = id
+	} else {
+		delete(s.cidrs, p)
+	}
+	for q := range s.byPrefix {
+		if q.Bits() >= p.Bits() && p.Contains(q.Addr()) {
+			touched[q] = struct{}{}
+		}
+	}
+}
+
+// cidrFor returns the identity of the most specific policy CIDR prefix
+// that holds p (p itself included), or 0.
+func (s *state) cidrFor(p netip.Prefix) identity.NumericIdentity {
+	bits, id := -1, identity.NumericIdentity(0)
+	for c, cid := range s.cidrs {
+		if c.Bits() <= p.Bits() && c.Bits() > bits && c.Contains(p.Addr()) {
+			bits, id = c.Bits(), cid
+		}
+	}
+	return id
 }
 
 // set replaces the claims of owner (none: the owner is gone) and adds the
@@ -56,8 +94,9 @@ func (s *state) set(owner string, c claims, touched map[netip.Prefix]struct{}) {
 }
 
 // winner returns the row of prefix p: the claim of the highest source
-// precedence, between equals the one whose owner sorts first. False when
-// nobody claims p (it is world).
+// precedence, between equals the one whose owner sorts first, with the
+// identity of the most specific policy CIDR holding p unless the claim is
+// that CIDR's own. False when nobody claims p (it is world).
 func (s *state) winner(p netip.Prefix) (*ipcache.Entry, bool) {
 	var (
 		best      claim
@@ -73,5 +112,12 @@ func (s *state) winner(p netip.Prefix) (*ipcache.Entry, bool) {
 	if !found {
 		return nil, false
 	}
-	return &ipcache.Entry{Prefix: p, Identity: best.id, Source: best.source, Owner: bestOwner, HostIP: best.hostIP}, true
+	e := &ipcache.Entry{Prefix: p, Identity: best.id, Source: best.source, Owner: bestOwner, HostIP: best.hostIP}
+	if best.source != ipcache.SourcePolicyCIDR {
+		// A policy CIDR that holds the prefix lost to a more precise
+		// source (the endpoint of a pod whose address an ipBlock names):
+		// the datapath matches CIDR rules on it too.
+		e.CIDRIdentity = s.cidrFor(p)
+	}
+	return e, true
 }

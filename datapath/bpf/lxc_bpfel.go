@@ -86,7 +86,7 @@ type LxcIpcacheValue struct {
 	SecIdentity    uint32
 	TunnelEndpoint uint32
 	Flags          uint8
-	Pad            [3]uint8
+	CidrId         [3]uint8
 }
 
 type LxcMetricsKey struct {

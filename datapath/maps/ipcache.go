@@ -23,7 +23,14 @@ type IPCacheEntry struct {
 	TunnelEndpoint netip.Addr
 	// Flags are reserved (0).
 	Flags uint8
+	// CIDRIdentity is the local-scope identity of the policy CIDR that
+	// also holds the prefix (a pod's address an ipBlock names); 0: none.
+	CIDRIdentity identity.NumericIdentity
 }
+
+// cidrScope is the local scope of CIDR identities (1 << 24); the map
+// keeps the 24 bits below it.
+const cidrScope = identity.NumericIdentity(1 << 24)
 
 // IPCache is cellium_ipcache: prefix -> identity. A lookup by the datapath
 // finds the longest prefix holding an address; an address in no prefix is
@@ -65,6 +72,13 @@ func ipcachePrefix(k *bpf.LxcIpcacheKey) (netip.Prefix, error) {
 
 func ipcacheValue(e IPCacheEntry) (bpf.LxcIpcacheValue, error) {
 	v := bpf.LxcIpcacheValue{SecIdentity: uint32(e.Identity), Flags: e.Flags}
+	if e.CIDRIdentity != 0 {
+		if e.CIDRIdentity&^0xffffff != cidrScope {
+			return v, fmt.Errorf("%w: CIDR identity %d is not of the local scope", ErrInvalidKey, e.CIDRIdentity)
+		}
+		low := uint32(e.CIDRIdentity) & 0xffffff
+		v.CidrId = [3]uint8{uint8(low), uint8(low >> 8), uint8(low >> 16)}
+	}
 	if e.TunnelEndpoint.IsValid() {
 		w, err := addrBE32(e.TunnelEndpoint)
 		if err != nil {
@@ -77,6 +91,9 @@ func ipcacheValue(e IPCacheEntry) (bpf.LxcIpcacheValue, error) {
 
 func ipcacheEntry(v *bpf.LxcIpcacheValue) IPCacheEntry {
 	e := IPCacheEntry{Identity: identity.NumericIdentity(v.SecIdentity), Flags: v.Flags}
+	if low := uint32(v.CidrId[0]) | uint32(v.CidrId[1])<<8 | uint32(v.CidrId[2])<<16; low != 0 {
+		e.CIDRIdentity = cidrScope | identity.NumericIdentity(low)
+	}
 	if v.TunnelEndpoint != 0 {
 		e.TunnelEndpoint = be32Addr(v.TunnelEndpoint)
 	}

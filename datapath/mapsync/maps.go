@@ -46,6 +46,9 @@ type IPCacheValue struct {
 	Identity uint32
 	// TunnelEndpoint is the node the addresses live on (invalid: none).
 	TunnelEndpoint netip.Addr
+	// CIDRIdentity is the identity of the policy CIDR that also holds the
+	// prefix (0: none).
+	CIDRIdentity uint32
 }
 
 // EndpointInfo is the value of a cellium_lxc entry.

@@ -26,7 +26,8 @@ type ipcacheMap struct{ m *maps.IPCache }
 func (c ipcacheMap) Update(keys []netip.Prefix, vals []IPCacheValue) error {
 	entries := make([]maps.IPCacheEntry, len(vals))
 	for i, v := range vals {
-		entries[i] = maps.IPCacheEntry{Identity: identity.NumericIdentity(v.Identity), TunnelEndpoint: v.TunnelEndpoint}
+		entries[i] = maps.IPCacheEntry{Identity: identity.NumericIdentity(v.Identity), TunnelEndpoint: v.TunnelEndpoint,
+			CIDRIdentity: identity.NumericIdentity(v.CIDRIdentity)}
 	}
 	return c.m.BatchUpdate(keys, entries)
 }
@@ -45,7 +46,7 @@ func (c ipcacheMap) Delete(keys []netip.Prefix) error {
 func (c ipcacheMap) Dump() (map[netip.Prefix]IPCacheValue, error) {
 	out := map[netip.Prefix]IPCacheValue{}
 	err := c.m.Iterate(func(p netip.Prefix, e maps.IPCacheEntry) bool {
-		out[p] = IPCacheValue{Identity: e.Identity.Uint32(), TunnelEndpoint: e.TunnelEndpoint}
+		out[p] = IPCacheValue{Identity: e.Identity.Uint32(), TunnelEndpoint: e.TunnelEndpoint, CIDRIdentity: e.CIDRIdentity.Uint32()}
 		return true
 	})
 	return out, err

@@ -85,6 +85,12 @@ type Entry struct {
 	// remote pods); invalid for the local node's own addresses and
 	// endpoints and for CIDR prefixes.
 	HostIP netip.Addr `json:"host-ip,omitzero"`
+	// CIDRIdentity is the identity of the most specific prefix a policy
+	// CIDR rule names that holds this one, when another source won it (a
+	// pod's address inside an ipBlock): the datapath matches a policy on
+	// it as well as on Identity, so that ipBlock selects pod addresses as
+	// Kubernetes' NetworkPolicy conformance expects. 0: none.
+	CIDRIdentity identity.NumericIdentity `json:"cidr-identity,omitzero"`
 	// Status is the reconciliation status of the BPF map entry.
 	Status reconciler.Status `json:"status"`
 }
@@ -92,7 +98,7 @@ type Entry struct {
 // SameAs reports whether e and o differ at most in Status.
 func (e *Entry) SameAs(o *Entry) bool {
 	return e.Prefix == o.Prefix && e.Identity == o.Identity && e.Source == o.Source &&
-		e.Owner == o.Owner && e.HostIP == o.HostIP
+		e.Owner == o.Owner && e.HostIP == o.HostIP && e.CIDRIdentity == o.CIDRIdentity
 }
 
 // WithStatus returns a copy of e with status s.
