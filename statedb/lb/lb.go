@@ -155,18 +155,21 @@ func (f *Frontend) id(i int) uint32 {
 	return 0
 }
 
+// l4AddrKey is the index key of an L4Addr in its text form.
+func l4AddrKey(s string) (index.Key, error) {
+	a, err := ParseL4Addr(s)
+	if err != nil {
+		return nil, err
+	}
+	return a.key(), nil
+}
+
 // FrontendAddressIndex is the frontends table's primary index.
 var FrontendAddressIndex = statedb.Index[*Frontend, L4Addr]{
 	Name:       "address",
 	FromObject: func(f *Frontend) index.KeySet { return index.NewKeySet(f.Address.key()) },
 	FromKey:    L4Addr.key,
-	FromString: func(s string) (index.Key, error) {
-		a, err := ParseL4Addr(s)
-		if err != nil {
-			return nil, err
-		}
-		return a.key(), nil
-	},
+	FromString: l4AddrKey,
 	Unique: true,
 }
 
@@ -220,13 +223,7 @@ var BackendAddressIndex = statedb.Index[*Backend, L4Addr]{
 	Name:       "address",
 	FromObject: func(b *Backend) index.KeySet { return index.NewKeySet(b.Address.key()) },
 	FromKey:    L4Addr.key,
-	FromString: func(s string) (index.Key, error) {
-		a, err := ParseL4Addr(s)
-		if err != nil {
-			return nil, err
-		}
-		return a.key(), nil
-	},
+	FromString: l4AddrKey,
 	Unique: true,
 }
 
