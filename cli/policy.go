@@ -146,6 +146,15 @@ func (e *traceEnd) query(ctx context.Context, c *client.Client, side string, q u
 		for _, ep := range eps {
 			if ep.Status.ExternalIdentifiers != nil && ep.Status.ExternalIdentifiers.PodName == ns+"/"+name && ep.Status.Identity != nil {
 				q.Set(side+"-identity", strconv.FormatInt(ep.Status.Identity.ID, 10))
+				// The pod's address: CIDR rules naming it count too.
+				if n := ep.Status.Networking; n != nil {
+					for _, a := range n.Addressing {
+						if a != nil && a.IPV4 != "" {
+							q.Set(side+"-cidr", a.IPV4)
+							break
+						}
+					}
+				}
 				return nil
 			}
 		}

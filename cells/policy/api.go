@@ -113,9 +113,12 @@ func (e *Engine) Info() PolicyInfo {
 
 // ParseTraceEnd reads one end of a trace from the query parameters
 // <side>-identity (a number or reserved name), <side>-labels (comma
-// separated) or <side>-cidr (an address).
+// separated) or <side>-cidr (an address). An identity may come with the
+// address of the endpoint that has it (a pod): CIDR rules that name the
+// address then count too, as in the datapath.
 //
-// Possible errors: none or several of the three given, or a malformed one.
+// Possible errors: none or several of the three given (other than an
+// identity with its address), or a malformed one.
 func ParseTraceEnd(side, idStr, lblStr, addrStr string) (TraceEnd, error) {
 	set := 0
 	for _, s := range []string{idStr, lblStr, addrStr} {
@@ -123,8 +126,16 @@ func ParseTraceEnd(side, idStr, lblStr, addrStr string) (TraceEnd, error) {
 			set++
 		}
 	}
-	if set != 1 {
+	if set != 1 && (set != 2 || idStr == "" || addrStr == "") {
 		return TraceEnd{}, fmt.Errorf("give exactly one of --%[1]s-identity, --%[1]s-labels, --%[1]s-cidr (or --%[1]s-k8s-pod)", side)
+	}
+	var end TraceEnd
+	if addrStr != "" {
+		a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimSuffix(addrStr, "/32"), "/128"))
+		if err != nil {
+			return TraceEnd{}, fmt.Errorf("--%s-cidr %q: want an address such as 192.0.2.1", side, addrStr)
+		}
+		end.Addr = a
 	}
 	switch {
 	case idStr != "":
@@ -136,15 +147,11 @@ func ParseTraceEnd(side, idStr, lblStr, addrStr string) (TraceEnd, error) {
 			}
 			id = r
 		}
-		return TraceEnd{Identity: id}, nil
+		end.Identity = id
 	case lblStr != "":
-		return TraceEnd{Labels: labels.ParseLabels(strings.Split(lblStr, ",")...)}, nil
+		end.Labels = labels.ParseLabels(strings.Split(lblStr, ",")...)
 	}
-	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimSuffix(addrStr, "/32"), "/128"))
-	if err != nil {
-		return TraceEnd{}, fmt.Errorf("--%s-cidr %q: want an address such as 192.0.2.1", side, addrStr)
-	}
-	return TraceEnd{Addr: a}, nil
+	return end, nil
 }
 
 // ParseDPort reads "PORT[/PROTO]" (protocol TCP by default; "0/ICMP" for

@@ -12,9 +12,12 @@ import (
 
 // TraceEnd is one end of a traced connection: an identity the engine knows,
 // a set of labels, or an address (resolved to the CIDR identity of the
-// longest prefix rules use, else world). Labels that belong to no known
-// identity still select rules for their own side, but as a peer they match
-// only rules that allow any peer.
+// longest prefix rules use, else world). An identity with an address is an
+// endpoint (a pod) at that address: as a peer, CIDR rules that hold the
+// address count as well as rules on the identity, as in the datapath
+// (a deny on either is final, an allow on either allows). Labels that
+// belong to no known identity still select rules for their own side, but
+// as a peer they match only rules that allow any peer.
 type TraceEnd struct {
 	Identity identity.NumericIdentity
 	Labels   labels.Labels
@@ -47,12 +50,10 @@ type Trace struct {
 // resolve fills in the identity and labels of an end.
 func (e *Engine) resolveLocked(t TraceEnd) (identity.NumericIdentity, labels.Labels, bool) {
 	switch {
-	case t.Addr.IsValid():
-		best, bits := identity.ReservedIdentityWorld, -1
-		for p, c := range e.cidrs {
-			if p.Contains(t.Addr) && p.Bits() > bits {
-				best, bits = c.id, p.Bits()
-			}
+	case t.Addr.IsValid() && t.Identity == identity.InvalidIdentity:
+		best := e.cidrForLocked(t.Addr)
+		if best == identity.InvalidIdentity {
+			best = identity.ReservedIdentityWorld
 		}
 		l, _ := e.sc.Labels(best)
 		return best, l, false
@@ -76,6 +77,30 @@ func (e *Engine) resolveLocked(t TraceEnd) (identity.NumericIdentity, labels.Lab
 	return identity.InvalidIdentity, t.Labels, true
 }
 
+// cidrForLocked is the CIDR identity of the longest prefix rules use that
+// holds a, or InvalidIdentity.
+func (e *Engine) cidrForLocked(a netip.Addr) identity.NumericIdentity {
+	best, bits := identity.InvalidIdentity, -1
+	for p, c := range e.cidrs {
+		if p.Contains(a) && p.Bits() > bits {
+			best, bits = c.id, p.Bits()
+		}
+	}
+	return best
+}
+
+// peerCIDRLocked is the CIDR identity an endpoint end's address also has
+// (InvalidIdentity: none, or not an endpoint with an address).
+func (e *Engine) peerCIDRLocked(t TraceEnd, id identity.NumericIdentity) identity.NumericIdentity {
+	if t.Identity == identity.InvalidIdentity || !t.Addr.IsValid() {
+		return identity.InvalidIdentity
+	}
+	if c := e.cidrForLocked(t.Addr); c != id {
+		return c
+	}
+	return identity.InvalidIdentity
+}
+
 // Trace decides a connection from src to dst on proto/port: the source's
 // egress policy (when the source is an endpoint), then the destination's
 // ingress policy (when it is an endpoint). Both must allow.
@@ -85,7 +110,7 @@ func (e *Engine) Trace(src, dst TraceEnd, proto uint8, port uint16) Trace {
 	sid, slbls, sEP := e.resolveLocked(src)
 	did, dlbls, dEP := e.resolveLocked(dst)
 	tr := Trace{Source: describe(sid, slbls), Destination: describe(did, dlbls), Proto: proto, Port: port}
-	side := func(ep Endpoint, checked bool, d statepolicy.Direction, peer identity.NumericIdentity) DirectionTrace {
+	side := func(ep Endpoint, checked bool, d statepolicy.Direction, peer, peerCIDR identity.NumericIdentity) DirectionTrace {
 		dt := DirectionTrace{Checked: checked, Direction: d.String(), Allowed: true}
 		if !checked {
 			return dt
@@ -100,14 +125,23 @@ func (e *Engine) Trace(src, dst TraceEnd, proto uint8, port uint16) Trace {
 		dp := pol.Direction(d)
 		dt.Enforcing = dp.Enforcing
 		ok, ent, matched := dp.Decide(peer, proto, port)
+		if peerCIDR != identity.InvalidIdentity {
+			// The datapath's second verdict, on the CIDR identity of the
+			// peer's address: a deny there is final, an allow there
+			// allows.
+			cok, cent, cmatched := dp.Decide(peerCIDR, proto, port)
+			if (cmatched && cent.Deny) || (!ok && cok) {
+				ok, ent, matched = cok, cent, cmatched
+			}
+		}
 		dt.Allowed = ok
 		if matched {
 			dt.Entry = &ent
 		}
 		return dt
 	}
-	tr.Egress = side(Endpoint{Identity: sid, Labels: slbls}, sEP, statepolicy.Egress, did)
-	tr.Ingress = side(Endpoint{Identity: did, Labels: dlbls}, dEP, statepolicy.Ingress, sid)
+	tr.Egress = side(Endpoint{Identity: sid, Labels: slbls}, sEP, statepolicy.Egress, did, e.peerCIDRLocked(dst, did))
+	tr.Ingress = side(Endpoint{Identity: did, Labels: dlbls}, dEP, statepolicy.Ingress, sid, e.peerCIDRLocked(src, sid))
 	tr.Allowed = tr.Egress.Allowed && tr.Ingress.Allowed
 	return tr
 }

@@ -52,3 +52,34 @@ spec:
 		t.Errorf("trace by labels:\n%s", tr.Format())
 	}
 }
+
+// An endpoint end with its address: a CIDR rule naming the address (an
+// ipBlock naming a pod) decides as well as rules on the identity, as in
+// the datapath; without the address only the identity counts.
+func TestTracePodAddressInCIDR(t *testing.T) {
+	w := cnpWorld(t, ModeDefault)
+	w.apply(`
+kind: CiliumNetworkPolicy
+metadata: {name: cli, namespace: a}
+spec:
+  endpointSelector: {matchLabels: {app: cli}}
+  egress: [{toCIDR: [10.9.0.7/32], toPorts: [{ports: [{port: "80", protocol: TCP}]}]}]`)
+	cli := TraceEnd{Identity: w.pods["a/cli"].Identity}
+	web := TraceEnd{Identity: w.pods["a/web"].Identity, Addr: netip.MustParseAddr("10.9.0.7")}
+	if tr := w.e.Trace(cli, web, tcp, 80); !tr.Allowed {
+		t.Errorf("a/cli -> a/web at 10.9.0.7 (the CIDR's address):\n%s", tr.Format())
+	}
+	if tr := w.e.Trace(cli, TraceEnd{Identity: web.Identity}, tcp, 80); tr.Allowed {
+		t.Errorf("a/cli -> a/web without its address must be denied:\n%s", tr.Format())
+	}
+	other := TraceEnd{Identity: web.Identity, Addr: netip.MustParseAddr("10.9.0.8")}
+	if tr := w.e.Trace(cli, other, tcp, 80); tr.Allowed {
+		t.Errorf("a/cli -> a/web at another address must be denied:\n%s", tr.Format())
+	}
+	if _, err := ParseTraceEnd("dst", "1234", "", "10.9.0.7"); err != nil {
+		t.Errorf("identity with its address: %v", err)
+	}
+	if _, err := ParseTraceEnd("dst", "", "app=x", "10.9.0.7"); err == nil {
+		t.Error("labels with an address must be refused")
+	}
+}
