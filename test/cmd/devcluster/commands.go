@@ -59,16 +59,7 @@ func addDirFlag(cmd *cobra.Command, dir *string) {
 	cmd.Flags().StringVar(dir, "dir", ".cellium-dev", "directory holding the cluster's state (certificates, etcd data, logs, pid files, kubeconfig)")
 }
 
-func logger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
-}
+func logger(w io.Writer) *slog.Logger { return harness.TextLogger(w) }
 
 func newUpCmd() *cobra.Command {
 	var (

@@ -34,16 +34,7 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-func logger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
-}
+func logger(w io.Writer) *slog.Logger { return harness.TextLogger(w) }
 
 // filterFlags are the flags that select specs.
 type filterFlags struct {
