@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -191,7 +192,7 @@ func removeCgroupRoot(root string) error {
 			continue
 		}
 		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := removeCgroupDir(dirs[i]); err != nil {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
 			}
 		}
@@ -295,4 +296,21 @@ func routesInto(pool netip.Prefix) []string {
 		}
 	}
 	return out
+}
+
+// removeCgroupDir removes one cgroup directory. A task killed a moment ago
+// keeps its cgroup busy until it is reaped (its parent, a killed shim, was
+// reparented to init): EBUSY is retried for up to 5 seconds.
+func removeCgroupDir(dir string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
