@@ -19,6 +19,7 @@ import (
 	"github.com/cellium/cellium/cells/policy"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // FullInterval is how often every policy's conditions are checked again
@@ -120,36 +121,43 @@ func (d *deriver) subscribe() error {
 func (d *deriver) run(ctx context.Context, h hive.Health) {
 	defer d.cnps.Close()
 	defer d.ccnps.Close()
-	// The cluster name only scopes selectors; validity does not depend on it.
-	opts := policy.ParseOptions{}
 	for {
-		rtxn := d.p.DB.ReadTxn()
-		txn := d.p.DB.WriteTxn(d.p.Desired)
-		cnpCh, cnpWatch := d.cnps.Next(rtxn)
-		for c := range cnpCh {
-			d.apply(txn, desiredCNP(c.Object, opts), c.Deleted)
-		}
-		ccnpCh, ccnpWatch := d.ccnps.Next(rtxn)
-		for c := range ccnpCh {
-			d.apply(txn, desiredCCNP(c.Object, opts), c.Deleted)
-		}
-		cnpInit, cnpInitWatch := d.p.CNPs.Initialized(rtxn)
-		ccnpInit, ccnpInitWatch := d.p.CCNPs.Initialized(rtxn)
-		if d.initDone != nil && cnpInit && ccnpInit {
-			d.initDone(txn)
-			d.initDone = nil
-		}
-		txn.Commit()
+		watches := d.step()
 		h.OK("in sync")
 		select {
 		case <-ctx.Done():
 			return
-		case <-cnpWatch:
-		case <-ccnpWatch:
-		case <-cnpInitWatch:
-		case <-ccnpInitWatch:
+		case <-watches[0]:
+		case <-watches[1]:
+		case <-watches[2]:
 		}
 	}
+}
+
+// step writes the desired rows of the CNPs and CCNPs changed since the last
+// step and returns the channels to wait on before the next: the two change
+// streams and, until both tables are initialized, the initialization watch
+// (nil afterwards: its closed channel would spin the loop).
+func (d *deriver) step() [3]<-chan struct{} {
+	// The cluster name only scopes selectors; validity does not depend on it.
+	opts := policy.ParseOptions{}
+	rtxn := d.p.DB.ReadTxn()
+	txn := d.p.DB.WriteTxn(d.p.Desired)
+	defer txn.Commit()
+	cnpCh, cnpWatch := d.cnps.Next(rtxn)
+	for c := range cnpCh {
+		d.apply(txn, desiredCNP(c.Object, opts), c.Deleted)
+	}
+	ccnpCh, ccnpWatch := d.ccnps.Next(rtxn)
+	for c := range ccnpCh {
+		d.apply(txn, desiredCCNP(c.Object, opts), c.Deleted)
+	}
+	initWatch := tables.InitWatch(rtxn, d.p.CNPs, d.p.CCNPs)
+	if d.initDone != nil && initWatch == nil {
+		d.initDone(txn)
+		d.initDone = nil
+	}
+	return [3]<-chan struct{}{cnpWatch, ccnpWatch, initWatch}
 }
 
 // apply writes want (or deletes its row) unless nothing changes.

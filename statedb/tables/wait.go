@@ -40,6 +40,19 @@ func WaitInitialized(ctx context.Context, db *statedb.DB, ts ...statedb.TableMet
 	}
 }
 
+// InitWatch returns the watch channel of the first table in ts that is not
+// initialized in txn, or nil when all are. A loop selects on it to wake when
+// the next table becomes initialized; once all are, the nil channel blocks
+// for good instead of the closed one, which would wake the loop forever.
+func InitWatch(txn statedb.ReadTxn, ts ...statedb.TableMeta) <-chan struct{} {
+	for _, t := range ts {
+		if ok, w := t.Initialized(txn); !ok {
+			return w
+		}
+	}
+	return nil
+}
+
 // Initialized reports whether every table in ts is initialized in txn.
 func Initialized(txn statedb.ReadTxn, ts ...statedb.TableMeta) bool {
 	for _, t := range ts {
