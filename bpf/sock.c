@@ -5,7 +5,8 @@
  *
  *   cil_sock4_connect      cgroup/connect4: connect() to a frontend
  *                          (ClusterIP:port, TCP or UDP) connects to one of
- *                          its backends, chosen at random.
+ *                          its backends, chosen at random, or with session
+ *                          affinity the one the client had last time.
  *   cil_sock4_sendmsg      cgroup/sendmsg4: the same for sendto()/sendmsg()
  *                          with an address on an unconnected UDP socket.
  *   cil_sock4_recvmsg      cgroup/recvmsg4: a datagram from a backend the
@@ -15,7 +16,11 @@
  *                          frontend shows the frontend as its peer.
  *
  * Only addresses in cellium_lb4_services are touched: everything else
- * passes unchanged. A frontend without backends fails connect() and
+ * passes unchanged. A frontend with session affinity (sessionAffinity:
+ * ClientIP) keeps sending a client, i.e. a network namespace, to the same
+ * backend while its cellium_lb4_affinity entry is younger than the
+ * frontend's timeout and cellium_lb4_affinity_match says that backend is
+ * still one of the frontend's. A frontend without backends fails connect() and
  * sendmsg() with EHOSTUNREACH, as Cilium's socket LB does. Because the
  * socket's destination is the backend from the start, the packets leave
  * the pod addressed to the backend, and the egress policy of
@@ -39,6 +44,34 @@ static __always_inline __u8 sock_proto(const struct bpf_sock_addr *ctx)
 	return 0;
 }
 
+#define NSEC_PER_SEC 1000000000ULL
+
+/* affinity_backend returns the backend ID the client of akey was sent to
+ * for frontend fe, refreshing its entry, or 0 when there is none, it
+ * expired or its backend is no backend of fe any more (the entry goes). */
+static __always_inline __u32 affinity_backend(const struct lb4_key *fe, const struct lb4_service *svc,
+					      const struct lb4_affinity_key *akey, __u64 now)
+{
+	struct lb4_affinity_match_key mkey = {};
+	struct lb4_affinity_value *val;
+
+	val = map_lookup_elem(&cellium_lb4_affinity, akey);
+	if (!val)
+		return 0;
+	mkey.address = fe->address;
+	mkey.dport = fe->dport;
+	mkey.proto = fe->proto;
+	mkey.backend_id = val->backend_id;
+	if (now - val->last_used > (__u64)svc->affinity_timeout * NSEC_PER_SEC ||
+	    !map_lookup_elem(&cellium_lb4_affinity_match, &mkey)) {
+		map_delete_elem(&cellium_lb4_affinity, akey);
+		return 0;
+	}
+	/* Racing sockets of the namespace write the same backend. */
+	val->last_used = now;
+	return mkey.backend_id;
+}
+
 /* xlate_fwd rewrites the destination of ctx from a frontend to one of its
  * backends and remembers the frontend for the reverse translation. It
  * returns 0 when the destination was translated or is no frontend (the
@@ -47,12 +80,16 @@ static __always_inline __u8 sock_proto(const struct bpf_sock_addr *ctx)
 static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
 {
 	struct lb4_reverse_sk_value rval = {};
+	struct lb4_affinity_value aval = {};
+	struct lb4_affinity_key akey = {};
 	struct lb4_reverse_sk_key rkey = {};
 	struct lb4_key key = {};
 	const struct lb4_service *svc, *slot;
-	const struct lb4_backend *be;
+	const struct lb4_backend *be = 0;
 	__u8 proto = sock_proto(ctx);
-	__u32 id;
+	__u32 id = 0;
+	__u64 now = 0;
+	int affinity;
 
 	if (!proto)
 		return 0;
@@ -64,14 +101,32 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
 		return 0;
 	if (svc->count == 0)
 		return -EHOSTUNREACH;
-	key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
-	slot = map_lookup_elem(&cellium_lb4_services, &key);
-	if (!slot)
-		return 0;
-	id = slot->backend_id;
-	be = map_lookup_elem(&cellium_lb4_backends, &id);
-	if (!be)
-		return 0;
+	affinity = svc->flags & LB4_SVC_AFFINITY;
+	if (affinity) {
+		akey.netns_cookie = get_netns_cookie(ctx);
+		akey.address = key.address;
+		akey.dport = key.dport;
+		akey.proto = key.proto;
+		now = ktime_get_ns();
+		id = affinity_backend(&key, svc, &akey, now);
+		if (id)
+			be = map_lookup_elem(&cellium_lb4_backends, &id);
+	}
+	if (!be) {
+		key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
+		slot = map_lookup_elem(&cellium_lb4_services, &key);
+		if (!slot)
+			return 0;
+		id = slot->backend_id;
+		be = map_lookup_elem(&cellium_lb4_backends, &id);
+		if (!be)
+			return 0;
+		if (affinity) {
+			aval.backend_id = id;
+			aval.last_used = now;
+			map_update_elem(&cellium_lb4_affinity, &akey, &aval, BPF_ANY);
+		}
+	}
 
 	rkey.cookie = get_socket_cookie(ctx);
 	rkey.address = be->address;

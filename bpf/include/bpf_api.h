@@ -106,6 +106,7 @@ static long (*redirect_peer)(__u32 ifindex, __u64 flags) = (void *)155;
 static __u32 (*get_prandom_u32)(void) = (void *)7;
 static __u64 (*get_socket_cookie)(void *ctx) = (void *)46;
 static long (*set_retval)(int retval) = (void *)187;
+static __u64 (*get_netns_cookie)(void *ctx) = (void *)122;
 
 /* Byte order: the programs are built for bpfel only. */
 #define bpf_htons(x) ((__be16)__builtin_bswap16(x))

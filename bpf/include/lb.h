@@ -10,8 +10,9 @@
 #include "bpf_api.h"
 
 /* cellium_lb4_services: a frontend (ClusterIP, port, protocol) has slot 0,
- * whose value holds the number of backends in count, and slots 1..count,
- * whose values hold a backend ID each. */
+ * whose value holds the number of backends in count and the frontend's
+ * flags and session affinity timeout, and slots 1..count, whose values
+ * hold a backend ID each. */
 struct lb4_key {
 	__be32 address;
 	__be16 dport;
@@ -21,10 +22,17 @@ struct lb4_key {
 	__u16 pad2;
 };
 
+/* lb4_service.flags (slot 0). */
+#define LB4_SVC_AFFINITY 0x1 /* sessionAffinity: ClientIP */
+
 struct lb4_service {
-	__u32 backend_id; /* slots 1..count */
-	__u16 count;      /* slot 0 */
-	__u16 pad;
+	union {
+		__u32 backend_id;       /* slots 1..count */
+		__u32 affinity_timeout; /* slot 0: seconds, with LB4_SVC_AFFINITY */
+	};
+	__u16 count; /* slot 0 */
+	__u8 flags;  /* slot 0: LB4_SVC_* */
+	__u8 pad;
 };
 
 /* cellium_lb4_backends: backend ID -> address and port. */
@@ -52,6 +60,34 @@ struct lb4_reverse_sk_value {
 	__u8 pad;
 };
 
+/* cellium_lb4_affinity: the backend a client (the socket's network
+ * namespace, by its cookie) was sent to for a frontend with session
+ * affinity, and when it last was (bpf_ktime_get_ns). */
+struct lb4_affinity_key {
+	__u64 netns_cookie;
+	__be32 address;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct lb4_affinity_value {
+	__u64 last_used;
+	__u32 backend_id;
+	__u32 pad;
+};
+
+/* cellium_lb4_affinity_match: (frontend, backend ID) for every backend a
+ * frontend has, written by the agent: an affinity entry whose backend is
+ * not a backend of its frontend any more is stale. */
+struct lb4_affinity_match_key {
+	__be32 address;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad;
+	__u32 backend_id;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct lb4_key);
@@ -75,5 +111,21 @@ struct {
 	__uint(max_entries, 262144);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_lb4_reverse_sk SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb4_affinity_key);
+	__type(value, struct lb4_affinity_value);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_lb4_affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb4_affinity_match_key);
+	__type(value, __u8);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_lb4_affinity_match SEC(".maps");
 
 #endif /* CELLIUM_LB_H */

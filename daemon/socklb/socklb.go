@@ -111,6 +111,7 @@ func register(p params) error {
 	var m *maps.LBMaps
 	services := lazyServices{func() *maps.LB4Services { return m.Services }}
 	backends := lazyBackends{func() *maps.LB4Backends { return m.Backends }}
+	match := lazyMatch{func() *maps.LB4AffinityMatch { return m.AffinityMatch }}
 	d := lbsync.NewDeriver(t, func() (map[lb.L4Addr]uint32, error) { return lbsync.RestoreIDs(backends) })
 	// The maps open and the programs attach in the start hook, before
 	// any reconciler runs.
@@ -145,7 +146,7 @@ func register(p params) error {
 			return nil
 		},
 	})
-	fc := lbsync.FrontendsConfig(t, services)
+	fc := lbsync.FrontendsConfig(t, services, match)
 	bc := lbsync.BackendsConfig(t, backends)
 	fc.FullInterval, bc.FullInterval = FullInterval, FullInterval
 	// Jobs "reconcile-lb4-services-map", "reconcile-lb4-backends-map".
@@ -181,3 +182,12 @@ func (l lazyBackends) pinned() lbsync.PinnedBackends            { return lbsync.
 func (l lazyBackends) Update(ids []uint32, a []lb.L4Addr) error { return l.pinned().Update(ids, a) }
 func (l lazyBackends) Delete(ids []uint32) error                { return l.pinned().Delete(ids) }
 func (l lazyBackends) Dump() (map[uint32]lb.L4Addr, error)      { return l.pinned().Dump() }
+
+type lazyMatch struct{ get func() *maps.LB4AffinityMatch }
+
+func (l lazyMatch) pinned() lbsync.PinnedAffinityMatch {
+	return lbsync.PinnedAffinityMatch{M: l.get()}
+}
+func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.pinned().Update(k) }
+func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.pinned().Delete(k) }
+func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.pinned().Dump() }

@@ -20,4 +20,4 @@
 package bpf
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type ipcache_key -type ipcache_value -type endpoint_key -type endpoint_info -type policy_key -type policy_entry -type ct4_key -type ct_entry -type metrics_key -type metrics_value -type event Lxc ../../bpf/lxc.c -- -mcpu=v3 -Wall -Werror
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value -type lb4_affinity_key -type lb4_affinity_value -type lb4_affinity_match_key Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror

@@ -13,6 +13,31 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type SockLb4AffinityKey struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Address     uint32
+	Dport       uint16
+	Proto       uint8
+	Pad         uint8
+}
+
+type SockLb4AffinityMatchKey struct {
+	_         structs.HostLayout
+	Address   uint32
+	Dport     uint16
+	Proto     uint8
+	Pad       uint8
+	BackendId uint32
+}
+
+type SockLb4AffinityValue struct {
+	_         structs.HostLayout
+	LastUsed  uint64
+	BackendId uint32
+	Pad       uint32
+}
+
 type SockLb4Backend struct {
 	_       structs.HostLayout
 	Address uint32
@@ -51,20 +76,23 @@ type SockLb4Service struct {
 	_         structs.HostLayout
 	BackendId uint32
 	Count     uint16
-	Pad       uint16
+	Flags     uint8
+	Pad       uint8
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SockMapCelliumLb4Backends   = "cellium_lb4_backends"
-	SockMapCelliumLb4ReverseSk  = "cellium_lb4_reverse_sk"
-	SockMapCelliumLb4Services   = "cellium_lb4_services"
-	SockProgCilSock4Connect     = "cil_sock4_connect"
-	SockProgCilSock4Getpeername = "cil_sock4_getpeername"
-	SockProgCilSock4Recvmsg     = "cil_sock4_recvmsg"
-	SockProgCilSock4Sendmsg     = "cil_sock4_sendmsg"
+	SockMapCelliumLb4Affinity      = "cellium_lb4_affinity"
+	SockMapCelliumLb4AffinityMatch = "cellium_lb4_affinity_match"
+	SockMapCelliumLb4Backends      = "cellium_lb4_backends"
+	SockMapCelliumLb4ReverseSk     = "cellium_lb4_reverse_sk"
+	SockMapCelliumLb4Services      = "cellium_lb4_services"
+	SockProgCilSock4Connect        = "cil_sock4_connect"
+	SockProgCilSock4Getpeername    = "cil_sock4_getpeername"
+	SockProgCilSock4Recvmsg        = "cil_sock4_recvmsg"
+	SockProgCilSock4Sendmsg        = "cil_sock4_sendmsg"
 )
 
 // LoadSock returns the embedded CollectionSpec for Sock.
@@ -119,9 +147,11 @@ type SockProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SockMapSpecs struct {
-	CelliumLb4Backends  *ebpf.MapSpec `ebpf:"cellium_lb4_backends"`
-	CelliumLb4ReverseSk *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk"`
-	CelliumLb4Services  *ebpf.MapSpec `ebpf:"cellium_lb4_services"`
+	CelliumLb4Affinity      *ebpf.MapSpec `ebpf:"cellium_lb4_affinity"`
+	CelliumLb4AffinityMatch *ebpf.MapSpec `ebpf:"cellium_lb4_affinity_match"`
+	CelliumLb4Backends      *ebpf.MapSpec `ebpf:"cellium_lb4_backends"`
+	CelliumLb4ReverseSk     *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk"`
+	CelliumLb4Services      *ebpf.MapSpec `ebpf:"cellium_lb4_services"`
 }
 
 // SockVariableSpecs contains global variables before they are loaded into the kernel.
@@ -150,13 +180,17 @@ func (o *SockObjects) Close() error {
 //
 // It can be passed to LoadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SockMaps struct {
-	CelliumLb4Backends  *ebpf.Map `ebpf:"cellium_lb4_backends"`
-	CelliumLb4ReverseSk *ebpf.Map `ebpf:"cellium_lb4_reverse_sk"`
-	CelliumLb4Services  *ebpf.Map `ebpf:"cellium_lb4_services"`
+	CelliumLb4Affinity      *ebpf.Map `ebpf:"cellium_lb4_affinity"`
+	CelliumLb4AffinityMatch *ebpf.Map `ebpf:"cellium_lb4_affinity_match"`
+	CelliumLb4Backends      *ebpf.Map `ebpf:"cellium_lb4_backends"`
+	CelliumLb4ReverseSk     *ebpf.Map `ebpf:"cellium_lb4_reverse_sk"`
+	CelliumLb4Services      *ebpf.Map `ebpf:"cellium_lb4_services"`
 }
 
 func (m *SockMaps) Close() error {
 	return _SockClose(
+		m.CelliumLb4Affinity,
+		m.CelliumLb4AffinityMatch,
 		m.CelliumLb4Backends,
 		m.CelliumLb4ReverseSk,
 		m.CelliumLb4Services,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -42,23 +43,64 @@ type BackendsMap interface {
 	Dump() (map[uint32]lb.L4Addr, error)
 }
 
-// FrontendOps reconciles the lb-frontends table into the services map.
+// AffinityMatchMap is cellium_lb4_affinity_match as the reconciler uses
+// it: the (frontend, backend ID) pairs of the services map, which the
+// programs check before they follow an affinity entry. Delete must be
+// idempotent.
+type AffinityMatchMap interface {
+	Update(keys []maps.AffinityMatch) error
+	Delete(keys []maps.AffinityMatch) error
+	Dump() ([]maps.AffinityMatch, error)
+}
+
+// FrontendOps reconciles the lb-frontends table into the services map
+// and the affinity match map.
 type FrontendOps struct {
 	m        ServicesMap
+	match    AffinityMatchMap
 	backends statedb.Table[*lb.Backend]
 }
 
 var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
 
-// NewFrontendOps reconciles into m; backends is the lb-backends table,
-// whose statuses say which backends are in the backends map.
-func NewFrontendOps(m ServicesMap, backends statedb.Table[*lb.Backend]) *FrontendOps {
-	return &FrontendOps{m: m, backends: backends}
+// NewFrontendOps reconciles into m and match; backends is the lb-backends
+// table, whose statuses say which backends are in the backends map.
+func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend]) *FrontendOps {
+	return &FrontendOps{m: m, match: match, backends: backends}
+}
+
+// slotIDs returns the backend IDs of slots 1..n of frontend fe in the map.
+func (o *FrontendOps) slotIDs(fe lb.L4Addr, n int) ([]uint32, error) {
+	var ids []uint32
+	for s := 1; s <= n; s++ {
+		v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Slot: uint16(s)})
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ids = append(ids, v.BackendID)
+		}
+	}
+	return ids, nil
+}
+
+// matches returns the affinity match keys of fe for ids not in except.
+func matches(fe lb.L4Addr, ids []uint32, except []uint32) []maps.AffinityMatch {
+	var out []maps.AffinityMatch
+	for _, id := range ids {
+		if !slices.Contains(except, id) {
+			out = append(out, maps.AffinityMatch{Frontend: fe, BackendID: id})
+		}
+	}
+	return out
 }
 
 // Update implements reconciler.Operations: once every backend of f is in
-// the backends map (its row Done), it writes slots 1..n, then slot 0 with
-// the count n, then deletes the slots above n that an older version had.
+// the backends map (its row Done), it deletes the affinity matches of
+// the backends f lost (so that no affinity entry leads to them from now
+// on) and adds those of its backends, writes slots 1..n, then slot 0
+// with the count n, flags and affinity timeout, then deletes the slots
+// above n that an older version had.
 func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Frontend) error {
 	if len(f.BackendIDs) != len(f.Backends) {
 		return fmt.Errorf("frontend %v: %d backends but %d IDs", f.Address, len(f.Backends), len(f.BackendIDs))
@@ -73,6 +115,18 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 	if err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
 	}
+	var oldIDs []uint32
+	if hadOld {
+		if oldIDs, err = o.slotIDs(f.Address, int(old.Count)); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+	}
+	if err := o.match.Delete(matches(f.Address, oldIDs, f.BackendIDs)); err != nil {
+		return fmt.Errorf("frontend %v: delete affinity matches: %w", f.Address, err)
+	}
+	if err := o.match.Update(matches(f.Address, f.BackendIDs, nil)); err != nil {
+		return fmt.Errorf("frontend %v: write affinity matches: %w", f.Address, err)
+	}
 	n := len(f.BackendIDs)
 	keys := make([]maps.ServiceSlot, 0, n+1)
 	vals := make([]maps.ServiceValue, 0, n+1)
@@ -85,7 +139,8 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 			return fmt.Errorf("frontend %v: write slots: %w", f.Address, err)
 		}
 	}
-	if err := o.m.Update([]maps.ServiceSlot{{Frontend: f.Address}}, []maps.ServiceValue{{Count: uint16(n)}}); err != nil {
+	zero := maps.ServiceValue{Count: uint16(n), Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout}
+	if err := o.m.Update([]maps.ServiceSlot{{Frontend: f.Address}}, []maps.ServiceValue{zero}); err != nil {
 		return fmt.Errorf("frontend %v: write count: %w", f.Address, err)
 	}
 	if hadOld && int(old.Count) > n {
@@ -101,7 +156,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 }
 
 // Delete implements reconciler.Operations: slot 0 first (the frontend is
-// gone for the programs), then its slots.
+// gone for the programs), then its slots and affinity matches.
 func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
 	n := len(f.BackendIDs)
 	if v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: f.Address}); err != nil {
@@ -109,6 +164,11 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 	} else if ok {
 		n = max(n, int(v.Count))
 	}
+	ids, err := o.slotIDs(f.Address, n)
+	if err != nil {
+		return fmt.Errorf("frontend %v: %w", f.Address, err)
+	}
+	ids = append(ids, f.BackendIDs...)
 	if err := o.m.Delete([]maps.ServiceSlot{{Frontend: f.Address}}); err != nil {
 		return fmt.Errorf("delete frontend %v: %w", f.Address, err)
 	}
@@ -119,20 +179,37 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 	if err := o.m.Delete(slots); err != nil {
 		return fmt.Errorf("delete frontend %v: %w", f.Address, err)
 	}
+	if err := o.match.Delete(matches(f.Address, ids, nil)); err != nil {
+		return fmt.Errorf("delete frontend %v: affinity matches: %w", f.Address, err)
+	}
 	return nil
 }
 
-// Prune implements reconciler.Operations: it lists the map, then deletes
-// the frontends no row wants (slot 0 first) and the slots above each
-// desired frontend's count.
+// Prune implements reconciler.Operations: it lists the maps, then
+// deletes the frontends no row wants (slot 0 first), the slots above each
+// desired frontend's count and the affinity matches no row has.
 func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
 	have, err := o.m.Dump()
 	if err != nil {
 		return fmt.Errorf("list services map: %w", err)
 	}
+	haveMatch, err := o.match.Dump()
+	if err != nil {
+		return fmt.Errorf("list affinity match map: %w", err)
+	}
 	want := map[lb.L4Addr]int{}
+	wantMatch := map[maps.AffinityMatch]bool{}
 	for f := range desired {
 		want[f.Address] = len(f.BackendIDs)
+		for _, id := range f.BackendIDs {
+			wantMatch[maps.AffinityMatch{Frontend: f.Address, BackendID: id}] = true
+		}
+	}
+	var strayMatch []maps.AffinityMatch
+	for _, k := range haveMatch {
+		if !wantMatch[k] {
+			strayMatch = append(strayMatch, k)
+		}
 	}
 	var zero, rest []maps.ServiceSlot
 	for k := range have {
@@ -149,6 +226,9 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	}
 	if err := o.m.Delete(rest); err != nil {
 		return fmt.Errorf("prune %d slots: %w", len(rest), err)
+	}
+	if err := o.match.Delete(strayMatch); err != nil {
+		return fmt.Errorf("prune %d affinity matches: %w", len(strayMatch), err)
 	}
 	return nil
 }
@@ -210,10 +290,10 @@ func (o *BackendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Se
 }
 
 // FrontendsConfig returns the configuration of the reconciler of the
-// lb-frontends table into m.
-func FrontendsConfig(t Tables, m ServicesMap) reconciler.Config[*lb.Frontend] {
+// lb-frontends table into m and match.
+func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap) reconciler.Config[*lb.Frontend] {
 	return reconciler.Config[*lb.Frontend]{
-		Name: FrontendsReconciler, Table: t.Frontends, Operations: NewFrontendOps(m, t.Backends),
+		Name: FrontendsReconciler, Table: t.Frontends, Operations: NewFrontendOps(m, match, t.Backends),
 		GetStatus: func(f *lb.Frontend) reconciler.Status { return f.Status },
 		SetStatus: (*lb.Frontend).WithStatus,
 		// A frontend waits for its backends: retry soon.

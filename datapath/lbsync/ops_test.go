@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cellium/cellium/cells/k8s/k8stest"
 	dpmaps "github.com/cellium/cellium/datapath/maps"
@@ -26,13 +28,45 @@ type fakeLB struct {
 	mu       sync.Mutex
 	services map[dpmaps.ServiceSlot]dpmaps.ServiceValue
 	backends map[uint32]lb.L4Addr
+	match    map[dpmaps.AffinityMatch]bool
+	// log records the writes in order ("match-", "match+", "slot", "count").
+	log []string
 	// failBackends fails every backends map update while set.
 	failBackends bool
 	dangling     []string
 }
 
 func newFakeLB() *fakeLB {
-	return &fakeLB{services: map[dpmaps.ServiceSlot]dpmaps.ServiceValue{}, backends: map[uint32]lb.L4Addr{}}
+	return &fakeLB{services: map[dpmaps.ServiceSlot]dpmaps.ServiceValue{}, backends: map[uint32]lb.L4Addr{},
+		match: map[dpmaps.AffinityMatch]bool{}}
+}
+
+type fakeMatch struct{ f *fakeLB }
+
+func (m fakeMatch) Update(keys []dpmaps.AffinityMatch) error {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	for _, k := range keys {
+		m.f.match[k] = true
+		m.f.log = append(m.f.log, fmt.Sprintf("match+ %d", k.BackendID))
+	}
+	return nil
+}
+
+func (m fakeMatch) Delete(keys []dpmaps.AffinityMatch) error {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	for _, k := range keys {
+		delete(m.f.match, k)
+		m.f.log = append(m.f.log, fmt.Sprintf("match- %d", k.BackendID))
+	}
+	return nil
+}
+
+func (m fakeMatch) Dump() ([]dpmaps.AffinityMatch, error) {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	return slices.Collect(maps.Keys(m.f.match)), nil
 }
 
 type fakeServices struct{ f *fakeLB }
@@ -45,6 +79,9 @@ func (s fakeServices) Update(keys []dpmaps.ServiceSlot, vals []dpmaps.ServiceVal
 			if _, ok := s.f.backends[vals[i].BackendID]; !ok {
 				s.f.dangling = append(s.f.dangling, fmt.Sprintf("%v slot %d -> %d", k.Frontend, k.Slot, vals[i].BackendID))
 			}
+			s.f.log = append(s.f.log, fmt.Sprintf("slot %d=%d", k.Slot, vals[i].BackendID))
+		} else {
+			s.f.log = append(s.f.log, fmt.Sprintf("count %d", vals[i].Count))
 		}
 		s.f.services[k] = vals[i]
 	}
@@ -131,6 +168,17 @@ func (f *fakeLB) resolved() (map[lb.L4Addr][]lb.L4Addr, error) {
 			return nil, fmt.Errorf("%v: slot %d without slot 0", k.Frontend, k.Slot)
 		}
 	}
+	// The affinity matches are exactly the (frontend, backend ID) pairs
+	// of the slots.
+	want := map[dpmaps.AffinityMatch]bool{}
+	for k, v := range f.services {
+		if k.Slot != 0 {
+			want[dpmaps.AffinityMatch{Frontend: k.Frontend, BackendID: v.BackendID}] = true
+		}
+	}
+	if !maps.Equal(want, f.match) {
+		return nil, fmt.Errorf("affinity matches %v, want %v", f.match, want)
+	}
 	return out, nil
 }
 
@@ -148,7 +196,7 @@ func TestReconcilersAgainstFakeMaps(t *testing.T) {
 	tt := newTables(t)
 	f := newFakeLB()
 	d := NewDeriver(tt.Tables, nil)
-	fc := FrontendsConfig(tt.Tables, fakeServices{f})
+	fc := FrontendsConfig(tt.Tables, fakeServices{f}, fakeMatch{f})
 	bc := BackendsConfig(tt.Tables, fakeBackends{f})
 	fc.FullInterval, bc.FullInterval = 50*time.Millisecond, 50*time.Millisecond
 	fr, err := reconciler.New(tt.DB, fc)
@@ -168,6 +216,7 @@ func TestReconcilersAgainstFakeMaps(t *testing.T) {
 	stray := lb.L4Addr{Addr: mustAddr("10.96.0.99"), Port: 1, Proto: lb.TCP}
 	f.services[dpmaps.ServiceSlot{Frontend: stray}] = dpmaps.ServiceValue{Count: 0}
 	f.backends[77] = stray
+	f.match[dpmaps.AffinityMatch{Frontend: stray, BackendID: 77}] = true
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -227,6 +276,23 @@ func TestReconcilersAgainstFakeMaps(t *testing.T) {
 		}
 		return nil
 	})
+	// Session affinity switched on: slot 0 of both frontends says so.
+	withAffinity := service(1, "http TCP 80", "dns UDP 53")
+	withAffinity.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	withAffinity.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(5))}}
+	wtxn = tt.DB.WriteTxn(tt.svcs)
+	_, _, _ = tt.svcs.Insert(wtxn, withAffinity)
+	wtxn.Commit()
+	k8stest.Eventually(t, "session affinity in slot 0", func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, fe := range []lb.L4Addr{tcp("10.96.0.1", 80), udp("10.96.0.1", 53)} {
+			if v := f.services[dpmaps.ServiceSlot{Frontend: fe}]; v != (dpmaps.ServiceValue{Count: 2, Affinity: true, AffinityTimeout: 5}) {
+				return fmt.Errorf("%v slot 0 %+v", fe, v)
+			}
+		}
+		return nil
+	})
 	// Backend 2 goes unready, 4 comes: the slots shrink and grow.
 	wtxn = tt.DB.WriteTxn(tt.slices)
 	_, _, _ = tt.slices.Insert(wtxn, slice("a", 1, map[int]bool{1: true, 2: false, 4: true, 5: true}, "http TCP 8080"))
@@ -254,8 +320,8 @@ func TestReconcilersAgainstFakeMaps(t *testing.T) {
 	k8stest.Eventually(t, "empty maps", func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if len(f.services) != 0 || len(f.backends) != 0 {
-			return fmt.Errorf("services %v, backends %v", f.services, f.backends)
+		if len(f.services) != 0 || len(f.backends) != 0 || len(f.match) != 0 {
+			return fmt.Errorf("services %v, backends %v, affinity matches %v", f.services, f.backends, f.match)
 		}
 		return nil
 	})
@@ -303,5 +369,66 @@ func TestBackendDeleteOfReusedID(t *testing.T) {
 	}
 	if _, ok := f.backends[5]; ok {
 		t.Fatal("ID 5 still in the map after its backend went")
+	}
+}
+
+// A frontend's session affinity and timeout reach slot 0; a backend the
+// frontend loses loses its affinity match before any slot is rewritten
+// (so no affinity entry leads to it from then on), a new one gains it
+// before the slots name it; switching affinity off clears the flag; a
+// deleted frontend leaves no match behind.
+func TestFrontendOpsAffinity(t *testing.T) {
+	tt := newTables(t)
+	f := newFakeLB()
+	ops := NewFrontendOps(fakeServices{f}, fakeMatch{f}, tt.Backends)
+	fe := lb.L4Addr{Addr: mustAddr("10.96.0.7"), Port: 80, Proto: lb.TCP}
+	be := func(i int) lb.L4Addr {
+		return lb.L4Addr{Addr: mustAddr(fmt.Sprintf("10.0.0.%d", i)), Port: 8080, Proto: lb.TCP}
+	}
+	wtxn := tt.DB.WriteTxn(tt.Backends)
+	for i := 1; i <= 3; i++ {
+		_, _, _ = tt.Backends.Insert(wtxn, &lb.Backend{Address: be(i), ID: uint32(i), Status: reconciler.Done()})
+		f.backends[uint32(i)] = be(i)
+	}
+	txn := wtxn.Commit()
+	ctx := context.Background()
+	row := &lb.Frontend{Address: fe, Service: "ns/s", Backends: []lb.L4Addr{be(1), be(2)}, BackendIDs: []uint32{1, 2},
+		SessionAffinity: true, AffinityTimeout: 2}
+	if err := ops.Update(ctx, txn, row); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.services[dpmaps.ServiceSlot{Frontend: fe}]; v != (dpmaps.ServiceValue{Count: 2, Affinity: true, AffinityTimeout: 2}) {
+		t.Errorf("slot 0 %+v, want count 2, affinity, timeout 2", v)
+	}
+	if _, err := f.resolved(); err != nil {
+		t.Fatal(err)
+	}
+	// Backend 1 goes, 3 comes.
+	f.log = nil
+	row = &lb.Frontend{Address: fe, Service: "ns/s", Backends: []lb.L4Addr{be(2), be(3)}, BackendIDs: []uint32{2, 3},
+		SessionAffinity: true, AffinityTimeout: 2}
+	if err := ops.Update(ctx, txn, row); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"match- 1", "match+ 2", "match+ 3", "slot 1=2", "slot 2=3", "count 2"}; !slices.Equal(f.log, want) {
+		t.Errorf("writes %q, want %q", f.log, want)
+	}
+	if _, err := f.resolved(); err != nil {
+		t.Fatal(err)
+	}
+	// Affinity off.
+	row = &lb.Frontend{Address: fe, Service: "ns/s", Backends: []lb.L4Addr{be(2), be(3)}, BackendIDs: []uint32{2, 3}}
+	if err := ops.Update(ctx, txn, row); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.services[dpmaps.ServiceSlot{Frontend: fe}]; v != (dpmaps.ServiceValue{Count: 2}) {
+		t.Errorf("slot 0 after affinity off %+v, want count 2 only", v)
+	}
+	// Deleted (the row names fewer backends than the map holds).
+	if err := ops.Delete(ctx, txn, &lb.Frontend{Address: fe, Service: "ns/s"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.services) != 0 || len(f.match) != 0 {
+		t.Errorf("after delete: services %v, matches %v", f.services, f.match)
 	}
 }

@@ -69,3 +69,21 @@ func RestoreIDs(m BackendsMap) (map[lb.L4Addr]uint32, error) {
 	}
 	return out, nil
 }
+
+// PinnedAffinityMatch adapts the pinned cellium_lb4_affinity_match.
+type PinnedAffinityMatch struct{ M *maps.LB4AffinityMatch }
+
+var _ AffinityMatchMap = PinnedAffinityMatch{}
+
+// Update implements AffinityMatchMap.
+func (p PinnedAffinityMatch) Update(keys []maps.AffinityMatch) error { return p.M.Update(keys) }
+
+// Delete implements AffinityMatchMap.
+func (p PinnedAffinityMatch) Delete(keys []maps.AffinityMatch) error { return p.M.Delete(keys) }
+
+// Dump implements AffinityMatchMap.
+func (p PinnedAffinityMatch) Dump() ([]maps.AffinityMatch, error) {
+	var out []maps.AffinityMatch
+	err := p.M.Iterate(func(k maps.AffinityMatch) bool { out = append(out, k); return true })
+	return out, err
+}

@@ -18,9 +18,17 @@ const (
 	LB4ServicesMapName  = bpf.SockMapCelliumLb4Services  // frontend slots
 	LB4BackendsMapName  = bpf.SockMapCelliumLb4Backends  // backend ID -> address
 	LB4ReverseSKMapName = bpf.SockMapCelliumLb4ReverseSk // socket -> frontend
+	// (client netns, frontend) -> backend, last used
+	LB4AffinityMapName = bpf.SockMapCelliumLb4Affinity
+	// (frontend, backend ID) pairs that exist
+	LB4AffinityMatchMapName = bpf.SockMapCelliumLb4AffinityMatch
 )
 
-var lbNames = []string{LB4ServicesMapName, LB4BackendsMapName, LB4ReverseSKMapName}
+var lbNames = []string{LB4ServicesMapName, LB4BackendsMapName, LB4ReverseSKMapName,
+	LB4AffinityMapName, LB4AffinityMatchMapName}
+
+// serviceFlagAffinity is LB4_SVC_AFFINITY of lb4_service.flags.
+const serviceFlagAffinity = 0x1
 
 // ServiceSlot is a key of cellium_lb4_services: slot 0 of a frontend
 // holds its backend count, slots 1..count a backend ID each.
@@ -35,14 +43,44 @@ type ServiceValue struct {
 	BackendID uint32
 	// Count is the number of backends (slot 0).
 	Count uint16
+	// Affinity is session affinity (sessionAffinity: ClientIP) with
+	// AffinityTimeout seconds (slot 0; the C struct keeps the timeout
+	// where the slots keep their backend ID).
+	Affinity        bool
+	AffinityTimeout uint32
+}
+
+func (v ServiceValue) bpf() bpf.SockLb4Service {
+	out := bpf.SockLb4Service{BackendId: v.BackendID, Count: v.Count}
+	if v.Affinity {
+		out.Flags |= serviceFlagAffinity
+	}
+	if v.AffinityTimeout != 0 {
+		out.BackendId = v.AffinityTimeout
+	}
+	return out
+}
+
+// serviceValue decodes v of slot.
+func serviceValue(slot uint16, v *bpf.SockLb4Service) ServiceValue {
+	if slot != 0 {
+		return ServiceValue{BackendID: v.BackendId}
+	}
+	out := ServiceValue{Count: v.Count, Affinity: v.Flags&serviceFlagAffinity != 0}
+	if out.Affinity {
+		out.AffinityTimeout = v.BackendId
+	}
+	return out
 }
 
 // LBMaps are the socket load balancer's maps, open. Close them when done;
 // the pins stay.
 type LBMaps struct {
-	Services  *LB4Services
-	Backends  *LB4Backends
-	ReverseSK *ebpf.Map
+	Services      *LB4Services
+	Backends      *LB4Backends
+	ReverseSK     *ebpf.Map
+	Affinity      *LB4Affinity
+	AffinityMatch *LB4AffinityMatch
 }
 
 // OpenLB opens the socket load balancer's maps pinned in dir (a bpffs
@@ -70,7 +108,8 @@ func OpenLB(dir string) (*LBMaps, error) {
 		opened[name] = m
 	}
 	return &LBMaps{Services: &LB4Services{m: opened[LB4ServicesMapName]},
-		Backends: &LB4Backends{m: opened[LB4BackendsMapName]}, ReverseSK: opened[LB4ReverseSKMapName]}, nil
+		Backends: &LB4Backends{m: opened[LB4BackendsMapName]}, ReverseSK: opened[LB4ReverseSKMapName],
+		Affinity: &LB4Affinity{m: opened[LB4AffinityMapName]}, AffinityMatch: &LB4AffinityMatch{m: opened[LB4AffinityMatchMapName]}}, nil
 }
 
 func closeMaps(ms map[string]*ebpf.Map) {
@@ -81,16 +120,19 @@ func closeMaps(ms map[string]*ebpf.Map) {
 
 // Close closes the file descriptors; the pinned maps stay.
 func (m *LBMaps) Close() error {
-	return errors.Join(m.Services.m.Close(), m.Backends.m.Close(), m.ReverseSK.Close())
+	return errors.Join(m.Services.m.Close(), m.Backends.m.Close(), m.ReverseSK.Close(),
+		m.Affinity.m.Close(), m.AffinityMatch.m.Close())
 }
 
 // Replacements returns the maps to load the socket programs with
 // (ebpf.CollectionOptions.MapReplacements).
 func (m *LBMaps) Replacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		LB4ServicesMapName:  m.Services.m,
-		LB4BackendsMapName:  m.Backends.m,
-		LB4ReverseSKMapName: m.ReverseSK,
+		LB4ServicesMapName:      m.Services.m,
+		LB4BackendsMapName:      m.Backends.m,
+		LB4ReverseSKMapName:     m.ReverseSK,
+		LB4AffinityMapName:      m.Affinity.m,
+		LB4AffinityMatchMapName: m.AffinityMatch.m,
 	}
 }
 
@@ -134,7 +176,7 @@ func (s *LB4Services) Update(keys []ServiceSlot, vals []ServiceValue) error {
 		if ks[i], err = lb4Key(keys[i]); err != nil {
 			return err
 		}
-		vs[i] = bpf.SockLb4Service{BackendId: vals[i].BackendID, Count: vals[i].Count}
+		vs[i] = vals[i].bpf()
 	}
 	return batchUpdate(s.m, ks, vs)
 }
@@ -164,13 +206,13 @@ func (s *LB4Services) Lookup(k ServiceSlot) (ServiceValue, error) {
 	if err := s.m.Lookup(&bk, &v); err != nil {
 		return ServiceValue{}, fmt.Errorf("look up %v slot %d: %w", k.Frontend, k.Slot, err)
 	}
-	return ServiceValue{BackendID: v.BackendId, Count: v.Count}, nil
+	return serviceValue(k.Slot, &v), nil
 }
 
 // Iterate calls yield for every entry until it returns false.
 func (s *LB4Services) Iterate(yield func(ServiceSlot, ServiceValue) bool) error {
 	return iterate(s.m, func(k *bpf.SockLb4Key, v *bpf.SockLb4Service) bool {
-		return yield(lb4Slot(k), ServiceValue{BackendID: v.BackendId, Count: v.Count})
+		return yield(lb4Slot(k), serviceValue(k.Slot, v))
 	})
 }
 
@@ -207,5 +249,102 @@ func (b *LB4Backends) Delete(ids []uint32) error {
 func (b *LB4Backends) Iterate(yield func(uint32, lb.L4Addr) bool) error {
 	return iterate(b.m, func(k *uint32, v *bpf.SockLb4Backend) bool {
 		return yield(*k, lb.L4Addr{Addr: be32Addr(v.Address), Port: ntohs(v.Port), Proto: v.Proto})
+	})
+}
+
+// AffinityMatch is a key of cellium_lb4_affinity_match: backend BackendID
+// is one of Frontend's.
+type AffinityMatch struct {
+	Frontend  lb.L4Addr
+	BackendID uint32
+}
+
+func (a AffinityMatch) bpf() (bpf.SockLb4AffinityMatchKey, error) {
+	w, err := addrBE32(a.Frontend.Addr)
+	if err != nil {
+		return bpf.SockLb4AffinityMatchKey{}, err
+	}
+	return bpf.SockLb4AffinityMatchKey{Address: w, Dport: htons(a.Frontend.Port), Proto: a.Frontend.Proto, BackendId: a.BackendID}, nil
+}
+
+// LB4AffinityMatch is cellium_lb4_affinity_match.
+type LB4AffinityMatch struct{ m *ebpf.Map }
+
+// Update adds keys.
+func (a *LB4AffinityMatch) Update(keys []AffinityMatch) error {
+	ks := make([]bpf.SockLb4AffinityMatchKey, len(keys))
+	for i, k := range keys {
+		var err error
+		if ks[i], err = k.bpf(); err != nil {
+			return err
+		}
+	}
+	return batchUpdate(a.m, ks, make([]uint8, len(keys)))
+}
+
+// Delete removes keys; missing keys are not an error.
+func (a *LB4AffinityMatch) Delete(keys []AffinityMatch) error {
+	for _, k := range keys {
+		bk, err := k.bpf()
+		if err != nil {
+			return err
+		}
+		if err := deleteKey(a.m, &bk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Iterate calls yield for every entry until it returns false.
+func (a *LB4AffinityMatch) Iterate(yield func(AffinityMatch) bool) error {
+	return iterate(a.m, func(k *bpf.SockLb4AffinityMatchKey, _ *uint8) bool {
+		return yield(AffinityMatch{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}, BackendID: k.BackendId})
+	})
+}
+
+// AffinityKey is a key of cellium_lb4_affinity: a client (the cookie of
+// its network namespace) and a frontend.
+type AffinityKey struct {
+	NetnsCookie uint64
+	Frontend    lb.L4Addr
+}
+
+// AffinityValue is a value of cellium_lb4_affinity.
+type AffinityValue struct {
+	BackendID uint32
+	// LastUsed is when the programs last sent the client to the backend,
+	// in bpf_ktime_get_ns (CLOCK_MONOTONIC) nanoseconds.
+	LastUsed uint64
+}
+
+// LB4Affinity is cellium_lb4_affinity, written by the programs.
+type LB4Affinity struct{ m *ebpf.Map }
+
+func (a *LB4Affinity) key(k AffinityKey) (bpf.SockLb4AffinityKey, error) {
+	w, err := addrBE32(k.Frontend.Addr)
+	if err != nil {
+		return bpf.SockLb4AffinityKey{}, err
+	}
+	return bpf.SockLb4AffinityKey{NetnsCookie: k.NetnsCookie, Address: w, Dport: htons(k.Frontend.Port), Proto: k.Frontend.Proto}, nil
+}
+
+// Update writes k -> v (tests age entries with it).
+func (a *LB4Affinity) Update(k AffinityKey, v AffinityValue) error {
+	bk, err := a.key(k)
+	if err != nil {
+		return err
+	}
+	if err := a.m.Put(&bk, &bpf.SockLb4AffinityValue{BackendId: v.BackendID, LastUsed: v.LastUsed}); err != nil {
+		return fmt.Errorf("update %s: %w", LB4AffinityMapName, err)
+	}
+	return nil
+}
+
+// Iterate calls yield for every entry until it returns false.
+func (a *LB4Affinity) Iterate(yield func(AffinityKey, AffinityValue) bool) error {
+	return iterate(a.m, func(k *bpf.SockLb4AffinityKey, v *bpf.SockLb4AffinityValue) bool {
+		return yield(AffinityKey{NetnsCookie: k.NetnsCookie, Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}},
+			AffinityValue{BackendID: v.BackendId, LastUsed: v.LastUsed})
 	})
 }

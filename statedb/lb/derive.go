@@ -18,7 +18,10 @@ import (
 //     translates ClusterIPs only);
 //   - a frontend's backends are the addresses of the IPv4 slices'
 //     endpoints that are ready (conditions.ready unset counts as ready),
-//     with the port of the slice port of the same name and protocol.
+//     with the port of the slice port of the same name and protocol;
+//   - sessionAffinity ClientIP gives every frontend session affinity
+//     with sessionAffinityConfig.clientIP.timeoutSeconds (10800 when
+//     unset, as the API server defaults it).
 func ServiceFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice) []*Frontend {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
@@ -28,6 +31,7 @@ func ServiceFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice)
 		ips = []string{svc.Spec.ClusterIP}
 	}
 	name := svc.Namespace + "/" + svc.Name
+	affinity, timeout := sessionAffinity(svc)
 	var out []*Frontend
 	seen := map[L4Addr]bool{}
 	for _, s := range ips {
@@ -46,11 +50,24 @@ func ServiceFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice)
 			}
 			seen[addr] = true
 			out = append(out, &Frontend{Address: addr, Service: name, PortName: p.Name,
-				Backends: portBackends(slices_, p.Name, proto)})
+				Backends: portBackends(slices_, p.Name, proto), SessionAffinity: affinity, AffinityTimeout: timeout})
 		}
 	}
 	slices.SortFunc(out, func(a, b *Frontend) int { return a.Address.Compare(b.Address) })
 	return out
+}
+
+// sessionAffinity returns whether svc has ClientIP session affinity and
+// its timeout in seconds.
+func sessionAffinity(svc *corev1.Service) (bool, uint32) {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return false, 0
+	}
+	timeout := uint32(corev1.DefaultClientIPServiceAffinitySeconds)
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+		timeout = uint32(*c.ClientIP.TimeoutSeconds)
+	}
+	return true, timeout
 }
 
 // portBackends returns the ready IPv4 endpoints of the slices for the

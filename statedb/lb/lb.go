@@ -113,6 +113,12 @@ type Frontend struct {
 	// BackendIDs are the IDs of Backends (same order) in the backends
 	// table, as the services map refers to them.
 	BackendIDs []uint32 `json:"backend-ids"`
+	// SessionAffinity is the Service's sessionAffinity: ClientIP. The
+	// programs send a client (a network namespace) to the backend they
+	// sent it to last time, unless that was more than AffinityTimeout
+	// seconds ago or the backend is gone.
+	SessionAffinity bool   `json:"session-affinity,omitempty"`
+	AffinityTimeout uint32 `json:"affinity-timeout,omitempty"`
 	// Status is the reconciliation status of the services map entries.
 	Status reconciler.Status `json:"status"`
 }
@@ -120,6 +126,7 @@ type Frontend struct {
 // SameAs reports whether f and o differ at most in Status.
 func (f *Frontend) SameAs(o *Frontend) bool {
 	return f.Address == o.Address && f.Service == o.Service && f.PortName == o.PortName &&
+		f.SessionAffinity == o.SessionAffinity && f.AffinityTimeout == o.AffinityTimeout &&
 		slices.Equal(f.Backends, o.Backends) && slices.Equal(f.BackendIDs, o.BackendIDs)
 }
 
@@ -132,7 +139,16 @@ func (f *Frontend) WithStatus(s reconciler.Status) *Frontend {
 
 // TableHeader implements statedb.TableWritable.
 func (*Frontend) TableHeader() []string {
-	return []string{"Address", "Service", "Backends", "Status"}
+	return []string{"Address", "Service", "Affinity", "Backends", "Status"}
+}
+
+// AffinityString is "ClientIP 10800s" with session affinity, else "None"
+// (the Service's sessionAffinity).
+func (f *Frontend) AffinityString() string {
+	if !f.SessionAffinity {
+		return "None"
+	}
+	return fmt.Sprintf("ClientIP %ds", f.AffinityTimeout)
 }
 
 // TableRow implements statedb.TableWritable.
@@ -145,7 +161,7 @@ func (f *Frontend) TableRow() []string {
 	if f.PortName != "" {
 		svc += ":" + f.PortName
 	}
-	return []string{f.Address.String(), svc, strings.Join(bs, ", "), f.Status.String()}
+	return []string{f.Address.String(), svc, f.AffinityString(), strings.Join(bs, ", "), f.Status.String()}
 }
 
 func (f *Frontend) id(i int) uint32 {

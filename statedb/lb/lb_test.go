@@ -59,7 +59,11 @@ func TestTables(t *testing.T) {
 		t.Errorf("FromString: %v, %v", k, err)
 	}
 	row := (&Frontend{Address: a, Service: "kube-system/kube-dns", PortName: "dns", Backends: []L4Addr{b}, BackendIDs: []uint32{3}}).TableRow()
-	if row[0] != "10.96.0.10:53/UDP" || row[1] != "kube-system/kube-dns:dns" || row[2] != "10.0.0.7:53#3" {
+	if row[0] != "10.96.0.10:53/UDP" || row[1] != "kube-system/kube-dns:dns" || row[2] != "None" || row[3] != "10.0.0.7:53#3" {
 		t.Errorf("table row %q", row)
+	}
+	row = (&Frontend{Address: a, SessionAffinity: true, AffinityTimeout: 600}).TableRow()
+	if row[2] != "ClientIP 600s" {
+		t.Errorf("table row with session affinity %q", row)
 	}
 }
