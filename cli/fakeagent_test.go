@@ -318,7 +318,7 @@ func newFakeAgent() *fakeAgent {
 		Dumps: map[string]json.RawMessage{
 			"endpoints": json.RawMessage(`[{"id":142,"state":"ready"},{"id":1090,"state":"ready","pod":"default/web-0"}]`),
 			"lb-frontends": json.RawMessage(`[` +
-				`{"address":{"addr":"10.96.0.10","port":53,"proto":17},"service":"kube-system/kube-dns","port-name":"dns","backends":[{"addr":"10.0.1.7","port":53,"proto":17},{"addr":"10.0.2.9","port":53,"proto":17}],"backend-ids":[3,4],"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
+				`{"address":{"addr":"10.96.0.10","port":53,"proto":17},"service":"kube-system/kube-dns","port-name":"dns","backends":[{"addr":"10.0.1.7","port":53,"proto":17},{"addr":"10.0.2.9","port":53,"proto":17}],"backend-ids":[3,4],"session-affinity":true,"affinity-timeout":10800,"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"address":{"addr":"10.96.0.1","port":443,"proto":6},"service":"default/kubernetes","port-name":"https","backends":[{"addr":"192.168.56.11","port":6443,"proto":6}],"backend-ids":[1],"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"address":{"addr":"10.96.7.7","port":80,"proto":6},"service":"default/web","backends":[],"backend-ids":[],"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}}]`),
 			"ipcache": json.RawMessage(`[` +

@@ -22,7 +22,7 @@ func (a *app) serviceCommand() *cobra.Command {
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the ClusterIP frontends with their backends (by backend ID) and the reconciliation status of their map entries",
+		Short:   "List the ClusterIP frontends with their session affinity (None, or ClientIP and its timeout), their backends (by backend ID) and the reconciliation status of their map entries",
 		Example: `  cellium service list
   cellium service list -o json`,
 		Args: cobra.NoArgs,
@@ -57,14 +57,14 @@ func (a *app) serviceCommand() *cobra.Command {
 // `cilium-dbg service list`.
 func writeServices(w io.Writer, fes []*lb.Frontend) error {
 	t := newTable()
-	t.row("FRONTEND", "SERVICE TYPE", "SERVICE", "BACKEND", "STATUS")
+	t.row("FRONTEND", "SERVICE TYPE", "SERVICE", "AFFINITY", "BACKEND", "STATUS")
 	for _, f := range fes {
 		svc := f.Service
 		if f.PortName != "" {
 			svc += ":" + f.PortName
 		}
 		if len(f.Backends) == 0 {
-			t.row(f.Address.String(), "ClusterIP", svc, "(none)", f.Status.String())
+			t.row(f.Address.String(), "ClusterIP", svc, f.AffinityString(), "(none)", f.Status.String())
 			continue
 		}
 		for i, b := range f.Backends {
@@ -74,9 +74,9 @@ func writeServices(w io.Writer, fes []*lb.Frontend) error {
 			}
 			be := fmt.Sprintf("%d => %s/%s", id, netip.AddrPortFrom(b.Addr, b.Port), lb.ProtoName(b.Proto))
 			if i == 0 {
-				t.row(f.Address.String(), "ClusterIP", svc, be, f.Status.String())
+				t.row(f.Address.String(), "ClusterIP", svc, f.AffinityString(), be, f.Status.String())
 			} else {
-				t.row("", "", "", be, "")
+				t.row("", "", "", "", be, "")
 			}
 		}
 	}
