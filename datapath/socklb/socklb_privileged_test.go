@@ -31,9 +31,24 @@ import (
 //	udp=VIP:port      connected UDP: echo, print "udp <peer>"
 //	udpto=VIP:port    unconnected UDP: sendto, recvfrom, print "udpto <from>"
 //	refused=VIP:port  connect; print "refused <errno name>"
+//
+// and for TestPrivilegedSocketLBSessionAffinity:
+//
+//	netns=PATH           every later socket is in the network namespace
+//	                     PATH (the client the affinity is for)
+//	serve=P1/P2/...      TCP and UDP servers on 127.0.0.1:Pi answering Pi
+//	tcpwho=VIP:port*N    N connections, print "tcpwho <answer>" each
+//	udpwho=VIP:port*N    N sendto/recvfrom on one unconnected UDP socket,
+//	                     print "udpwho <answer> <from>" each
 func runChild(args string) error {
 	for item := range strings.SplitSeq(args, ",") {
 		kind, addr, _ := strings.Cut(item, "=")
+		if done, err := runAffinityItem(kind, addr); done || err != nil {
+			if err != nil {
+				return fmt.Errorf("%s: %w", item, err)
+			}
+			continue
+		}
 		msg := []byte("cellium socket lb")
 		buf := make([]byte, 64)
 		deadline := time.Now().Add(3 * time.Second)
