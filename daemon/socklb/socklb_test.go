@@ -48,7 +48,8 @@ func TestOffRemovesPins(t *testing.T) {
 	for _, p := range dpsocklb.Programs {
 		pins = append(pins, filepath.Join(linkDir, p.Name))
 	}
-	for _, m := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName} {
+	for _, m := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName,
+		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName} {
 		pins = append(pins, filepath.Join(cfg.PinDir(), m))
 	}
 	// Another map of the agent's stays.

@@ -15,7 +15,8 @@
 // LoadSock returns the collection spec of the socket load balancer's
 // cgroup programs (bpf/sock.c: cil_sock4_connect, cil_sock4_sendmsg,
 // cil_sock4_recvmsg, cil_sock4_getpeername) and its maps
-// (cellium_lb4_services, cellium_lb4_backends, cellium_lb4_reverse_sk),
+// (cellium_lb4_services, cellium_lb4_backends, cellium_lb4_reverse_sk,
+// cellium_lb4_affinity, cellium_lb4_affinity_match),
 // with the Sock* struct types.
 package bpf
 

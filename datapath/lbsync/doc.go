@@ -12,9 +12,14 @@
 //     reconciler (statedb/reconciler). A frontend is written only once
 //     all its backends are in the backends map, slots first and the
 //     count last, so a program never picks a slot that is not there yet.
+//     FrontendOps also keeps cellium_lb4_affinity_match, the (frontend,
+//     backend ID) pairs the programs check before following a session
+//     affinity entry, in step with the slots: a lost backend's pair
+//     goes before any slot is rewritten.
 //
-// The package works on small interfaces (ServicesMap, BackendsMap) so that
-// its logic is tested with in-memory maps; PinnedServices and
-// PinnedBackends adapt datapath/maps. It is plain Go; daemon/socklb
+// The package works on small interfaces (ServicesMap, BackendsMap,
+// AffinityMatchMap) so that its logic is tested with in-memory maps;
+// PinnedServices, PinnedBackends and PinnedAffinityMatch adapt
+// datapath/maps. It is plain Go; daemon/socklb
 // composes it into the agent.
 package lbsync

@@ -62,6 +62,45 @@ func TestPrivilegedLBMaps(t *testing.T) {
 	if len(backends) != 1 || backends[0] != be {
 		t.Errorf("backend 7: %v, want %v", backends, be)
 	}
+	// Slot 0 with session affinity: flag and timeout round-trip; a
+	// slot's backend ID is not taken for a timeout.
+	if err := m.Services.Update([]maps.ServiceSlot{{Frontend: fe}}, []maps.ServiceValue{{Count: 1, Affinity: true, AffinityTimeout: 10800}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Services.Lookup(maps.ServiceSlot{Frontend: fe}); err != nil || v != (maps.ServiceValue{Count: 1, Affinity: true, AffinityTimeout: 10800}) {
+		t.Errorf("slot 0 with affinity: %+v, %v", v, err)
+	}
+	if v, err := m.Services.Lookup(maps.ServiceSlot{Frontend: fe, Slot: 1}); err != nil || v != (maps.ServiceValue{BackendID: 7}) {
+		t.Errorf("slot 1: %+v, %v", v, err)
+	}
+	match := maps.AffinityMatch{Frontend: fe, BackendID: 7}
+	if err := m.AffinityMatch.Update([]maps.AffinityMatch{match}); err != nil {
+		t.Fatal(err)
+	}
+	var matches []maps.AffinityMatch
+	if err := m.AffinityMatch.Iterate(func(k maps.AffinityMatch) bool { matches = append(matches, k); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(matches) != 1 || matches[0] != match {
+		t.Errorf("affinity matches %v, want %v", matches, match)
+	}
+	if err := m.AffinityMatch.Delete([]maps.AffinityMatch{match, {Frontend: fe, BackendID: 8}}); err != nil {
+		t.Errorf("delete affinity matches (a missing one included): %v", err)
+	}
+	akey := maps.AffinityKey{NetnsCookie: 4096, Frontend: fe}
+	if err := m.Affinity.Update(akey, maps.AffinityValue{BackendID: 7, LastUsed: 123456789}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := m.Affinity.Iterate(func(k maps.AffinityKey, v maps.AffinityValue) bool {
+		n++
+		if k != akey || v != (maps.AffinityValue{BackendID: 7, LastUsed: 123456789}) {
+			t.Errorf("affinity entry %+v -> %+v", k, v)
+		}
+		return true
+	}); err != nil || n != 1 {
+		t.Errorf("affinity map: %d entries (%v), want 1", n, err)
+	}
 	if err := m.Services.Delete([]maps.ServiceSlot{{Frontend: fe}, {Frontend: fe, Slot: 1}, {Frontend: fe, Slot: 9}}); err != nil {
 		t.Errorf("delete (a missing slot included): %v", err)
 	}
@@ -71,7 +110,8 @@ func TestPrivilegedLBMaps(t *testing.T) {
 	if err := maps.UnpinLB(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName} {
+	for _, name := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName,
+		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
 			t.Errorf("%s still pinned (%v)", name, err)
 		}

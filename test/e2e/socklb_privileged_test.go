@@ -167,7 +167,7 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 	for _, proto := range []string{"TCP", "UDP"} {
 		want := regexp.MustCompile(regexp.QuoteMeta(vip.String()+"/"+proto) + ` +ClusterIP +` + regexp.QuoteMeta(e.ns+"/b-svc:"+strings.ToLower(proto)) +
-			` +\d+ => ` + regexp.QuoteMeta(netip.AddrPortFrom(b.ip, dpPort).String()+"/"+proto) + ` +Done`)
+			` +None +\d+ => ` + regexp.QuoteMeta(netip.AddrPortFrom(b.ip, dpPort).String()+"/"+proto) + ` +Done`)
 		if !want.Match(out) {
 			t.Errorf("cellium service list lacks %s -> b on %s:\n%s", vip, proto, out)
 		}
