@@ -62,7 +62,9 @@ static __always_inline __u32 affinity_backend(const struct lb4_key *fe, const st
 	mkey.dport = fe->dport;
 	mkey.proto = fe->proto;
 	mkey.backend_id = val->backend_id;
-	if (now - val->last_used > (__u64)svc->affinity_timeout * NSEC_PER_SEC ||
+	/* Not now - last_used: another CPU may have refreshed the entry
+	 * after this program read the clock. */
+	if (val->last_used + (__u64)svc->affinity_timeout * NSEC_PER_SEC < now ||
 	    !map_lookup_elem(&cellium_lb4_affinity_match, &mkey)) {
 		map_delete_elem(&cellium_lb4_affinity, akey);
 		return 0;
