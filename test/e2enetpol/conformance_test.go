@@ -65,6 +65,20 @@ func TestConformancePlan(t *testing.T) {
 		}
 	}
 
+	// Without the cluster domain, two more.
+	p, err = p.Skip(SkipRule{Pattern: ClusterDomainPattern, Reason: "domain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Skipped) != 7 || len(p.Run) != 40 {
+		t.Errorf("with the cluster domain rule: %d skipped, %d to run, want 7 and 40", len(p.Skipped), len(p.Run))
+	}
+	for _, s := range p.Skipped {
+		if (s.Reason == "domain") != (strings.Contains(s.Name, "/etc/hosts") || strings.Contains(s.Name, "Hostname")) {
+			t.Errorf("skipped %+v", s)
+		}
+	}
+
 	// A focus inside the suite.
 	c, err = Filter{Suite: Conformance, Focus: "session affinity"}.compile()
 	if err != nil {
