@@ -13,11 +13,19 @@ import (
 )
 
 // DNSPattern matches the conformance specs that resolve names through the
-// cluster's DNS server (dig of Service, pod and ExternalName records).
-// The other "[sig-network] DNS" specs do not: "/etc/hosts entries" and
-// "pods for Hostname" look names up in the pod's /etc/hosts (getent),
-// "configurable pod DNS nameservers" reads the pod's resolv.conf.
-const DNSPattern = `\[sig-network\] DNS should (?:provide DNS for (?:the cluster|services|pods for Subdomain|ExternalName services)|resolve DNS of partial qualified names for services)`
+// cluster's DNS server: the DNS specs that dig Service, pod and
+// ExternalName records, and the Services specs whose reachability check
+// (framework/service's CheckServiceReachability) first connects to the
+// Service by its name (`nc -v -t -w 2 <name> 80` from an exec pod, which
+// needs kube-dns and the pod's search path) or nslookups an ExternalName,
+// before it tries the ClusterIP and the node ports: the basic and
+// multiport endpoint specs, NodePort, the four type changes and the four
+// session affinity specs (11). The other "[sig-network] DNS" specs need no
+// server: "/etc/hosts entries" and "pods for Hostname" look names up in
+// the pod's /etc/hosts (getent), "configurable pod DNS nameservers" reads
+// the pod's resolv.conf.
+const DNSPattern = `\[sig-network\] DNS should (?:provide DNS for (?:the cluster|services|pods for Subdomain|ExternalName services)|resolve DNS of partial qualified names for services)` +
+	`|\[sig-network\] Services should (?:serve a basic endpoint from pods|serve multiport endpoints from pods|be able to create a functioning NodePort service|be able to change the type from |have session affinity work for |be able to switch session affinity for )`
 
 // ClusterDomainPattern matches the specs that need the kubelet's cluster
 // domain to be the suite's (cluster.local): those of [DNSPattern], and

@@ -48,6 +48,7 @@ var ConformanceTools = []Tool{
 	{Path: "/usr/bin/curl", Host: "curl", Package: "curl"},
 	{Path: "/usr/bin/wget", Host: "wget", Package: "wget"},
 	{Path: "/usr/bin/dig", Host: "dig", Package: "dnsutils"},
+	{Path: "/usr/bin/nslookup", Host: "nslookup", Package: "dnsutils"},
 	{Path: "/usr/bin/getent", Host: "getent", Package: "libc-bin"},
 	{Path: "/usr/bin/seq", Host: "seq", Package: "coreutils"},
 	{Path: "/usr/bin/sleep", Host: "sleep", Package: "coreutils"},
