@@ -43,6 +43,7 @@ type filterFlags struct {
 	suite       string
 	focus, skip string
 	forceSCTP   bool
+	forceDNS    bool
 }
 
 func (f *filterFlags) register(cmd *cobra.Command) {
@@ -50,6 +51,7 @@ func (f *filterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.focus, "focus", "", "run only the suite's specs whose name also matches this regular expression (e.g. \"default-deny-ingress\")")
 	cmd.Flags().StringVar(&f.skip, "skip", "", "leave out the specs whose name matches this regular expression")
 	cmd.Flags().BoolVar(&f.forceSCTP, "sctp", false, "run the SCTP specs even if this kernel cannot open an SCTP socket")
+	cmd.Flags().BoolVar(&f.forceDNS, "dns", false, "run the specs that need the cluster's DNS even if it has no kube-dns Service, or kubelets without its clusterDNS or the cluster.local domain")
 }
 
 func (f filterFlags) filter() (e2enetpol.Filter, error) {
@@ -265,12 +267,14 @@ func newRunCmd() *cobra.Command {
 			}
 			// What only the running cluster tells: whether it has a DNS
 			// server for the specs that resolve names.
-			dnsRules, err := e2enetpol.DNSRule(ctx, cfg.Kubeconfig)
-			if err != nil {
-				return err
-			}
-			if plan, err = plan.Skip(dnsRules...); err != nil {
-				return err
+			if !f.forceDNS {
+				dnsRules, err := e2enetpol.DNSRule(ctx, cfg.Kubeconfig)
+				if err != nil {
+					return err
+				}
+				if plan, err = plan.Skip(dnsRules...); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintf(out, "%d %s specs selected: %d to run, %d skipped\n", len(plan.Run)+len(plan.Skipped), filter.Suite.Title, len(plan.Run), len(plan.Skipped))
 
