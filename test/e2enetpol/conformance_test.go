@@ -120,10 +120,10 @@ func TestParseLdd(t *testing.T) {
 	}
 }
 
-// TestToolFilesRun lays the conformance tools' files out as a root
+// TestPrivilegedToolFilesRun lays the conformance tools' files out as a root
 // file system and runs each tool in it (chroot, root): the image's shell,
 // nc, curl, dig... find their libraries without this machine's.
-func TestToolFilesRun(t *testing.T) {
+func TestPrivilegedToolFilesRun(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CELLIUM_REQUIRE_PRIVILEGED") == "1" {
 			t.Fatal("needs root (chroot)")
