@@ -3,7 +3,10 @@
 # packages (iproute2 for network namespaces; clang-19, llvm-19 for
 # llvm-strip-19, bpftool; iperf3, sockperf and nsenter for `make bench-datapath`;
 # runc, the OCI runtime containerd starts containers with on the real node;
-# nftables, for kube-proxy's nftables mode) when running as root with apt.
+# nftables, for kube-proxy's nftables mode; netcat-openbsd, dnsutils, curl
+# and wget, which `make e2e-conformance` copies into the e2e images with
+# their libraries: the specs exec nc, dig, curl, wget in their pods) when
+# running as root with apt.
 # Go modules come from the module proxy through `go` itself.
 set -euo pipefail
 
@@ -17,6 +20,10 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v sockperf >/dev/null 2>&1 || need+=(sockperf)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v nc.openbsd >/dev/null 2>&1 || need+=(netcat-openbsd)
+command -v dig >/dev/null 2>&1 || need+=(dnsutils)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v wget >/dev/null 2>&1 || need+=(wget)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -10,23 +10,19 @@ import (
 	"time"
 )
 
-func TestFocusRegexp(t *testing.T) {
-	for _, tc := range []struct {
-		focus, want string
-	}{
-		{"", `\[sig-network\] Netpol`},
-		{"default-deny-ingress", `\[sig-network\] Netpol.*(?:default-deny-ingress)`},
-		// An alternation stays inside the Netpol specs.
-		{"allow-all|default-deny", `\[sig-network\] Netpol.*(?:allow-all|default-deny)`},
-	} {
-		if got := (Filter{Focus: tc.focus}).FocusRegexp(); got != tc.want {
-			t.Errorf("focus %q: %s, want %s", tc.focus, got, tc.want)
+func TestSuiteNamed(t *testing.T) {
+	for _, name := range []string{"netpol", "conformance"} {
+		if s, err := SuiteNamed(name); err != nil || s.Name != name {
+			t.Errorf("SuiteNamed(%q) = %+v, %v", name, s, err)
 		}
+	}
+	if _, err := SuiteNamed("Netpol"); err == nil {
+		t.Error("SuiteNamed(Netpol) found a suite")
 	}
 }
 
 func TestFilterInvalid(t *testing.T) {
-	for _, f := range []Filter{{Focus: "("}, {Skip: "[z-a]"}} {
+	for _, f := range []Filter{{Focus: "("}, {Skip: "[z-a]"}, {Rules: []SkipRule{{Pattern: "(", Reason: "x"}}}} {
 		if _, err := f.compile(); err == nil {
 			t.Errorf("%+v compiled", f)
 		}
@@ -76,33 +72,34 @@ func TestPlan(t *testing.T) {
 		ports    = "should enforce policy based on Ports [Feature:NetworkPolicy]"
 		noSCTP   = "SCTP: this kernel has no SCTP (no module)"
 	)
+	noSCTPRule := SCTPRule(false, "no module")
 	for _, tc := range []struct {
 		name         string
 		filter       Filter
 		run, skipped []string
 	}{{
 		name:    "all Netpol specs, no SCTP",
-		filter:  Filter{NoSCTPReason: "no module"},
+		filter:  Filter{Rules: noSCTPRule},
 		run:     []string{tcp + deny, tcp + denyMore, tcp + allowAll, tcp + egress, udp + deny, api},
 		skipped: []string{sctp + deny + " | " + noSCTP, sctp + ports + " | " + noSCTP},
 	}, {
 		name:   "all Netpol specs with SCTP",
-		filter: Filter{SCTP: true},
+		filter: Filter{Rules: SCTPRule(true, "")},
 		run:    []string{tcp + deny, tcp + denyMore, tcp + allowAll, tcp + egress, udp + deny, sctp + deny, sctp + ports, api},
 	}, {
 		// Not the Services spec, nor NetworkPolicyLegacy's spec of the
 		// same name: only Netpol's.
 		name:    "focus on default-deny-ingress",
-		filter:  Filter{Focus: "default-deny-ingress", NoSCTPReason: "no module"},
+		filter:  Filter{Focus: "default-deny-ingress", Rules: noSCTPRule},
 		run:     []string{tcp + deny, tcp + denyMore, udp + deny},
 		skipped: []string{sctp + deny + " | " + noSCTP},
 	}, {
 		name:   "focus on two, anchored",
-		filter: Filter{Focus: `default-deny-ingress' policy \[Feature:NetworkPolicy\]$|allow-all`, SCTP: true},
+		filter: Filter{Focus: `default-deny-ingress' policy \[Feature:NetworkPolicy\]$|allow-all`},
 		run:    []string{tcp + deny, tcp + allowAll, udp + deny, sctp + deny},
 	}, {
 		name:    "skip egress and UDP",
-		filter:  Filter{Skip: "egress|UDP", SCTP: true},
+		filter:  Filter{Skip: "egress|UDP"},
 		run:     []string{tcp + deny, tcp + denyMore, tcp + allowAll, sctp + deny, sctp + ports, api},
 		skipped: []string{tcp + egress + " | matches SKIP=egress|UDP", udp + deny + " | matches SKIP=egress|UDP"},
 	}, {

@@ -173,6 +173,8 @@ type Result struct {
 
 // Summary is the outcome of a run.
 type Summary struct {
+	// Suite titles the summary ("Netpol"); empty means "Netpol".
+	Suite   string
 	Results []Result
 	// RunTime is the wall-clock time of the whole run.
 	RunTime time.Duration
@@ -205,8 +207,12 @@ func (s Summary) Failures() []Result {
 // grouped by reason.
 func (s Summary) Write(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Netpol: %d passed, %d failed, %d skipped of %d specs in %s\n",
-		s.Count(Passed), s.Count(Failed), s.Count(Skipped), len(s.Results), s.RunTime.Round(time.Second))
+	title := s.Suite
+	if title == "" {
+		title = Netpol.Title
+	}
+	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped of %d specs in %s\n",
+		title, s.Count(Passed), s.Count(Failed), s.Count(Skipped), len(s.Results), s.RunTime.Round(time.Second))
 	if f := s.Failures(); len(f) > 0 {
 		b.WriteString("failed:\n")
 		for _, r := range f {

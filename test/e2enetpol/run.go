@@ -17,7 +17,9 @@ import (
 // namespaces of agnhost pods and probes every pair (each probe an exec of
 // `/agnhost connect` through the API server), a few times over. On the
 // real node a spec that passes takes 5-50 s; one whose probes cannot
-// connect at all retries for ~13 minutes before it fails.
+// connect at all retries for ~13 minutes before it fails. Most
+// conformance specs take seconds; the DNS ones wait up to 10 minutes
+// for their probers' results, session affinity retries for 2.
 const DefaultSpecTimeout = 5 * time.Minute
 
 // interruptGrace is how long e2e.test gets, after the runner's SIGINT at a
@@ -82,7 +84,7 @@ func ListSpecs(ctx context.Context, c Config) (Plan, error) {
 	}
 	report := filepath.Join(c.Dir, "dry-run.json")
 	log := filepath.Join(c.Dir, "dry-run.log")
-	if err := c.runSuite(ctx, c.args(c.Filter.FocusRegexp(), report, true, time.Hour), log, 5*time.Minute); err != nil {
+	if err := c.runSuite(ctx, c.args(c.Filter.suite().Focus, report, true, time.Hour), log, 5*time.Minute); err != nil {
 		return Plan{}, fmt.Errorf("list specs: %w", err)
 	}
 	r, err := readReport(report)
@@ -107,7 +109,7 @@ func Run(ctx context.Context, c Config, p Plan) (Summary, error) {
 		progress = io.Discard
 	}
 	began := time.Now()
-	var sum Summary
+	sum := Summary{Suite: c.Filter.suite().Title}
 	for i, spec := range p.Run {
 		if err := ctx.Err(); err != nil {
 			sum.RunTime = time.Since(began)

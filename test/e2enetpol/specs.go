@@ -12,25 +12,67 @@ import (
 // NetpolFocus is the Ginkgo focus of the NetworkPolicy specs of Kubernetes'
 // e2e suite: "[sig-network] Netpol" (TCP), "Netpol [LinuxOnly]" (UDP),
 // "Netpol [Feature:SCTPConnectivity] [LinuxOnly]" (SCTP) and "Netpol API"
-// (51 specs in v1.37.2: 43 TCP, 3 UDP, 3 SCTP, 2 API). Every spec the
-// runner selects matches it, whatever else it is given.
+// (51 specs in v1.37.2: 43 TCP, 3 UDP, 3 SCTP, 2 API).
 const NetpolFocus = `\[sig-network\] Netpol`
+
+// ConformanceFocus is the Ginkgo focus of sig-network's conformance specs
+// (47 in v1.37.2): Services, EndpointSlices, DNS, Networking (pod to pod
+// and node to pod), Proxy, HostPort and the networking APIs.
+const ConformanceFocus = `\[sig-network\].*\[Conformance\]`
 
 // SCTPPattern matches the specs that need SCTP in the kernel.
 const SCTPPattern = `\[Feature:SCTPConnectivity\]`
 
-// Filter says which Netpol specs to run and which to skip, and why.
+// Suite is a set of the e2e suite's specs the runner runs.
+type Suite struct {
+	// Name names it in the summary and on the command line ("netpol").
+	Name string
+	// Title heads the summary ("Netpol").
+	Title string
+	// Focus selects its specs: every spec the runner runs matches it,
+	// whatever else it is given.
+	Focus string
+}
+
+// The suites the runner knows.
+var (
+	// Netpol are the NetworkPolicy specs (make e2e-netpol).
+	Netpol = Suite{Name: "netpol", Title: "Netpol", Focus: NetpolFocus}
+	// Conformance are sig-network's conformance specs (make e2e-conformance).
+	Conformance = Suite{Name: "conformance", Title: "sig-network Conformance", Focus: ConformanceFocus}
+)
+
+// SuiteNamed returns the suite called name.
+//
+// Errors: no suite has that name.
+func SuiteNamed(name string) (Suite, error) {
+	for _, s := range []Suite{Netpol, Conformance} {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Suite{}, fmt.Errorf("no suite %q: want %q or %q", name, Netpol.Name, Conformance.Name)
+}
+
+// SkipRule leaves out the specs whose full text matches Pattern, for
+// Reason: something the run detected the cluster or the machine lacks.
+type SkipRule struct {
+	Pattern string
+	Reason  string
+}
+
+// Filter says which specs of a suite to run and which to skip, and why.
 type Filter struct {
-	// Focus narrows the Netpol specs to those whose name also matches it
+	// Suite is the suite; its zero value is Netpol.
+	Suite Suite
+	// Focus narrows the suite's specs to those whose name also matches it
 	// (a Go regular expression, as Ginkgo's --focus); empty means all.
 	Focus string
 	// Skip leaves out the specs whose name matches it; empty means none.
 	Skip string
-	// SCTP says whether the kernel has SCTP; without it the SCTP specs are
-	// skipped with NoSCTPReason.
-	SCTP bool
-	// NoSCTPReason says why SCTP is missing (see [KernelSCTP]).
-	NoSCTPReason string
+	// Rules leave out specs for what is missing (see [SCTPRule],
+	// [DNSRule]); the first rule that matches gives the reason.
+	Rules []SkipRule
 }
 
 // rule leaves out the specs whose full text matches re, for reason.
@@ -41,35 +83,38 @@ type rule struct {
 
 // compiled is a Filter ready to apply to spec texts.
 type compiled struct {
-	focus *regexp.Regexp
+	suite *regexp.Regexp
+	focus *regexp.Regexp // nil: all of the suite
 	skips []rule
 }
 
-// FocusRegexp is the focus the suite is given: [NetpolFocus] and, if
-// Focus is set, that as well, in that order (a spec's text starts with its
-// containers' texts, so Netpol's come before the spec's own words).
-func (f Filter) FocusRegexp() string {
-	if f.Focus == "" {
-		return NetpolFocus
+// suite is f.Suite, Netpol if unset.
+func (f Filter) suite() Suite {
+	if f.Suite.Focus == "" {
+		return Netpol
 	}
-	return NetpolFocus + `.*(?:` + f.Focus + `)`
+	return f.Suite
 }
 
 // compile checks the filter's expressions.
 //
-// Errors: Focus or Skip is not a valid regular expression.
+// Errors: Focus, Skip or a rule's pattern is not a valid regular
+// expression.
 func (f Filter) compile() (compiled, error) {
-	focus, err := regexp.Compile(f.FocusRegexp())
-	if err != nil {
-		return compiled{}, fmt.Errorf("focus %q: %w", f.Focus, err)
-	}
-	c := compiled{focus: focus}
-	if !f.SCTP {
-		reason := "SCTP: this kernel has no SCTP"
-		if f.NoSCTPReason != "" {
-			reason += " (" + f.NoSCTPReason + ")"
+	c := compiled{suite: regexp.MustCompile(f.suite().Focus)}
+	if f.Focus != "" {
+		re, err := regexp.Compile(f.Focus)
+		if err != nil {
+			return compiled{}, fmt.Errorf("focus %q: %w", f.Focus, err)
 		}
-		c.skips = append(c.skips, rule{regexp.MustCompile(SCTPPattern), reason})
+		c.focus = re
+	}
+	for _, r := range f.Rules {
+		re, err := regexp.Compile(r.Pattern)
+		if err != nil {
+			return compiled{}, fmt.Errorf("skip rule %q: %w", r.Pattern, err)
+		}
+		c.skips = append(c.skips, rule{re, r.Reason})
 	}
 	if f.Skip != "" {
 		re, err := regexp.Compile(f.Skip)
@@ -81,10 +126,25 @@ func (f Filter) compile() (compiled, error) {
 	return c, nil
 }
 
+// SCTPRule is the rule that skips the SCTP specs when the kernel has no
+// SCTP (ok false), with why (see [KernelSCTP]); with ok it is nil.
+func SCTPRule(ok bool, why string) []SkipRule {
+	if ok {
+		return nil
+	}
+	reason := "SCTP: this kernel has no SCTP"
+	if why != "" {
+		reason += " (" + why + ")"
+	}
+	return []SkipRule{{Pattern: SCTPPattern, Reason: reason}}
+}
+
 // Spec is a spec the runner runs.
 type Spec struct {
 	// Name is its text without the suite's description.
 	Name string
+	// Text is its full text, as focus and skip patterns match it.
+	Text string
 	// Focus selects exactly this spec: its full text, anchored and quoted.
 	Focus string
 }
@@ -105,7 +165,7 @@ func (c compiled) plan(r ginkgoReport) Plan {
 			continue
 		}
 		text := s.text(r.SuiteDescription)
-		if !c.focus.MatchString(text) {
+		if !c.suite.MatchString(text) || (c.focus != nil && !c.focus.MatchString(text)) {
 			continue
 		}
 		skipped := false
@@ -117,12 +177,42 @@ func (c compiled) plan(r ginkgoReport) Plan {
 			}
 		}
 		if !skipped {
-			p.Run = append(p.Run, Spec{Name: s.name(), Focus: "^" + regexp.QuoteMeta(text) + "$"})
+			p.Run = append(p.Run, Spec{Name: s.name(), Text: text, Focus: "^" + regexp.QuoteMeta(text) + "$"})
 		}
 	}
 	slices.SortFunc(p.Run, func(a, b Spec) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(p.Skipped, func(a, b Result) int { return strings.Compare(a.Name, b.Name) })
 	return p
+}
+
+// Skip moves the specs to run that match one of rules to the skipped
+// ones, with the rule's reason: for what is detected once the cluster runs
+// (see [DNSRule]).
+//
+// Errors: a rule's pattern is not a valid regular expression.
+func (p Plan) Skip(rules ...SkipRule) (Plan, error) {
+	var out Plan
+	out.Skipped = slices.Clone(p.Skipped)
+	res := make([]*regexp.Regexp, len(rules))
+	for i, r := range rules {
+		re, err := regexp.Compile(r.Pattern)
+		if err != nil {
+			return Plan{}, fmt.Errorf("skip rule %q: %w", r.Pattern, err)
+		}
+		res[i] = re
+	}
+next:
+	for _, s := range p.Run {
+		for i, re := range res {
+			if re.MatchString(s.Text) {
+				out.Skipped = append(out.Skipped, Result{Name: s.Name, Outcome: Skipped, Reason: rules[i].Reason})
+				continue next
+			}
+		}
+		out.Run = append(out.Run, s)
+	}
+	slices.SortFunc(out.Skipped, func(a, b Result) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // KernelSCTP reports whether this kernel can open an SCTP socket, and if

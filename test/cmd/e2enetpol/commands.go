@@ -23,10 +23,12 @@ const defaultKubeconfig = ".cellium-dev/kubeconfig"
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "e2enetpol",
-		Short: "Run Kubernetes' NetworkPolicy e2e specs (Netpol) against a cellium cluster",
+		Short: "Run Kubernetes' NetworkPolicy (Netpol) or sig-network Conformance e2e specs against a cellium cluster",
 		Long: "e2enetpol builds Kubernetes' e2e.test and agnhost from tools/k8s (cached like the other\n" +
-			"binaries), packs agnhost as the image the suite expects, and runs the \"[sig-network] Netpol\"\n" +
-			"specs one e2e.test process each, then prints passed/failed/skipped.",
+			"binaries), packs agnhost (and for --suite conformance the other images, with this machine's\n" +
+			"sh, nc, curl, dig...) as the images the suite expects, and runs the \"[sig-network] Netpol\"\n" +
+			"specs (--suite netpol) or the \"[sig-network] ... [Conformance]\" specs (--suite conformance)\n" +
+			"one e2e.test process each, then prints passed/failed/skipped.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -38,55 +40,95 @@ func logger(w io.Writer) *slog.Logger { return harness.TextLogger(w) }
 
 // filterFlags are the flags that select specs.
 type filterFlags struct {
+	suite       string
 	focus, skip string
 	forceSCTP   bool
+	forceDNS    bool
 }
 
 func (f *filterFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.focus, "focus", "", "run only the Netpol specs whose name also matches this regular expression (e.g. \"default-deny-ingress\")")
+	cmd.Flags().StringVar(&f.suite, "suite", e2enetpol.Netpol.Name, "the specs: netpol (\"[sig-network] Netpol\") or conformance (\"[sig-network] ... [Conformance]\")")
+	cmd.Flags().StringVar(&f.focus, "focus", "", "run only the suite's specs whose name also matches this regular expression (e.g. \"default-deny-ingress\")")
 	cmd.Flags().StringVar(&f.skip, "skip", "", "leave out the specs whose name matches this regular expression")
 	cmd.Flags().BoolVar(&f.forceSCTP, "sctp", false, "run the SCTP specs even if this kernel cannot open an SCTP socket")
+	cmd.Flags().BoolVar(&f.forceDNS, "dns", false, "run the specs that need the cluster's DNS even if it has no kube-dns Service, or kubelets without its clusterDNS or the cluster.local domain")
 }
 
-func (f filterFlags) filter() e2enetpol.Filter {
+func (f filterFlags) filter() (e2enetpol.Filter, error) {
+	suite, err := e2enetpol.SuiteNamed(f.suite)
+	if err != nil {
+		return e2enetpol.Filter{}, err
+	}
 	ok, reason := e2enetpol.KernelSCTP()
-	return e2enetpol.Filter{Focus: f.focus, Skip: f.skip, SCTP: ok || f.forceSCTP, NoSCTPReason: reason}
+	return e2enetpol.Filter{Suite: suite, Focus: f.focus, Skip: f.skip, Rules: e2enetpol.SCTPRule(ok || f.forceSCTP, reason)}, nil
 }
+
+// defaultDir is where a suite's run keeps its images, reports and logs
+// unless --dir says otherwise: .cellium-dev/e2e-<suite>.
+func defaultDir(suite string) string { return ".cellium-dev/e2e-" + suite }
 
 // e2eBinaries builds (or finds) e2e.test and agnhost, and packs the
-// agnhost image into dir.
-func e2eBinaries(ctx context.Context, log *slog.Logger, dir string) (harness.E2EBinaries, string, string, error) {
+// suite's images into dir.
+func e2eBinaries(ctx context.Context, log *slog.Logger, suite e2enetpol.Suite, dir string) (harness.E2EBinaries, []e2enetpol.PackedImage, error) {
 	start := time.Now()
 	bins, err := harness.EnsureE2EBinaries(ctx, log)
 	if err != nil {
-		return harness.E2EBinaries{}, "", "", err
+		return harness.E2EBinaries{}, nil, err
 	}
 	log.Info("e2e binaries ready", "e2e.test", bins.E2ETest, "agnhost", bins.Agnhost, "took", time.Since(start).Round(time.Second))
-	archive, name, err := e2enetpol.AgnhostImage(ctx, dir, bins)
+	imgs, err := e2enetpol.Images(ctx, suite, dir, bins)
 	if err != nil {
-		return harness.E2EBinaries{}, "", "", err
+		return harness.E2EBinaries{}, nil, err
 	}
-	return bins, archive, name, nil
+	return bins, imgs, nil
+}
+
+// archives are the images' archive paths.
+func archives(imgs []e2enetpol.PackedImage) []string {
+	var out []string
+	for _, i := range imgs {
+		out = append(out, i.Archive)
+	}
+	return out
+}
+
+// names are the images' names.
+func names(imgs []e2enetpol.PackedImage) []string {
+	var out []string
+	for _, i := range imgs {
+		out = append(out, i.Name)
+	}
+	return out
 }
 
 func newBuildCmd() *cobra.Command {
-	var dir string
+	var dir, suiteName string
 	cmd := &cobra.Command{
 		Use:   "build",
-		Short: "Build e2e.test (~12 minutes cold) and agnhost (~2) into the cache, and pack the agnhost image",
+		Short: "Build e2e.test (~12 minutes cold) and agnhost (~2) into the cache, and pack the suite's images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bins, archive, name, err := e2eBinaries(cmd.Context(), logger(cmd.ErrOrStderr()), dir)
+			suite, err := e2enetpol.SuiteNamed(suiteName)
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				dir = filepath.Join(defaultDir(suite.Name), "images")
+			}
+			bins, imgs, err := e2eBinaries(cmd.Context(), logger(cmd.ErrOrStderr()), suite, dir)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), bins.E2ETest)
 			fmt.Fprintln(cmd.OutOrStdout(), bins.Agnhost)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s)\n", archive, name)
+			for _, i := range imgs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s (%s)\n", i.Archive, i.Name)
+			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", ".cellium-dev/e2e-netpol", "directory for the agnhost image archive")
+	cmd.Flags().StringVar(&suiteName, "suite", e2enetpol.Netpol.Name, "whose images to pack: netpol (agnhost) or conformance (agnhost with sh, nc, curl, dig...; glibc-dns-testing; nginx)")
+	cmd.Flags().StringVar(&dir, "dir", "", "directory for the image archives (default .cellium-dev/e2e-<suite>/images)")
 	return cmd
 }
 
@@ -100,11 +142,15 @@ func newListCmd() *cobra.Command {
 		Short: "Print the specs a run would run and those it would skip (a dry run of e2e.test: no cluster needed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			filter, err := f.filter()
+			if err != nil {
+				return err
+			}
 			bins, err := harness.EnsureE2EBinaries(cmd.Context(), logger(cmd.ErrOrStderr()))
 			if err != nil {
 				return err
 			}
-			p, err := e2enetpol.ListSpecs(cmd.Context(), e2enetpol.Config{E2ETest: bins.E2ETest, Filter: f.filter(), Dir: dir})
+			p, err := e2enetpol.ListSpecs(cmd.Context(), e2enetpol.Config{E2ETest: bins.E2ETest, Filter: filter, Dir: dir})
 			if err != nil {
 				return err
 			}
@@ -115,7 +161,7 @@ func newListCmd() *cobra.Command {
 			for _, s := range p.Skipped {
 				fmt.Fprintf(out, "skip  %s\n      (%s)\n", s.Name, s.Reason)
 			}
-			fmt.Fprintf(out, "%d to run, %d to skip\n", len(p.Run), len(p.Skipped))
+			fmt.Fprintf(out, "%d to run, %d to skip (and those a run detects the cluster cannot serve, e.g. the DNS specs without kube-dns)\n", len(p.Run), len(p.Skipped))
 			return nil
 		},
 	}
@@ -137,8 +183,8 @@ func newRunCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the Netpol specs against a cluster and print passed/failed/skipped",
-		Long: "run builds what is missing, lists the specs (dry run), imports the agnhost image into the node's\n" +
+		Short: "Run the suite's specs against a cluster and print passed/failed/skipped",
+		Long: "run builds what is missing, lists the specs (dry run), imports the images into the node's\n" +
 			"containerd (--containerd-socket; found by itself for make up's cluster), and runs each spec in an\n" +
 			"e2e.test process of its own.\n" +
 			"With --realnode it first starts a cluster of its own the way make up does (control plane with\n" +
@@ -150,18 +196,25 @@ func newRunCmd() *cobra.Command {
 			ctx := cmd.Context()
 			log := logger(cmd.ErrOrStderr())
 			out := cmd.OutOrStdout()
+			filter, err := f.filter()
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				dir = defaultDir(filter.Suite.Name)
+			}
 			dir, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
-			bins, archive, image, err := e2eBinaries(ctx, log, filepath.Join(dir, "images"))
+			bins, imgs, err := e2eBinaries(ctx, log, filter.Suite, filepath.Join(dir, "images"))
 			if err != nil {
 				return err
 			}
 			cfg := e2enetpol.Config{
 				E2ETest:     bins.E2ETest,
 				Kubeconfig:  kubeconfig,
-				Filter:      f.filter(),
+				Filter:      filter,
 				SpecTimeout: specTimeout,
 				Dir:         filepath.Join(dir, "reports"),
 				ExtraArgs:   extraArgs,
@@ -171,13 +224,12 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "%d Netpol specs selected: %d to run, %d skipped\n", len(plan.Run)+len(plan.Skipped), len(plan.Run), len(plan.Skipped))
 			if len(plan.Run) == 0 {
 				return errors.New("no spec to run: check --focus and --skip (e2enetpol list shows the specs)")
 			}
 
 			if realnode {
-				rn, err := startRealNode(ctx, log, filepath.Join(dir, "cluster"), archive)
+				rn, err := startRealNode(ctx, log, filepath.Join(dir, "cluster"), archives(imgs)...)
 				if err != nil {
 					return err
 				}
@@ -205,14 +257,26 @@ func newRunCmd() *cobra.Command {
 						}
 						ctr = nb.Ctr
 					}
-					if err := e2enetpol.ImportImages(ctx, ctr, socket, archive); err != nil {
+					if err := e2enetpol.ImportImages(ctx, ctr, socket, archives(imgs)...); err != nil {
 						return err
 					}
-					log.Info("imported the agnhost image", "image", image, "containerd", socket)
+					log.Info("imported the e2e images", "images", names(imgs), "containerd", socket)
 				} else {
-					log.Warn("no --containerd-socket: the node must have the agnhost image already", "image", image)
+					log.Warn("no --containerd-socket: the node must have the e2e images already", "images", names(imgs))
 				}
 			}
+			// What only the running cluster tells: whether it has a DNS
+			// server for the specs that resolve names.
+			if !f.forceDNS {
+				dnsRules, err := e2enetpol.DNSRule(ctx, cfg.Kubeconfig)
+				if err != nil {
+					return err
+				}
+				if plan, err = plan.Skip(dnsRules...); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(out, "%d %s specs selected: %d to run, %d skipped\n", len(plan.Run)+len(plan.Skipped), filter.Suite.Title, len(plan.Run), len(plan.Skipped))
 
 			sum, runErr := e2enetpol.Run(ctx, cfg, plan)
 			fmt.Fprintln(out)
@@ -231,8 +295,8 @@ func newRunCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", defaultKubeconfig, "admin kubeconfig of the cluster (make up writes .cellium-dev/kubeconfig)")
-	cmd.Flags().StringVar(&dir, "dir", ".cellium-dev/e2e-netpol", "directory for the image archive, the reports and logs (and with --realnode, the cluster)")
-	cmd.Flags().StringVar(&socket, "containerd-socket", "", "import the agnhost image into the containerd at this socket first (the node's; default: make up's node, when --kubeconfig is make up's)")
+	cmd.Flags().StringVar(&dir, "dir", "", "directory for the image archives, the reports and logs (and with --realnode, the cluster); default .cellium-dev/e2e-<suite>")
+	cmd.Flags().StringVar(&socket, "containerd-socket", "", "import the e2e images into the containerd at this socket first (the node's; default: make up's node, when --kubeconfig is make up's)")
 	cmd.Flags().StringVar(&ctr, "ctr", "", "ctr binary for --containerd-socket (default: the cached one)")
 	cmd.Flags().DurationVar(&specTimeout, "spec-timeout", e2enetpol.DefaultSpecTimeout, "time limit of each spec")
 	cmd.Flags().BoolVar(&realnode, "realnode", false, "start a cluster of its own with a real node for the run (root), and stop it after")

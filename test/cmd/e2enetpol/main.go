@@ -1,6 +1,7 @@
 // Command e2enetpol runs the NetworkPolicy specs of Kubernetes' own e2e
-// suite ("[sig-network] Netpol", 51 specs in v1.37.2) against a cluster
-// that cellium networks, and prints how many passed, failed and were
+// suite ("[sig-network] Netpol", 51 specs in v1.37.2), or with --suite
+// conformance sig-network's 47 conformance specs, against a cluster that
+// cellium networks, and prints how many passed, failed and were
 // skipped, the run time and the failed specs.
 //
 //	go run ./test/cmd/e2enetpol build                  # build and cache e2e.test and agnhost, pack the image
@@ -10,7 +11,9 @@
 //
 // `make e2e-netpol` is `run` against `make up`'s cluster
 // (.cellium-dev/kubeconfig); `make e2e-netpol-realnode` is `run
-// --realnode`. Documentation/contributing/e2e-netpol.md has the details.
+// --realnode`; `make e2e-conformance` is `run --suite conformance`.
+// Documentation/contributing/e2e-netpol.md and e2e-conformance.md have the
+// details.
 package main
 
 import (
