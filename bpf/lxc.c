@@ -401,9 +401,13 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	ret = policy_verdict(remote_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
 			     p.policy_dport, &allow_all);
 	/* A same-node source's identity came without the ipcache: look its
-	 * address up only when the identity did not allow it, for a CIDR rule
-	 * that may. */
-	if (ret == DROP_POLICY && !egress && local_src)
+	 * address up for the identity of a policy CIDR holding it, whose deny
+	 * must win over an allow of the identity (and whose allow may let
+	 * what the identity does not). Once per new connection; for a packet
+	 * of an established one (the fast path) only when its identity is not
+	 * allowed, so a CIDR deny added while such a connection runs stops
+	 * its new connections, not it (bpf/README.md). */
+	if (!egress && local_src && (!established || ret == DROP_POLICY))
 		ipcache_identity4(p.saddr, &cidr_id);
 	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
 		ret = cidr_verdict(ret, cidr_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
