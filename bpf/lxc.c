@@ -300,8 +300,11 @@ static __always_inline __u64 ct_lifetime(__u8 proto, __u16 flags)
 	return CT_LIFETIME_SYN * NSEC_PER_SEC;
 }
 
-/* ct_update records a packet of a live entry and moves its deadline. */
-static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, __u64 now, int reply)
+/* ct_update records a packet of a live entry and moves its deadline. A
+ * packet in the connection's own direction (not reply) also records in
+ * CT_F_VIA_STACK whether it came through the host stack (via_stack). */
+static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, __u64 now, int reply,
+				      __u16 via_stack)
 {
 	__u16 flags = ct->flags;
 
@@ -310,6 +313,7 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
 		flags |= CT_F_REPLY_SEEN;
 	} else {
 		ct->tx_packets += 1;
+		flags = (flags & ~CT_F_VIA_STACK) | via_stack;
 	}
 	if (p->tcp_flags & (TCP_FIN | TCP_RST))
 		flags |= CT_F_CLOSING;
@@ -320,11 +324,18 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
 
 /* handle applies the endpoint's policy in one direction. local_src, when
  * not 0, is the identity of the local endpoint that sent the packet (the
- * same-node redirect knows it): it is used instead of the ipcache. */
-static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src)
+ * same-node redirect knows it): it is used instead of the ipcache.
+ * from_stack is set in cil_to_container only: the packet came through the
+ * host stack, and an entry it makes or updates gets CT_F_VIA_STACK. In
+ * egress, *reply_via_stack is set when the packet is a reply of such a
+ * connection: it must not skip the stack (redirect_local), which has to
+ * reverse whatever NAT it applied to the request. */
+static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src,
+				  const int from_stack, int *reply_via_stack)
 {
 	const __u8 dir = egress ? METRIC_EGRESS : METRIC_INGRESS;
 	const __u8 obs = egress ? TRACE_FROM_LXC : TRACE_TO_LXC;
+	const __u16 via_stack = from_stack ? CT_F_VIA_STACK : 0;
 	struct pkt p = {};
 	struct ct4_key key = {};
 	struct ct_entry *ct;
@@ -356,7 +367,9 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 			p.src_identity = egress ? SECURITY_IDENTITY : ct->src_identity;
 			p.dst_identity = egress ? ct->src_identity : SECURITY_IDENTITY;
 		}
-		ct_update(ct, &p, now, 1);
+		if (egress && (ct->flags & CT_F_VIA_STACK))
+			*reply_via_stack = 1;
+		ct_update(ct, &p, now, 1, 0);
 		return pass(skb, &p, dir, obs);
 	}
 
@@ -388,9 +401,13 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	ret = policy_verdict(remote_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
 			     p.policy_dport, &allow_all);
 	/* A same-node source's identity came without the ipcache: look its
-	 * address up only when the identity did not allow it, for a CIDR rule
-	 * that may. */
-	if (ret == DROP_POLICY && !egress && local_src)
+	 * address up for the identity of a policy CIDR holding it, whose deny
+	 * must win over an allow of the identity (and whose allow may let
+	 * what the identity does not). Once per new connection; for a packet
+	 * of an established one (the fast path) only when its identity is not
+	 * allowed, so a CIDR deny added while such a connection runs stops
+	 * its new connections, not it (bpf/README.md). */
+	if (!egress && local_src && (!established || ret == DROP_POLICY))
 		ipcache_identity4(p.saddr, &cidr_id);
 	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
 		ret = cidr_verdict(ret, cidr_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
@@ -398,7 +415,7 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	if (established) {
 		if (ret && !POLICY_AUDIT_MODE)
 			return drop(skb, &p, ret, dir);
-		ct_update(ct, &p, now, 0);
+		ct_update(ct, &p, now, 0, via_stack);
 		return pass(skb, &p, dir, obs);
 	}
 
@@ -417,6 +434,7 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 		struct ct_entry entry = {
 			.tx_packets = 1,
 			.src_identity = remote_id,
+			.flags = via_stack,
 		};
 
 		if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
@@ -463,12 +481,19 @@ static __always_inline int redirect_local(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+/* cil_from_container applies the endpoint's egress policy and hands a
+ * passed packet for another local endpoint to redirect_local, except a
+ * reply of a connection whose request came in through the host stack
+ * (CT_F_VIA_STACK): the stack may have translated the request (kube-proxy's
+ * DNAT of a NodePort, ExternalIP or ClusterIP, a hostPort) and only the
+ * stack reverses that on the reply, so the reply takes the stack too. */
 SEC("tcx/ingress")
 int cil_from_container(struct __sk_buff *skb)
 {
-	int ret = handle(skb, 1, 0);
+	int reply_via_stack = 0;
+	int ret = handle(skb, 1, 0, 0, &reply_via_stack);
 
-	if (ret != TC_ACT_OK)
+	if (ret != TC_ACT_OK || reply_via_stack)
 		return ret;
 	return redirect_local(skb);
 }
@@ -490,7 +515,7 @@ int cil_lxc_policy(struct __sk_buff *skb)
 	__u16 old_word, new_word;
 	__u32 csum;
 	__u8 *ip;
-	int ret;
+	int ret, unused = 0;
 
 	/* Everything that sends the packet to the stack instead is decided
 	 * before the policy, which then runs once, here or in
@@ -508,7 +533,7 @@ int cil_lxc_policy(struct __sk_buff *skb)
 	if (!info || info->lxc_id != ENDPOINT_ID || info->ifindex != ENDPOINT_IFINDEX)
 		return TC_ACT_OK;
 
-	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY]);
+	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY], 0, &unused);
 	if (ret != TC_ACT_OK)
 		return ret;
 
@@ -537,7 +562,9 @@ int cil_lxc_policy(struct __sk_buff *skb)
 SEC("tcx/egress")
 int cil_to_container(struct __sk_buff *skb)
 {
-	return handle(skb, 0, 0);
+	int unused = 0;
+
+	return handle(skb, 0, 0, 1, &unused);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -77,5 +77,10 @@
 #define CT_F_CLOSING (1 << 1)    /* TCP FIN or RST seen */
 #define CT_F_SYN (1 << 2)        /* created by a TCP SYN */
 #define CT_F_AUDIT (1 << 3)      /* admitted by audit mode, not by policy */
+/* The connection's last packet in its own direction reached the endpoint
+ * through the host stack (cil_to_container), not the same-node tail call:
+ * the stack may have translated it (kube-proxy's DNAT, a hostPort), so
+ * its replies go back through the stack, never redirect_local. */
+#define CT_F_VIA_STACK (1 << 4)
 
 #endif /* CELLIUM_ABI_H */

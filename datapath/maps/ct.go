@@ -35,6 +35,10 @@ const (
 	CTFlagClosing   uint16 = 1 << 1 // TCP FIN or RST seen
 	CTFlagSYN       uint16 = 1 << 2 // created by a TCP SYN
 	CTFlagAudit     uint16 = 1 << 3 // admitted by audit mode only
+	// CTFlagViaStack: the connection's last packet in its own direction
+	// reached the endpoint through the host stack (cil_to_container); its
+	// replies take the stack too, which reverses a NAT the stack applied.
+	CTFlagViaStack uint16 = 1 << 4
 )
 
 // CTKey is an IPv4 connection in the orientation of its first packet. For

@@ -207,12 +207,17 @@ func serve(t *testing.T, n ns.NetNS, ip netip.Addr) {
 // datagram echoed, an ICMP echo reply. Each probe is a new flow (new
 // source port or echo id).
 func probe(n ns.NetNS, proto string, dst netip.Addr, timeout time.Duration) (bool, error) {
+	return probePort(n, proto, netip.AddrPortFrom(dst, dpPort), timeout)
+}
+
+// probePort is probe to dst's port (TCP and UDP; ICMP ignores it).
+func probePort(n ns.NetNS, proto string, dst netip.AddrPort, timeout time.Duration) (bool, error) {
 	var ok bool
 	err := n.Do(func(ns.NetNS) error {
 		deadline := time.Now().Add(timeout)
 		switch proto {
 		case "tcp", "udp":
-			c, err := (&net.Dialer{Deadline: deadline}).Dial(proto+"4", netip.AddrPortFrom(dst, dpPort).String())
+			c, err := (&net.Dialer{Deadline: deadline}).Dial(proto+"4", dst.String())
 			if err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err) {
 					return nil
@@ -233,7 +238,7 @@ func probe(n ns.NetNS, proto string, dst netip.Addr, timeout time.Duration) (boo
 			return nil
 		case "icmp":
 			var err error
-			ok, err = ping(dst, deadline)
+			ok, err = ping(dst.Addr(), deadline)
 			return err
 		}
 		return fmt.Errorf("unknown protocol %s", proto)
