@@ -59,6 +59,9 @@ func TestPlanNodeBinariesLayout(t *testing.T) {
 		filepath.Base(db.outDir) != "coredns-"+bins.CoreDNSVersion || bins.CoreDNS != filepath.Join(db.outDir, "coredns") {
 		t.Errorf("CoreDNS build: env %v, ldflags %q, into %s; binary %s", db.env, db.ldflags, db.outDir, bins.CoreDNS)
 	}
+	if !strings.Contains(db.recipe(), "# sources ") {
+		t.Errorf("CoreDNS's recipe %q lacks the hash of its main.go", db.recipe())
+	}
 	if !strings.HasPrefix(bins.CoreDNSVersion, "v1.") {
 		t.Errorf("CoreDNS version %q", bins.CoreDNSVersion)
 	}

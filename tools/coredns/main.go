@@ -13,7 +13,9 @@ import (
 
 	// The plugins of kubeadm's Corefile (errors, health, ready, kubernetes,
 	// prometheus, forward, cache, loop, reload, loadbalance) and a few that
-	// are useful to debug it (log, debug, whoami, template).
+	// are useful to debug it (log, debug, whoami, template) or to run it
+	// outside a pod (bind).
+	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/debug"
 	_ "github.com/coredns/coredns/plugin/errors"
