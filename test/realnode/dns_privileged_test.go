@@ -136,11 +136,14 @@ func TestPrivilegedRealClusterDNS(t *testing.T) {
 	// A pod resolves the API server's Service name, and reaches the
 	// Service db by its short name (search domains) and by <svc>.<ns>.
 	resolved := runDemoClient(t, c, "dns-resolve", "--resolve", "kubernetes.default.svc.cluster.local")
+	t.Logf("in a pod, kubernetes.default.svc.cluster.local is %s", strings.TrimSpace(resolved))
 	if strings.TrimSpace(resolved) != "10.237.0.1" {
 		t.Errorf("kubernetes.default.svc.cluster.local resolved in a pod to %q, want 10.237.0.1", resolved)
 	}
 	for _, url := range []string{"http://db:8080/", "http://db.demo:8080/"} {
-		if got := runDemoClient(t, c, fmt.Sprintf("dns-get-%d", strings.Count(url, ".")), "--get", url); got != "hello from db-1\n" {
+		got := runDemoClient(t, c, fmt.Sprintf("dns-get-%d", strings.Count(url, ".")), "--get", url)
+		t.Logf("in a pod, GET %s: %q", url, got)
+		if got != "hello from db-1\n" {
 			t.Errorf("GET %s in a pod: %q, want hello from db-1", url, got)
 		}
 	}
@@ -160,6 +163,7 @@ func TestPrivilegedRealClusterDNS(t *testing.T) {
 		if !slices.Equal(addrs, []string{demo[len(demo)-1].ServiceIP}) {
 			return fmt.Errorf("db.demo.svc.cluster.local is %v, want %s", addrs, demo[len(demo)-1].ServiceIP)
 		}
+		t.Logf("from the test process, %s answers db.demo.svc.cluster.local: %v", wantIP, addrs)
 		return nil
 	})
 	// Names outside the cluster are not forwarded anywhere: CoreDNS fails
@@ -168,6 +172,7 @@ func TestPrivilegedRealClusterDNS(t *testing.T) {
 	defer cancel()
 	addrs, err := r.LookupHost(qctx, "example.com.")
 	var dnsErr *net.DNSError
+	t.Logf("example.com through the cluster DNS: %v", err)
 	if err == nil || !errors.As(err, &dnsErr) || dnsErr.IsTimeout {
 		t.Errorf("example.com through the cluster DNS: %v, %v; want a failed answer (no forwarding), not a timeout", addrs, err)
 	}

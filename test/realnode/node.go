@@ -856,15 +856,33 @@ func (n *Node) killTasks(ctx context.Context) error {
 	if err != nil {
 		return nil // containerd is gone already: its shims died with it
 	}
-	var errs []error
+	failed := map[string]error{}
 	for _, id := range ids {
 		n.log.Info("killing a task the kubelet left", "id", id)
+		var errs []error
 		if _, err := n.Ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 			errs = append(errs, err)
 		}
 		if _, err := n.Ctr(ctx, "tasks", "delete", "--force", id); err != nil {
 			errs = append(errs, err)
 		}
+		if len(errs) > 0 {
+			failed[id] = errors.Join(errs...)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	// A pod's tasks share one shim, which exits with its sandbox's task:
+	// deleting the pod's other task then fails ("ttrpc: closed") although
+	// it is gone. Only a task still listed is an error.
+	left, err := n.tasks(ctx)
+	if err != nil {
+		return nil // containerd is gone: its shims died with it
+	}
+	var errs []error
+	for _, id := range left {
+		errs = append(errs, failed[id])
 	}
 	return errors.Join(errs...)
 }
