@@ -98,8 +98,8 @@ type clusterState struct {
 // (CoreDNS Ready behind the kube-dns Service at [DNSServiceIP] of the
 // Service range, the kubelet's clusterDNS). The API server advertises the
 // node's IP as the kubernetes Service's endpoint, so pods reach it through
-// the Service's ClusterIP (it listens on every address of the machine). On error everything started
-// is stopped and removed again.
+// the Service's ClusterIP (it listens on every address of the machine). On
+// error everything started is stopped and removed again.
 //
 // Only one Cluster may run on the machine at a time (kube-proxy's
 // nftables tables and the agent's host routing are the machine's).
