@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
 
 all: build
 
@@ -28,9 +28,9 @@ k8s-binaries:
 	$(GO) run ./test/cmd/devcluster build
 
 ## node-binaries: the real node's programs (kubelet, kube-scheduler, kube-proxy,
-## containerd, ctr, containerd-shim-runc-v2, the CNI loopback plugin) into the
-## cache, and Debian's runc; the first build takes ~15 minutes on 2 cores
-node-binaries: deps k8s-node-binaries containerd-binaries
+## containerd, ctr, containerd-shim-runc-v2, the CNI loopback plugin, CoreDNS)
+## into the cache, and Debian's runc; the first build takes ~20 minutes on 2 cores
+node-binaries: deps k8s-node-binaries containerd-binaries coredns-binary
 
 ## kubectl: kubectl of the cluster's version into the cache (make up builds it
 ## when there is no kubectl on $PATH)
@@ -45,6 +45,10 @@ k8s-node-binaries:
 ## the CNI loopback plugin into the cache
 containerd-binaries:
 	nice -n 19 $(GO) run ./test/cmd/devcluster build-node --only containerd
+
+## coredns-binary: CoreDNS (tools/coredns, no cgo), the cluster DNS of make up
+coredns-binary:
+	nice -n 19 $(GO) run ./test/cmd/devcluster build-node --only coredns
 
 ## test: vet, then every test (integration tests use the real apiserver)
 test: deps k8s-binaries vet

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -265,6 +267,10 @@ type toolBuild struct {
 	// Kubernetes binaries) each keep their own, so that adding one group
 	// never rebuilds the other.
 	recipeName string
+	// sources are files of the tools module (its own main.go) whose
+	// content goes into the recipe as a hash: editing them builds again,
+	// as a new build flag does. Empty for modules that only pin versions.
+	sources []string
 }
 
 // recipeFile, in a toolBuild's outDir, records how its binaries were built;
@@ -308,7 +314,28 @@ func (b toolBuild) recipe() string {
 			lines = append(lines, fmt.Sprintf("%sgo test -c -vet=off -trimpath -ldflags=%q %s\n", extra, b.ldflags, pkg))
 		}
 	}
+	if h := b.sourcesHash(); h != "" {
+		lines = append(lines, "# sources "+h+"\n")
+	}
 	return strings.Join(lines, "")
+}
+
+// sourcesHash is the SHA-256 of b.sources' names and contents (a file that
+// cannot be read counts as its error), or empty without sources.
+func (b toolBuild) sourcesHash() string {
+	if len(b.sources) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, f := range b.sources {
+		data, err := os.ReadFile(filepath.Join(b.moduleDir, f))
+		if err != nil {
+			data = []byte(err.Error())
+		}
+		fmt.Fprintf(h, "%s %d\n", f, len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // missing returns the programs to build: those not in outDir, or all of them

@@ -220,6 +220,35 @@ func TestToolBuildRecipeChange(t *testing.T) {
 	}
 }
 
+// TestToolBuildSourcesChange: editing a source file of a tools module
+// that lists it (tools/coredns's main.go, which picks the plugins) builds
+// the program again, although the build command is the same.
+func TestToolBuildSourcesChange(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	mod := t.TempDir()
+	writeFile(t, filepath.Join(mod, "go.mod"), "module example.com/hello\n\ngo 1.22\n")
+	b := toolBuild{
+		moduleDir: mod,
+		version:   "v0.0.1",
+		outDir:    filepath.Join(t.TempDir(), "bin", "hello-v0.0.1"),
+		programs:  []program{{name: "hello", pkg: "."}},
+		sources:   []string{"main.go"},
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, greeting := range []string{"hello", "bonjour"} {
+		writeFile(t, filepath.Join(mod, "main.go"), "package main\n\nfunc main() { println(\""+greeting+"\") }\n")
+		if err := b.ensure(context.Background(), log); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(filepath.Join(b.outDir, "hello")).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != greeting {
+			t.Errorf("with main.go printing %s: %q, %v", greeting, out, err)
+		}
+	}
+}
+
 func TestKubernetesLdflags(t *testing.T) {
 	got := kubernetesLdflags("v1.37.2")
 	for _, want := range []string{

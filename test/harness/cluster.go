@@ -80,6 +80,19 @@ type Options struct {
 	// 10.96.0.0/16. It is configuration only: nothing routes to it.
 	ServiceClusterIPRange string
 
+	// AdvertiseAddress, if valid, is the address the API server advertises
+	// as the endpoint of the kubernetes Service (its endpoint reconciler
+	// runs: the Service gets that address and the secure port), so that
+	// pods reach it through the Service's ClusterIP, as on a real cluster.
+	// The API server then listens on every address of the machine (its
+	// --bind-address is single: 127.0.0.1, where the harness's clients
+	// connect, and this one, which a pod reaches, need both); the address
+	// need not exist yet when the API server starts (test/realnode's node
+	// IP comes up with the node). Invalid (the zero value): the API server
+	// listens on 127.0.0.1 only and the kubernetes Service has no
+	// endpoint.
+	AdvertiseAddress netip.Addr
+
 	// NodeAuthorizer runs the API server with the Node authorizer before
 	// RBAC and the NodeRestriction admission plugin, as a real cluster
 	// does: a kubelet with a certificate for system:node:<name> in
@@ -417,23 +430,28 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 		pki := c.pki
 		args := []string{
 			"--etcd-servers=" + c.etcdURL,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
 			"--secure-port=" + strconv.Itoa(port),
-			// A loopback address is not a valid endpoint of the kubernetes
-			// Service; nothing may be sent to the Service range anyway.
-			"--endpoint-reconciler-type=none",
-			"--cert-dir=" + pki.dir,
-			"--tls-cert-file=" + pki.path(serverCertFile),
-			"--tls-private-key-file=" + pki.path(serverKeyFile),
-			"--client-ca-file=" + pki.path(caCertFile),
+		}
+		if a := c.opts.AdvertiseAddress; a.IsValid() {
+			args = append(args, "--bind-address=0.0.0.0", "--advertise-address="+a.String(), "--endpoint-reconciler-type=lease")
+		} else {
+			args = append(args, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+				// A loopback address is not a valid endpoint of the kubernetes
+				// Service; nothing may be sent to the Service range anyway.
+				"--endpoint-reconciler-type=none")
+		}
+		args = append(args,
+			"--cert-dir="+pki.dir,
+			"--tls-cert-file="+pki.path(serverCertFile),
+			"--tls-private-key-file="+pki.path(serverKeyFile),
+			"--client-ca-file="+pki.path(caCertFile),
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + pki.path(saPubFile),
-			"--service-account-signing-key-file=" + pki.path(saKeyFile),
-			"--service-cluster-ip-range=" + svcRange,
+			"--service-account-key-file="+pki.path(saPubFile),
+			"--service-account-signing-key-file="+pki.path(saKeyFile),
+			"--service-cluster-ip-range="+svcRange,
 			"--allow-privileged=true",
 			"--profiling=false",
-		}
+		)
 		if c.opts.NodeAuthorizer {
 			args = append(args, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 				// How the API server calls kubelets (logs, exec, port-forward):

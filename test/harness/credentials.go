@@ -39,6 +39,10 @@ func kindResource(kind string) (gvr schema.GroupVersionResource, rbac, ok bool) 
 		return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}, false, true
 	case "Deployment":
 		return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, false, true
+	case "ConfigMap":
+		return schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, false, true
+	case "Service":
+		return schema.GroupVersionResource{Version: "v1", Resource: "services"}, false, true
 	}
 	return schema.GroupVersionResource{}, false, false
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -28,10 +29,14 @@ type NodeBinaries struct {
 	// Loopback is the CNI loopback plugin, which containerd's CRI plugin
 	// runs in every pod's network namespace besides cellium-cni.
 	Loopback string
+	// CoreDNS is the cluster's DNS server (tools/coredns, static), which
+	// test/realnode packs as the registry.k8s.io/coredns/coredns image.
+	CoreDNS string
 
 	KubernetesVersion string // e.g. "v1.37.2", from tools/k8s/go.mod
 	ContainerdVersion string // e.g. "v2.4.2", from tools/containerd/go.mod
 	CNIPluginsVersion string // e.g. "v1.10.0", from tools/cniplugins/go.mod
+	CoreDNSVersion    string // e.g. "v1.15.0", from tools/coredns/go.mod
 }
 
 // Groups of node binaries that [EnsureNodeBinaries] can build on their own
@@ -39,7 +44,11 @@ type NodeBinaries struct {
 const (
 	NodeGroupKubernetes = "kubernetes" // kubelet, kube-scheduler, kube-proxy
 	NodeGroupContainerd = "containerd" // containerd, ctr, containerd-shim-runc-v2, the CNI loopback plugin
+	NodeGroupCoreDNS    = "coredns"    // CoreDNS, the cluster DNS
 )
+
+// NodeGroups are the groups of node binaries, in build order.
+var NodeGroups = []string{NodeGroupKubernetes, NodeGroupContainerd, NodeGroupCoreDNS}
 
 // containerdBuildTags leave out the snapshotters this machine has no use
 // for (and whose cgo-free builds need the tags).
@@ -51,9 +60,9 @@ const containerdBuildTags = "no_btrfs no_devmapper no_zfs"
 // with a recipe file of their own, .recipe-node, so neither group rebuilds
 // the other); containerd, ctr and containerd-shim-runc-v2 from
 // tools/containerd into bin/containerd-<version>/, without cgo; the CNI
-// loopback plugin from tools/cniplugins into bin/cni-plugins-<version>/.
-// groups limits the build to [NodeGroupKubernetes] or [NodeGroupContainerd];
-// none means both. Runc is looked up on $PATH, never built.
+// loopback plugin from tools/cniplugins into bin/cni-plugins-<version>/;
+// CoreDNS from tools/coredns into bin/coredns-<version>/, without cgo.
+// groups limits the build to some of [NodeGroups]; none means all. Runc is looked up on $PATH, never built.
 //
 // Errors: as EnsureBinaries; an unknown group.
 func EnsureNodeBinaries(ctx context.Context, log *slog.Logger, groups ...string) (NodeBinaries, error) {
@@ -65,12 +74,12 @@ func EnsureNodeBinaries(ctx context.Context, log *slog.Logger, groups ...string)
 		return NodeBinaries{}, err
 	}
 	if len(groups) == 0 {
-		groups = []string{NodeGroupKubernetes, NodeGroupContainerd}
+		groups = NodeGroups
 	}
 	for _, g := range groups {
 		builds, ok := plan[g]
 		if !ok {
-			return NodeBinaries{}, fmt.Errorf("build node binaries: unknown group %q (want %s or %s)", g, NodeGroupKubernetes, NodeGroupContainerd)
+			return NodeBinaries{}, fmt.Errorf("build node binaries: unknown group %q (want one of %s)", g, strings.Join(NodeGroups, ", "))
 		}
 		for _, b := range builds {
 			if err := b.ensure(ctx, log); err != nil {
@@ -91,7 +100,7 @@ func CachedNodeBinaries() (bins NodeBinaries, missing []string, err error) {
 	if err != nil {
 		return NodeBinaries{}, nil, err
 	}
-	for _, g := range []string{NodeGroupKubernetes, NodeGroupContainerd} {
+	for _, g := range NodeGroups {
 		for _, b := range plan[g] {
 			for _, p := range b.missing() {
 				missing = append(missing, p.name)
@@ -160,6 +169,22 @@ func planNodeBinaries() (map[string][]toolBuild, NodeBinaries, error) {
 			{name: "loopback", pkg: "github.com/containernetworking/plugins/plugins/main/loopback", estimate: time.Minute},
 		},
 	}
+	corednsMod := filepath.Join(root, "tools", "coredns")
+	corednsVersion, err := requiredVersion(filepath.Join(corednsMod, "go.mod"), "github.com/coredns/coredns")
+	if err != nil {
+		return nil, NodeBinaries{}, err
+	}
+	coredns := toolBuild{
+		moduleDir: corednsMod,
+		version:   corednsVersion,
+		ldflags:   corednsLdflags(corednsVersion),
+		// Static: the image has no C library (upstream builds it so too).
+		env:      []string{"CGO_ENABLED=0"},
+		outDir:   filepath.Join(cache, "bin", "coredns-"+corednsVersion),
+		programs: []program{{name: "coredns", pkg: ".", estimate: 10 * time.Minute}},
+		// Its main.go chooses the plugins: a new one builds again.
+		sources: []string{"main.go", "go.mod"},
+	}
 	runc, _ := exec.LookPath("runc")
 	bins := NodeBinaries{
 		Kubelet:           filepath.Join(k8s.outDir, "kubelet"),
@@ -170,13 +195,16 @@ func planNodeBinaries() (map[string][]toolBuild, NodeBinaries, error) {
 		ContainerdShim:    filepath.Join(ctrd.outDir, "containerd-shim-runc-v2"),
 		Runc:              runc,
 		Loopback:          filepath.Join(loopback.outDir, "loopback"),
+		CoreDNS:           filepath.Join(coredns.outDir, "coredns"),
 		KubernetesVersion: k8sVersion,
 		ContainerdVersion: ctrdVersion,
 		CNIPluginsVersion: cniVersion,
+		CoreDNSVersion:    corednsVersion,
 	}
 	return map[string][]toolBuild{
 		NodeGroupKubernetes: {k8s},
 		NodeGroupContainerd: {ctrd, loopback},
+		NodeGroupCoreDNS:    {coredns},
 	}, bins, nil
 }
 
@@ -187,4 +215,10 @@ func containerdLdflags(version string) string {
 	return "-X " + pkg + ".Version=" + version +
 		" -X " + pkg + ".Revision=" + version +
 		" -X " + pkg + ".Package=github.com/containerd/containerd/v2"
+}
+
+// corednsLdflags stamp the version into CoreDNS as its Makefile stamps the
+// commit (coredns -version prints CoreDNS-1.15.0 and the stamp).
+func corednsLdflags(version string) string {
+	return "-X github.com/coredns/coredns/coremain.GitCommit=" + version
 }

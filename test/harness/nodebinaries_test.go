@@ -54,6 +54,17 @@ func TestPlanNodeBinariesLayout(t *testing.T) {
 	if !strings.Contains(cb.ldflags, "containerd/v2/version.Version="+bins.ContainerdVersion) {
 		t.Errorf("containerd ldflags %q lack the version", cb.ldflags)
 	}
+	db := plan[NodeGroupCoreDNS][0]
+	if len(db.env) != 1 || db.env[0] != "CGO_ENABLED=0" || !strings.Contains(db.ldflags, "coremain.GitCommit="+bins.CoreDNSVersion) ||
+		filepath.Base(db.outDir) != "coredns-"+bins.CoreDNSVersion || bins.CoreDNS != filepath.Join(db.outDir, "coredns") {
+		t.Errorf("CoreDNS build: env %v, ldflags %q, into %s; binary %s", db.env, db.ldflags, db.outDir, bins.CoreDNS)
+	}
+	if !strings.Contains(db.recipe(), "# sources ") {
+		t.Errorf("CoreDNS's recipe %q lacks the hash of its main.go", db.recipe())
+	}
+	if !strings.HasPrefix(bins.CoreDNSVersion, "v1.") {
+		t.Errorf("CoreDNS version %q", bins.CoreDNSVersion)
+	}
 	if _, err := EnsureNodeBinaries(context.Background(), nil, "nonsense"); err == nil {
 		t.Error("EnsureNodeBinaries accepted an unknown group")
 	}

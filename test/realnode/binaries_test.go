@@ -9,8 +9,9 @@ import (
 )
 
 // TestNodeBinaryVersions: the cached node binaries report the versions
-// pinned in tools/k8s and tools/containerd (stamped with -ldflags, as
-// their upstream builds do), and containerd is static (built without cgo).
+// pinned in tools/k8s, tools/containerd and tools/coredns (stamped with
+// -ldflags, as their upstream builds do), and containerd and CoreDNS are
+// static (built without cgo).
 func TestNodeBinaryVersions(t *testing.T) {
 	bins, missing, err := harness.CachedNodeBinaries()
 	if err != nil {
@@ -28,6 +29,9 @@ func TestNodeBinaryVersions(t *testing.T) {
 		{bins.Containerd, "--version", " " + bins.ContainerdVersion},
 		{bins.Ctr, "--version", " " + bins.ContainerdVersion},
 		{bins.ContainerdShim, "-v", "Version:  " + bins.ContainerdVersion},
+		// CoreDNS-1.15.0 and the stamp (upstream's is the commit).
+		{bins.CoreDNS, "-version", "CoreDNS-" + strings.TrimPrefix(bins.CoreDNSVersion, "v")},
+		{bins.CoreDNS, "-version", bins.CoreDNSVersion},
 	} {
 		out, err := exec.Command(c.path, c.arg).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), c.want) {
@@ -38,5 +42,8 @@ func TestNodeBinaryVersions(t *testing.T) {
 	info, err := exec.Command("go", "version", "-m", bins.Containerd).CombinedOutput()
 	if err != nil || !strings.Contains(string(info), "CGO_ENABLED=0") || !strings.Contains(string(info), "no_btrfs") {
 		t.Errorf("containerd build settings (%v): want CGO_ENABLED=0 and the no_btrfs tag:\n%s", err, info)
+	}
+	if info, err := exec.Command("go", "version", "-m", bins.CoreDNS).CombinedOutput(); err != nil || !strings.Contains(string(info), "CGO_ENABLED=0") {
+		t.Errorf("CoreDNS build settings (%v): want CGO_ENABLED=0:\n%s", err, info)
 	}
 }

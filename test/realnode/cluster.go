@@ -64,12 +64,16 @@ type ClusterOptions struct {
 // authorizers, kube-controller-manager) and one real node (containerd,
 // kubelet, kube-scheduler, kube-proxy in nftables mode) with cellium
 // installed from its Helm chart: the agent's DaemonSet and the operator's
-// Deployment, from the locally packed image imported into containerd. No
-// cellium process runs outside a pod.
+// Deployment, from the locally packed image imported into containerd, and
+// CoreDNS as the cluster DNS ([DeployCoreDNS]). No cellium process runs
+// outside a pod.
 type Cluster struct {
 	Control *harness.Cluster
 	Node    *Node
 	Dir     string
+	// DNSServiceIP is the ClusterIP of the kube-dns Service (CoreDNS), the
+	// pods' nameserver.
+	DNSServiceIP netip.Addr
 
 	opts  ClusterOptions
 	log   *slog.Logger
@@ -90,8 +94,12 @@ type clusterState struct {
 }
 
 // Up starts a [Cluster] in opts.Dir and waits until the node is Ready, the
-// agent's pod is Ready and the operator runs. On error everything started
-// is stopped and removed again.
+// agent's pod is Ready, the operator runs and the cluster DNS answers
+// (CoreDNS Ready behind the kube-dns Service at [DNSServiceIP] of the
+// Service range, the kubelet's clusterDNS). The API server advertises the
+// node's IP as the kubernetes Service's endpoint, so pods reach it through
+// the Service's ClusterIP (it listens on every address of the machine). On
+// error everything started is stopped and removed again.
 //
 // Only one Cluster may run on the machine at a time (kube-proxy's
 // nftables tables and the agent's host routing are the machine's).
@@ -157,6 +165,18 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 		}
 	}
 
+	dnsIP, err := DNSServiceIP(opts.ServiceCIDR)
+	if err != nil {
+		return nil, err
+	}
+	// The node's IP is picked first: the API server advertises it as the
+	// kubernetes Service's endpoint, which pods (CoreDNS) reach through
+	// the Service's ClusterIP; 127.0.0.1 is another namespace's loopback
+	// for them.
+	nodeIP, err := PickNodeIP()
+	if err != nil {
+		return nil, err
+	}
 	c.Control, err = harness.Start(ctx, harness.Options{
 		Dir:                   dir,
 		Detach:                opts.Detach,
@@ -164,6 +184,7 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 		NodeAuthorizer:        true,
 		APIServerArgs:         []string{"--kubelet-preferred-address-types=InternalIP"},
 		ServiceClusterIPRange: opts.ServiceCIDR,
+		AdvertiseAddress:      nodeIP,
 		StartTimeout:          opts.StartTimeout,
 		Logger:                log,
 	})
@@ -183,7 +204,14 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 		}
 		images = append(images, img)
 	}
+	dnsImage, dnsImageName, err := CoreDNSImage(filepath.Join(dir, "images"), opts.NodeBinaries)
+	if err != nil {
+		return nil, err
+	}
+	images = append(images, dnsImage)
 	c.Node, err = Start(ctx, Options{
+		IP:           nodeIP,
+		ClusterDNS:   dnsIP.String(),
 		Cluster:      c.Control,
 		Binaries:     opts.NodeBinaries,
 		Dir:          c.state.NodeDir,
@@ -209,6 +237,17 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if err := c.Node.WaitReady(ctx); err != nil {
 		return nil, err
 	}
+	// The cluster DNS, once the pods have a network.
+	log.Info("deploying CoreDNS", "image", dnsImageName, "service", DNSService, "clusterIP", dnsIP)
+	if err := DeployCoreDNS(ctx, c.Control, dnsImageName, dnsIP); err != nil {
+		return nil, err
+	}
+	dctx, dcancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer dcancel()
+	if err := WaitCoreDNS(dctx, c.Control.Clientset()); err != nil {
+		return nil, fmt.Errorf("CoreDNS: %w", err)
+	}
+	c.DNSServiceIP = dnsIP
 	log.Info("real cluster ready", "kubeconfig", c.Kubeconfig(), "node", c.Node.Name)
 	return c, nil
 }
@@ -437,7 +476,9 @@ type InstallOptions struct {
 //
 //   - the image is the locally packed one (CelliumImage), never pulled;
 //   - the agent and the operator reach the API server on 127.0.0.1
-//     (k8sServiceHost): the kubernetes Service has no endpoint here;
+//     (k8sServiceHost), as Cilium's agent reaches it without the
+//     kubernetes Service it implements (the Service's endpoint, the node
+//     IP, is for pods: CoreDNS);
 //   - every host path of the agent is inside the node's directory, where
 //     the node's containerd looks for them (CNI binaries and conflist, its
 //     netns directory) or where nothing else on the machine collides

@@ -97,6 +97,11 @@ type kubeletConfig struct {
 	Port          int    // the kubelet's server port
 	HealthzPort   int    // on 127.0.0.1
 	ClientCAFile  string // the cluster CA: who may call the kubelet's API
+	// ClusterDNS is the cluster DNS Service's ClusterIP (kube-dns) the
+	// pods' resolv.conf names, with ClusterDomain as their search domain;
+	// empty: the pods get the host's resolv.conf.
+	ClusterDNS    string
+	ClusterDomain string
 }
 
 var kubeletTemplate = template.Must(template.New("kubelet").Parse(`# kubelet of a cellium real test node (test/realnode).
@@ -135,6 +140,13 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 2s
+{{- if .ClusterDNS}}
+# Pods with dnsPolicy ClusterFirst (the default) resolve through the
+# cluster's CoreDNS (kube-dns).
+clusterDNS:
+- {{printf "%q" .ClusterDNS}}
+clusterDomain: {{printf "%q" .ClusterDomain}}
+{{- end}}
 `))
 
 func (c kubeletConfig) render() ([]byte, error) {

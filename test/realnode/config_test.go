@@ -90,6 +90,22 @@ func TestKubeletConfig(t *testing.T) {
 	if anon["enabled"] != false || x509["clientCAFile"] != "/c/pki/ca.crt" {
 		t.Errorf("authentication %v", authn)
 	}
+	if _, ok := cfg["clusterDNS"]; ok {
+		t.Errorf("clusterDNS %v without a cluster DNS", cfg["clusterDNS"])
+	}
+
+	// With the cluster DNS: the pods' nameserver and search domain.
+	text, err = kubeletConfig{RuntimeSocket: "/s", NodeIP: "10.254.1.2", ClusterDNS: "10.237.0.10", ClusterDomain: "cluster.local"}.render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = nil
+	if err := yaml.Unmarshal(text, &cfg); err != nil {
+		t.Fatalf("kubelet configuration is not YAML: %v\n%s", err, text)
+	}
+	if dns, _ := cfg["clusterDNS"].([]any); len(dns) != 1 || dns[0] != "10.237.0.10" || cfg["clusterDomain"] != "cluster.local" {
+		t.Errorf("clusterDNS %v, clusterDomain %v", cfg["clusterDNS"], cfg["clusterDomain"])
+	}
 }
 
 func TestUnescapeMount(t *testing.T) {

@@ -82,6 +82,14 @@ type Options struct {
 	KubeProxy bool
 	// ClusterCIDR is the pods' address space, for kube-proxy.
 	ClusterCIDR string
+	// ClusterDNS is the ClusterIP of the cluster's DNS Service (kube-dns,
+	// [DeployCoreDNS]): the kubelet gives it to the pods as their
+	// nameserver, with ClusterDomain. Empty: no cluster DNS.
+	ClusterDNS string
+	// IP is the node's address; the zero value picks a free one of
+	// 10.254.0.0/16. [Up] picks it before the control plane starts, whose
+	// API server advertises it.
+	IP netip.Addr
 	// StartTimeout bounds the start of each component; default 2 minutes.
 	StartTimeout time.Duration
 	// Detach runs the node's processes in sessions of their own, so that
@@ -159,9 +167,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if opts.Binaries.Runc == "" {
 		return nil, errors.New("start real node: runc is not installed: run make deps (Debian: apt-get install runc)")
 	}
-	ip, err := pickNodeIP()
-	if err != nil {
-		return nil, err
+	ip := opts.IP
+	if !ip.IsValid() {
+		if ip, err = PickNodeIP(); err != nil {
+			return nil, err
+		}
 	}
 	b := ip.As4()
 	n := &Node{
@@ -300,9 +310,12 @@ const (
 // fixed): Stop removes them if they appear, Leftovers reports them.
 var kubeletDefaultDirs = []string{"/var/lib/kubelet", "/var/log/pods", "/etc/kubernetes"}
 
-// pickNodeIP picks a random address of 10.254.0.0/16 that is not on this
-// machine yet.
-func pickNodeIP() (netip.Addr, error) {
+// PickNodeIP picks a random address of 10.254.0.0/16 that is not on this
+// machine yet, for Options.IP.
+//
+// Errors: the machine's addresses cannot be read; none is free after 100
+// tries.
+func PickNodeIP() (netip.Addr, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("pick node IP: %w", err)
@@ -503,6 +516,8 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		Port:          ports[0],
 		HealthzPort:   ports[1],
 		ClientCAFile:  c.CACertFile(),
+		ClusterDNS:    n.opts.ClusterDNS,
+		ClusterDomain: ClusterDomain,
 	}.render()
 	if err != nil {
 		return err
@@ -841,15 +856,33 @@ func (n *Node) killTasks(ctx context.Context) error {
 	if err != nil {
 		return nil // containerd is gone already: its shims died with it
 	}
-	var errs []error
+	failed := map[string]error{}
 	for _, id := range ids {
 		n.log.Info("killing a task the kubelet left", "id", id)
+		var errs []error
 		if _, err := n.Ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 			errs = append(errs, err)
 		}
 		if _, err := n.Ctr(ctx, "tasks", "delete", "--force", id); err != nil {
 			errs = append(errs, err)
 		}
+		if len(errs) > 0 {
+			failed[id] = errors.Join(errs...)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	// A pod's tasks share one shim, which exits with its sandbox's task:
+	// deleting the pod's other task then fails ("ttrpc: closed") although
+	// it is gone. Only a task still listed is an error.
+	left, err := n.tasks(ctx)
+	if err != nil {
+		return nil // containerd is gone: its shims died with it
+	}
+	var errs []error
+	for _, id := range left {
+		errs = append(errs, failed[id])
 	}
 	return errors.Join(errs...)
 }

@@ -4,7 +4,11 @@
 // standard error when it starts. It exits on SIGTERM or SIGINT. test/realnode packs it, built static, into an image of
 // its own. With --get URL it is the client instead: it sends GET URL, prints
 // the answer's body and exits (1 on failure), so that one demo pod can call
-// another: kubectl exec web-1 -- demoapp --get http://<IP of web-2>:8080/.
+// another: kubectl exec web-1 -- demoapp --get http://<IP of web-2>:8080/
+// (or by the Service's name, http://db.demo:8080/, through the cluster
+// DNS). With --resolve NAME it looks NAME up through the pod's
+// /etc/resolv.conf (Go's resolver: search domains, ndots), prints its
+// addresses one a line and exits (1 if the name does not resolve).
 package main
 
 import (
@@ -13,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -23,7 +28,15 @@ import (
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve HTTP on")
 	get := flag.String("get", "", "send GET to this URL, print the body and exit instead of serving")
+	resolve := flag.String("resolve", "", "look this name up, print its addresses and exit instead of serving")
 	flag.Parse()
+	if *resolve != "" {
+		if err := lookup(*resolve); err != nil {
+			fmt.Fprintln(os.Stderr, "demoapp:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *get != "" {
 		if err := fetch(*get); err != nil {
 			fmt.Fprintln(os.Stderr, "demoapp:", err)
@@ -75,4 +88,18 @@ func fetch(url string) error {
 	}
 	_, err = io.Copy(os.Stdout, resp.Body)
 	return err
+}
+
+// lookup resolves name (5 second timeout) and prints its addresses.
+func lookup(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		fmt.Println(a)
+	}
+	return nil
 }

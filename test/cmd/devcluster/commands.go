@@ -428,7 +428,7 @@ func newBuildNodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "build-node",
 		Short: "Build the real node's binaries into the cache if missing: kubelet, kube-scheduler, kube-proxy " +
-			"(~10 minutes the first time), containerd, ctr, containerd-shim-runc-v2 and the CNI loopback plugin (~5 minutes)",
+			"(~10 minutes the first time), containerd, ctr, containerd-shim-runc-v2 and the CNI loopback plugin (~5 minutes), CoreDNS",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var groups []string
@@ -451,13 +451,16 @@ func newBuildNodeCmd() *cobra.Command {
 				fmt.Fprintln(out, bins.ContainerdShim)
 				fmt.Fprintln(out, bins.Loopback)
 			}
+			if only == "" || only == harness.NodeGroupCoreDNS {
+				fmt.Fprintln(out, bins.CoreDNS)
+			}
 			if bins.Runc == "" {
 				fmt.Fprintln(cmd.ErrOrStderr(), "runc is not installed: run make deps (Debian: apt-get install runc)")
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&only, "only", "", "build one group only: "+harness.NodeGroupKubernetes+" or "+harness.NodeGroupContainerd)
+	cmd.Flags().StringVar(&only, "only", "", "build one group only: "+strings.Join(harness.NodeGroups, ", "))
 	return cmd
 }
 

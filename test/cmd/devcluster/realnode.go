@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cellium/cellium/install"
 	"github.com/cellium/cellium/test/harness"
 	"github.com/cellium/cellium/test/realnode"
@@ -68,6 +70,8 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		c.Control.APIServerURL(), c.Node.Name)
 	fmt.Fprintf(stdout, "cellium installed from its chart: %s (DaemonSet %s, Deployment %s in %s)\n",
 		relativeToWD(c.Node.Dir+"/cellium.yaml"), realnode.AgentDaemonSet, realnode.OperatorDeployment, install.Namespace)
+	fmt.Fprintf(stdout, "cluster DNS: CoreDNS %s (Deployment %s, Service %s %s in %s), domain %s\n",
+		bins.CoreDNSVersion, realnode.CoreDNSDeployment, realnode.DNSService, c.DNSServiceIP, metav1.NamespaceSystem, realnode.ClusterDomain)
 	fmt.Fprintf(stdout, "kubeconfig: %s\n  export KUBECONFIG=%s\n\n", kc, c.Kubeconfig())
 	agentExec := fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- /usr/bin/cellium --host unix://%s",
 		k, install.Namespace, realnode.AgentDaemonSet, c.AgentSocket())
@@ -94,6 +98,9 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		}
 		fmt.Fprintln(stdout)
 		try = append(try,
+			// Through the cluster DNS: db.demo is the Service db's name.
+			fmt.Sprintf("%s -n %s exec %s -- demoapp --get http://db.%s:8080/", k, realnode.DemoNamespace, demo[0].Name, realnode.DemoNamespace),
+			fmt.Sprintf("%s -n %s exec %s -- demoapp --resolve kubernetes.default.svc.%s", k, realnode.DemoNamespace, demo[0].Name, realnode.ClusterDomain),
 			fmt.Sprintf("%s -n %s exec %s -- demoapp --get http://%s:8080/", k, realnode.DemoNamespace, demo[0].Name, demo[1].IP),
 			fmt.Sprintf("%s -n %s get services   # then: exec %s -- demoapp --get http://%s:8080/ (Service db's ClusterIP)", k, realnode.DemoNamespace, demo[0].Name, demo[len(demo)-1].ServiceIP),
 			fmt.Sprintf("%s -n %s logs %s", k, realnode.DemoNamespace, demo[1].Name),

@@ -15,8 +15,8 @@ import (
 )
 
 // TestPrivilegedUpDownRealNode is make up and make down: `up --node real`
-// starts the control plane and the real node with cellium from its chart
-// and the demo pods and prints what to try; status lists the node's
+// starts the control plane and the real node with cellium from its chart,
+// the cluster DNS and the demo pods and prints what to try; status lists the node's
 // processes; down removes everything (realnode.ClusterLeftovers) and the
 // directory. Needs the node binaries (make node-binaries): skipped without
 // them unless CELLIUM_REAL_NODE=1, which builds them.
@@ -44,7 +44,8 @@ func TestPrivilegedUpDownRealNode(t *testing.T) {
 	}
 	for _, want := range []string{"cellium installed from its chart", "web-1", "web-2", "db-1",
 		"exec ds/cellium-agent -c cellium-agent -- /usr/bin/cellium --host unix://" + filepath.Join(dir, "node", "agent", "cellium.sock") + " status",
-		"exec web-1 -- demoapp --get http://10.236.", "logs web-2", "run hello", "make down"} {
+		"exec web-1 -- demoapp --get http://10.236.", "logs web-2", "run hello", "make down",
+		"cluster DNS: CoreDNS v1.", "Service kube-dns 10.237.0.10", "exec web-1 -- demoapp --get http://db.demo:8080/"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up's output lacks %q:\n%s", want, out)
 		}
