@@ -186,7 +186,7 @@ var FrontendAddressIndex = statedb.Index[*Frontend, L4Addr]{
 	FromObject: func(f *Frontend) index.KeySet { return index.NewKeySet(f.Address.key()) },
 	FromKey:    L4Addr.key,
 	FromString: l4AddrKey,
-	Unique: true,
+	Unique:     true,
 }
 
 // FrontendServiceIndex indexes frontends by Service ("namespace/name").
@@ -240,7 +240,7 @@ var BackendAddressIndex = statedb.Index[*Backend, L4Addr]{
 	FromObject: func(b *Backend) index.KeySet { return index.NewKeySet(b.Address.key()) },
 	FromKey:    L4Addr.key,
 	FromString: l4AddrKey,
-	Unique: true,
+	Unique:     true,
 }
 
 // BackendIDIndex indexes backends by ID.
