@@ -50,7 +50,9 @@ const (
 //     other node address serves;
 //   - CHECK reaches portmap with the cached result: it passes for the
 //     pod's mappings and fails for mappings that were never made;
-//   - DEL removes portmap's rules (and everything cellium-cni made).
+//   - DEL removes portmap's rules (and everything cellium-cni made);
+//   - STATUS and GC of the list succeed (portmap v1.10.0 implements
+//     neither).
 //
 // Everything (the veths, the routes, portmap's iptables or nftables rules)
 // lives in the test's namespaces and goes with them.
@@ -69,6 +71,11 @@ func TestPrivilegedPortmapChained(t *testing.T) {
 	list, err := libcni.ConfListFromBytes(data)
 	if err != nil {
 		t.Fatalf("load the agent's conflist: %v\n%s", err, data)
+	}
+	// STATUS (CNI 1.1.0) goes to every plugin of the list; the runtime
+	// reports the node's network not ready if one fails.
+	if err := e.status(list); err != nil {
+		t.Fatalf("STATUS of the chained list: %v", err)
 	}
 	pod := newTestNS(t)
 	client := newTestNS(t)
@@ -154,6 +161,10 @@ func TestPrivilegedPortmapChained(t *testing.T) {
 	}
 	if err := e.del(list, rt); err != nil {
 		t.Errorf("second DEL: %v", err)
+	}
+	// GC (CNI 1.1.0) too goes to every plugin; nothing is left to collect.
+	if err := e.gc(list, nil); err != nil {
+		t.Errorf("GC of the chained list: %v", err)
 	}
 	e.assertNothingLeft(t, pod)
 }
