@@ -63,7 +63,8 @@ func TestPrivilegedPortmapChained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir, pluginDir}, filepath.Join(e.dir, "cache"), newExec())
+	e.paths = append(e.paths, pluginDir)
+	e.cni = libcni.NewCNIConfigWithCacheDir(e.paths, filepath.Join(e.dir, "cache"), newExec())
 	data, err := cniconfig.ConfList(e.socket, fakeMTU, cniconfig.ChainingPortmap)
 	if err != nil {
 		t.Fatal(err)
