@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -43,27 +45,46 @@ var Cell = hive.Module("cni-config", "CNI configuration",
 // DefaultConfListPath is where the conflist is written by default.
 const DefaultConfListPath = "/etc/cni/net.d/05-cellium.conflist"
 
+// Chaining modes of --cni-chaining-mode (Cilium's names).
+const (
+	// ChainingNone: the conflist holds cellium-cni alone.
+	ChainingNone = "none"
+	// ChainingPortmap: cellium-cni followed by the portmap plugin of
+	// containernetworking/plugins, which implements the pods' hostPort.
+	ChainingPortmap = "portmap"
+)
+
+// ChainingModes are the supported values of --cni-chaining-mode.
+var ChainingModes = []string{ChainingNone, ChainingPortmap}
+
 // Config is the cell's configuration.
 type Config struct {
 	// MTU of pod interfaces.
 	MTU int
 	// WriteCNIConfWhenReady is the conflist path; empty disables writing.
 	WriteCNIConfWhenReady string
+	// CNIChainingMode selects the conflist: ChainingNone or ChainingPortmap.
+	CNIChainingMode string
 }
 
-// DefaultConfig writes DefaultConfListPath with MTU 1500.
-var DefaultConfig = Config{MTU: 1500, WriteCNIConfWhenReady: DefaultConfListPath}
+// DefaultConfig writes DefaultConfListPath with MTU 1500 and no chaining.
+var DefaultConfig = Config{MTU: 1500, WriteCNIConfWhenReady: DefaultConfListPath, CNIChainingMode: ChainingNone}
 
-// Flags registers --mtu and --write-cni-conf-when-ready.
+// Flags registers --mtu, --write-cni-conf-when-ready and --cni-chaining-mode.
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Int("mtu", def.MTU, "MTU of pod interfaces")
 	fs.String("write-cni-conf-when-ready", def.WriteCNIConfWhenReady, `Write the CNI conflist to this path once the agent can serve pods ("" to disable)`)
+	fs.String("cni-chaining-mode", def.CNIChainingMode,
+		`CNI plugins chained after cellium-cni in the written conflist: "none", or "portmap" (the portmap plugin, which implements hostPort)`)
 }
 
-// Validate checks the MTU range.
+// Validate checks the MTU range and the chaining mode.
 func (c Config) Validate() error {
 	if c.MTU < 576 || c.MTU > 65535 {
 		return fmt.Errorf("invalid --mtu=%d: must be between 576 and 65535", c.MTU)
+	}
+	if !slices.Contains(ChainingModes, c.CNIChainingMode) {
+		return fmt.Errorf("invalid --cni-chaining-mode=%q: supported modes are %s", c.CNIChainingMode, strings.Join(ChainingModes, ", "))
 	}
 	return nil
 }
@@ -82,17 +103,35 @@ func configHandler(cfg Config, node k8s.NodeName, flags hive.FlagValues) agentap
 	}}}
 }
 
-// ConfList is the conflist the agent writes.
-func ConfList(socket string, mtu int) ([]byte, error) {
-	return json.MarshalIndent(map[string]any{
-		"cniVersion": "1.1.0",
-		"name":       "cellium",
-		"plugins": []map[string]any{{
-			"type":         "cellium-cni",
-			"agent-socket": socket,
-			"mtu":          mtu,
-		}},
-	}, "", "  ")
+// ConfList is the conflist the agent writes for a chaining mode: network
+// "cellium" with cellium-cni alone (ChainingNone), or, as Cilium writes it,
+// network "portmap" with cellium-cni followed by
+// {"type":"portmap","capabilities":{"portMappings":true}}: the runtime
+// passes the pod's hostPorts to portmap (runtimeConfig.portMappings), and
+// portmap finds the pod's address in cellium-cni's result (prevResult).
+//
+// Errors: an unsupported mode.
+func ConfList(socket string, mtu int, mode string) ([]byte, error) {
+	cellium := map[string]any{
+		"type":         "cellium-cni",
+		"agent-socket": socket,
+		"mtu":          mtu,
+	}
+	list := map[string]any{"cniVersion": "1.1.0"}
+	switch mode {
+	case ChainingNone:
+		list["name"] = "cellium"
+		list["plugins"] = []map[string]any{cellium}
+	case ChainingPortmap:
+		list["name"] = "portmap"
+		list["plugins"] = []map[string]any{cellium, {
+			"type":         "portmap",
+			"capabilities": map[string]bool{"portMappings": true},
+		}}
+	default:
+		return nil, fmt.Errorf("CNI configuration: unsupported chaining mode %q (supported: %s)", mode, strings.Join(ChainingModes, ", "))
+	}
+	return json.MarshalIndent(list, "", "  ")
 }
 
 type writerParams struct {
@@ -124,14 +163,14 @@ func registerWriter(p writerParams) {
 		if err := waitPodCIDR(ctx, p); err != nil {
 			return nil // stopped
 		}
-		data, err := ConfList(p.API.SocketPath, p.Config.MTU)
+		data, err := ConfList(p.API.SocketPath, p.Config.MTU, p.Config.CNIChainingMode)
 		if err != nil {
 			return err
 		}
 		if err := writeAtomic(p.Config.WriteCNIConfWhenReady, data); err != nil {
 			return err
 		}
-		p.Log.Info("wrote CNI configuration", "path", p.Config.WriteCNIConfWhenReady)
+		p.Log.Info("wrote CNI configuration", "path", p.Config.WriteCNIConfWhenReady, "chaining-mode", p.Config.CNIChainingMode)
 		return nil
 	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
 }

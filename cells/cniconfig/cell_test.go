@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +41,11 @@ type env struct {
 	lastWrite statedb.Revision
 }
 
-func start(t *testing.T) *env {
+func start(t *testing.T, args ...string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{path: filepath.Join(dir, "net.d", "05-cellium.conflist"), socket: filepath.Join(dir, "api.sock")}
-	e.h = hivetest.New(t, []string{"--write-cni-conf-when-ready=" + e.path, "--mtu=1400", "--socket-path=" + e.socket},
+	e.h = hivetest.New(t, append([]string{"--write-cni-conf-when-ready=" + e.path, "--mtu=1400", "--socket-path=" + e.socket}, args...),
 		hive.Config(agentapi.DefaultConfig),
 		hive.Provide(
 			func() k8s.NodeName { return node },
@@ -156,11 +158,75 @@ func TestConfListWrittenWhenReady(t *testing.T) {
 
 func TestMTUValidated(t *testing.T) {
 	for _, mtu := range []int{575, 65536} {
-		if err := (cniconfig.Config{MTU: mtu}).Validate(); err == nil {
+		c := cniconfig.DefaultConfig
+		c.MTU = mtu
+		if err := c.Validate(); err == nil {
 			t.Errorf("MTU %d accepted", mtu)
 		}
 	}
 	if err := cniconfig.DefaultConfig.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// The conflist of each chaining mode, as Cilium writes it for the mode:
+// cellium-cni alone, or cellium-cni then portmap with the portMappings
+// capability (network "portmap"). Unknown modes are refused, naming the
+// supported ones.
+func TestConfListPerChainingMode(t *testing.T) {
+	cellium := `{"type":"cellium-cni","agent-socket":"/run/c.sock","mtu":1450}`
+	for mode, want := range map[string]string{
+		"none":    `{"cniVersion":"1.1.0","name":"cellium","plugins":[` + cellium + `]}`,
+		"portmap": `{"cniVersion":"1.1.0","name":"portmap","plugins":[` + cellium + `,{"type":"portmap","capabilities":{"portMappings":true}}]}`,
+	} {
+		got, err := cniconfig.ConfList("/run/c.sock", 1450, mode)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%s: conflist is not JSON: %v\n%s", mode, err, got)
+		}
+		if err := json.Unmarshal([]byte(want), &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("mode %s: conflist\n%s\nwant %s", mode, got, want)
+		}
+	}
+	for _, mode := range []string{"", "flannel", "Portmap"} {
+		if _, err := cniconfig.ConfList("/run/c.sock", 1450, mode); err == nil {
+			t.Errorf("ConfList accepted mode %q", mode)
+		}
+		c := cniconfig.DefaultConfig
+		c.CNIChainingMode = mode
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "--cni-chaining-mode") || !strings.Contains(err.Error(), "none, portmap") {
+			t.Errorf("Validate of mode %q: %v, want an error naming the flag and the supported modes", mode, err)
+		}
+	}
+}
+
+// --cni-chaining-mode=portmap makes the agent write the chained conflist.
+func TestChainingModeFlagWritesPortmap(t *testing.T) {
+	e := start(t, "--cni-chaining-mode=portmap")
+	txn := e.db.WriteTxn(e.eps)
+	e.restored(txn)
+	txn.Commit()
+	e.setLocalNode(t, "10.9.0.1")
+	var got struct {
+		Name    string `json:"name"`
+		Plugins []struct {
+			Type         string          `json:"type"`
+			Capabilities map[string]bool `json:"capabilities"`
+		} `json:"plugins"`
+	}
+	data := e.waitFile(t)
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatalf("conflist is not JSON: %v\n%s", err, data)
+	}
+	if got.Name != "portmap" || len(got.Plugins) != 2 || got.Plugins[0].Type != "cellium-cni" ||
+		got.Plugins[1].Type != "portmap" || !got.Plugins[1].Capabilities["portMappings"] {
+		t.Fatalf("conflist:\n%s\nwant cellium-cni then portmap with the portMappings capability", data)
 	}
 }

@@ -24,9 +24,11 @@ type cniEnv struct {
 	t      testing.TB
 	agent  *fakeAgent
 	binDir string
-	dir    string
-	cni    *libcni.CNIConfig
-	node   ns.NetNS
+	// paths are where libcni looks for plugins: binDir, then more.
+	paths []string
+	dir   string
+	cni   *libcni.CNIConfig
+	node  ns.NetNS
 	// socket is the agent-socket the conflists name.
 	socket string
 }
@@ -35,7 +37,8 @@ func newCNIEnv(t testing.TB, node ns.NetNS) *cniEnv {
 	t.Helper()
 	e := &cniEnv{t: t, agent: newFakeAgent(t), binDir: pluginBinary(t), dir: t.TempDir(), node: node}
 	e.socket = e.agent.socket
-	e.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir}, filepath.Join(e.dir, "cache"), newExec())
+	e.paths = []string{e.binDir}
+	e.cni = libcni.NewCNIConfigWithCacheDir(e.paths, filepath.Join(e.dir, "cache"), newExec())
 	t.Cleanup(func() {
 		if t.Failed() {
 			if log, err := os.ReadFile(e.logFile()); err == nil {
@@ -137,7 +140,7 @@ func (e *cniEnv) status(list *libcni.NetworkConfigList) error {
 // gc runs GC with its own empty libcni cache, so libcni issues no DEL of
 // its own and only the plugin's GC acts.
 func (e *cniEnv) gc(list *libcni.NetworkConfigList, valid []types.GCAttachment) error {
-	c := libcni.NewCNIConfigWithCacheDir([]string{e.binDir}, e.t.TempDir(), newExec())
+	c := libcni.NewCNIConfigWithCacheDir(e.paths, e.t.TempDir(), newExec())
 	return e.inNode(func() error {
 		return c.GCNetworkList(context.Background(), list, &libcni.GCArgs{ValidAttachments: valid})
 	})

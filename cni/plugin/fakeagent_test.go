@@ -38,6 +38,9 @@ type fakeAgent struct {
 	putDrop bool
 	// noIPAMMTU makes POST /v1/ipam answer without mtu, as older agents.
 	noIPAMMTU bool
+	// onPut, when set, runs before PUT /v1/endpoint answers (as the agent
+	// programs the endpoint's route before it does); its error fails the PUT.
+	onPut func(req models.EndpointChangeRequest) error
 }
 
 const (
@@ -203,6 +206,12 @@ func (a *fakeAgent) putEndpoint(w http.ResponseWriter, r *http.Request) {
 	if _, ok := a.endpoints[req.ContainerID]; ok {
 		writeError(w, http.StatusConflict, "endpoint for container %s exists", req.ContainerID)
 		return
+	}
+	if a.onPut != nil {
+		if err := a.onPut(req); err != nil {
+			writeError(w, http.StatusInternalServerError, "build endpoint: %v", err)
+			return
+		}
 	}
 	ep := &models.Endpoint{
 		ID:   a.nextID,

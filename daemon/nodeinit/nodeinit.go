@@ -7,9 +7,9 @@
 package nodeinit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,24 +24,28 @@ import (
 // InstallCNIPlugin copies the file src into dir under the same base name,
 // atomically: it is written to a temporary file in dir, synced, made
 // executable and renamed over the old one, so that the container runtime
-// never runs half a plugin. dir is created if missing.
+// never runs half a plugin. A regular file there with the same content and
+// mode 0755 is left alone (installed false): a plugin the runtime may be
+// running is not replaced for nothing. dir is created if missing.
 //
 // Errors: src cannot be read; dir cannot be written.
-func InstallCNIPlugin(src, dir string) (string, error) {
-	in, err := os.Open(src)
+func InstallCNIPlugin(src, dir string) (dst string, installed bool, err error) {
+	data, err := os.ReadFile(src)
 	if err != nil {
-		return "", fmt.Errorf("install CNI plugin: %w", err)
+		return "", false, fmt.Errorf("install CNI plugin: %w", err)
 	}
-	defer in.Close()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("install CNI plugin: %w", err)
+		return "", false, fmt.Errorf("install CNI plugin: %w", err)
 	}
-	dst := filepath.Join(dir, filepath.Base(src))
+	dst = filepath.Join(dir, filepath.Base(src))
+	if sameFile(dst, data) {
+		return dst, false, nil
+	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(src)+".tmp-")
 	if err != nil {
-		return "", fmt.Errorf("install CNI plugin: %w", err)
+		return "", false, fmt.Errorf("install CNI plugin: %w", err)
 	}
-	_, err = io.Copy(tmp, in)
+	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Chmod(0o755)
 	}
@@ -54,9 +58,20 @@ func InstallCNIPlugin(src, dir string) (string, error) {
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
-		return "", fmt.Errorf("install CNI plugin %s into %s: %w", src, dir, err)
+		return "", false, fmt.Errorf("install CNI plugin %s into %s: %w", src, dir, err)
 	}
-	return dst, nil
+	return dst, true, nil
+}
+
+// sameFile reports whether path is a regular file (not a symbolic link)
+// with mode 0755 holding data.
+func sameFile(path string, data []byte) bool {
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o755 || st.Size() != int64(len(data)) {
+		return false
+	}
+	have, err := os.ReadFile(path)
+	return err == nil && bytes.Equal(have, data)
 }
 
 // MountBPFFS makes path a directory on a bpf filesystem, mounting one
@@ -129,21 +144,28 @@ func enterCgroupNS(ns string) error {
 // Commands are the subcommands of cellium-agent for the init containers:
 // install-cni-plugin, mount-bpffs and mount-cgroup.
 func Commands() []*cobra.Command {
-	var from, to string
+	var from []string
+	var to string
 	install := &cobra.Command{
 		Use:   "install-cni-plugin",
-		Short: "Copy the CNI plugin into the node's CNI binary directory (atomically) and exit",
+		Short: "Copy the CNI plugins into the node's CNI binary directory (atomically, unless unchanged) and exit",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dst, err := InstallCNIPlugin(from, to)
-			if err != nil {
-				return err
+			for _, src := range from {
+				dst, installed, err := InstallCNIPlugin(src, to)
+				if err != nil {
+					return err
+				}
+				if installed {
+					fmt.Fprintf(cmd.OutOrStdout(), "installed %s\n", dst)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s is up to date\n", dst)
+				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "installed %s\n", dst)
 			return nil
 		},
 	}
-	install.Flags().StringVar(&from, "from", "/usr/bin/cellium-cni", "the CNI plugin to install")
+	install.Flags().StringArrayVar(&from, "from", []string{"/usr/bin/cellium-cni"}, "a CNI plugin to install (repeat for several)")
 	install.Flags().StringVar(&to, "to-dir", "/host/opt/cni/bin", "the node's CNI binary directory (mounted from the host)")
 
 	var path string

@@ -56,3 +56,43 @@ func EnsureReferenceCNIPlugins(ctx context.Context, log *slog.Logger) (dir, vers
 	}
 	return b.outDir, version, nil
 }
+
+// ImageCNIPlugins are the plugins of containernetworking/plugins that
+// cellium's image carries (in /usr/lib/cni) and its install-cni-plugin init
+// container copies beside cellium-cni: portmap, chained after cellium-cni
+// with --cni-chaining-mode=portmap for the pods' hostPorts.
+var ImageCNIPlugins = []string{"portmap"}
+
+// EnsureImageCNIPlugins returns the directory holding [ImageCNIPlugins],
+// built static (CGO_ENABLED=0: the image has no C library) from the version
+// pinned in tools/cniplugins/go.mod into [CacheDir] under
+// bin/cni-plugins-<version>-static/ when they are missing.
+//
+// Errors: as [EnsureReferenceCNIPlugins].
+func EnsureImageCNIPlugins(ctx context.Context, log *slog.Logger) (dir string, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	root, cache, err := repoAndCache()
+	if err != nil {
+		return "", err
+	}
+	mod := filepath.Join(root, "tools", "cniplugins")
+	version, err := requiredVersion(filepath.Join(mod, "go.mod"), "github.com/containernetworking/plugins")
+	if err != nil {
+		return "", err
+	}
+	b := toolBuild{
+		moduleDir: mod,
+		version:   version,
+		env:       []string{"CGO_ENABLED=0"},
+		outDir:    filepath.Join(cache, "bin", "cni-plugins-"+version+"-static"),
+		programs: []program{
+			{name: "portmap", pkg: "github.com/containernetworking/plugins/plugins/meta/portmap", estimate: time.Minute},
+		},
+	}
+	if err := b.ensure(ctx, log); err != nil {
+		return "", err
+	}
+	return b.outDir, nil
+}

@@ -486,6 +486,8 @@ type InstallOptions struct {
 //     balancer); the socket is the node's
 //     AgentConfig().SocketPath();
 //   - no masquerading (pods reach each other and the node, nothing else);
+//   - CNI chaining with portmap, so that pods' hostPorts work (the
+//     Kubernetes conformance spec of hostPort);
 //   - one operator replica, its health port free on this machine.
 func DevValues(n *Node, apiPort, operatorPort int, podCIDR string) []string {
 	agentDir := n.AgentConfig().Dir
@@ -503,6 +505,7 @@ func DevValues(n *Node, apiPort, operatorPort int, podCIDR string) []string {
 		"agent.cgroupRoot=" + filepath.Join(agentDir, "cgroupv2"),
 		"agent.netnsDir=" + n.NetnsDir(),
 		"agent.ipv4Masquerade=false",
+		"cni.chainingMode=portmap",
 		"operator.replicas=1",
 		"operator.apiServeAddr=localhost:" + strconv.Itoa(operatorPort),
 		"operator.clusterPool.ipv4CIDR={" + podCIDR + "}",

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/privileged"
 )
 
@@ -31,7 +32,10 @@ import (
 // installed cellium-cni into the node's CNI directory and it wrote the
 // conflist containerd uses; demo pods scheduled by kube-scheduler get
 // cellium endpoints with ready CiliumEndpoints and addresses from the
-// operator's pool; one pod reaches another over HTTP. Down (make down,
+// operator's pool; one pod reaches another over HTTP; the init container
+// installed portmap too and the conflist chains it, so that two pods with
+// the same hostPort on different hostIPs (127.0.0.1 and the node's
+// address, as the HostPort conformance spec) answer the host there. Down (make down,
 // from the state on disk) then leaves nothing: no process, mount, cgroup,
 // link, route, nftables table or sysctl change. Another node with
 // kube-proxy or host-routing agent on the machine is waited for (Start).
@@ -89,8 +93,13 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 		t.Fatalf("cellium-cni in %s: %v %v", c.Node.CNIBinDir(), st, err)
 	}
-	if _, err := os.Stat(c.Node.AgentConfig().ConfListPath()); err != nil {
-		t.Fatalf("the agent's conflist: %v", err)
+	// With portmap (DevValues: cni.chainingMode=portmap) beside it.
+	st, err = os.Lstat(filepath.Join(c.Node.CNIBinDir(), "portmap"))
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("portmap in %s: %v %v", c.Node.CNIBinDir(), st, err)
+	}
+	if conf, err := os.ReadFile(c.Node.AgentConfig().ConfListPath()); err != nil || !strings.Contains(string(conf), `"portmap"`) {
+		t.Fatalf("the agent's conflist (want portmap chained): %s %v", conf, err)
 	}
 	// Its API answers on the host socket the CNI plugin uses.
 	agent := client.New(c.AgentSocket())
@@ -175,6 +184,8 @@ func TestPrivilegedRealClusterDaemonSet(t *testing.T) {
 	_ = netns.Close()
 	agent.Close()
 
+	checkHostPorts(t, c)
+
 	// A Deployment's pod: down must release it although its ReplicaSet
 	// would recreate it.
 	one := int32(1)
@@ -238,4 +249,76 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// checkHostPorts runs two pods with the same hostPort on different hostIPs
+// (127.0.0.1 and the node's address), as Kubernetes' HostPort conformance
+// spec does, and reaches each from the host at its hostIP:hostPort
+// (portmap chained after cellium-cni).
+func checkHostPorts(t *testing.T, c *Cluster) {
+	t.Helper()
+	ctx := t.Context()
+	cs := c.Control.Clientset()
+	node, err := cs.CoreV1().Nodes().Get(ctx, c.Node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodeIP string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			nodeIP = a.Address
+		}
+	}
+	port, err := devnode.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := hostNS(t)
+	hostIPs := map[string]string{"hostport-local": "127.0.0.1", "hostport-node": nodeIP}
+	for name, hostIP := range hostIPs {
+		_, err := cs.CoreV1().Pods(DemoNamespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: DemoImage, ImagePullPolicy: corev1.PullNever,
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080, HostPort: int32(port), HostIP: hostIP, Protocol: corev1.ProtocolTCP}},
+			}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, hostIP := range hostIPs {
+		eventually(t, 2*time.Minute, name+" Ready", func() error {
+			p, err := cs.CoreV1().Pods(DemoNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !podReady(p) {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return nil
+		})
+		addr := net.JoinHostPort(hostIP, fmt.Sprint(port))
+		eventually(t, 30*time.Second, "the host reaching "+name+" at "+addr, func() error {
+			body, err := httpGetIn(host, addr)
+			if err != nil {
+				return err
+			}
+			if body != "hello from "+name+"\n" {
+				return fmt.Errorf("answer %q", body)
+			}
+			return nil
+		})
+	}
+}
+
+// hostNS is the test's own (the host's) network namespace.
+func hostNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := ns.GetCurrentNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
 }

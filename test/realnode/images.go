@@ -17,21 +17,28 @@ const (
 	// DemoImage runs test/cmd/demoapp (HTTP on :8080).
 	DemoImage = "cellium.local/demoapp:dev"
 	// CelliumImage holds cellium-agent, cellium-operator, cellium-cni and
-	// the cellium CLI in /usr/bin, and no shell: the image the manifests
+	// the cellium CLI in /usr/bin, the portmap CNI plugin in /usr/lib/cni
+	// (harness.ImageCNIPlugins), and no shell: the image the manifests
 	// (install/kubernetes) run, under the name DevValues gives them.
 	CelliumImage = "cellium.local/cellium:dev"
 )
 
 // ImageSpec is an image to build from the cellium checkout: its programs
 // are built static (CGO_ENABLED=0) and packed into /usr/bin, or at the
-// root when AtRoot.
+// root when AtRoot; with CNIPlugins, harness.ImageCNIPlugins (built
+// static) are packed into CNIPluginDir.
 type ImageSpec struct {
 	Name       string
 	Packages   map[string]string // binary name -> package, relative to the repository root
 	Entrypoint []string
 	User       string
 	AtRoot     bool
+	CNIPlugins bool
 }
+
+// CNIPluginDir is where cellium's image holds the CNI plugins of
+// containernetworking/plugins (as Debian's containernetworking-plugins).
+const CNIPluginDir = "/usr/lib/cni"
 
 // PauseSpec, DemoSpec and CelliumSpec are the node's images.
 var (
@@ -56,6 +63,7 @@ var (
 			"cellium":          "./cli/cellium",
 		},
 		Entrypoint: []string{"/usr/bin/cellium-agent"},
+		CNIPlugins: true,
 	}
 )
 
@@ -76,11 +84,13 @@ func BuildImage(ctx context.Context, dir string, spec ImageSpec) (string, error)
 	for _, pkg := range spec.Packages {
 		args = append(args, pkg)
 	}
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("image %s: go %s: %w\n%s", spec.Name, strings.Join(args, " "), err, out)
+	if len(spec.Packages) > 0 {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("image %s: go %s: %w\n%s", spec.Name, strings.Join(args, " "), err, out)
+		}
 	}
 	img := ociimage.Image{Name: spec.Name, Entrypoint: spec.Entrypoint, User: spec.User}
 	for name := range spec.Packages {
@@ -89,6 +99,15 @@ func BuildImage(ctx context.Context, dir string, spec ImageSpec) (string, error)
 			p = "/" + name
 		}
 		img.Files = append(img.Files, ociimage.File{Path: p, Source: filepath.Join(bin, name)})
+	}
+	if spec.CNIPlugins {
+		pluginDir, err := harness.EnsureImageCNIPlugins(ctx, nil)
+		if err != nil {
+			return "", fmt.Errorf("image %s: %w", spec.Name, err)
+		}
+		for _, name := range harness.ImageCNIPlugins {
+			img.Files = append(img.Files, ociimage.File{Path: CNIPluginDir + "/" + name, Source: filepath.Join(pluginDir, name)})
+		}
 	}
 	out := filepath.Join(dir, safeName(spec.Name)+".tar")
 	if _, err := ociimage.WriteFile(out, img); err != nil {

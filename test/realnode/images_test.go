@@ -75,3 +75,57 @@ func TestBuildImagePause(t *testing.T) {
 		t.Errorf("archive %s", path)
 	}
 }
+
+// TestBuildImageCNIPlugins: an image with CNIPlugins carries portmap,
+// built static, as an executable at /usr/lib/cni/portmap (cellium's image
+// does, for the install-cni-plugin init container).
+func TestBuildImageCNIPlugins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	path, err := BuildImage(t.Context(), t.TempDir(), ImageSpec{Name: "cellium.local/cni-plugins-test:dev", Entrypoint: []string{"/usr/lib/cni/portmap"}, CNIPlugins: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var layers [][]byte
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(h.Name, "blobs/") {
+			layers = append(layers, b)
+		}
+	}
+	for _, b := range layers {
+		lr := tar.NewReader(strings.NewReader(string(b)))
+		for {
+			h, err := lr.Next()
+			if err != nil {
+				break // not a layer, or its end
+			}
+			if h.Name != "usr/lib/cni/portmap" {
+				continue
+			}
+			elf := make([]byte, 4)
+			if _, err := io.ReadFull(lr, elf); err != nil || string(elf) != "\x7fELF" || h.Mode&0o111 == 0 {
+				t.Fatalf("usr/lib/cni/portmap: mode %o, starts %q (%v); want an executable ELF file", h.Mode, elf, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no usr/lib/cni/portmap in the image's layers")
+}

@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +17,8 @@ import (
 // TestManifestsRunInCelliumImage: every program the committed manifests
 // run in cellium's image (containers, init containers, exec probes) is a
 // file the packed image has (CelliumSpec: /usr/bin/<binary>), and none is a
-// shell: the image has none.
+// shell: the image has none. Every plugin install-cni-plugin copies
+// (--from=) is in the image too (/usr/bin/cellium-cni, /usr/lib/cni/portmap).
 func TestManifestsRunInCelliumImage(t *testing.T) {
 	root, err := harness.RepoRoot(".")
 	if err != nil {
@@ -30,6 +32,11 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 	for name := range CelliumSpec.Packages {
 		packed["/usr/bin/"+name] = true
 	}
+	plugins := map[string]bool{}
+	for _, name := range harness.ImageCNIPlugins {
+		plugins[CNIPluginDir+"/"+name] = true
+	}
+	installed := map[string]bool{}
 	checked := 0
 	check := func(where string, argv []string) {
 		checked++
@@ -43,6 +50,16 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 		if base := path.Base(argv[0]); base == "sh" || base == "bash" || strings.HasPrefix(argv[0], "/bin/") {
 			t.Errorf("%s runs a shell or /bin program (%s): the image has none", where, argv[0])
 		}
+		if len(argv) > 1 && argv[1] == "install-cni-plugin" {
+			for _, a := range argv[2:] {
+				if from, ok := strings.CutPrefix(a, "--from="); ok {
+					installed[from] = true
+					if !packed[from] && !plugins[from] {
+						t.Errorf("%s installs %s, which the cellium image does not have", where, from)
+					}
+				}
+			}
+		}
 	}
 	for _, o := range objs {
 		var spec *corev1.PodSpec
@@ -53,6 +70,12 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 				t.Fatal(err)
 			}
 			spec = &ds.Spec.Template.Spec
+			// The chart's default is Cilium's: the agent's own (none).
+			for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+				if strings.HasPrefix(a, "--cni-chaining-mode") {
+					t.Errorf("default manifests pass %s; cni.chainingMode defaults to unset (the agent's none)", a)
+				}
+			}
 		case "Deployment":
 			var d appsv1.Deployment
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
@@ -71,6 +94,14 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 				}
 			}
 		}
+	}
+	for p := range plugins {
+		if !installed[p] {
+			t.Errorf("the image carries %s but install-cni-plugin does not install it (installs %v)", p, installed)
+		}
+	}
+	if !installed["/usr/bin/cellium-cni"] {
+		t.Errorf("install-cni-plugin does not install /usr/bin/cellium-cni (installs %v)", installed)
 	}
 	if checked < 5 {
 		t.Fatalf("checked %d commands; the manifests have at least 5 (2 init containers, 2 containers, probes)", checked)
@@ -117,6 +148,10 @@ func TestDevValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			spec = ds.Spec.Template.Spec
+			// hostPort works on the dev node (the conformance spec).
+			if !slices.Contains(spec.Containers[0].Args, "--cni-chaining-mode=portmap") {
+				t.Errorf("agent args %v: want --cni-chaining-mode=portmap", spec.Containers[0].Args)
+			}
 			for _, v := range spec.Volumes {
 				// The host's /proc is read only to enter its cgroup
 				// namespace (mount-cgroup).

@@ -140,8 +140,8 @@ type hostState struct {
 	// directory is a shared bind mount of itself, and the agent's host
 	// network state is removed when the node stops.
 	AgentInPod bool `json:"agentInPod,omitempty"`
-	// NFTables are the nftables tables ("ip kube-proxy") kube-proxy made,
-	// which were not there before.
+	// NFTables are the nftables tables ("ip kube-proxy") kube-proxy and the
+	// portmap CNI plugin make, which were not there before.
 	NFTables []string `json:"nftables,omitempty"`
 }
 
@@ -225,6 +225,16 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		}()
 		if err := waitHostFree(ctx, opts.KubeProxy, h.AgentInPod, log); err != nil {
 			return nil, fmt.Errorf("start real node: %w", err)
+		}
+	}
+	if h.AgentInPod {
+		// The portmap plugin (cni.chainingMode=portmap) makes its nftables
+		// tables in the host's namespace and never deletes them: those that
+		// are not there yet go with the node.
+		for _, tbl := range portmapTables {
+			if !nftTableExists(tbl) {
+				h.NFTables = append(h.NFTables, tbl)
+			}
 		}
 	}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
@@ -587,6 +597,10 @@ func waitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Lo
 // kubeProxyTables are the nftables tables of kube-proxy's nftables mode.
 var kubeProxyTables = []string{"ip kube-proxy", "ip6 kube-proxy"}
 
+// portmapTables are the nftables tables of the portmap CNI plugin's
+// nftables backend (containernetworking/plugins v1.10.0).
+var portmapTables = []string{"ip cni_hostport", "ip6 cni_hostport"}
+
 func (n *Node) startKubeProxy(ctx context.Context) error {
 	for _, tbl := range kubeProxyTables {
 		if nftTableExists(tbl) {
@@ -594,7 +608,7 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 		}
 	}
 	// Recorded before kube-proxy makes them, for Stop and Recover.
-	n.host.NFTables = kubeProxyTables
+	n.host.NFTables = append(n.host.NFTables, kubeProxyTables...)
 	if err := n.writeState(); err != nil {
 		return err
 	}
