@@ -348,7 +348,8 @@ func monoNow(t *testing.T) uint64 {
 }
 
 // TestPrivilegedSocketLBSessionAffinity: frontends with session affinity
-// (timeout 2 s), written by the frontend reconciler's operations into the
+// (timeout 60 s: long enough that a loaded machine never lets an entry
+// expire between two connections of one check), written by the frontend reconciler's operations into the
 // real maps, and clients in network namespaces of their own, each a
 // process in the test's cgroup reaching three backends on its own
 // loopback through the programs (connect4 for TCP, sendmsg4 for
@@ -384,7 +385,7 @@ func TestPrivilegedSocketLBSessionAffinity(t *testing.T) {
 		portID[p] = uint32(i + 1)
 	}
 	e.addBackends(append(tcpIDs, udpIDs...), append(tcpAddrs, udpAddrs...))
-	const timeout = 2
+	const timeout = 60
 	e.frontend(tcpFE, true, timeout, tcpIDs...)
 	e.frontend(udpFE, true, timeout, udpIDs...)
 	if v, err := e.m.Services.Lookup(maps.ServiceSlot{Frontend: tcpFE}); err != nil || !v.Affinity || v.AffinityTimeout != timeout || v.Count != 3 {
@@ -431,9 +432,9 @@ func TestPrivilegedSocketLBSessionAffinity(t *testing.T) {
 			break
 		}
 	}
-	// Younger than the timeout (1.5 s): followed, even to another backend.
+	// Younger than the timeout (half of it): followed, even to another backend.
 	if err := e.m.Affinity.Update(maps.AffinityKey{NetnsCookie: a.cookie, Frontend: tcpFE},
-		maps.AffinityValue{BackendID: portID[other], LastUsed: monoNow(t) - 1500*uint64(time.Millisecond)}); err != nil {
+		maps.AffinityValue{BackendID: portID[other], LastUsed: monoNow(t) - timeout*uint64(time.Second)/2}); err != nil {
 		t.Fatal(err)
 	}
 	if got := distinct(e.ask(a, "tcpwho", tcpFE, 5)); len(got) != 1 || got[0] != other {
