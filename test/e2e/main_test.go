@@ -38,6 +38,7 @@ import (
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
 	"github.com/cellium/cellium/test/privileged"
+	"github.com/cellium/cellium/test/realnode"
 )
 
 // cluster is the API server (and etcd) every test's node runs against.
@@ -203,6 +204,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(unlock)
+		// A detached make up holds no lock: wait for its cilium_host.
+		if err := realnode.WaitHostFree(ctx, false, true, harness.TextLogger(testWriter{t})); err != nil {
+			t.Fatal(err)
+		}
 		// Registered before the node's cleanup: runs once the agent is gone.
 		restoreHostNetwork(t)
 	}
@@ -579,4 +584,13 @@ func restoreHostNetwork(t *testing.T) {
 			t.Errorf("undo host routing: %v", err)
 		}
 	})
+}
+
+// testWriter writes a logger's lines into the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

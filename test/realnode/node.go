@@ -223,7 +223,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 				n.releaseLock()
 			}
 		}()
-		if err := waitHostFree(ctx, opts.KubeProxy, h.AgentInPod, log); err != nil {
+		if err := WaitHostFree(ctx, opts.KubeProxy, h.AgentInPod, log); err != nil {
 			return nil, fmt.Errorf("start real node: %w", err)
 		}
 	}
@@ -560,12 +560,15 @@ func (n *Node) startKubelet(ctx context.Context) error {
 // tables or host-routing agent to go away.
 const hostFreeWait = 15 * time.Minute
 
-// waitHostFree waits (at most hostFreeWait) until no kube-proxy tables
+// WaitHostFree waits (at most hostFreeWait) until no kube-proxy tables
 // exist (if kubeProxy) and no cilium_host (if hostRouting: an agent with
-// host routing), left by a node or test that does not take
+// host routing), left by a node or test that does not hold
 // harness.LockHostNetwork (a detached make up, an older branch's test).
-// They are never touched.
-func waitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Logger) error {
+// They are never touched. Call it with the lock held, before making any
+// of them.
+//
+// Errors: they are still there after hostFreeWait, or ctx ends.
+func WaitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, hostFreeWait)
 	defer cancel()
 	told := false
