@@ -85,6 +85,20 @@ func loadEndpoint(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, c endpointCon
 	return coll
 }
 
+// registerPod puts pod into the maps the programs read as endpoint ep with
+// identity id: its /32 in the ipcache, its veth pair in the endpoints map.
+func registerPod(tb testing.TB, m *maps.Maps, pod *testPod, id identity.NumericIdentity, ep uint16) {
+	tb.Helper()
+	if err := m.IPCache.Update(netip.PrefixFrom(pod.ip, 32), maps.IPCacheEntry{Identity: id}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := m.Endpoints.Update(pod.ip, maps.EndpointInfo{
+		IfIndex: uint32(pod.res.HostIfIndex), ID: ep, MAC: pod.res.PodMAC, NodeMAC: pod.res.HostMAC, Identity: id,
+	}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // openPolicy opens endpoint id's policy map in dir, closed when tb ends.
 func openPolicy(tb testing.TB, dir string, id uint16) *maps.PolicyMap {
 	tb.Helper()

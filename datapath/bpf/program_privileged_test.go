@@ -36,20 +36,8 @@ func TestPrivilegedProgramTraffic(t *testing.T) {
 	b := node.addPod(t, "b", netip.MustParseAddr("10.77.0.11"))
 	const idA, idB identity.NumericIdentity = 1001, 1002
 	const epA, epB uint16 = 1, 2
-	for _, p := range []struct {
-		pod *testPod
-		id  identity.NumericIdentity
-		ep  uint16
-	}{{a, idA, epA}, {b, idB, epB}} {
-		if err := m.IPCache.Update(netip.PrefixFrom(p.pod.ip, 32), maps.IPCacheEntry{Identity: p.id}); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Endpoints.Update(p.pod.ip, maps.EndpointInfo{
-			IfIndex: uint32(p.pod.res.HostIfIndex), ID: p.ep, MAC: p.pod.res.PodMAC, NodeMAC: p.pod.res.HostMAC, Identity: p.id,
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	registerPod(t, m, a, idA, epA)
+	registerPod(t, m, b, idB, epB)
 	polA, polB := openPolicy(t, dir, epA), openPolicy(t, dir, epB)
 	for _, pm := range []*maps.PolicyMap{polA, polB} {
 		if err := pm.BatchUpdate([]policy.Entry{allowAllIngress, allowAllEgress}); err != nil {

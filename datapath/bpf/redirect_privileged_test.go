@@ -54,20 +54,8 @@ func TestPrivilegedProgramRedirect(t *testing.T) {
 	b := node.addPod(t, "rb", netip.MustParseAddr("10.77.0.21"))
 	const idA, idB identity.NumericIdentity = 1101, 1102
 	const epA, epB uint16 = 11, 12
-	for _, p := range []struct {
-		pod *testPod
-		id  identity.NumericIdentity
-		ep  uint16
-	}{{a, idA, epA}, {b, idB, epB}} {
-		if err := m.IPCache.Update(netip.PrefixFrom(p.pod.ip, 32), maps.IPCacheEntry{Identity: p.id}); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Endpoints.Update(p.pod.ip, maps.EndpointInfo{
-			IfIndex: uint32(p.pod.res.HostIfIndex), ID: p.ep, MAC: p.pod.res.PodMAC, NodeMAC: p.pod.res.HostMAC, Identity: p.id,
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	registerPod(t, m, a, idA, epA)
+	registerPod(t, m, b, idB, epB)
 	// A's egress enforces: B on TCP 80 and 8080 and ICMP. B's ingress
 	// enforces: A on TCP 80 and ICMP. Replies pass by conntrack.
 	polA, polB := openPolicy(t, dir, epA), openPolicy(t, dir, epB)

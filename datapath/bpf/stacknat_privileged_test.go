@@ -41,20 +41,8 @@ func TestPrivilegedProgramStackNAT(t *testing.T) {
 	b := node.addPod(t, "nb", netip.MustParseAddr("10.77.0.41"))
 	const idA, idB identity.NumericIdentity = 1201, 1202
 	const epA, epB uint16 = 21, 22
-	for _, p := range []struct {
-		pod *testPod
-		id  identity.NumericIdentity
-		ep  uint16
-	}{{a, idA, epA}, {b, idB, epB}} {
-		if err := m.IPCache.Update(netip.PrefixFrom(p.pod.ip, 32), maps.IPCacheEntry{Identity: p.id}); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Endpoints.Update(p.pod.ip, maps.EndpointInfo{
-			IfIndex: uint32(p.pod.res.HostIfIndex), ID: p.ep, MAC: p.pod.res.PodMAC, NodeMAC: p.pod.res.HostMAC, Identity: p.id,
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	registerPod(t, m, a, idA, epA)
+	registerPod(t, m, b, idB, epB)
 	polA, polB := openPolicy(t, dir, epA), openPolicy(t, dir, epB)
 	for _, pm := range []*maps.PolicyMap{polA, polB} {
 		if err := pm.BatchUpdate([]policy.Entry{allowAllIngress, allowAllEgress}); err != nil {
