@@ -40,22 +40,7 @@ func TestPrivilegedProgramCIDROnPodAddress(t *testing.T) {
 			t.Fatalf("ipcache round trip: %+v, %v; want CIDR identity %d", got, err, cidr)
 		}
 	}
-	setPolicy := func(entries ...policy.Entry) {
-		t.Helper()
-		clearCT(t, m)
-		var old []policy.Key
-		if err := pm.Iterate(func(e policy.Entry) bool { old = append(old, e.Key); return true }); err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range old {
-			if err := pm.Delete(k); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := pm.BatchUpdate(entries); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setPolicy := func(entries ...policy.Entry) { t.Helper(); replacePolicy(t, m, pm, entries...) }
 	for i, c := range []struct {
 		what    string
 		cidr    uint32
@@ -124,22 +109,7 @@ func TestPrivilegedProgramCIDRDenyLocalSource(t *testing.T) {
 		}
 		return ret
 	}
-	setPolicy := func(entries ...policy.Entry) {
-		t.Helper()
-		clearCT(t, m)
-		var old []policy.Key
-		if err := pm.Iterate(func(e policy.Entry) bool { old = append(old, e.Key); return true }); err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range old {
-			if err := pm.Delete(k); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := pm.BatchUpdate(entries); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setPolicy := func(entries ...policy.Entry) { t.Helper(); replacePolicy(t, m, pm, entries...) }
 	allowPod := policy.Entry{Key: policy.NewKey(podID, policy.Ingress, policy.ProtoTCP, 80, 16)}
 	denyCIDR := policy.Entry{Key: policy.NewKey(cidrID, policy.Ingress, policy.ProtoTCP, 80, 16), Deny: true}
 	allowCIDR := policy.Entry{Key: policy.NewKey(cidrID, policy.Ingress, policy.ProtoTCP, 80, 16)}
@@ -164,5 +134,24 @@ func TestPrivilegedProgramCIDRDenyLocalSource(t *testing.T) {
 	}
 	if got := viaRedirect(packet(pod, self, 6, 42002, 80, tcpACK)); got != tcActRedirect {
 		t.Errorf("through the redirect: established, allowed: verdict %d, want %d", got, tcActRedirect)
+	}
+}
+
+// replacePolicy empties the conntrack map and makes entries the whole of
+// pm.
+func replacePolicy(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, entries ...policy.Entry) {
+	tb.Helper()
+	clearCT(tb, m)
+	var old []policy.Key
+	if err := pm.Iterate(func(e policy.Entry) bool { old = append(old, e.Key); return true }); err != nil {
+		tb.Fatal(err)
+	}
+	for _, k := range old {
+		if err := pm.Delete(k); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := pm.BatchUpdate(entries); err != nil {
+		tb.Fatal(err)
 	}
 }
