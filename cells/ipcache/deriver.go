@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Tables are the tables the deriver reads, and the ipcache table it
@@ -240,12 +241,7 @@ func (d *Deriver) step() (watches, error) {
 // initWatch returns the watch channel of the first input that is not yet
 // initialized, nil when all are.
 func (d *Deriver) initWatch(rtxn statedb.ReadTxn) <-chan struct{} {
-	for _, t := range d.t.inputs() {
-		if ok, w := t.Initialized(rtxn); !ok {
-			return w
-		}
-	}
-	return nil
+	return tables.InitWatch(rtxn, d.t.inputs()...)
 }
 
 // ready reports whether the table is complete enough to be pruned

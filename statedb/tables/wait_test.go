@@ -86,3 +86,30 @@ func TestWaitInitialized(t *testing.T) {
 		t.Fatal("not Initialized")
 	}
 }
+
+// InitWatch returns the channel of the first table still not initialized,
+// which closes when it is, and nil once all are (never a closed channel).
+func TestInitWatch(t *testing.T) {
+	db := statedb.New()
+	a, initA := newTable(t, db, "a")
+	b, initB := newTable(t, db, "b")
+	w := tables.InitWatch(db.ReadTxn(), a, b)
+	if w == nil {
+		t.Fatal("nil before any table is initialized")
+	}
+	initA()
+	select {
+	case <-w:
+	default:
+		t.Fatal("a's channel did not close when a was initialized")
+	}
+	w = tables.InitWatch(db.ReadTxn(), a, b)
+	if w == nil {
+		t.Fatal("nil while b is not initialized")
+	}
+	initB()
+	<-w
+	if w := tables.InitWatch(db.ReadTxn(), a, b); w != nil {
+		t.Fatal("a channel after both are initialized: a loop would wake on it forever")
+	}
+}
