@@ -20,6 +20,9 @@ volatile const __u16 ENDPOINT_ID = 0;
 volatile const __u32 SECURITY_IDENTITY = 0;
 volatile const __u32 ENDPOINT_IFINDEX = 0;
 volatile const __u64 ENDPOINT_MAC = 0;
+/* The endpoint's IPv4 address in network order: the only source address
+ * its packets may carry (0: none, so every IPv4 packet it sends drops). */
+volatile const __u32 ENDPOINT_IPV4 = 0;
 volatile const __u8 POLICY_AUDIT_MODE = 0;
 volatile const __u8 TRACE_ENABLED = 0;
 
@@ -33,45 +36,129 @@ volatile const __u8 TRACE_ENABLED = 0;
 #define IPPROTO_UDP 17
 
 #define ICMP_ECHOREPLY 0
+#define ICMP_DEST_UNREACH 3
 #define ICMP_ECHO 8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
 
 #define TCP_FIN 0x01
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
 
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+
 #define NSEC_PER_SEC 1000000000ULL
 
 /* How much of the packet must be in the linear area: Ethernet, the
- * longest IPv4 header, a TCP header without options. */
-#define PARSE_LEN (ETH_HLEN + 60 + 20)
+ * longest IPv4 header, and then either a TCP header without options or an
+ * ICMP error's 8 bytes with the longest inner IPv4 header and 8 bytes of
+ * its L4 header. */
+#define PARSE_LEN (ETH_HLEN + 60 + 8 + 60 + 8)
 
 /* parse results besides drop reasons. */
 #define PARSE_IPV4 0
-#define PARSE_PASS 1  /* IPv6 and ARP: not handled yet, passed */
+#define PARSE_ARP 1
 #define PARSE_SHORT 2 /* not enough linear data: pull and parse again */
+
+/* pkt.frag. */
+#define FRAG_NONE 0
+#define FRAG_FIRST 1 /* the first fragment of a datagram: it has the ports */
+#define FRAG_LATER 2 /* a later fragment: ports from the first */
+
+/* An ICMP error's quoted packet, the one the error is about. */
+struct inner {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 valid;
+	__u16 pad;
+};
 
 struct pkt {
 	__be32 saddr;
 	__be32 daddr;
 	__be16 sport;        /* conntrack ports: the ICMP echo id for echoes */
 	__be16 dport;
-	__be16 policy_dport; /* the port the policy sees: 0 for ICMP */
+	__be16 policy_dport; /* the port the policy sees: the ICMP type for ICMP */
+	__be16 ip_id;
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 family;
 	__u8 short_reason; /* drop reason when still short after a pull */
+	__u8 icmp_type;
+	__u8 frag;         /* FRAG_* */
 	__u16 pad;
 	__u32 src_identity;
 	__u32 dst_identity;
+	struct inner inner;
 };
 
+static __always_inline int icmp_is_error(__u8 type)
+{
+	return type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED || type == ICMP_PARAMETERPROB;
+}
+
+/* parse_inner reads the packet an ICMP error quotes, at q (the error's
+ * header plus 8): its IPv4 header and the first 8 bytes of its L4 header,
+ * the ports (the echo id for an echo), in the orientation of that packet.
+ * The quote must lie inside the error's IPv4 datagram (end). */
+static __always_inline int parse_inner(struct pkt *p, __u8 *q, void *end, void *data_end)
+{
+	__u8 *l4;
+	__u32 ihl;
+
+	if ((void *)(q + 20) > end)
+		return DROP_CT_INVALID_HDR;
+	if ((void *)(q + 20) > data_end)
+		return PARSE_SHORT;
+	if ((q[0] >> 4) != 4)
+		return DROP_INVALID;
+	ihl = (q[0] & 0x0f) * 4;
+	if (ihl < 20)
+		return DROP_INVALID;
+	l4 = q + ihl;
+	if ((void *)(l4 + 8) > end)
+		return DROP_CT_INVALID_HDR;
+	if ((void *)(l4 + 8) > data_end)
+		return PARSE_SHORT;
+	p->inner.saddr = *(__be32 *)(q + 12);
+	p->inner.daddr = *(__be32 *)(q + 16);
+	p->inner.proto = q[9];
+	switch (p->inner.proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+		p->inner.sport = *(__be16 *)l4;
+		p->inner.dport = *(__be16 *)(l4 + 2);
+		break;
+	case IPPROTO_ICMP:
+		if (l4[0] == ICMP_ECHO)
+			p->inner.sport = *(__be16 *)(l4 + 4);
+		else if (l4[0] == ICMP_ECHOREPLY)
+			p->inner.dport = *(__be16 *)(l4 + 4);
+		else
+			return PARSE_IPV4; /* an error about an error: not related */
+		break;
+	default:
+		break;
+	}
+	p->inner.valid = 1;
+	return PARSE_IPV4;
+}
+
+/* parse reads Ethernet, IPv4 and the L4 header into p. Every header must
+ * lie inside the IPv4 datagram as tot_len gives it, and the datagram
+ * inside the packet; trailing bytes after it (padding) are not read. */
 static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	__u8 *ip, *l4;
-	__u16 frag;
+	void *end;
+	__u16 frag, tot_len;
 	__u32 ihl;
 
 	p->short_reason = DROP_INVALID;
@@ -80,10 +167,10 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	switch (bpf_ntohs(*(__be16 *)(data + 12))) {
 	case ETH_P_IP:
 		break;
-	case ETH_P_IPV6:
 	case ETH_P_ARP:
-		return PARSE_PASS;
+		return PARSE_ARP;
 	default:
+		/* IPv6 too: the endpoints are IPv4 only. */
 		return DROP_UNKNOWN_L3;
 	}
 
@@ -95,31 +182,46 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	ihl = (ip[0] & 0x0f) * 4;
 	if (ihl < 20)
 		return DROP_INVALID;
+	tot_len = bpf_ntohs(*(__be16 *)(ip + 2));
+	if (tot_len < ihl || ETH_HLEN + (__u32)tot_len > skb->len)
+		return DROP_INVALID;
 	if ((void *)(ip + ihl) > data_end)
 		return PARSE_SHORT;
+	end = ip + tot_len;
 	p->family = CELLIUM_AF_INET;
 	p->proto = ip[9];
 	p->saddr = *(__be32 *)(ip + 12);
 	p->daddr = *(__be32 *)(ip + 16);
+	p->ip_id = *(__be16 *)(ip + 4);
 
-	/* A fragment other than the first has no L4 header: it is seen
-	 * with ports 0. */
+	/* A fragment other than the first has no L4 header: its ports are
+	 * its first fragment's (handle looks them up). */
 	frag = bpf_ntohs(*(__be16 *)(ip + 6));
-	if (frag & 0x1fff)
+	if (frag & IP_OFFSET) {
+		p->frag = FRAG_LATER;
 		return PARSE_IPV4;
+	}
+	if (frag & IP_MF)
+		p->frag = FRAG_FIRST;
 
 	l4 = ip + ihl;
 	p->short_reason = DROP_CT_INVALID_HDR;
 	switch (p->proto) {
 	case IPPROTO_TCP:
+		if ((void *)(l4 + 20) > end)
+			return DROP_CT_INVALID_HDR;
 		if ((void *)(l4 + 20) > data_end)
 			return PARSE_SHORT;
+		if ((l4[12] >> 4) < 5 || (void *)(l4 + (l4[12] >> 4) * 4) > end)
+			return DROP_CT_INVALID_HDR;
 		p->sport = *(__be16 *)l4;
 		p->dport = *(__be16 *)(l4 + 2);
 		p->policy_dport = p->dport;
 		p->tcp_flags = l4[13];
 		break;
 	case IPPROTO_UDP:
+		if ((void *)(l4 + 8) > end)
+			return DROP_CT_INVALID_HDR;
 		if ((void *)(l4 + 8) > data_end)
 			return PARSE_SHORT;
 		p->sport = *(__be16 *)l4;
@@ -127,8 +229,14 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		p->policy_dport = p->dport;
 		break;
 	case IPPROTO_ICMP:
+		if ((void *)(l4 + 8) > end)
+			return DROP_CT_INVALID_HDR;
 		if ((void *)(l4 + 8) > data_end)
 			return PARSE_SHORT;
+		/* The policy sees the ICMP type where other protocols have
+		 * the destination port (as the policy engine stores it). */
+		p->icmp_type = l4[0];
+		p->policy_dport = bpf_htons((__u16)l4[0]);
 		/* Echo request and reply carry the same id: as source port of
 		 * the request and destination port of the reply, so a reply's
 		 * reversed tuple is its request's. */
@@ -136,6 +244,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 			p->sport = *(__be16 *)(l4 + 4);
 		else if (l4[0] == ICMP_ECHOREPLY)
 			p->dport = *(__be16 *)(l4 + 4);
+		else if (icmp_is_error(l4[0]) && p->frag == FRAG_NONE)
+			return parse_inner(p, l4 + 8, end, data_end);
 		break;
 	}
 	return PARSE_IPV4;
@@ -302,7 +412,8 @@ static __always_inline __u64 ct_lifetime(__u8 proto, __u16 flags)
 
 /* ct_update records a packet of a live entry and moves its deadline. A
  * packet in the connection's own direction (not reply) also records in
- * CT_F_VIA_STACK whether it came through the host stack (via_stack). */
+ * CT_F_VIA_STACK whether it came through the host stack (via_stack). A
+ * RST closes the connection, and so does a FIN in each direction. */
 static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, __u64 now, int reply,
 				      __u16 via_stack)
 {
@@ -311,15 +422,196 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
 	if (reply) {
 		ct->rx_packets += 1;
 		flags |= CT_F_REPLY_SEEN;
+		if (p->tcp_flags & TCP_FIN)
+			flags |= CT_F_RX_FIN;
 	} else {
 		ct->tx_packets += 1;
 		flags = (flags & ~CT_F_VIA_STACK) | via_stack;
+		if (p->tcp_flags & TCP_FIN)
+			flags |= CT_F_TX_FIN;
 	}
-	if (p->tcp_flags & (TCP_FIN | TCP_RST))
+	if ((p->tcp_flags & TCP_RST) || (flags & (CT_F_TX_FIN | CT_F_RX_FIN)) == (CT_F_TX_FIN | CT_F_RX_FIN))
 		flags |= CT_F_CLOSING;
 	if (flags != ct->flags)
 		ct->flags = flags;
 	ct->expires = now + ct_lifetime(p->proto, flags);
+}
+
+/* remote_identity4 is the identity of the remote address addr: local_src
+ * when not 0 (the same-node redirect hands the source endpoint's own
+ * identity over), else the ipcache's. *cidr_id is the identity of the
+ * policy CIDR holding addr (0: none); with local_src it is looked up only
+ * when want_cidr is set. */
+static __always_inline __u32 remote_identity4(__be32 addr, __u32 local_src, int want_cidr, __u32 *cidr_id)
+{
+	*cidr_id = 0;
+	if (!local_src)
+		return ipcache_identity4(addr, cidr_id);
+	if (want_cidr)
+		ipcache_identity4(addr, cidr_id);
+	return local_src;
+}
+
+/* decide is the verdict of direction pol_dir's policy on remote_id and
+ * the policy CIDR identity cidr_id holding its address (0: none). */
+static __always_inline int decide(__u8 pol_dir, __u32 remote_id, __u32 cidr_id, __u8 proto, __be16 dport,
+				  int *allow_all)
+{
+	int ret = policy_verdict(remote_id, pol_dir, proto, dport, allow_all);
+
+	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
+		ret = cidr_verdict(ret, cidr_id, pol_dir, proto, dport, allow_all);
+	return ret;
+}
+
+/* validate_source checks a packet the pod sent: its source MAC and IPv4
+ * address, or an ARP packet's sender addresses, must be the endpoint's.
+ * Anything else is a forged packet and drops before conntrack sees it. */
+static __always_inline int validate_source(struct __sk_buff *skb, const struct pkt *p, int parsed)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u64 mac = 0;
+	__u8 *arp;
+
+	if (data + ETH_HLEN > data_end)
+		return DROP_INVALID;
+	__builtin_memcpy(&mac, data + 6, 6);
+	if (ENDPOINT_MAC && mac != ENDPOINT_MAC)
+		return DROP_INVALID_SMAC;
+	if (parsed == PARSE_IPV4)
+		return p->saddr == ENDPOINT_IPV4 && ENDPOINT_IPV4 ? 0 : DROP_INVALID_SIP;
+	/* ARP for IPv4 over Ethernet: hardware type 1, protocol 0x0800,
+	 * lengths 6 and 4; sender MAC at 8, sender IP at 14. */
+	arp = data + ETH_HLEN;
+	if ((void *)(arp + 28) > data_end)
+		return DROP_INVALID;
+	if (arp[0] != 0 || arp[1] != 1 || arp[2] != 0x08 || arp[3] != 0 || arp[4] != 6 || arp[5] != 4)
+		return DROP_INVALID;
+	mac = 0;
+	__builtin_memcpy(&mac, arp + 8, 6);
+	if (ENDPOINT_MAC && mac != ENDPOINT_MAC)
+		return DROP_INVALID_SMAC;
+	if (!ENDPOINT_IPV4 || *(__be32 *)(arp + 14) != ENDPOINT_IPV4)
+		return DROP_INVALID_SIP;
+	return 0;
+}
+
+/* frag_ports gives a fragment the ports of its datagram: a first fragment
+ * records them, a later one takes them (175 when its first fragment was
+ * never seen: its policy cannot be known). */
+static __always_inline int frag_ports(struct pkt *p)
+{
+	struct ipv4_frag_id id = {
+		.daddr = p->daddr,
+		.saddr = p->saddr,
+		.id = p->ip_id,
+		.proto = p->proto,
+	};
+	struct ipv4_frag_l4ports *ports;
+
+	if (p->frag == FRAG_FIRST) {
+		struct ipv4_frag_l4ports v = {
+			.sport = p->sport,
+			.dport = p->dport,
+			.policy_dport = p->policy_dport,
+		};
+
+		map_update_elem(&cellium_ipv4_frag_datagrams, &id, &v, BPF_ANY);
+		return 0;
+	}
+	ports = map_lookup_elem(&cellium_ipv4_frag_datagrams, &id);
+	if (!ports)
+		return DROP_FRAG_NOT_FOUND;
+	p->sport = ports->sport;
+	p->dport = ports->dport;
+	p->policy_dport = ports->policy_dport;
+	/* An ICMP datagram's type is in its policy port. */
+	if (p->proto == IPPROTO_ICMP)
+		p->icmp_type = (__u8)bpf_ntohs(ports->policy_dport);
+	return 0;
+}
+
+/* ct_related reports whether an ICMP error is about a live connection of
+ * this endpoint: the packet it quotes is one the endpoint sent in it (the
+ * error comes in; the quote's source is the endpoint) or one the endpoint
+ * received in it (the error goes out to that packet's sender). */
+static __always_inline int ct_related(const struct pkt *p, const int egress, __u64 now)
+{
+	struct ct4_key key = {
+		.proto = p->inner.proto,
+		.endpoint = ENDPOINT_ID,
+	};
+	struct ct_entry *ct;
+
+	if (!p->inner.valid)
+		return 0;
+	if (egress ? (p->inner.daddr != p->saddr || p->inner.saddr != p->daddr) : p->inner.saddr != p->daddr)
+		return 0;
+	/* The quoted packet as the connection's own direction of the other
+	 * hook's entry... */
+	key.saddr = p->inner.saddr;
+	key.daddr = p->inner.daddr;
+	key.sport = p->inner.sport;
+	key.dport = p->inner.dport;
+	key.dir = egress ? CT_DIR_INGRESS : CT_DIR_EGRESS;
+	ct = map_lookup_elem(&cellium_ct4, &key);
+	if (ct && ct->expires > now)
+		return 1;
+	/* ... or as a reply of this hook's entry. */
+	key.saddr = p->inner.daddr;
+	key.daddr = p->inner.saddr;
+	key.sport = p->inner.dport;
+	key.dport = p->inner.sport;
+	key.dir = egress ? CT_DIR_EGRESS : CT_DIR_INGRESS;
+	ct = map_lookup_elem(&cellium_ct4, &key);
+	return ct && ct->expires > now;
+}
+
+/* opens_connection reports whether a packet that matched no entry may
+ * make one: any UDP or other datagram, an ICMP echo request, a TCP SYN
+ * without ACK, RST or FIN. Other TCP packets, ICMP replies and errors
+ * pass if the policy allows them but open nothing, so a forged RST or ACK
+ * can never make an entry whose replies would pass. */
+static __always_inline int opens_connection(const struct pkt *p)
+{
+	switch (p->proto) {
+	case IPPROTO_TCP:
+		return (p->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN)) == TCP_SYN;
+	case IPPROTO_ICMP:
+		return p->icmp_type == ICMP_ECHO;
+	}
+	return 1;
+}
+
+/* reply_allowed re-checks, once per CT_REPLY_RECHECK_NS, that the policy
+ * which admitted a connection still does, before a reply passes on the
+ * entry's word: removing an allow ends the reply side of a connection
+ * within that bound even when its own direction has gone quiet, so a
+ * peer cannot keep it alive by sending. It returns 0 or the drop reason. */
+static __always_inline int reply_allowed(struct ct_entry *ct, const struct pkt *p, const int egress,
+					 __u32 local_src, __u64 now)
+{
+	__u32 remote_id, cidr_id;
+	int ret, unused;
+	__u16 flags;
+
+	if (now - ct->checked >= CT_REPLY_RECHECK_NS) {
+		/* The entry's own direction is the other hook's: the remote
+		 * is this packet's source when it comes in, else its
+		 * destination. */
+		remote_id = remote_identity4(egress ? p->daddr : p->saddr, egress ? 0 : local_src, 1, &cidr_id);
+		ret = decide(egress ? POLICY_INGRESS : POLICY_EGRESS, remote_id, cidr_id, p->proto,
+			     ct->policy_dport, &unused);
+		flags = ct->flags & ~(CT_F_DENIED | CT_F_DENYLIST);
+		if (ret)
+			flags |= CT_F_DENIED | (ret == DROP_POLICY_DENY ? CT_F_DENYLIST : 0);
+		ct->flags = flags;
+		ct->checked = now;
+	}
+	if (!(ct->flags & CT_F_DENIED) || POLICY_AUDIT_MODE || (ct->flags & CT_F_AUDIT))
+		return 0;
+	return ct->flags & CT_F_DENYLIST ? DROP_POLICY_DENY : DROP_POLICY;
 }
 
 /* handle applies the endpoint's policy in one direction. local_src, when
@@ -329,32 +621,50 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
  * host stack, and an entry it makes or updates gets CT_F_VIA_STACK. In
  * egress, *reply_via_stack is set when the packet is a reply of such a
  * connection: it must not skip the stack (redirect_local), which has to
- * reverse whatever NAT it applied to the request. */
+ * reverse whatever NAT it applied to the request.
+ *
+ * The order is the security model's (Documentation/concepts/datapath-security.md):
+ * parse (bad headers drop), source validation of what the pod sends,
+ * fragments, replies and related ICMP errors of this endpoint's own
+ * entries, then the policy; only a packet the policy allowed that may
+ * open a connection makes an entry. */
 static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src,
 				  const int from_stack, int *reply_via_stack)
 {
 	const __u8 dir = egress ? METRIC_EGRESS : METRIC_INGRESS;
 	const __u8 obs = egress ? TRACE_FROM_LXC : TRACE_TO_LXC;
+	const __u8 pol_dir = egress ? POLICY_EGRESS : POLICY_INGRESS;
 	const __u16 via_stack = from_stack ? CT_F_VIA_STACK : 0;
 	struct pkt p = {};
-	struct ct4_key key = {};
+	struct ct4_key key = { .endpoint = ENDPOINT_ID };
 	struct ct_entry *ct;
 	int ret, allow_all, established;
 	__u32 remote_id, cidr_id = 0;
 	__u64 now;
 
 	ret = parse_pkt(skb, &p);
-	if (ret == PARSE_PASS)
+	if (egress && (ret == PARSE_IPV4 || ret == PARSE_ARP)) {
+		int bad = validate_source(skb, &p, ret);
+
+		if (bad)
+			return drop(skb, &p, bad, dir);
+	}
+	if (ret == PARSE_ARP)
 		return pass(skb, &p, dir, obs);
 	if (ret != PARSE_IPV4)
 		return drop(skb, &p, ret, dir);
+	if (p.frag) {
+		ret = frag_ports(&p);
+		if (ret)
+			return drop(skb, &p, ret, dir);
+	}
 
 	now = ktime_get_ns();
 
-	/* A reply of a connection admitted in the other direction passes
-	 * without a policy lookup, and without an ipcache lookup: the
-	 * remote's identity (for the trace event only) is the one its entry
-	 * recorded. */
+	/* A reply of a connection this endpoint's other hook admitted
+	 * passes without a policy lookup of its own, and without an ipcache
+	 * lookup: the remote's identity (for the trace event only) is the
+	 * one its entry recorded. */
 	key.saddr = p.daddr;
 	key.daddr = p.saddr;
 	key.sport = p.dport;
@@ -367,16 +677,22 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 			p.src_identity = egress ? SECURITY_IDENTITY : ct->src_identity;
 			p.dst_identity = egress ? ct->src_identity : SECURITY_IDENTITY;
 		}
+		ret = reply_allowed(ct, &p, egress, local_src, now);
+		if (ret)
+			return drop(skb, &p, ret, dir);
 		if (egress && (ct->flags & CT_F_VIA_STACK))
 			*reply_via_stack = 1;
 		ct_update(ct, &p, now, 1, 0);
 		return pass(skb, &p, dir, obs);
 	}
 
-	if (!egress && local_src)
-		remote_id = local_src;
-	else
-		remote_id = ipcache_identity4(egress ? p.daddr : p.saddr, &cidr_id);
+	/* An ICMP error about a live connection of this endpoint passes
+	 * (fragmentation needed keeps path MTU discovery working), whatever
+	 * the policy says of ICMP, and changes no entry. */
+	if (p.proto == IPPROTO_ICMP && icmp_is_error(p.icmp_type) && ct_related(&p, egress, now))
+		return pass(skb, &p, dir, obs);
+
+	remote_id = remote_identity4(egress ? p.daddr : p.saddr, egress ? 0 : local_src, 0, &cidr_id);
 	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
 	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 
@@ -394,12 +710,9 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 
 	/* Packets of an established connection in its own direction are
 	 * checked again, so a policy update that no longer allows it stops
-	 * it (bpf/README.md). A denied one keeps its entry: deleted, the
-	 * peer's next packet (an ACK, a retransmission) would open an entry
-	 * the other way, and this direction's packets would then pass as its
-	 * replies without a policy lookup. */
-	ret = policy_verdict(remote_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
-			     p.policy_dport, &allow_all);
+	 * it (bpf/README.md). A denied one keeps its entry, which the
+	 * replies' re-check then denies too. */
+	ret = policy_verdict(remote_id, pol_dir, p.proto, p.policy_dport, &allow_all);
 	/* A same-node source's identity came without the ipcache: look its
 	 * address up for the identity of a policy CIDR holding it, whose deny
 	 * must win over an allow of the identity (and whose allow may let
@@ -410,12 +723,14 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	if (!egress && local_src && (!established || ret == DROP_POLICY))
 		ipcache_identity4(p.saddr, &cidr_id);
 	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
-		ret = cidr_verdict(ret, cidr_id, egress ? POLICY_EGRESS : POLICY_INGRESS, p.proto,
-				   p.policy_dport, &allow_all);
+		ret = cidr_verdict(ret, cidr_id, pol_dir, p.proto, p.policy_dport, &allow_all);
 	if (established) {
 		if (ret && !POLICY_AUDIT_MODE)
 			return drop(skb, &p, ret, dir);
 		ct_update(ct, &p, now, 0, via_stack);
+		ct->checked = now;
+		if (ct->flags & (CT_F_DENIED | CT_F_DENYLIST))
+			ct->flags &= ~(CT_F_DENIED | CT_F_DENYLIST);
 		return pass(skb, &p, dir, obs);
 	}
 
@@ -426,21 +741,23 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 			emit(skb, &p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_DENIED);
 			return drop(skb, &p, ret, dir);
 		}
-	} else if (!allow_all) {
-		emit(skb, &p, EVENT_POLICY_VERDICT, 0, dir, VERDICT_ALLOWED);
 	}
+	if (!opens_connection(&p))
+		return pass(skb, &p, dir, obs);
+	if (!ret && !allow_all)
+		emit(skb, &p, EVENT_POLICY_VERDICT, 0, dir, VERDICT_ALLOWED);
 
 	{
 		struct ct_entry entry = {
 			.tx_packets = 1,
 			.src_identity = remote_id,
 			.flags = via_stack,
+			.policy_dport = p.policy_dport,
+			.checked = now,
 		};
 
-		if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+		if (p.proto == IPPROTO_TCP)
 			entry.flags |= CT_F_SYN;
-		if (p.tcp_flags & (TCP_FIN | TCP_RST))
-			entry.flags |= CT_F_CLOSING;
 		if (ret)
 			entry.flags |= CT_F_AUDIT;
 		entry.expires = now + ct_lifetime(p.proto, entry.flags);

@@ -25,11 +25,14 @@
 /* Drop reasons (struct event.reason of drops, struct metrics_key.reason),
  * Cilium's codes without the sign. 0 is "forwarded" in metrics. */
 #define REASON_FORWARDED 0
+#define DROP_INVALID_SMAC 130     /* Invalid source mac */
+#define DROP_INVALID_SIP 132      /* Invalid source ip */
 #define DROP_POLICY 133           /* Policy denied */
 #define DROP_INVALID 134          /* Invalid packet */
 #define DROP_CT_INVALID_HDR 135   /* CT: Truncated or invalid header */
 #define DROP_UNKNOWN_L3 139       /* Unsupported L3 protocol */
 #define DROP_CT_CREATE_FAILED 155 /* CT: Map insertion failed */
+#define DROP_FRAG_NOT_FOUND 175   /* First logical datagram fragment not found */
 #define DROP_POLICY_DENY 181      /* Policy denied by denylist */
 
 /* Trace observation points (struct event.reason of traces): Cilium's
@@ -68,13 +71,18 @@
 #define CT_LIFETIME_NONTCP 60
 #define CT_LIFETIME_CLOSE 10
 
+/* How long a reply may pass on an entry's word alone: after this long
+ * since the entry's last policy check, the next reply checks the policy
+ * of the connection's own direction again (bpf/README.md). */
+#define CT_REPLY_RECHECK_NS 1000000000ULL
+
 /* ct4_key.dir: the hook whose policy admitted the connection. */
 #define CT_DIR_INGRESS 0 /* cil_to_container: the endpoint accepted it */
 #define CT_DIR_EGRESS 1  /* cil_from_container: the endpoint opened it */
 
 /* ct_entry.flags. */
 #define CT_F_REPLY_SEEN (1 << 0) /* a packet went the other way */
-#define CT_F_CLOSING (1 << 1)    /* TCP FIN or RST seen */
+#define CT_F_CLOSING (1 << 1)    /* TCP RST seen, or a FIN each way */
 #define CT_F_SYN (1 << 2)        /* created by a TCP SYN */
 #define CT_F_AUDIT (1 << 3)      /* admitted by audit mode, not by policy */
 /* The connection's last packet in its own direction reached the endpoint
@@ -82,5 +90,11 @@
  * the stack may have translated it (kube-proxy's DNAT, a hostPort), so
  * its replies go back through the stack, never redirect_local. */
 #define CT_F_VIA_STACK (1 << 4)
+#define CT_F_TX_FIN (1 << 5)  /* FIN seen in the connection's own direction */
+#define CT_F_RX_FIN (1 << 6)  /* FIN seen in the reply direction */
+/* The last policy check of the connection's own direction denied it:
+ * replies drop until a later check allows it again. */
+#define CT_F_DENIED (1 << 7)
+#define CT_F_DENYLIST (1 << 8) /* ... and the denial was a deny rule (181) */
 
 #endif /* CELLIUM_ABI_H */

@@ -64,8 +64,11 @@ struct policy_entry {
 	__u32 pad2;
 };
 
-/* cellium_ct4: one entry per connection and admitting hook. The tuple is
- * in the orientation of the connection's first packet. */
+/* cellium_ct4: one entry per connection, endpoint and admitting hook.
+ * The tuple is in the orientation of the connection's first packet;
+ * endpoint is the ENDPOINT_ID of the programs that made the entry, so an
+ * entry one endpoint's packets made never admits another endpoint's
+ * (bpf/README.md, "Conntrack"). */
 struct ct4_key {
 	__be32 saddr;
 	__be32 daddr;
@@ -73,7 +76,7 @@ struct ct4_key {
 	__be16 dport;
 	__u8 proto;
 	__u8 dir;
-	__u16 pad;
+	__u16 endpoint;
 };
 
 struct ct_entry {
@@ -82,6 +85,24 @@ struct ct_entry {
 	__u64 rx_packets;  /* replies */
 	__u32 src_identity; /* remote identity when the entry was made */
 	__u16 flags;       /* CT_F_* */
+	__be16 policy_dport; /* the port (ICMP: type) the policy saw */
+	__u64 checked;     /* ktime_get_ns of the last policy check */
+};
+
+/* cellium_ipv4_frag_datagrams: the L4 ports of a fragmented datagram,
+ * recorded from its first fragment, for the fragments after it. */
+struct ipv4_frag_id {
+	__be32 daddr;
+	__be32 saddr;
+	__be16 id;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct ipv4_frag_l4ports {
+	__be16 sport;
+	__be16 dport;
+	__be16 policy_dport;
 	__u16 pad;
 };
 
@@ -162,13 +183,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_policy_progs SEC(".maps");
 
+/* A plain hash, not LRU: when it is full a new connection drops with 155
+ * "CT: Map insertion failed" instead of evicting another pod's established
+ * one; the agent's conntrack GC removes expired entries. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct ct4_key);
 	__type(value, struct ct_entry);
 	__uint(max_entries, 262144);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_ct4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ipv4_frag_id);
+	__type(value, struct ipv4_frag_l4ports);
+	__uint(max_entries, 8192);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_ipv4_frag_datagrams SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);

@@ -317,7 +317,7 @@ func loadProgram(t *testing.T, m *maps.Maps, policy *maps.PolicyMap, ifindex int
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := bpf.EndpointConstants{EndpointID: testEndpoint, Identity: testIdentity, IfIndex: uint32(ifindex), Trace: trace}
+	c := bpf.EndpointConstants{EndpointID: testEndpoint, Identity: testIdentity, IfIndex: uint32(ifindex), IPv4: podAddr, Trace: trace}
 	if err := c.Apply(spec); err != nil {
 		t.Fatal(err)
 	}

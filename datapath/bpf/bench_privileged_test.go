@@ -45,7 +45,7 @@ func BenchmarkPrivilegedProgram(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	coll := loadEndpoint(b, m, pm, endpointConfig{ID: 9, Identity: 1000, IfIndex: 3})
+	coll := loadEndpoint(b, m, pm, endpointConfig{ID: 9, Identity: 1000, IfIndex: 3, IPv4: self})
 	from, to := coll.Programs[bpf.LxcProgCilFromContainer], coll.Programs[bpf.LxcProgCilToContainer]
 	syn := packet(self, remote, 6, 40000, 80, tcpSYN)
 	if run(b, from, syn) != tcActOK {

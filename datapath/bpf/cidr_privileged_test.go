@@ -28,7 +28,7 @@ func TestPrivilegedProgramCIDROnPodAddress(t *testing.T) {
 	const podID, cidrID, otherCIDR = 1001, 1<<24 | 7, 1<<24 | 8
 	prefix := netip.PrefixFrom(pod, 32)
 	pm := openPolicy(t, dir, 9)
-	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 9, Identity: 1000, IfIndex: 3})
+	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 9, Identity: 1000, IfIndex: 3, IPv4: self})
 	from := coll.Programs[bpf.LxcProgCilFromContainer]
 	setIPCache := func(cidr uint32) {
 		t.Helper()
@@ -98,7 +98,7 @@ func TestPrivilegedProgramCIDRDenyLocalSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	pm := openPolicy(t, dir, ep)
-	coll := loadEndpoint(t, m, pm, endpointConfig{ID: ep, Identity: selfID, IfIndex: ifindex})
+	coll := loadEndpoint(t, m, pm, endpointConfig{ID: ep, Identity: selfID, IfIndex: ifindex, IPv4: self})
 	lxcPolicy, to := coll.Programs[bpf.LxcProgCilLxcPolicy], coll.Programs[bpf.LxcProgCilToContainer]
 	// viaRedirect runs cil_lxc_policy as the source pod's tail call does.
 	viaRedirect := func(pkt []byte) uint32 {
@@ -142,6 +142,12 @@ func TestPrivilegedProgramCIDRDenyLocalSource(t *testing.T) {
 func replacePolicy(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, entries ...policy.Entry) {
 	tb.Helper()
 	clearCT(tb, m)
+	setPolicy(tb, pm, entries...)
+}
+
+// setPolicy makes entries the whole of pm, leaving conntrack alone.
+func setPolicy(tb testing.TB, pm *maps.PolicyMap, entries ...policy.Entry) {
+	tb.Helper()
 	var old []policy.Key
 	if err := pm.Iterate(func(e policy.Entry) bool { old = append(old, e.Key); return true }); err != nil {
 		tb.Fatal(err)
@@ -150,6 +156,9 @@ func replacePolicy(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, entries ...p
 		if err := pm.Delete(k); err != nil {
 			tb.Fatal(err)
 		}
+	}
+	if len(entries) == 0 {
+		return
 	}
 	if err := pm.BatchUpdate(entries); err != nil {
 		tb.Fatal(err)

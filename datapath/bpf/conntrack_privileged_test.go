@@ -55,7 +55,7 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 7, Identity: 1000, IfIndex: 3})
+	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 7, Identity: 1000, IfIndex: 3, IPv4: self})
 	from, to := coll.Programs[bpf.LxcProgCilFromContainer], coll.Programs[bpf.LxcProgCilToContainer]
 
 	expect := func(t *testing.T, what string, prog *ebpf.Program, pkt []byte, want uint32) []maps.Event {
@@ -83,7 +83,7 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 		}
 	}
 
-	web := maps.CTKey{Src: self, Dst: remote, SrcPort: 40000, DstPort: 80, Proto: 6, Dir: maps.CTEgress}
+	web := maps.CTKey{Src: self, Dst: remote, SrcPort: 40000, DstPort: 80, Proto: 6, Dir: maps.CTEgress, Endpoint: 7}
 	t.Run("tcp", func(t *testing.T) {
 		evs := expect(t, "SYN out", from, packet(self, remote, 6, 40000, 80, tcpSYN), tcActOK)
 		if len(evs) != 1 || evs[0].Type != maps.EventPolicyVerdict || evs[0].Verdict != maps.VerdictAllowed {
@@ -110,10 +110,17 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 			t.Errorf("events: %v, want a verdict and a Policy denied drop", evs)
 		}
 
+		// A FIN one way half-closes: the other way may still send.
 		expect(t, "FIN out", from, packet(self, remote, 6, 40000, 80, tcpFIN|tcpACK), tcActOK)
 		e = entry(t, web)
+		if e.Flags&maps.CTFlagClosing != 0 || e.Flags&maps.CTFlagTxFIN == 0 {
+			t.Errorf("entry after one FIN: %+v, want half-closed", e)
+		}
+		within(t, "half-closed", lifetime(e), 6*time.Hour)
+		expect(t, "FIN in", to, packet(remote, self, 6, 80, 40000, tcpFIN|tcpACK), tcActOK)
+		e = entry(t, web)
 		if e.Flags&maps.CTFlagClosing == 0 {
-			t.Errorf("entry after FIN: %+v", e)
+			t.Errorf("entry after a FIN each way: %+v", e)
 		}
 		within(t, "closing", lifetime(e), 10*time.Second)
 
@@ -141,7 +148,7 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 			t.Errorf("the denied connection's entry: %v, want it kept", err)
 		}
 		expect(t, "late reply", to, packet(remote, self, 6, 80, 40000, tcpACK), tcActOK)
-		back := maps.CTKey{Src: remote, Dst: self, SrcPort: 80, DstPort: 40000, Proto: 6, Dir: maps.CTIngress}
+		back := maps.CTKey{Src: remote, Dst: self, SrcPort: 80, DstPort: 40000, Proto: 6, Dir: maps.CTIngress, Endpoint: 7}
 		if _, err := m.CT4.Lookup(back); !errors.Is(err, ebpf.ErrKeyNotExist) {
 			t.Errorf("the late reply opened an entry the other way: %v", err)
 		}
@@ -153,14 +160,14 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 
 	t.Run("udp", func(t *testing.T) {
 		expect(t, "query", from, packet(self, remote, 17, 5000, 53, 0), tcActOK)
-		within(t, "udp", lifetime(entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 5000, DstPort: 53, Proto: 17, Dir: maps.CTEgress})), 60*time.Second)
+		within(t, "udp", lifetime(entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 5000, DstPort: 53, Proto: 17, Dir: maps.CTEgress, Endpoint: 7})), 60*time.Second)
 		expect(t, "answer", to, packet(remote, self, 17, 53, 5000, 0), tcActOK)
 		expect(t, "answer to another port", to, packet(remote, self, 17, 53, 5001, 0), tcActShot)
 	})
 
 	t.Run("icmp echo", func(t *testing.T) {
 		expect(t, "echo request", from, packet(self, remote, 1, 77, 0, 0), tcActOK)
-		entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 77, Proto: 1, Dir: maps.CTEgress})
+		entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 77, Proto: 1, Dir: maps.CTEgress, Endpoint: 7})
 		reply := packet(remote, self, 1, 77, 0, 0)
 		reply[14+20] = 0 // echo reply, same id
 		expect(t, "echo reply", to, reply, tcActOK)
@@ -176,10 +183,10 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Errorf("DeleteMatching removed %d entries (%v), want the one UDP entry", n, err)
 		}
-		if _, err := m.CT4.Lookup(maps.CTKey{Src: self, Dst: remote, SrcPort: 5000, DstPort: 53, Proto: 17, Dir: maps.CTEgress}); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if _, err := m.CT4.Lookup(maps.CTKey{Src: self, Dst: remote, SrcPort: 5000, DstPort: 53, Proto: 17, Dir: maps.CTEgress, Endpoint: 7}); !errors.Is(err, ebpf.ErrKeyNotExist) {
 			t.Errorf("UDP entry still there: %v", err)
 		}
-		entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 77, Proto: 1, Dir: maps.CTEgress}) // the ICMP one stays
+		entry(t, maps.CTKey{Src: self, Dst: remote, SrcPort: 77, Proto: 1, Dir: maps.CTEgress, Endpoint: 7}) // the ICMP one stays
 	})
 
 	t.Run("other packets", func(t *testing.T) {
@@ -194,12 +201,15 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 		v6 := make([]byte, 14+40)
 		binary.BigEndian.PutUint16(v6[12:], 0x86dd)
 		v6[14] = 0x60
-		expect(t, "IPv6 (passed for now)", from, v6, tcActOK)
-		arp := make([]byte, 14+28)
-		binary.BigEndian.PutUint16(arp[12:], 0x0806)
-		expect(t, "ARP", from, arp, tcActOK)
-		if got := fwd(); got != before+2 {
-			t.Errorf("forwarded egress counter %d -> %d, want +2", before, got)
+		for _, prog := range []*ebpf.Program{from, to} {
+			evs := expect(t, "IPv6", prog, v6, tcActShot)
+			if len(evs) != 1 || evs[0].Reason != maps.DropUnknownL3 {
+				t.Errorf("IPv6: events %v, want one drop 139 (the endpoints are IPv4 only)", evs)
+			}
+		}
+		expect(t, "ARP", from, arpPacket(nil, self), tcActOK)
+		if got := fwd(); got != before+1 {
+			t.Errorf("forwarded egress counter %d -> %d, want +1", before, got)
 		}
 
 		for _, c := range []struct {
@@ -222,7 +232,12 @@ func TestPrivilegedProgramConntrack(t *testing.T) {
 				b[14] = 0x65
 				return b
 			}(), maps.DropInvalid},
-			{"truncated TCP header", packet(self, remote, 6, 1, 80, tcpSYN)[:14+20+8], maps.DropCTInvalidHeader},
+			{"IPv4 datagram longer than the packet", packet(self, remote, 6, 1, 80, tcpSYN)[:14+20+8], maps.DropInvalid},
+			{"truncated TCP header", func() []byte {
+				b := packet(self, remote, 6, 1, 80, tcpSYN)[:14+20+8]
+				binary.BigEndian.PutUint16(b[14+2:], 20+8)
+				return b
+			}(), maps.DropCTInvalidHeader},
 		} {
 			evs := expect(t, c.what, from, c.pkt, tcActShot)
 			if len(evs) != 1 || evs[0].Type != maps.EventDrop || evs[0].Reason != c.reason {
@@ -252,7 +267,7 @@ func TestPrivilegedProgramReplyIdentity(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 8, Identity: 1000, IfIndex: 3, Trace: true})
+	coll := loadEndpoint(t, m, pm, endpointConfig{ID: 8, Identity: 1000, IfIndex: 3, IPv4: self, Trace: true})
 	from, to := coll.Programs[bpf.LxcProgCilFromContainer], coll.Programs[bpf.LxcProgCilToContainer]
 	for _, c := range []struct {
 		name              string

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 )
@@ -17,8 +18,13 @@ type EndpointConstants struct {
 	Identity uint32
 	// IfIndex is the host-side veth's ifindex (ENDPOINT_IFINDEX).
 	IfIndex uint32
-	// MAC is the pod-side MAC (ENDPOINT_MAC); nil for none.
+	// MAC is the pod-side MAC (ENDPOINT_MAC); nil for none (then the
+	// programs check no source MAC).
 	MAC net.HardwareAddr
+	// IPv4 is the endpoint's IPv4 address (ENDPOINT_IPV4), the only
+	// source address its packets may carry; invalid for none (then every
+	// IPv4 packet it sends drops with 132 "Invalid source ip").
+	IPv4 netip.Addr
 	// AuditMode reports policy denials as audit verdicts and drops
 	// nothing for policy (POLICY_AUDIT_MODE).
 	AuditMode bool
@@ -33,6 +39,10 @@ func (c EndpointConstants) Apply(spec *ebpf.CollectionSpec) error {
 	if err != nil {
 		return err
 	}
+	ip4, err := IPv4Constant(c.IPv4)
+	if err != nil {
+		return err
+	}
 	for _, v := range []struct {
 		name  string
 		value any
@@ -41,6 +51,7 @@ func (c EndpointConstants) Apply(spec *ebpf.CollectionSpec) error {
 		{LxcVarSECURITY_IDENTITY, c.Identity},
 		{LxcVarENDPOINT_IFINDEX, c.IfIndex},
 		{LxcVarENDPOINT_MAC, mac},
+		{LxcVarENDPOINT_IPV4, ip4},
 		{LxcVarPOLICY_AUDIT_MODE, boolByte(c.AuditMode)},
 		{LxcVarTRACE_ENABLED, boolByte(c.Trace)},
 	} {
@@ -74,4 +85,19 @@ func MACConstant(mac net.HardwareAddr) (uint64, error) {
 	var w [8]byte
 	copy(w[:], mac)
 	return binary.LittleEndian.Uint64(w[:]), nil
+}
+
+// IPv4Constant returns the value of ENDPOINT_IPV4 for addr: its 4 bytes in
+// network order as the programs compare them with a __be32 loaded from the
+// packet (0 for an invalid addr). An address that is not IPv4 is an error.
+func IPv4Constant(addr netip.Addr) (uint32, error) {
+	if !addr.IsValid() {
+		return 0, nil
+	}
+	addr = addr.Unmap()
+	if !addr.Is4() {
+		return 0, fmt.Errorf("endpoint address %s is not IPv4", addr)
+	}
+	b := addr.As4()
+	return binary.LittleEndian.Uint32(b[:]), nil
 }

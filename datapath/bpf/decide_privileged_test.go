@@ -82,7 +82,7 @@ func TestPrivilegedProgramPolicyMatchesDecide(t *testing.T) {
 			t.Fatal(err)
 		}
 		audit := round%4 == 3
-		coll := loadEndpoint(t, m, pm, endpointConfig{ID: epID, Identity: 1000, IfIndex: 1, Audit: audit})
+		coll := loadEndpoint(t, m, pm, endpointConfig{ID: epID, Identity: 1000, IfIndex: 1, IPv4: self, Audit: audit})
 		for range 60 {
 			remote := remoteAddrs[r.IntN(len(remoteAddrs))]
 			proto := []uint8{6, 6, 17, 1, 132}[r.IntN(5)]
@@ -94,8 +94,11 @@ func TestPrivilegedProgramPolicyMatchesDecide(t *testing.T) {
 				src, dst, prog = self, remote, coll.Programs[bpf.LxcProgCilFromContainer]
 			}
 			policyPort := dport
-			if proto == 1 || proto == 132 {
-				policyPort = 0 // ICMP and unparsed protocols are matched with port 0
+			switch proto {
+			case 1:
+				policyPort = 8 // ICMP is matched on its type: packet sends echo requests
+			case 132:
+				policyPort = 0 // unparsed protocols are matched with port 0
 			}
 			allowed, decided, matched := directionPolicy(entries, dir).Decide(remotes[remote], proto, policyPort)
 			wantReason := uint8(0)

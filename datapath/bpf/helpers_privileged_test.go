@@ -53,6 +53,7 @@ type endpointConfig struct {
 	Identity identity.NumericIdentity
 	IfIndex  uint32
 	MAC      net.HardwareAddr
+	IPv4     netip.Addr
 	Audit    bool
 	Trace    bool
 }
@@ -67,7 +68,7 @@ func loadEndpoint(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, c endpointCon
 		tb.Fatal(err)
 	}
 	consts := bpf.EndpointConstants{
-		EndpointID: c.ID, Identity: uint32(c.Identity), IfIndex: c.IfIndex, MAC: c.MAC,
+		EndpointID: c.ID, Identity: uint32(c.Identity), IfIndex: c.IfIndex, MAC: c.MAC, IPv4: c.IPv4,
 		AuditMode: c.Audit, Trace: c.Trace,
 	}
 	if err := consts.Apply(spec); err != nil {
@@ -234,4 +235,25 @@ func clearCT(tb testing.TB, m *maps.Maps) {
 	if err := m.CT4.Iterate(func(maps.CTKey, maps.CTEntry) bool { n++; return true }); err != nil || n != 0 {
 		tb.Fatalf("conntrack holds %d entries after clearing (%v)", n, err)
 	}
+}
+
+// arpPacket is an ARP request for IPv4 over Ethernet from mac and ip
+// (nil mac: the Ethernet source of packet, 02:00:00:00:00:01).
+func arpPacket(mac net.HardwareAddr, ip netip.Addr) []byte {
+	if mac == nil {
+		mac = net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	}
+	b := make([]byte, 14+28)
+	copy(b[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(b[6:12], mac)
+	binary.BigEndian.PutUint16(b[12:], 0x0806)
+	arp := b[14:]
+	binary.BigEndian.PutUint16(arp[0:], 1)      // Ethernet
+	binary.BigEndian.PutUint16(arp[2:], 0x0800) // IPv4
+	arp[4], arp[5] = 6, 4
+	binary.BigEndian.PutUint16(arp[6:], 1) // request
+	copy(arp[8:14], mac)
+	a := ip.As4()
+	copy(arp[14:18], a[:])
+	return b
 }

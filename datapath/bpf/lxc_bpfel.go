@@ -14,14 +14,14 @@ import (
 )
 
 type LxcCt4Key struct {
-	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
-	Sport uint16
-	Dport uint16
-	Proto uint8
-	Dir   uint8
-	Pad   uint16
+	_        structs.HostLayout
+	Saddr    uint32
+	Daddr    uint32
+	Sport    uint16
+	Dport    uint16
+	Proto    uint8
+	Dir      uint8
+	Endpoint uint16
 }
 
 type LxcCtEntry struct {
@@ -31,7 +31,8 @@ type LxcCtEntry struct {
 	RxPackets   uint64
 	SrcIdentity uint32
 	Flags       uint16
-	Pad         uint16
+	PolicyDport uint16
+	Checked     uint64
 }
 
 type LxcEndpointInfo struct {
@@ -89,6 +90,23 @@ type LxcIpcacheValue struct {
 	CidrId         [3]uint8
 }
 
+type LxcIpv4FragId struct {
+	_     structs.HostLayout
+	Daddr uint32
+	Saddr uint32
+	Id    uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type LxcIpv4FragL4ports struct {
+	_           structs.HostLayout
+	Sport       uint16
+	Dport       uint16
+	PolicyDport uint16
+	Pad         uint16
+}
+
 type LxcMetricsKey struct {
 	_      structs.HostLayout
 	Reason uint8
@@ -123,22 +141,24 @@ type LxcPolicyKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LxcMapCelliumCt4         = "cellium_ct4"
-	LxcMapCelliumEvents      = "cellium_events"
-	LxcMapCelliumIpcache     = "cellium_ipcache"
-	LxcMapCelliumLxc         = "cellium_lxc"
-	LxcMapCelliumMetrics     = "cellium_metrics"
-	LxcMapCelliumPolicy      = "cellium_policy"
-	LxcMapCelliumPolicyProgs = "cellium_policy_progs"
-	LxcProgCilFromContainer  = "cil_from_container"
-	LxcProgCilLxcPolicy      = "cil_lxc_policy"
-	LxcProgCilToContainer    = "cil_to_container"
-	LxcVarENDPOINT_ID        = "ENDPOINT_ID"
-	LxcVarENDPOINT_IFINDEX   = "ENDPOINT_IFINDEX"
-	LxcVarENDPOINT_MAC       = "ENDPOINT_MAC"
-	LxcVarPOLICY_AUDIT_MODE  = "POLICY_AUDIT_MODE"
-	LxcVarSECURITY_IDENTITY  = "SECURITY_IDENTITY"
-	LxcVarTRACE_ENABLED      = "TRACE_ENABLED"
+	LxcMapCelliumCt4               = "cellium_ct4"
+	LxcMapCelliumEvents            = "cellium_events"
+	LxcMapCelliumIpcache           = "cellium_ipcache"
+	LxcMapCelliumIpv4FragDatagrams = "cellium_ipv4_frag_datagrams"
+	LxcMapCelliumLxc               = "cellium_lxc"
+	LxcMapCelliumMetrics           = "cellium_metrics"
+	LxcMapCelliumPolicy            = "cellium_policy"
+	LxcMapCelliumPolicyProgs       = "cellium_policy_progs"
+	LxcProgCilFromContainer        = "cil_from_container"
+	LxcProgCilLxcPolicy            = "cil_lxc_policy"
+	LxcProgCilToContainer          = "cil_to_container"
+	LxcVarENDPOINT_ID              = "ENDPOINT_ID"
+	LxcVarENDPOINT_IFINDEX         = "ENDPOINT_IFINDEX"
+	LxcVarENDPOINT_IPV4            = "ENDPOINT_IPV4"
+	LxcVarENDPOINT_MAC             = "ENDPOINT_MAC"
+	LxcVarPOLICY_AUDIT_MODE        = "POLICY_AUDIT_MODE"
+	LxcVarSECURITY_IDENTITY        = "SECURITY_IDENTITY"
+	LxcVarTRACE_ENABLED            = "TRACE_ENABLED"
 )
 
 // LoadLxc returns the embedded CollectionSpec for Lxc.
@@ -192,13 +212,14 @@ type LxcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LxcMapSpecs struct {
-	CelliumCt4         *ebpf.MapSpec `ebpf:"cellium_ct4"`
-	CelliumEvents      *ebpf.MapSpec `ebpf:"cellium_events"`
-	CelliumIpcache     *ebpf.MapSpec `ebpf:"cellium_ipcache"`
-	CelliumLxc         *ebpf.MapSpec `ebpf:"cellium_lxc"`
-	CelliumMetrics     *ebpf.MapSpec `ebpf:"cellium_metrics"`
-	CelliumPolicy      *ebpf.MapSpec `ebpf:"cellium_policy"`
-	CelliumPolicyProgs *ebpf.MapSpec `ebpf:"cellium_policy_progs"`
+	CelliumCt4               *ebpf.MapSpec `ebpf:"cellium_ct4"`
+	CelliumEvents            *ebpf.MapSpec `ebpf:"cellium_events"`
+	CelliumIpcache           *ebpf.MapSpec `ebpf:"cellium_ipcache"`
+	CelliumIpv4FragDatagrams *ebpf.MapSpec `ebpf:"cellium_ipv4_frag_datagrams"`
+	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
+	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
+	CelliumPolicy            *ebpf.MapSpec `ebpf:"cellium_policy"`
+	CelliumPolicyProgs       *ebpf.MapSpec `ebpf:"cellium_policy_progs"`
 }
 
 // LxcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -207,6 +228,7 @@ type LxcMapSpecs struct {
 type LxcVariableSpecs struct {
 	ENDPOINT_ID       *ebpf.VariableSpec `ebpf:"ENDPOINT_ID"`
 	ENDPOINT_IFINDEX  *ebpf.VariableSpec `ebpf:"ENDPOINT_IFINDEX"`
+	ENDPOINT_IPV4     *ebpf.VariableSpec `ebpf:"ENDPOINT_IPV4"`
 	ENDPOINT_MAC      *ebpf.VariableSpec `ebpf:"ENDPOINT_MAC"`
 	POLICY_AUDIT_MODE *ebpf.VariableSpec `ebpf:"POLICY_AUDIT_MODE"`
 	SECURITY_IDENTITY *ebpf.VariableSpec `ebpf:"SECURITY_IDENTITY"`
@@ -233,13 +255,14 @@ func (o *LxcObjects) Close() error {
 //
 // It can be passed to LoadLxcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LxcMaps struct {
-	CelliumCt4         *ebpf.Map `ebpf:"cellium_ct4"`
-	CelliumEvents      *ebpf.Map `ebpf:"cellium_events"`
-	CelliumIpcache     *ebpf.Map `ebpf:"cellium_ipcache"`
-	CelliumLxc         *ebpf.Map `ebpf:"cellium_lxc"`
-	CelliumMetrics     *ebpf.Map `ebpf:"cellium_metrics"`
-	CelliumPolicy      *ebpf.Map `ebpf:"cellium_policy"`
-	CelliumPolicyProgs *ebpf.Map `ebpf:"cellium_policy_progs"`
+	CelliumCt4               *ebpf.Map `ebpf:"cellium_ct4"`
+	CelliumEvents            *ebpf.Map `ebpf:"cellium_events"`
+	CelliumIpcache           *ebpf.Map `ebpf:"cellium_ipcache"`
+	CelliumIpv4FragDatagrams *ebpf.Map `ebpf:"cellium_ipv4_frag_datagrams"`
+	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
+	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
+	CelliumPolicy            *ebpf.Map `ebpf:"cellium_policy"`
+	CelliumPolicyProgs       *ebpf.Map `ebpf:"cellium_policy_progs"`
 }
 
 func (m *LxcMaps) Close() error {
@@ -247,6 +270,7 @@ func (m *LxcMaps) Close() error {
 		m.CelliumCt4,
 		m.CelliumEvents,
 		m.CelliumIpcache,
+		m.CelliumIpv4FragDatagrams,
 		m.CelliumLxc,
 		m.CelliumMetrics,
 		m.CelliumPolicy,
@@ -260,6 +284,7 @@ func (m *LxcMaps) Close() error {
 type LxcVariables struct {
 	ENDPOINT_ID       *ebpf.Variable `ebpf:"ENDPOINT_ID"`
 	ENDPOINT_IFINDEX  *ebpf.Variable `ebpf:"ENDPOINT_IFINDEX"`
+	ENDPOINT_IPV4     *ebpf.Variable `ebpf:"ENDPOINT_IPV4"`
 	ENDPOINT_MAC      *ebpf.Variable `ebpf:"ENDPOINT_MAC"`
 	POLICY_AUDIT_MODE *ebpf.Variable `ebpf:"POLICY_AUDIT_MODE"`
 	SECURITY_IDENTITY *ebpf.Variable `ebpf:"SECURITY_IDENTITY"`

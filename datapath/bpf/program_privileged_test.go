@@ -44,8 +44,8 @@ func TestPrivilegedProgramTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfgA := endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC}
-	cfgB := endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC}
+	cfgA := endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC, IPv4: a.ip}
+	cfgB := endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC, IPv4: b.ip}
 	node.attach(t, a, loadEndpoint(t, m, polA, cfgA))
 	attB := node.attach(t, b, loadEndpoint(t, m, polB, cfgB))
 
@@ -204,7 +204,7 @@ func TestPrivilegedProgramTraffic(t *testing.T) {
 		// The connection keeps its entry, and so its direction: deleted,
 		// b's next packet of it would open an entry b -> a, and a's
 		// packets would pass as that entry's replies.
-		ctKey := maps.CTKey{Src: a.ip, Dst: b.ip, SrcPort: sport, DstPort: 80, Proto: 6, Dir: maps.CTIngress}
+		ctKey := maps.CTKey{Src: a.ip, Dst: b.ip, SrcPort: sport, DstPort: 80, Proto: 6, Dir: maps.CTIngress, Endpoint: epB}
 		if _, err := m.CT4.Lookup(ctKey); err != nil {
 			t.Errorf("conntrack entry of the denied connection: %v, want it kept", err)
 		}

@@ -74,8 +74,8 @@ func TestPrivilegedProgramRedirect(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	collA := loadEndpoint(t, m, polA, endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC})
-	collB := loadEndpoint(t, m, polB, endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC})
+	collA := loadEndpoint(t, m, polA, endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC, IPv4: a.ip})
+	collB := loadEndpoint(t, m, polB, endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC, IPv4: b.ip})
 	node.attach(t, a, collA)
 	node.attach(t, b, collB)
 	for ep, coll := range map[uint16]*ebpf.Collection{epA: collA, epB: collB} {

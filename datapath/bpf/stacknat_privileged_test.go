@@ -49,8 +49,8 @@ func TestPrivilegedProgramStackNAT(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	collA := loadEndpoint(t, m, polA, endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC})
-	collB := loadEndpoint(t, m, polB, endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC})
+	collA := loadEndpoint(t, m, polA, endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC, IPv4: a.ip})
+	collB := loadEndpoint(t, m, polB, endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC, IPv4: b.ip})
 	node.attach(t, a, collA)
 	node.attach(t, b, collB)
 	for ep, coll := range map[uint16]*ebpf.Collection{epA: collA, epB: collB} {
@@ -76,7 +76,7 @@ func TestPrivilegedProgramStackNAT(t *testing.T) {
 	// from sport.
 	entry := func(t *testing.T, sport uint16) maps.CTEntry {
 		t.Helper()
-		e, err := m.CT4.Lookup(maps.CTKey{Src: a.ip, Dst: b.ip, SrcPort: sport, DstPort: 8080, Proto: 6, Dir: maps.CTIngress})
+		e, err := m.CT4.Lookup(maps.CTKey{Src: a.ip, Dst: b.ip, SrcPort: sport, DstPort: 8080, Proto: 6, Dir: maps.CTIngress, Endpoint: epB})
 		if err != nil {
 			t.Fatalf("b's conntrack entry of %s:%d -> %s: %v", a.ip, sport, backend, err)
 		}

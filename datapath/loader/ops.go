@@ -203,7 +203,7 @@ func (o *Ops) load(p *bpfprog.Program, ifindex int) (*ebpf.Collection, error) {
 	}
 	consts := bpf.EndpointConstants{
 		EndpointID: p.EndpointID, Identity: uint32(p.Identity), IfIndex: uint32(ifindex),
-		MAC: mac, AuditMode: p.AuditMode,
+		MAC: mac, IPv4: p.IPv4, AuditMode: p.AuditMode,
 	}
 	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)

@@ -44,6 +44,7 @@ func (p *PinnedMaps) Global() (map[string]*ebpf.Map, error) {
 		maps.MetricsMapName:     m.Metrics.Map(),
 		maps.EventsMapName:      m.Events,
 		maps.PolicyProgsMapName: m.PolicyProgs.Map(),
+		maps.FragMapName:        m.Frags,
 	}, nil
 }
 

@@ -39,15 +39,26 @@ const (
 	// reached the endpoint through the host stack (cil_to_container); its
 	// replies take the stack too, which reverses a NAT the stack applied.
 	CTFlagViaStack uint16 = 1 << 4
+	CTFlagTxFIN    uint16 = 1 << 5 // FIN seen in the connection's own direction
+	CTFlagRxFIN    uint16 = 1 << 6 // FIN seen in the reply direction
+	// CTFlagDenied: the last policy check of the connection's own
+	// direction denied it, so its replies drop.
+	CTFlagDenied uint16 = 1 << 7
+	// CTFlagDenyList: that denial came from a deny rule (181).
+	CTFlagDenyList uint16 = 1 << 8
 )
 
-// CTKey is an IPv4 connection in the orientation of its first packet. For
-// ICMP echoes the echo id is SrcPort of the request (DstPort 0).
+// CTKey is an IPv4 connection in the orientation of its first packet, as
+// one endpoint's hook admitted it. For ICMP echoes the echo id is SrcPort
+// of the request (DstPort 0).
 type CTKey struct {
 	Src, Dst         netip.Addr
 	SrcPort, DstPort uint16
 	Proto            uint8
 	Dir              CTDir
+	// Endpoint is the ID of the endpoint whose programs made the entry:
+	// only that endpoint's packets match it.
+	Endpoint uint16
 }
 
 // CTEntry is the state of a connection.
@@ -59,6 +70,12 @@ type CTEntry struct {
 	RxPackets uint64 // replies
 	RemoteID  identity.NumericIdentity
 	Flags     uint16
+	// PolicyPort is the destination port (for ICMP the type) the policy
+	// admitted the connection on, which replies are re-checked with.
+	PolicyPort uint16
+	// Checked is the CLOCK_MONOTONIC time of the last policy check of the
+	// connection's own direction.
+	Checked uint64
 }
 
 // CT4 is cellium_ct4, the IPv4 conntrack table.
@@ -76,19 +93,21 @@ func ct4Key(k CTKey) (bpf.LxcCt4Key, error) {
 	if err != nil {
 		return bpf.LxcCt4Key{}, err
 	}
-	return bpf.LxcCt4Key{Saddr: s, Daddr: d, Sport: htons(k.SrcPort), Dport: htons(k.DstPort), Proto: k.Proto, Dir: uint8(k.Dir)}, nil
+	return bpf.LxcCt4Key{Saddr: s, Daddr: d, Sport: htons(k.SrcPort), Dport: htons(k.DstPort), Proto: k.Proto, Dir: uint8(k.Dir), Endpoint: k.Endpoint}, nil
 }
 
 func ctKey(k *bpf.LxcCt4Key) CTKey {
 	return CTKey{
 		Src: be32Addr(k.Saddr), Dst: be32Addr(k.Daddr),
 		SrcPort: ntohs(k.Sport), DstPort: ntohs(k.Dport), Proto: k.Proto, Dir: CTDir(k.Dir),
+		Endpoint: k.Endpoint,
 	}
 }
 
 func ctEntry(v *bpf.LxcCtEntry) CTEntry {
 	return CTEntry{Expires: v.Expires, TxPackets: v.TxPackets, RxPackets: v.RxPackets,
-		RemoteID: identity.NumericIdentity(v.SrcIdentity), Flags: v.Flags}
+		RemoteID: identity.NumericIdentity(v.SrcIdentity), Flags: v.Flags, PolicyPort: ntohs(v.PolicyDport),
+		Checked: v.Checked}
 }
 
 // Lookup returns the entry of k, or an error wrapping ebpf.ErrKeyNotExist.
@@ -102,6 +121,21 @@ func (c *CT4) Lookup(k CTKey) (CTEntry, error) {
 		return CTEntry{}, fmt.Errorf("look up conntrack: %w", err)
 	}
 	return ctEntry(&v), nil
+}
+
+// Update writes e as the entry of k (for tools and tests that age or plant
+// entries; the programs make the real ones).
+func (c *CT4) Update(k CTKey, e CTEntry) error {
+	bk, err := ct4Key(k)
+	if err != nil {
+		return err
+	}
+	v := bpf.LxcCtEntry{Expires: e.Expires, TxPackets: e.TxPackets, RxPackets: e.RxPackets,
+		SrcIdentity: uint32(e.RemoteID), Flags: e.Flags, PolicyDport: htons(e.PolicyPort), Checked: e.Checked}
+	if err := c.m.Update(&bk, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("update conntrack: %w", err)
+	}
+	return nil
 }
 
 // Delete removes k; a missing entry is not an error.

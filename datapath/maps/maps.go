@@ -23,6 +23,9 @@ const (
 	// PolicyProgsMapName is the prog array of the endpoints'
 	// cil_lxc_policy programs, by endpoint ID (same-node redirect).
 	PolicyProgsMapName = bpf.LxcMapCelliumPolicyProgs
+	// FragMapName holds the ports of fragmented datagrams, from their
+	// first fragment, for the fragments after it.
+	FragMapName = bpf.LxcMapCelliumIpv4FragDatagrams
 	// PolicyMapName is the template map of the programs that the loader
 	// replaces with an endpoint's own policy map.
 	PolicyMapName = bpf.LxcMapCelliumPolicy
@@ -38,10 +41,17 @@ type Maps struct {
 	Events *ebpf.Map
 	// PolicyProgs holds each endpoint's cil_lxc_policy program.
 	PolicyProgs *PolicyProgs
+	// Frags is the fragment tracking map (soft state of the programs).
+	Frags *ebpf.Map
 }
 
 // globalNames are the global maps, pinned by name.
-var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName}
+var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName, FragMapName}
+
+// softState are the global maps whose contents the programs rebuild from
+// traffic: a pin of another layout (an upgrade changed it) is replaced by
+// a new map instead of failing, at the cost of its entries.
+var softState = map[string]bool{CT4MapName: true, FragMapName: true}
 
 // globalSpecs returns the specs of the global maps, pinned by name.
 func globalSpecs() (map[string]*ebpf.MapSpec, error) {
@@ -66,7 +76,9 @@ func globalSpecs() (map[string]*ebpf.MapSpec, error) {
 // that are missing. dir must be on a bpffs (EnsureBPFFS). A pinned map whose
 // type, key, value or size differ from this build's is an error wrapping
 // ebpf.ErrMapIncompatible: remove the pin (the datapath loses that map's
-// state) or run the matching agent version.
+// state) or run the matching agent version; the conntrack and fragment
+// maps are the exception, replaced by new ones (their connections then
+// start over, as after a conntrack flush).
 func Open(dir string) (*Maps, error) {
 	specs, err := globalSpecs()
 	if err != nil {
@@ -80,6 +92,13 @@ func Open(dir string) (*Maps, error) {
 	}
 	for name, ms := range specs {
 		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		if errors.Is(err, ebpf.ErrMapIncompatible) && softState[name] {
+			if rerr := os.Remove(filepath.Join(dir, name)); rerr != nil {
+				err = errors.Join(err, rerr)
+			} else {
+				m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+			}
+		}
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
@@ -93,13 +112,14 @@ func Open(dir string) (*Maps, error) {
 		Metrics:     &Metrics{m: opened[MetricsMapName]},
 		Events:      opened[EventsMapName],
 		PolicyProgs: &PolicyProgs{m: opened[PolicyProgsMapName]},
+		Frags:       opened[FragMapName],
 	}, nil
 }
 
 // Close closes the file descriptors; the pinned maps stay.
 func (m *Maps) Close() error {
 	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
-		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close())
+		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close(), m.Frags.Close())
 }
 
 // Replacements returns the maps to load an endpoint's programs with
@@ -113,6 +133,7 @@ func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
 		MetricsMapName:     m.Metrics.m,
 		EventsMapName:      m.Events,
 		PolicyProgsMapName: m.PolicyProgs.m,
+		FragMapName:        m.Frags,
 		PolicyMapName:      policy.m,
 	}
 }

@@ -5,13 +5,16 @@ import "strconv"
 // Reasons in metrics keys and drop events: 0 counts forwarded packets,
 // the others are Cilium's drop reason codes the programs emit.
 const (
-	ReasonForwarded     uint8 = 0
-	DropPolicy          uint8 = 133 // Policy denied
-	DropInvalid         uint8 = 134 // Invalid packet
-	DropCTInvalidHeader uint8 = 135 // CT: Truncated or invalid header
-	DropUnknownL3       uint8 = 139 // Unsupported L3 protocol
-	DropCTCreateFailed  uint8 = 155 // CT: Map insertion failed
-	DropPolicyDenyList  uint8 = 181 // Policy denied by denylist
+	ReasonForwarded      uint8 = 0
+	DropInvalidSourceMAC uint8 = 130 // Invalid source mac
+	DropInvalidSourceIP  uint8 = 132 // Invalid source ip
+	DropPolicy           uint8 = 133 // Policy denied
+	DropInvalid          uint8 = 134 // Invalid packet
+	DropCTInvalidHeader  uint8 = 135 // CT: Truncated or invalid header
+	DropUnknownL3        uint8 = 139 // Unsupported L3 protocol
+	DropCTCreateFailed   uint8 = 155 // CT: Map insertion failed
+	DropFragNotFound     uint8 = 175 // First logical datagram fragment not found
+	DropPolicyDenyList   uint8 = 181 // Policy denied by denylist
 )
 
 // dropReasons are Cilium's words for its drop reason codes
@@ -19,6 +22,8 @@ const (
 var dropReasons = map[uint8]string{
 	0:   "Success",
 	2:   "Invalid packet",
+	130: "Invalid source mac",
+	131: "Invalid destination mac",
 	132: "Invalid source ip",
 	133: "Policy denied",
 	134: "Invalid packet",
@@ -34,6 +39,7 @@ var dropReasons = map[uint8]string{
 	157: "IP fragmentation not supported",
 	163: "Unknown connection tracking state",
 	166: "Unsupported L2 protocol",
+	175: "First logical datagram fragment not found",
 	181: "Policy denied by denylist",
 }
 

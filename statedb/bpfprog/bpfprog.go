@@ -12,6 +12,7 @@ package bpfprog
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 
 	"github.com/cilium/statedb"
@@ -44,6 +45,9 @@ type Program struct {
 	// MAC is the endpoint's (pod-side) MAC address (ENDPOINT_MAC), "" if
 	// unknown.
 	MAC string `json:"mac,omitempty"`
+	// IPv4 is the endpoint's address (ENDPOINT_IPV4): the programs drop
+	// what the pod sends from any other.
+	IPv4 netip.Addr `json:"ipv4,omitzero"`
 	// AuditMode is POLICY_AUDIT_MODE: verdicts are logged, nothing is
 	// dropped by policy (--policy-audit-mode).
 	AuditMode bool `json:"audit-mode,omitempty"`
@@ -56,7 +60,7 @@ type Program struct {
 // SameAs reports whether p and o differ at most in Status.
 func (p *Program) SameAs(o *Program) bool {
 	return p.EndpointID == o.EndpointID && p.HostIfName == o.HostIfName && p.HostIfIndex == o.HostIfIndex &&
-		p.Identity == o.Identity && p.MAC == o.MAC && p.AuditMode == o.AuditMode
+		p.Identity == o.Identity && p.MAC == o.MAC && p.IPv4 == o.IPv4 && p.AuditMode == o.AuditMode
 }
 
 // WithStatus returns a copy of p with status s.
@@ -111,7 +115,7 @@ func Derive(ep *endpoints.Endpoint, auditMode bool) *Program {
 	}
 	return &Program{
 		EndpointID: ep.ID, HostIfName: ep.HostIfName, HostIfIndex: ep.HostIfIndex,
-		Identity: ep.Identity, MAC: ep.MAC, AuditMode: auditMode,
+		Identity: ep.Identity, MAC: ep.MAC, IPv4: ep.IPv4, AuditMode: auditMode,
 	}
 }
 

@@ -208,7 +208,7 @@ func (t *topology) load(p *pod) error {
 	if err != nil {
 		return err
 	}
-	consts := bpf.EndpointConstants{EndpointID: p.epID, Identity: uint32(p.id), IfIndex: uint32(p.res.HostIfIndex), MAC: p.res.PodMAC}
+	consts := bpf.EndpointConstants{EndpointID: p.epID, Identity: uint32(p.id), IfIndex: uint32(p.res.HostIfIndex), MAC: p.res.PodMAC, IPv4: p.ip}
 	if err := consts.Apply(spec); err != nil {
 		return err
 	}
