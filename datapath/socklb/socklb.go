@@ -33,6 +33,9 @@ var Programs = []Program{
 	{bpf.SockProgCilSock4Sendmsg, ebpf.AttachCGroupUDP4Sendmsg},
 	{bpf.SockProgCilSock4Recvmsg, ebpf.AttachCGroupUDP4Recvmsg},
 	{bpf.SockProgCilSock4Getpeername, ebpf.AttachCgroupInet4GetPeername},
+	{bpf.SockProgCilSock6Connect, ebpf.AttachCGroupInet6Connect},
+	{bpf.SockProgCilSock6Recvmsg, ebpf.AttachCGroupUDP6Recvmsg},
+	{bpf.SockProgCilSock6Getpeername, ebpf.AttachCgroupInet6GetPeername},
 }
 
 // IsCgroup2 reports whether path is the mount of a cgroup v2 hierarchy.

@@ -37,13 +37,21 @@ import (
 //	netns=PATH           every later socket is in the network namespace
 //	                     PATH (the client the affinity is for)
 //	serve=P1/P2/...      TCP and UDP servers on 127.0.0.1:Pi answering Pi
+//	serve6=P1/P2/...     the same on [::1]:Pi
 //	tcpwho=VIP:port*N    N connections, print "tcpwho <answer>" each
 //	udpwho=VIP:port*N    N sendto/recvfrom on one unconnected UDP socket,
 //	                     print "udpwho <answer> <from>" each
+//
+// and the AF_INET6 items of TestPrivilegedSocketLBMappedV4 (see
+// runMappedItem).
 func runChild(args string) error {
 	for item := range strings.SplitSeq(args, ",") {
 		kind, addr, _ := strings.Cut(item, "=")
-		if done, err := runAffinityItem(kind, addr); done || err != nil {
+		done, err := runAffinityItem(kind, addr)
+		if !done && err == nil {
+			done, err = runMappedItem(kind, addr)
+		}
+		if done || err != nil {
 			if err != nil {
 				return fmt.Errorf("%s: %w", item, err)
 			}
