@@ -154,15 +154,16 @@ func serveOwnPort(addr string) error {
 // on a cgroup of the test's own, the maps in a bpffs of its own, and the
 // frontend reconciler's operations on the real maps.
 type lbEnv struct {
-	t        *testing.T
+	t        testing.TB
 	cg       string
+	linkDir  string
 	m        *maps.LBMaps
 	db       *statedb.DB
 	backends statedb.RWTable[*lb.Backend]
 	ops      *lbsync.FrontendOps
 }
 
-func newLBEnv(t *testing.T) *lbEnv {
+func newLBEnv(t testing.TB) *lbEnv {
 	cg := filepath.Join(cgroup2Mount(t), "cellium-socklb-aff-"+strings.ToLower(rand.Text()[:8]))
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func newLBEnv(t *testing.T) *lbEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &lbEnv{t: t, cg: cg, m: m, db: db, backends: backends,
+	return &lbEnv{t: t, cg: cg, linkDir: linkDir, m: m, db: db, backends: backends,
 		ops: lbsync.NewFrontendOps(lbsync.PinnedServices{M: m.Services}, lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, backends)}
 }
 

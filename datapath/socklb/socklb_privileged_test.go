@@ -43,13 +43,16 @@ import (
 //	                     print "udpwho <answer> <from>" each
 //
 // and the AF_INET6 items of TestPrivilegedSocketLBMappedV4 (see
-// runMappedItem).
+// runMappedItem) and the benchmark's (runBenchItem).
 func runChild(args string) error {
 	for item := range strings.SplitSeq(args, ",") {
 		kind, addr, _ := strings.Cut(item, "=")
-		done, err := runAffinityItem(kind, addr)
-		if !done && err == nil {
-			done, err = runMappedItem(kind, addr)
+		var done bool
+		var err error
+		for _, run := range []func(kind, arg string) (bool, error){runAffinityItem, runMappedItem, runBenchItem} {
+			if done, err = run(kind, addr); done || err != nil {
+				break
+			}
 		}
 		if done || err != nil {
 			if err != nil {
@@ -115,7 +118,7 @@ func runChild(args string) error {
 }
 
 // cgroup2Mount finds the machine's cgroup v2 mount.
-func cgroup2Mount(t *testing.T) string {
+func cgroup2Mount(t testing.TB) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
@@ -269,17 +272,20 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 }
 
-// child runs runChild(args) in cgroup cg and returns its output.
-func child(t *testing.T, cg, args string) string {
+// child runs runChild(args) in cgroup cg (in the test's own cgroup if cg
+// is empty) and returns its output.
+func child(t testing.TB, cg, args string) string {
 	t.Helper()
-	f, err := os.Open(cg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childEnv+"="+args)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	if cg != "" {
+		f, err := os.Open(cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("client %s: %v\n%s", args, err, out)
