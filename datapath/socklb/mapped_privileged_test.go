@@ -7,11 +7,13 @@ import (
 	"math/bits"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/datapath/bpf"
@@ -322,4 +324,79 @@ func TestPrivilegedSocketLBMappedV4Affinity(t *testing.T) {
 		t.Errorf("entry set to %d: AF_INET6 connections reached %v", other, again)
 	}
 	t.Logf("AF_INET6 and AF_INET connections of one namespace on backend %d; after the entry was set to %d, on %d", got[0], other, other)
+}
+
+// TestPrivilegedSocketLBUpgrade: an agent restarted over the pins of one
+// with the AF_INET programs only (this package's Programs cut to them)
+// updates those four links in place (same link IDs) and attaches the
+// AF_INET6 ones: a dual-stack socket's connection to [::ffff:ClusterIP]
+// fails (ENETUNREACH: untranslated) before and reaches the backend after.
+func TestPrivilegedSocketLBUpgrade(t *testing.T) {
+	privileged.Require(t)
+	e := newLBEnv(t)
+	all := Programs
+	t.Cleanup(func() { Programs = all })
+	var v4 []Program
+	for _, p := range all {
+		if strings.HasPrefix(p.Name, "cil_sock4_") {
+			v4 = append(v4, p)
+		}
+	}
+	if len(v4) != 4 || len(all) <= len(v4) {
+		t.Fatalf("programs %v", all)
+	}
+	if err := Detach(e.linkDir); err != nil {
+		t.Fatal(err)
+	}
+	Programs = v4
+	if err := Attach(e.m, e.cg, e.linkDir); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]link.ID{}
+	for _, p := range v4 {
+		ids[p.Name] = pinnedLinkID(t, filepath.Join(e.linkDir, p.Name))
+	}
+	x := byte(os.Getpid()%250) + 1
+	fe := lb.L4Addr{Addr: netip.AddrFrom4([4]byte{198, 18, x, 60}), Port: 80, Proto: lb.TCP}
+	const port = 18081
+	e.addBackends([]uint32{1}, []lb.L4Addr{{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, Proto: lb.TCP}})
+	e.frontend(fe, false, 0, 1)
+	c := e.newClient()
+	dial := func() string {
+		return strings.TrimSpace(child(t, e.cg, fmt.Sprintf("netns=%s,serve=%d,tcp6=%s", c.netns.Path(), port, mapped(fe))))
+	}
+	if got := dial(); got != "tcp6 ENETUNREACH" {
+		t.Fatalf("AF_INET programs only: %q, want tcp6 ENETUNREACH", got)
+	}
+
+	Programs = all
+	if err := Attach(e.m, e.cg, e.linkDir); err != nil {
+		t.Fatal(err)
+	}
+	names, err := Attached(e.linkDir)
+	if err != nil || len(names) != len(all) {
+		t.Fatalf("after the upgrade: pinned %v (%v), want %d", names, err, len(all))
+	}
+	for name, id := range ids {
+		if got := pinnedLinkID(t, filepath.Join(e.linkDir, name)); got != id {
+			t.Errorf("%s: link %d after the upgrade, was %d (want it updated in place)", name, got, id)
+		}
+	}
+	if got, want := dial(), fmt.Sprintf("tcp6 %s %d", mapped(fe), port); got != want {
+		t.Errorf("after the upgrade: %q, want %q", got, want)
+	}
+}
+
+func pinnedLinkID(t *testing.T, pin string) link.ID {
+	t.Helper()
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.ID
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -234,6 +235,10 @@ func TestPrivilegedSocketLB(t *testing.T) {
 		t.Fatal(err)
 	}
 	linkDir := filepath.Join(bpffs, "socklb")
+	// A pin of a program this version does not have (left by another
+	// version of the agent) goes at Attach.
+	stray := filepath.Join(linkDir, "cil_sock6_sendmsg")
+	pinStray(t, stray)
 	if err := Attach(m, cg, linkDir); err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +246,9 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	names, err := Attached(linkDir)
 	if err != nil || len(names) != len(Programs) {
 		t.Fatalf("attached %v (%v), want %d links", names, err, len(Programs))
+	}
+	if _, err := os.Stat(stray); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stray pin %s still there after Attach (%v)", stray, err)
 	}
 	// Attaching again updates the pinned links in place.
 	if err := Attach(m, cg, linkDir); err != nil {
@@ -257,11 +265,16 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 
 	// Detached: the frontend is an ordinary (blackholed) address again.
+	// Detach removes a stray pin too, and the directory.
+	pinStray(t, stray)
 	if err := Detach(linkDir); err != nil {
 		t.Fatal(err)
 	}
 	if names, _ := Attached(linkDir); len(names) != 0 {
 		t.Fatalf("still pinned after Detach: %v", names)
+	}
+	if _, err := os.Stat(linkDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there after Detach (%v)", linkDir, err)
 	}
 	// A blackhole route answers EINVAL to connect(); translated, the
 	// connection would have reached the echo server.
@@ -269,6 +282,23 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	t.Logf("after Detach: %s", out)
 	if strings.TrimSpace(out) != "refused EINVAL" {
 		t.Errorf("after Detach, connect to %s: %q, want the blackhole's EINVAL", v80, out)
+	}
+}
+
+// pinStray pins a small map at pin (creating its directory), standing in
+// for a link pinned by another version of the agent.
+func pinStray(t *testing.T, pin string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(pin); err != nil {
+		t.Fatal(err)
 	}
 }
 
