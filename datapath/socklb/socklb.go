@@ -28,7 +28,9 @@ type Program struct {
 }
 
 // Programs are the socket load balancer's programs; each link is pinned
-// under its Name.
+// under its Name. The cil_sock6 ones serve dual-stack AF_INET6 sockets
+// and frontends written IPv4-mapped; there is no sendmsg6 program, as the
+// kernel runs sendmsg4 for a v4-mapped destination (bpf/sock.c).
 var Programs = []Program{
 	{bpf.SockProgCilSock4Connect, ebpf.AttachCGroupInet4Connect},
 	{bpf.SockProgCilSock4Sendmsg, ebpf.AttachCGroupUDP4Sendmsg},
