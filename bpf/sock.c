@@ -14,6 +14,13 @@
  *                          source.
  *   cil_sock4_getpeername  cgroup/getpeername4: a socket connected through a
  *                          frontend shows the frontend as its peer.
+ *   cil_sock6_connect, cil_sock6_recvmsg, cil_sock6_getpeername
+ *                          cgroup/connect6, recvmsg6, getpeername6: the same
+ *                          for a dual-stack AF_INET6 socket and a frontend
+ *                          written IPv4-mapped, [::ffff:ClusterIP]:port
+ *                          (Java's sockets, for one); real IPv6 addresses
+ *                          pass unchanged. Unconnected sendmsg() to such an
+ *                          address reaches cil_sock4_sendmsg (see below).
  *
  * Only addresses in cellium_lb4_services are touched: everything else
  * passes unchanged. A frontend with session affinity (sessionAffinity:
@@ -74,12 +81,14 @@ static __always_inline __u32 affinity_backend(const struct lb4_key *fe, const st
 	return mkey.backend_id;
 }
 
-/* xlate_fwd rewrites the destination of ctx from a frontend to one of its
- * backends and remembers the frontend for the reverse translation. It
- * returns 0 when the destination was translated or is no frontend (the
- * socket proceeds unchanged), -EHOSTUNREACH when the frontend has no
- * backends. */
-static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
+/* xlate_fwd translates the IPv4 destination *addr:*port of ctx's socket
+ * from a frontend to one of its backends and remembers the frontend for
+ * the reverse translation. It returns 1 when it rewrote *addr and *port, 0
+ * when they are no frontend (the socket proceeds unchanged),
+ * -EHOSTUNREACH when the frontend has no backends. The caller reads and
+ * writes the context's address: the v4 and v6 hooks see it in different
+ * fields. */
+static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx, __be32 *addr, __be16 *port)
 {
 	struct lb4_reverse_sk_value rval = {};
 	struct lb4_affinity_value aval = {};
@@ -95,8 +104,8 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
 
 	if (!proto)
 		return 0;
-	key.address = ctx->user_ip4;
-	key.dport = (__be16)ctx->user_port;
+	key.address = *addr;
+	key.dport = *port;
 	key.proto = proto;
 	svc = map_lookup_elem(&cellium_lb4_services, &key);
 	if (!svc)
@@ -139,75 +148,179 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
 	/* A full LRU map evicts; an update cannot fail for lack of room. */
 	map_update_elem(&cellium_lb4_reverse_sk, &rkey, &rval, BPF_ANY);
 
-	ctx->user_ip4 = be->address;
-	ctx->user_port = (__u32)be->port;
-	return 0;
+	*addr = be->address;
+	*port = be->port;
+	return 1;
 }
 
-/* xlate_rev rewrites a backend address of ctx back to the frontend the
- * socket asked for, while that frontend exists. */
-static __always_inline void xlate_rev(struct bpf_sock_addr *ctx)
+/* xlate_rev translates the IPv4 address *addr:*port of ctx's socket from
+ * a backend back to the frontend the socket asked for, while that frontend
+ * exists. It returns 1 when it rewrote *addr and *port, else 0. */
+static __always_inline int xlate_rev(struct bpf_sock_addr *ctx, __be32 *addr, __be16 *port)
 {
 	struct lb4_reverse_sk_key rkey = {};
 	const struct lb4_reverse_sk_value *rval;
 	struct lb4_key key = {};
 
 	if (!sock_proto(ctx))
-		return;
+		return 0;
 	rkey.cookie = get_socket_cookie(ctx);
-	rkey.address = ctx->user_ip4;
-	rkey.port = (__be16)ctx->user_port;
+	rkey.address = *addr;
+	rkey.port = *port;
 	rval = map_lookup_elem(&cellium_lb4_reverse_sk, &rkey);
 	if (!rval)
-		return;
+		return 0;
 	key.address = rval->address;
 	key.dport = rval->port;
 	key.proto = rval->proto;
 	if (!map_lookup_elem(&cellium_lb4_services, &key)) {
 		/* The frontend is gone: show the backend from now on. */
 		map_delete_elem(&cellium_lb4_reverse_sk, &rkey);
-		return;
+		return 0;
 	}
-	ctx->user_ip4 = rval->address;
-	ctx->user_port = (__u32)rval->port;
+	*addr = rval->address;
+	*port = rval->port;
+	return 1;
 }
 
-static __always_inline int fwd_verdict(struct bpf_sock_addr *ctx)
+/* fwd_verdict is the verdict of connect()/sendmsg() on xlate_fwd's
+ * result. */
+static __always_inline int fwd_verdict(int ret)
 {
-	int err = xlate_fwd(ctx);
-
-	if (err) {
-		/* connect()/sendmsg() return -err (kernel >= 5.18; older
+	if (ret < 0) {
+		/* connect()/sendmsg() return -ret (kernel >= 5.18; older
 		 * kernels answer EPERM to a rejection). */
-		set_retval(err);
+		set_retval(ret);
 		return SYS_REJECT;
 	}
 	return SYS_PROCEED;
 }
 
+/* The v4 hooks: an AF_INET socket's address is in user_ip4. */
+
+static __always_inline int sock4_fwd(struct bpf_sock_addr *ctx)
+{
+	__be32 addr = ctx->user_ip4;
+	__be16 port = (__be16)ctx->user_port;
+	int ret = xlate_fwd(ctx, &addr, &port);
+
+	if (ret > 0) {
+		ctx->user_ip4 = addr;
+		ctx->user_port = (__u32)port;
+	}
+	return fwd_verdict(ret);
+}
+
+static __always_inline void sock4_rev(struct bpf_sock_addr *ctx)
+{
+	__be32 addr = ctx->user_ip4;
+	__be16 port = (__be16)ctx->user_port;
+
+	if (xlate_rev(ctx, &addr, &port)) {
+		ctx->user_ip4 = addr;
+		ctx->user_port = (__u32)port;
+	}
+}
+
 SEC("cgroup/connect4")
 int cil_sock4_connect(struct bpf_sock_addr *ctx)
 {
-	return fwd_verdict(ctx);
+	return sock4_fwd(ctx);
 }
 
 SEC("cgroup/sendmsg4")
 int cil_sock4_sendmsg(struct bpf_sock_addr *ctx)
 {
-	return fwd_verdict(ctx);
+	return sock4_fwd(ctx);
 }
 
 SEC("cgroup/recvmsg4")
 int cil_sock4_recvmsg(struct bpf_sock_addr *ctx)
 {
-	xlate_rev(ctx);
+	sock4_rev(ctx);
 	return SYS_PROCEED;
 }
 
 SEC("cgroup/getpeername4")
 int cil_sock4_getpeername(struct bpf_sock_addr *ctx)
 {
-	xlate_rev(ctx);
+	sock4_rev(ctx);
+	return SYS_PROCEED;
+}
+
+/* The v6 hooks: an AF_INET6 socket's address is in user_ip6. Only an
+ * IPv4-mapped address (::ffff:a.b.c.d, a dual-stack socket talking IPv4)
+ * can be a frontend; its IPv4 address, the last word, goes through the
+ * same maps as an AF_INET socket's (the affinity of a namespace is one
+ * whatever its sockets' family), and only that word and the port are
+ * rewritten, so the socket stays on IPv4 (a backend is always IPv4).
+ *
+ * There is no sendmsg6 program: for a v4-mapped destination the kernel's
+ * udpv6_sendmsg hands the datagram to udp_sendmsg with the IPv4 address,
+ * which runs cgroup/sendmsg4 (cil_sock4_sendmsg translates it, the reply
+ * goes through cil_sock6_recvmsg); cgroup/sendmsg6 only ever sees real
+ * IPv6 destinations, and the kernel fails a sendmsg6 program's rewrite to
+ * a v4-mapped address (ENOTSUPP). */
+
+/* The third word of an IPv4-mapped address, 0000:ffff, in network byte
+ * order. */
+#define V4MAPPED_WORD2 ((__be32)__builtin_bswap32(0x0000ffff))
+
+static __always_inline int sock6_v4mapped(const struct bpf_sock_addr *ctx)
+{
+	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 && ctx->user_ip6[2] == V4MAPPED_WORD2;
+}
+
+static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx)
+{
+	__be32 addr;
+	__be16 port;
+	int ret;
+
+	if (!sock6_v4mapped(ctx))
+		return SYS_PROCEED;
+	addr = ctx->user_ip6[3];
+	port = (__be16)ctx->user_port;
+	ret = xlate_fwd(ctx, &addr, &port);
+	if (ret > 0) {
+		ctx->user_ip6[3] = addr;
+		ctx->user_port = (__u32)port;
+	}
+	return fwd_verdict(ret);
+}
+
+static __always_inline void sock6_rev(struct bpf_sock_addr *ctx)
+{
+	__be32 addr;
+	__be16 port;
+
+	if (!sock6_v4mapped(ctx))
+		return;
+	addr = ctx->user_ip6[3];
+	port = (__be16)ctx->user_port;
+	if (xlate_rev(ctx, &addr, &port)) {
+		ctx->user_ip6[3] = addr;
+		ctx->user_port = (__u32)port;
+	}
+}
+
+SEC("cgroup/connect6")
+int cil_sock6_connect(struct bpf_sock_addr *ctx)
+{
+	return sock6_fwd(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int cil_sock6_recvmsg(struct bpf_sock_addr *ctx)
+{
+	sock6_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/getpeername6")
+int cil_sock6_getpeername(struct bpf_sock_addr *ctx)
+{
+	sock6_rev(ctx);
 	return SYS_PROCEED;
 }
 

@@ -14,7 +14,9 @@
 //
 // LoadSock returns the collection spec of the socket load balancer's
 // cgroup programs (bpf/sock.c: cil_sock4_connect, cil_sock4_sendmsg,
-// cil_sock4_recvmsg, cil_sock4_getpeername) and its maps
+// cil_sock4_recvmsg, cil_sock4_getpeername for AF_INET sockets,
+// cil_sock6_connect, cil_sock6_recvmsg, cil_sock6_getpeername for
+// dual-stack AF_INET6 sockets and IPv4-mapped frontends) and its maps
 // (cellium_lb4_services, cellium_lb4_backends, cellium_lb4_reverse_sk,
 // cellium_lb4_affinity, cellium_lb4_affinity_match),
 // with the Sock* struct types.

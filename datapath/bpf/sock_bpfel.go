@@ -93,6 +93,9 @@ const (
 	SockProgCilSock4Getpeername    = "cil_sock4_getpeername"
 	SockProgCilSock4Recvmsg        = "cil_sock4_recvmsg"
 	SockProgCilSock4Sendmsg        = "cil_sock4_sendmsg"
+	SockProgCilSock6Connect        = "cil_sock6_connect"
+	SockProgCilSock6Getpeername    = "cil_sock6_getpeername"
+	SockProgCilSock6Recvmsg        = "cil_sock6_recvmsg"
 )
 
 // LoadSock returns the embedded CollectionSpec for Sock.
@@ -141,6 +144,9 @@ type SockProgramSpecs struct {
 	CilSock4Getpeername *ebpf.ProgramSpec `ebpf:"cil_sock4_getpeername"`
 	CilSock4Recvmsg     *ebpf.ProgramSpec `ebpf:"cil_sock4_recvmsg"`
 	CilSock4Sendmsg     *ebpf.ProgramSpec `ebpf:"cil_sock4_sendmsg"`
+	CilSock6Connect     *ebpf.ProgramSpec `ebpf:"cil_sock6_connect"`
+	CilSock6Getpeername *ebpf.ProgramSpec `ebpf:"cil_sock6_getpeername"`
+	CilSock6Recvmsg     *ebpf.ProgramSpec `ebpf:"cil_sock6_recvmsg"`
 }
 
 // SockMapSpecs contains maps before they are loaded into the kernel.
@@ -211,6 +217,9 @@ type SockPrograms struct {
 	CilSock4Getpeername *ebpf.Program `ebpf:"cil_sock4_getpeername"`
 	CilSock4Recvmsg     *ebpf.Program `ebpf:"cil_sock4_recvmsg"`
 	CilSock4Sendmsg     *ebpf.Program `ebpf:"cil_sock4_sendmsg"`
+	CilSock6Connect     *ebpf.Program `ebpf:"cil_sock6_connect"`
+	CilSock6Getpeername *ebpf.Program `ebpf:"cil_sock6_getpeername"`
+	CilSock6Recvmsg     *ebpf.Program `ebpf:"cil_sock6_recvmsg"`
 }
 
 func (p *SockPrograms) Close() error {
@@ -219,6 +228,9 @@ func (p *SockPrograms) Close() error {
 		p.CilSock4Getpeername,
 		p.CilSock4Recvmsg,
 		p.CilSock4Sendmsg,
+		p.CilSock6Connect,
+		p.CilSock6Getpeername,
+		p.CilSock6Recvmsg,
 	)
 }
 

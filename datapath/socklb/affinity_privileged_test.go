@@ -42,9 +42,13 @@ func runAffinityItem(kind, arg string) (bool, error) {
 		}
 		defer f.Close()
 		return true, unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-	case "serve":
+	case "serve", "serve6":
+		host := "127.0.0.1"
+		if kind == "serve6" {
+			host = "::1"
+		}
 		for p := range strings.SplitSeq(arg, "/") {
-			if err := serveOwnPort("127.0.0.1:" + p); err != nil {
+			if err := serveOwnPort(net.JoinHostPort(host, p)); err != nil {
 				return true, err
 			}
 		}
@@ -101,15 +105,18 @@ func runAffinityItem(kind, arg string) (bool, error) {
 	return false, nil
 }
 
-// serveOwnPort answers every TCP connection and UDP datagram to addr with
-// addr's port, until the process ends.
+// serveOwnPort answers every TCP connection and UDP datagram to addr
+// (IPv4 or IPv6) with addr's port, until the process ends.
 func serveOwnPort(addr string) error {
-	_, port, _ := strings.Cut(addr, ":")
-	ln, err := net.Listen("tcp4", addr)
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
 	}
-	pc, err := net.ListenPacket("udp4", addr)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
 		return err
 	}
@@ -142,19 +149,21 @@ func serveOwnPort(addr string) error {
 	return nil
 }
 
-// affinityEnv is the session affinity test's set-up: the programs on a
-// cgroup of the test's own, the maps in a bpffs of its own, and the
+// lbEnv is the set-up of the tests whose clients live in network
+// namespaces of their own (session affinity, v4-mapped IPv6): the programs
+// on a cgroup of the test's own, the maps in a bpffs of its own, and the
 // frontend reconciler's operations on the real maps.
-type affinityEnv struct {
-	t        *testing.T
+type lbEnv struct {
+	t        testing.TB
 	cg       string
+	linkDir  string
 	m        *maps.LBMaps
 	db       *statedb.DB
 	backends statedb.RWTable[*lb.Backend]
 	ops      *lbsync.FrontendOps
 }
 
-func newAffinityEnv(t *testing.T) *affinityEnv {
+func newLBEnv(t testing.TB) *lbEnv {
 	cg := filepath.Join(cgroup2Mount(t), "cellium-socklb-aff-"+strings.ToLower(rand.Text()[:8]))
 	if err := os.Mkdir(cg, 0o755); err != nil {
 		t.Fatal(err)
@@ -188,13 +197,13 @@ func newAffinityEnv(t *testing.T) *affinityEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &affinityEnv{t: t, cg: cg, m: m, db: db, backends: backends,
+	return &lbEnv{t: t, cg: cg, linkDir: linkDir, m: m, db: db, backends: backends,
 		ops: lbsync.NewFrontendOps(lbsync.PinnedServices{M: m.Services}, lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, backends)}
 }
 
 // addBackends writes backends (IDs and addresses) into the backends map
 // and, as Done, into the table.
-func (e *affinityEnv) addBackends(ids []uint32, addrs []lb.L4Addr) {
+func (e *lbEnv) addBackends(ids []uint32, addrs []lb.L4Addr) {
 	if err := e.m.Backends.Update(ids, addrs); err != nil {
 		e.t.Fatal(err)
 	}
@@ -208,7 +217,7 @@ func (e *affinityEnv) addBackends(ids []uint32, addrs []lb.L4Addr) {
 }
 
 // frontend reconciles frontend fe with backends ids into the maps.
-func (e *affinityEnv) frontend(fe lb.L4Addr, affinity bool, timeout uint32, ids ...uint32) {
+func (e *lbEnv) frontend(fe lb.L4Addr, affinity bool, timeout uint32, ids ...uint32) {
 	e.t.Helper()
 	row := &lb.Frontend{Address: fe, Service: "test/svc", SessionAffinity: affinity, AffinityTimeout: timeout}
 	txn := e.db.ReadTxn()
@@ -232,7 +241,7 @@ type client struct {
 	cookie uint64
 }
 
-func (e *affinityEnv) newClient() *client {
+func (e *lbEnv) newClient() *client {
 	e.t.Helper()
 	n, err := testutils.NewNS()
 	if err != nil {
@@ -272,7 +281,7 @@ var backendPorts = []uint16{18081, 18082, 18083}
 
 // ask runs n exchanges of kind ("tcpwho" or "udpwho") from c to fe in a
 // process in the test's cgroup and returns the ports that answered.
-func (e *affinityEnv) ask(c *client, kind string, fe lb.L4Addr, n int) []uint16 {
+func (e *lbEnv) ask(c *client, kind string, fe lb.L4Addr, n int) []uint16 {
 	e.t.Helper()
 	serve := make([]string, len(backendPorts))
 	for i, p := range backendPorts {
@@ -322,7 +331,7 @@ func containsPort(ps []uint16, p uint16) bool {
 }
 
 // entry returns c's affinity entry for fe.
-func (e *affinityEnv) entry(c *client, fe lb.L4Addr) (maps.AffinityValue, bool) {
+func (e *lbEnv) entry(c *client, fe lb.L4Addr) (maps.AffinityValue, bool) {
 	e.t.Helper()
 	var v maps.AffinityValue
 	found := false
@@ -366,7 +375,7 @@ func monoNow(t *testing.T) uint64 {
 //   - with affinity off, connections from one namespace spread again.
 func TestPrivilegedSocketLBSessionAffinity(t *testing.T) {
 	privileged.Require(t)
-	e := newAffinityEnv(t)
+	e := newLBEnv(t)
 	// Frontends in 198.18.x.0/24 (x from the PID, like
 	// TestPrivilegedSocketLB), .20; clients' namespaces have only lo,
 	// so an untranslated connection cannot leave them.

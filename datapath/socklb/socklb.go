@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -27,12 +28,17 @@ type Program struct {
 }
 
 // Programs are the socket load balancer's programs; each link is pinned
-// under its Name.
+// under its Name. The cil_sock6 ones serve dual-stack AF_INET6 sockets
+// and frontends written IPv4-mapped; there is no sendmsg6 program, as the
+// kernel runs sendmsg4 for a v4-mapped destination (bpf/sock.c).
 var Programs = []Program{
 	{bpf.SockProgCilSock4Connect, ebpf.AttachCGroupInet4Connect},
 	{bpf.SockProgCilSock4Sendmsg, ebpf.AttachCGroupUDP4Sendmsg},
 	{bpf.SockProgCilSock4Recvmsg, ebpf.AttachCGroupUDP4Recvmsg},
 	{bpf.SockProgCilSock4Getpeername, ebpf.AttachCgroupInet4GetPeername},
+	{bpf.SockProgCilSock6Connect, ebpf.AttachCGroupInet6Connect},
+	{bpf.SockProgCilSock6Recvmsg, ebpf.AttachCGroupUDP6Recvmsg},
+	{bpf.SockProgCilSock6Getpeername, ebpf.AttachCgroupInet6GetPeername},
 }
 
 // IsCgroup2 reports whether path is the mount of a cgroup v2 hierarchy.
@@ -67,7 +73,10 @@ func EnsureCgroup2(path string) (mounted bool, err error) {
 // cgroup v2 hierarchy mounted at cgroupRoot, pinning its link in linkDir
 // (a bpffs directory, created if missing). A link already pinned there
 // gets the new program in place (link update); a pin that cannot be
-// updated is replaced by a new attachment.
+// updated is replaced by a new attachment. A program without a pin yet
+// (an agent upgraded from one without it) is attached; a pin in linkDir
+// that is none of Programs (left by another version of the agent) is
+// removed, which detaches its program.
 func Attach(m *maps.LBMaps, cgroupRoot, linkDir string) error {
 	ok, err := IsCgroup2(cgroupRoot)
 	if err != nil {
@@ -98,7 +107,30 @@ func Attach(m *maps.LBMaps, cgroupRoot, linkDir string) error {
 			return err
 		}
 	}
-	return nil
+	return removePins(linkDir, true)
+}
+
+// removePins removes the pins in linkDir, only those that are none of
+// Programs if unknownOnly. A missing linkDir has none.
+func removePins(linkDir string, unknownOnly bool) error {
+	entries, err := os.ReadDir(linkDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the link pins: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if unknownOnly && slices.ContainsFunc(Programs, func(p Program) bool { return p.Name == e.Name() }) {
+			continue
+		}
+		pin := filepath.Join(linkDir, e.Name())
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", pin, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func attachOne(prog *ebpf.Program, p Program, cgroupRoot, pin string) error {
@@ -128,19 +160,17 @@ func attachOne(prog *ebpf.Program, p Program, cgroupRoot, pin string) error {
 }
 
 // Detach removes the pinned links in linkDir, which detaches the programs,
-// then the directory. Missing pins are not an error.
+// then the directory. Every pin there goes, also one that is none of
+// Programs (left by another version of the agent). Missing pins are not
+// an error.
 func Detach(linkDir string) error {
-	var errs []error
-	for _, p := range Programs {
-		pin := filepath.Join(linkDir, p.Name)
-		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("unpin %s: %w", pin, err))
-		}
+	if err := removePins(linkDir, false); err != nil {
+		return err
 	}
 	if err := os.Remove(linkDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("remove %s: %w", linkDir, err))
+		return fmt.Errorf("remove %s: %w", linkDir, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Attached returns the names of the programs whose links are pinned in

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -37,13 +38,24 @@ import (
 //	netns=PATH           every later socket is in the network namespace
 //	                     PATH (the client the affinity is for)
 //	serve=P1/P2/...      TCP and UDP servers on 127.0.0.1:Pi answering Pi
+//	serve6=P1/P2/...     the same on [::1]:Pi
 //	tcpwho=VIP:port*N    N connections, print "tcpwho <answer>" each
 //	udpwho=VIP:port*N    N sendto/recvfrom on one unconnected UDP socket,
 //	                     print "udpwho <answer> <from>" each
+//
+// and the AF_INET6 items of TestPrivilegedSocketLBMappedV4 (see
+// runMappedItem) and the benchmark's (runBenchItem).
 func runChild(args string) error {
 	for item := range strings.SplitSeq(args, ",") {
 		kind, addr, _ := strings.Cut(item, "=")
-		if done, err := runAffinityItem(kind, addr); done || err != nil {
+		var done bool
+		var err error
+		for _, run := range []func(kind, arg string) (bool, error){runAffinityItem, runMappedItem, runBenchItem} {
+			if done, err = run(kind, addr); done || err != nil {
+				break
+			}
+		}
+		if done || err != nil {
 			if err != nil {
 				return fmt.Errorf("%s: %w", item, err)
 			}
@@ -107,7 +119,7 @@ func runChild(args string) error {
 }
 
 // cgroup2Mount finds the machine's cgroup v2 mount.
-func cgroup2Mount(t *testing.T) string {
+func cgroup2Mount(t testing.TB) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
@@ -223,6 +235,10 @@ func TestPrivilegedSocketLB(t *testing.T) {
 		t.Fatal(err)
 	}
 	linkDir := filepath.Join(bpffs, "socklb")
+	// A pin of a program this version does not have (left by another
+	// version of the agent) goes at Attach.
+	stray := filepath.Join(linkDir, "cil_sock6_sendmsg")
+	pinStray(t, stray)
 	if err := Attach(m, cg, linkDir); err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +246,9 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	names, err := Attached(linkDir)
 	if err != nil || len(names) != len(Programs) {
 		t.Fatalf("attached %v (%v), want %d links", names, err, len(Programs))
+	}
+	if _, err := os.Stat(stray); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stray pin %s still there after Attach (%v)", stray, err)
 	}
 	// Attaching again updates the pinned links in place.
 	if err := Attach(m, cg, linkDir); err != nil {
@@ -246,11 +265,16 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 
 	// Detached: the frontend is an ordinary (blackholed) address again.
+	// Detach removes a stray pin too, and the directory.
+	pinStray(t, stray)
 	if err := Detach(linkDir); err != nil {
 		t.Fatal(err)
 	}
 	if names, _ := Attached(linkDir); len(names) != 0 {
 		t.Fatalf("still pinned after Detach: %v", names)
+	}
+	if _, err := os.Stat(linkDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there after Detach (%v)", linkDir, err)
 	}
 	// A blackhole route answers EINVAL to connect(); translated, the
 	// connection would have reached the echo server.
@@ -261,17 +285,37 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 }
 
-// child runs runChild(args) in cgroup cg and returns its output.
-func child(t *testing.T, cg, args string) string {
+// pinStray pins a small map at pin (creating its directory), standing in
+// for a link pinned by another version of the agent.
+func pinStray(t *testing.T, pin string) {
 	t.Helper()
-	f, err := os.Open(cg)
+	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer m.Close()
+	if err := m.Pin(pin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// child runs runChild(args) in cgroup cg (in the test's own cgroup if cg
+// is empty) and returns its output.
+func child(t testing.TB, cg, args string) string {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childEnv+"="+args)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	if cg != "" {
+		f, err := os.Open(cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("client %s: %v\n%s", args, err, out)
