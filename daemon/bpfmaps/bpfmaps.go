@@ -119,7 +119,7 @@ func register(p params, open Opener) error {
 	lazy := &lazyTargets{}
 	ic := mapsync.IPCacheConfig(p.IPCache, lazyMap[netip.Prefix, mapsync.IPCacheValue]{func() mapsync.Map[netip.Prefix, mapsync.IPCacheValue] { return lazy.t.IPCache }})
 	ec := mapsync.EndpointsConfig(t, lazyMap[netip.Addr, mapsync.EndpointInfo]{func() mapsync.Map[netip.Addr, mapsync.EndpointInfo] { return lazy.t.Endpoints }})
-	pc := mapsync.PoliciesConfig(t, lazyPolicies{lazy})
+	pc := mapsync.PoliciesConfig(t, mapsync.NewPolicyOps(lazyPolicies{lazy}, p.Endpoints))
 	ic.FullInterval, ec.FullInterval, pc.FullInterval = IPCacheFullInterval, FullInterval, FullInterval
 	// The maps open in the start hook, before any reconciler runs.
 	p.Lifecycle.Append(hive.Hook{
