@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
@@ -84,6 +85,9 @@ func TestPolicyMapOverflowFailsClosed(t *testing.T) {
 	if ids := e.polOps.Overflowing(); !slices.Equal(ids, []uint16{5}) {
 		t.Errorf("overflowing endpoints %v, want [5]", ids)
 	}
+	if n := overflowMetric(t, e.polOps); n != 1 {
+		t.Errorf("cellium_policy_map_overflow_endpoints = %v, want 1", n)
+	}
 
 	// Revision 3 fits again: written as usual, the overflow is over.
 	small := []policy.Entry{deny, {Key: key(2000, policy.Ingress, policy.ProtoTCP, 80)}}
@@ -101,6 +105,9 @@ func TestPolicyMapOverflowFailsClosed(t *testing.T) {
 	}
 	if ids := e.polOps.Overflowing(); len(ids) != 0 {
 		t.Errorf("overflowing endpoints %v after the policy fits", ids)
+	}
+	if n := overflowMetric(t, e.polOps); n != 0 {
+		t.Errorf("cellium_policy_map_overflow_endpoints = %v after the policy fits, want 0", n)
 	}
 }
 
@@ -136,4 +143,22 @@ func TestPolicyMapOverflowOfDenies(t *testing.T) {
 	if ids := e.polOps.Overflowing(); len(ids) != 0 {
 		t.Errorf("overflowing endpoints %v after the endpoint's deletion", ids)
 	}
+}
+
+// overflowMetric is the value of cellium_policy_map_overflow_endpoints.
+func overflowMetric(t *testing.T, ops *PolicyOps) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewPolicyCollector(ops))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "cellium_policy_map_overflow_endpoints" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no cellium_policy_map_overflow_endpoints in %v", mfs)
+	return 0
 }
