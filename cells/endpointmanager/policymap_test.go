@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
@@ -73,10 +74,11 @@ func (f *fakePolicyMaps) cell() hive.Cell {
 // error; a revision that fits makes the endpoint ready again.
 func TestNotReadyWhenPolicyMapOverflows(t *testing.T) {
 	maps := &fakePolicyMaps{tooLarge: map[uint64]bool{}}
+	reg := prometheus.NewPedanticRegistry()
 	e := startWith(t, t.TempDir(), nil, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
 		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
 		pods.Insert(txn, pod("big", "uid-2", map[string]string{"app": "big"}))
-	}, nil, maps.cell())
+	}, nil, maps.cell(), hive.Provide(func() prometheus.Registerer { return reg }))
 	var web models.Endpoint
 	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &web); code != 201 || web.Status.State != models.EndpointStateReady {
 		t.Fatalf("ADD web-1: %d %s", code, web.Status.State)
@@ -102,6 +104,9 @@ func TestNotReadyWhenPolicyMapOverflows(t *testing.T) {
 	if got.Status.State != models.EndpointStateNotReady {
 		t.Errorf("API state %s, want not-ready", got.Status.State)
 	}
+	if n := endpointStateMetric(t, reg, "not-ready"); n != 1 {
+		t.Errorf(`cellium_endpoint_state{endpoint_state="not-ready"} = %v, want 1`, n)
+	}
 
 	// A new pod whose policy (revision 2) does not fit: its ADD fails
 	// at once with the reason.
@@ -122,4 +127,27 @@ func TestNotReadyWhenPolicyMapOverflows(t *testing.T) {
 	if ep.Status("").Health.OverallHealth != ciliumv2.EndpointHealthOK {
 		t.Errorf("health after recovery: %s", ep.Status("").Health.OverallHealth)
 	}
+	if n := endpointStateMetric(t, reg, "not-ready"); n != 0 {
+		t.Errorf(`cellium_endpoint_state{endpoint_state="not-ready"} = %v after recovery, want 0`, n)
+	}
+}
+
+// endpointStateMetric is cellium_endpoint_state for state (0: no series).
+func endpointStateMetric(t *testing.T, reg prometheus.Gatherer, state string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cellium_endpoint_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == state {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }
