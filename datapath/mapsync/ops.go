@@ -237,7 +237,8 @@ func Entries(p *policy.EndpointPolicy) map[policy.Key]PolicyValue {
 // Update implements reconciler.Operations: it writes the entries that are
 // new or changed in one batch, then deletes the entries no longer desired
 // in one batch, so the map never lacks an entry that both the old and the
-// new policy have.
+// new policy have. A policy larger than the map fails closed (FailClosed)
+// and returns an error wrapping ErrPolicyTooLarge.
 func (o *PolicyOps) Update(_ context.Context, _ statedb.ReadTxn, row *mapstate.PolicyMap) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -268,13 +269,13 @@ func (o *PolicyOps) update(row *mapstate.PolicyMap) (err error) {
 		// Fail closed: the previous policy must not stay, it may allow
 		// what this one denies.
 		closed := FailClosed(want, max)
+		o.overflowing[id] = true
 		if err := replace(m, have, closed); err != nil {
 			delete(o.realized, id)
-			delete(o.overflowing, id)
 			return fmt.Errorf("%d entries do not fit the map (at most %d), and emptying it of its allow entries failed: %w (%w)",
 				len(want), max, err, ErrPolicyTooLarge)
 		}
-		o.realized[id], o.overflowing[id] = closed, true
+		o.realized[id] = closed
 		return fmt.Errorf("%d entries do not fit the map (at most %d): it holds the policy's %d deny entries alone and the endpoint drops all traffic until its policy fits: %w",
 			len(want), max, len(closed), ErrPolicyTooLarge)
 	}
