@@ -162,3 +162,43 @@ func overflowMetric(t *testing.T, ops *PolicyOps) float64 {
 	t.Fatalf("no cellium_policy_map_overflow_endpoints in %v", mfs)
 	return 0
 }
+
+// Writing the deny entries of an overflowing policy fails: the allow
+// entries are gone already (they are deleted first), the row says the
+// policy is too large, and the endpoint counts as overflowing.
+func TestPolicyMapOverflowWriteFails(t *testing.T) {
+	const capacity = 4
+	e := newEnv(t, 0, func(e *env, tg targets) { tg.pol.(*fakePolicyMaps).max = capacity })
+	pm := tableWatch(e.db, statedb.Table[*mapstate.PolicyMap](e.tables.PolicyMap))
+	e.write(func(w statedb.WriteTxn) {
+		_, _, _ = e.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.1.0.5"), Identity: 1234})
+		_, _, _ = e.pols.Insert(w, policyRow(5, 1, []policy.Entry{{Key: key(0, policy.Ingress, 0, 0)}}))
+	})
+	waitFor(t, "revision 1", func() bool { row, ok := policyMapRow(e, 5); return ok && row.Realized == 1 }, pm)
+	m, _ := e.polMaps.get(5)
+	m.fail(-1)
+	big := []policy.Entry{{Key: key(666, policy.Ingress, 0, 0), Deny: true}}
+	for i := range identity.NumericIdentity(capacity) {
+		big = append(big, policy.Entry{Key: key(2000+i, policy.Ingress, policy.ProtoTCP, 80)})
+	}
+	slices.SortFunc(big, func(a, b policy.Entry) int { return a.Key.Compare(b.Key) })
+	e.write(func(w statedb.WriteTxn) { _, _, _ = e.pols.Insert(w, policyRow(5, 2, big)) })
+	waitFor(t, "revision 2 refused", func() bool {
+		row, ok := policyMapRow(e, 5)
+		return ok && row.Revision == 2 && row.Status.Kind == reconciler.StatusError &&
+			strings.Contains(row.Status.Error, ErrPolicyTooLarge.Error()) && strings.Contains(row.Status.Error, errInjected.Error())
+	}, pm)
+	for k, v := range m.snapshot() {
+		if !v.Deny {
+			t.Errorf("allow entry %s left although writing the denies failed", k)
+		}
+	}
+	if ids := e.polOps.Overflowing(); !slices.Equal(ids, []uint16{5}) {
+		t.Errorf("overflowing endpoints %v, want [5]", ids)
+	}
+	m.fail(0)
+	waitFor(t, "the deny written on a retry", func() bool {
+		_, ok := m.snapshot()[big[0].Key]
+		return ok
+	}, e.polMaps.watch)
+}
