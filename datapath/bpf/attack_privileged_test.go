@@ -6,8 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
@@ -475,5 +478,108 @@ func TestPrivilegedAttackReplyAfterRevoke(t *testing.T) {
 	b.expectPass(t, "R's UDP once allowed again", b.to(t, epA, packet(b.r, b.a, 17, 53, 5300, 0)))
 	if _, err := b.m.CT4.Lookup(maps.CTKey{Src: b.r, Dst: b.a, SrcPort: 80, DstPort: 42000, Proto: 6, Dir: maps.CTIngress, Endpoint: epA}); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("the peer's packets opened an entry the other way: %v", err)
+	}
+}
+
+// TestPrivilegedAttackSpoofedSourceRealPackets sends the forged datagram
+// for real: pod A writes, on a raw socket, a UDP datagram "from" V to D,
+// whose ingress admits only V, through the veths, the node's stack and
+// the attached programs. Before source validation D read it as V's; now
+// it drops at A with 132 and D
+// never reads it; V's own datagram, sent after the drop, is the first D
+// reads.
+func TestPrivilegedAttackSpoofedSourceRealPackets(t *testing.T) {
+	privileged.Require(t)
+	m, dir := openMaps(t)
+	events := newEventReader(t, m)
+	var seen []maps.Event
+
+	node := newTestNode(t)
+	a := node.addPod(t, "sa", netip.MustParseAddr("10.77.0.50"))
+	v := node.addPod(t, "sv", netip.MustParseAddr("10.77.0.51"))
+	d := node.addPod(t, "sd", netip.MustParseAddr("10.77.0.52"))
+	const sa, sv, sd uint16 = 21, 22, 23
+	for _, p := range []struct {
+		pod *testPod
+		ep  uint16
+		id  identity.NumericIdentity
+		pol []policy.Entry
+	}{
+		{a, sa, idA, []policy.Entry{allowAllIngress, allowAllEgress}},
+		{v, sv, idV, []policy.Entry{allowAllIngress, allowAllEgress}},
+		{d, sd, idD, []policy.Entry{allowAllEgress, {Key: policy.NewKey(idV, policy.Ingress, policy.ProtoAny, 0, 0)}}},
+	} {
+		registerPod(t, m, p.pod, p.id, p.ep)
+		pm := openPolicy(t, dir, p.ep)
+		if err := pm.BatchUpdate(p.pol); err != nil {
+			t.Fatal(err)
+		}
+		coll := loadEndpoint(t, m, pm, endpointConfig{ID: p.ep, Identity: p.id, IfIndex: uint32(p.pod.res.HostIfIndex), MAC: p.pod.res.PodMAC, IPv4: p.pod.ip})
+		node.attach(t, p.pod, coll)
+		// No redirect slot: the datagram takes the node's stack to D's
+		// cil_to_container, which knows its source only by its address
+		// (the redirect hands over the sender's own identity instead).
+	}
+
+	var conn net.PacketConn
+	if err := d.ns.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = net.ListenPacket("udp4", netip.AddrPortFrom(d.ip, 9000).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	// The forged datagram: IPv4 header and UDP by hand (IPPROTO_RAW
+	// implies IP_HDRINCL; the kernel fills the checksum and ID).
+	payload := []byte("forged")
+	pkt := make([]byte, 20+8+len(payload))
+	pkt[0] = 0x45
+	binary.BigEndian.PutUint16(pkt[2:], uint16(len(pkt)))
+	pkt[8], pkt[9] = 64, 17
+	vs, ds := v.ip.As4(), d.ip.As4()
+	copy(pkt[12:16], vs[:])
+	copy(pkt[16:20], ds[:])
+	binary.BigEndian.PutUint16(pkt[20:], 7000)
+	binary.BigEndian.PutUint16(pkt[22:], 9000)
+	binary.BigEndian.PutUint16(pkt[24:], uint16(8+len(payload)))
+	copy(pkt[28:], payload)
+	if err := a.ns.Do(func(ns.NetNS) error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: ds})
+	}); err != nil {
+		t.Fatalf("send the forged datagram from A: %v", err)
+	}
+	ev := events.waitFor(t, "drop of the forged datagram", &seen, func(e maps.Event) bool {
+		return e.Type == maps.EventDrop && e.EndpointID == sa
+	})
+	if ev.Reason != maps.DropInvalidSourceIP || ev.Src != v.ip || ev.Dst != d.ip {
+		t.Errorf("drop at A: %v, want 132 (Invalid source ip) for %s -> %s", ev, v.ip, d.ip)
+	}
+
+	if err := v.ns.Do(func(ns.NetNS) error {
+		c, err := net.Dial("udp4", netip.AddrPortFrom(d.ip, 9000).String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("legit"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, from, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("D read nothing, not even V's own datagram: %v", err)
+	}
+	if string(buf[:n]) != "legit" {
+		t.Errorf("D's first datagram: %q from %v, want V's %q (the forged one got through)", buf[:n], from, "legit")
 	}
 }
