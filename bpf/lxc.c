@@ -34,6 +34,7 @@ volatile const __u8 TRACE_ENABLED = 0;
 #define IPPROTO_ICMP 1
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define IPPROTO_SCTP 132
 
 #define ICMP_ECHOREPLY 0
 #define ICMP_DEST_UNREACH 3
@@ -131,6 +132,7 @@ static __always_inline int parse_inner(struct pkt *p, __u8 *q, void *end, void *
 	switch (p->inner.proto) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
 		p->inner.sport = *(__be16 *)l4;
 		p->inner.dport = *(__be16 *)(l4 + 2);
 		break;
@@ -220,7 +222,10 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		p->tcp_flags = l4[13];
 		break;
 	case IPPROTO_UDP:
-		if ((void *)(l4 + 8) > end)
+	case IPPROTO_SCTP:
+		/* UDP's header (8 bytes) and SCTP's common header (12) both
+		 * begin with the two ports. */
+		if ((void *)(l4 + (p->proto == IPPROTO_SCTP ? 12 : 8)) > end)
 			return DROP_CT_INVALID_HDR;
 		if ((void *)(l4 + 8) > data_end)
 			return PARSE_SHORT;

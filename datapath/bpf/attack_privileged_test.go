@@ -583,3 +583,27 @@ func TestPrivilegedAttackSpoofedSourceRealPackets(t *testing.T) {
 		t.Errorf("D's first datagram: %q from %v, want V's %q (the forged one got through)", buf[:n], from, "legit")
 	}
 }
+
+// TestPrivilegedAttackSCTPPorts: SCTP is decided on its ports, as the
+// policy engine writes them. Before, SCTP was seen with port 0: a port
+// rule allowed nothing and an SCTP port deny beside an L3 allow did
+// nothing.
+func TestPrivilegedAttackSCTPPorts(t *testing.T) {
+	privileged.Require(t)
+	b := newAttackBed(t)
+	sctp := func(sport, dport uint16) []byte {
+		h := make([]byte, 12+16) // common header, then a chunk's worth
+		binary.BigEndian.PutUint16(h[0:], sport)
+		binary.BigEndian.PutUint16(h[2:], dport)
+		return ipv4(b.v, b.d, 132, 0, 0, h)
+	}
+	setPolicy(t, b.pol[epD], policy.Entry{Key: policy.NewKey(idV, policy.Ingress, policy.ProtoSCTP, 9000, 16)})
+	b.expectPass(t, "SCTP to the allowed port", b.to(t, epD, sctp(5000, 9000)))
+	b.expectDrop(t, "SCTP to another port", b.to(t, epD, sctp(5000, 9001)), epD, maps.DropPolicy)
+	setPolicy(t, b.pol[epD], policy.Entry{Key: policy.NewKey(idV, policy.Ingress, policy.ProtoAny, 0, 0)},
+		policy.Entry{Key: policy.NewKey(idV, policy.Ingress, policy.ProtoSCTP, 9002, 16), Deny: true})
+	b.expectDrop(t, "SCTP to a denied port beside an L3 allow", b.to(t, epD, sctp(5001, 9002)), epD, maps.DropPolicyDenyList)
+	b.expectPass(t, "SCTP to another port under the L3 allow", b.to(t, epD, sctp(5001, 9003)))
+	short := ipv4(b.v, b.d, 132, 0, 0, make([]byte, 8))
+	b.expectDrop(t, "SCTP shorter than its common header", b.to(t, epD, short), epD, maps.DropCTInvalidHeader)
+}
