@@ -34,12 +34,14 @@ type params struct {
 	Nodes     statedb.Table[*nodes.Node]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	CIDRs     statedb.Table[*policy.CIDRIdentity]
-	IPCache   statedb.RWTable[*ipcache.Entry]
-	Jobs      hive.Jobs
+	// Identities: a CEP's identity must be a CiliumIdentity of its namespace.
+	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	IPCache    statedb.RWTable[*ipcache.Entry]
+	Jobs       hive.Jobs
 }
 
 func register(p params) {
 	d := NewDeriver(Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
-		CEPs: p.CEPs, CIDRs: p.CIDRs, IPCache: p.IPCache})
+		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache})
 	p.Jobs.Add(hive.Service("derive-ipcache", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
 }

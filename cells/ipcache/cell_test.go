@@ -31,10 +31,10 @@ func TestCellDerives(t *testing.T) {
 	)
 	hivetest.Start(t, nil,
 		hive.Provide(endpoints.NewTable, nodes.NewLocalNodeTable, nodes.NewNodesTable,
-			k8stables.NewCiliumEndpointsTable, policy.NewCIDRTable,
+			k8stables.NewCiliumEndpointsTable, k8stables.NewCiliumIdentitiesTable, policy.NewCIDRTable,
 			statedb.RWTable[*endpoints.Endpoint].ToTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			statedb.RWTable[*nodes.Node].ToTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
-			statedb.RWTable[*policy.CIDRIdentity].ToTable),
+			statedb.RWTable[*policy.CIDRIdentity].ToTable, statedb.RWTable[*ciliumv2.CiliumIdentity].ToTable),
 		Cell,
 		hivetest.Capture(&db), hivetest.Capture(&eps), hivetest.Capture(&local),
 		hivetest.Capture(&ipc), hivetest.Capture(&st),

@@ -27,11 +27,13 @@ type Tables struct {
 	Nodes     statedb.Table[*nodes.Node]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	CIDRs     statedb.Table[*policy.CIDRIdentity]
-	IPCache   statedb.RWTable[*ipcache.Entry]
+	// Identities are the CiliumIdentities a CEP's identity must be one of.
+	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	IPCache    statedb.RWTable[*ipcache.Entry]
 }
 
 func (t Tables) inputs() []statedb.TableMeta {
-	return []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs}
+	return []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs, t.Identities}
 }
 
 // Deriver keeps the ipcache table equal to what its input tables claim

@@ -28,6 +28,7 @@ type rw struct {
 	nodes statedb.RWTable[*nodes.Node]
 	ceps  statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	cidrs statedb.RWTable[*policy.CIDRIdentity]
+	ids   statedb.RWTable[*ciliumv2.CiliumIdentity]
 }
 
 func newTables(t *testing.T) rw {
@@ -50,14 +51,16 @@ func newTables(t *testing.T) rw {
 	must(err)
 	r.cidrs, err = policy.NewCIDRTable(db)
 	must(err)
+	r.ids, err = k8stables.NewCiliumIdentitiesTable(db)
+	must(err)
 	ipc, err := ipcache.NewTable(db)
 	must(err)
-	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs, IPCache: ipc}
+	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs, Identities: r.ids, IPCache: ipc}
 	return r
 }
 
 func (r rw) write(fn func(statedb.WriteTxn)) {
-	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs)
+	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs, r.ids)
 	fn(wtxn)
 	wtxn.Commit()
 }
