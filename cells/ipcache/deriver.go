@@ -71,8 +71,12 @@ type Deriver struct {
 	nodeIPs map[string][]netip.Addr
 	// refused are the CEPs whose claims the checks refuse, by key, and
 	// conflicts the prefixes whose acceptable CEPs disagree.
-	refused   map[string]Refusal
+	refused   map[string]refusal
 	conflicts map[netip.Prefix]struct{}
+	// synced is set once every input table is initialized: refusals are
+	// logged and counted from then on (before, a CEP listed ahead of its
+	// CiliumIdentity or CiliumNode is no news).
+	synced bool
 	stats     *trustStats
 	log       *slog.Logger
 }
@@ -90,7 +94,7 @@ func NewDeriver(t Tables, log *slog.Logger) *Deriver {
 	wtxn := t.DB.WriteTxn(t.IPCache)
 	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{}, deferred: map[netip.Prefix]struct{}{},
 		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources"),
-		nodeIPs:  map[string][]netip.Addr{}, refused: map[string]Refusal{}, conflicts: map[netip.Prefix]struct{}{},
+		nodeIPs:  map[string][]netip.Addr{}, refused: map[string]refusal{}, conflicts: map[netip.Prefix]struct{}{},
 		stats: newTrustStats(), log: log}
 	wtxn.Commit()
 	return d
@@ -302,9 +306,41 @@ func (d *Deriver) step() (watches, error) {
 	if d.initDone != nil {
 		w.init = d.initWatch(rtxn)
 	}
-	err := d.write(rtxn, touched)
+	if !d.synced && d.initWatch(rtxn) == nil {
+		d.synced = true
+		for key, r := range d.refused {
+			d.report(key, r)
+		}
+	}
+	// The numbers first: whoever sees the rows sees the numbers too.
+	for p := range touched {
+		d.noteConflict(p)
+	}
 	d.stats.set(d.refused, len(d.conflicts))
-	return w, err
+	return w, d.write(rtxn, touched)
+}
+
+// refusal is a refused CEP: why, and what it named.
+type refusal struct {
+	why  Refusal
+	id   int64
+	node string
+}
+
+// report logs and counts a refusal. Refusals that a CiliumIdentity or
+// CiliumNode arriving later may lift (the watches of different resources
+// are not ordered) are logged at info level, the others as warnings.
+func (d *Deriver) report(key string, r refusal) {
+	if !d.synced {
+		return
+	}
+	d.stats.count(r.why)
+	level := slog.LevelWarn
+	if r.why == RefusedUnknownIdentity || r.why == RefusedUnknownNode {
+		level = slog.LevelInfo
+	}
+	d.log.Log(context.Background(), level, "CiliumEndpoint refused: its addresses stay out of the ipcache",
+		"cep", key, "reason", r.why, "identity", r.id, "node", r.node)
 }
 
 func (d *Deriver) trust(txn statedb.ReadTxn) trust {
@@ -321,16 +357,13 @@ func (d *Deriver) setCEP(cep *ciliumv2.CiliumEndpoint, tr trust, touched map[net
 	switch {
 	case why == "" && was:
 		delete(d.refused, key)
-		d.log.Info("CiliumEndpoint accepted into the ipcache after all", "cep", key, "was", old)
-	case why != "" && why != old:
-		d.refused[key] = why
-		d.stats.count(why)
-		var id int64
-		if cep.Status.Identity != nil {
-			id = cep.Status.Identity.ID
+		if d.synced {
+			d.log.Debug("CiliumEndpoint no longer refused", "cep", key, "was", old.why)
 		}
-		d.log.Warn("CiliumEndpoint refused: its addresses stay out of the ipcache",
-			"cep", key, "reason", why, "identity", id, "node", cep.Status.Networking.NodeIP)
+	case why != "" && why != old.why:
+		r := refusal{why: why, id: cep.Status.Identity.ID, node: cep.Status.Networking.NodeIP}
+		d.refused[key] = r
+		d.report(key, r)
 	}
 }
 
@@ -400,7 +433,6 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{})
 	wtxn := d.t.DB.WriteTxn(d.t.IPCache)
 	defer wtxn.Abort()
 	for p := range touched {
-		d.noteConflict(p)
 		cur, _, found := d.t.IPCache.Get(wtxn, ipcache.PrefixIndex.Query(p))
 		pendingDelete := found && cur.Status.Kind == reconciler.StatusPendingDelete
 		want, ok := d.st.winner(p)

@@ -38,10 +38,10 @@ func (t *trustStats) count(why Refusal) {
 }
 
 // set replaces the current numbers.
-func (t *trustStats) set(refused map[string]Refusal, conflicts int) {
+func (t *trustStats) set(refused map[string]refusal, conflicts int) {
 	by := map[Refusal]int{}
-	for _, why := range refused {
-		by[why]++
+	for _, r := range refused {
+		by[r.why]++
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

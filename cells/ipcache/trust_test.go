@@ -3,6 +3,7 @@ package ipcache
 import (
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/statedb"
@@ -213,4 +214,108 @@ func TestCEPAttackTieByName(t *testing.T) {
 	})
 	d.mustStep(t)
 	wantRow(t, r, "10.2.0.9/32", 2000, "cep default/web")
+}
+
+// Each refusal is counted by reason, now and in total, and so is an
+// address whose CEPs disagree; the counts follow the CEPs as they are
+// fixed and deleted, and the job's health mentions them.
+func TestCEPRefusalsCounted(t *testing.T) {
+	r, d := trustedCluster(t)
+	bad := []*ciliumv2.CiliumEndpoint{
+		cep("default", "reserved", "192.168.0.2", 1, "10.2.0.20"),
+		cep("default", "unknown", "192.168.0.2", 4242, "10.2.0.21"),
+		cep("default", "other-ns", "192.168.0.2", 3000, "10.2.0.22"),
+		cep("default", "no-node", "192.168.0.99", 2000, "10.2.0.23"),
+		cep("default", "outside", "192.168.0.2", 2000, "10.1.0.23"),
+		cep("default", "disagrees", "192.168.0.2", 2001, "10.2.0.9"),
+	}
+	r.write(func(w statedb.WriteTxn) {
+		for _, c := range bad {
+			_, _, _ = r.ceps.Insert(w, c)
+		}
+	})
+	d.mustStep(t)
+	s := d.Trust()
+	for _, why := range Refusals {
+		if s.Refused[why] != 1 || s.RefusedTotal[why] != 1 {
+			t.Errorf("%s: %d refused now, %d in total, want 1 and 1", why, s.Refused[why], s.RefusedTotal[why])
+		}
+	}
+	if s.Conflicts != 1 {
+		t.Errorf("%d conflicts, want 1 (10.2.0.9)", s.Conflicts)
+	}
+	if msg := d.status(); !strings.Contains(msg, "5 CiliumEndpoints refused") || !strings.Contains(msg, "1 addresses with conflicting") {
+		t.Errorf("health %q does not mention the refusals and the conflict", msg)
+	}
+
+	// The unknown identity appears; the reserved one changes reason;
+	// the disagreeing CEP goes.
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.ids.Insert(w, cid(4242, "default"))
+		_, _, _ = r.ceps.Insert(w, cep("default", "reserved", "192.168.0.2", 3000, "10.2.0.20"))
+		_, _, _ = r.ceps.Delete(w, bad[5])
+	})
+	d.mustStep(t)
+	s = d.Trust()
+	if s.Refused[RefusedUnknownIdentity] != 0 || s.Refused[RefusedReservedIdentity] != 0 || s.Refused[RefusedNamespaceMismatch] != 2 {
+		t.Errorf("after the fixes: refused %v", s.Refused)
+	}
+	if s.RefusedTotal[RefusedNamespaceMismatch] != 2 || s.RefusedTotal[RefusedReservedIdentity] != 1 {
+		t.Errorf("after the fixes: refused in total %v", s.RefusedTotal)
+	}
+	if s.Conflicts != 0 {
+		t.Errorf("%d conflicts after the disagreeing CEP went", s.Conflicts)
+	}
+	wantRow(t, r, "10.2.0.21/32", 4242, "cep default/unknown")
+
+	r.write(func(w statedb.WriteTxn) {
+		for _, c := range bad {
+			_, _, _ = r.ceps.Delete(w, c)
+		}
+	})
+	d.mustStep(t)
+	s = d.Trust()
+	for why, n := range s.Refused {
+		if n != 0 {
+			t.Errorf("%s: %d refused after every bad CEP went", why, n)
+		}
+	}
+	if msg := d.status(); strings.Contains(msg, "refused") {
+		t.Errorf("health %q still mentions refusals", msg)
+	}
+}
+
+// Before every input table is initialized a refusal is not news (a CEP
+// listed ahead of its CiliumIdentity): it is counted only if it still
+// holds once they are, and then once.
+func TestCEPRefusalsReportedOnceSynced(t *testing.T) {
+	r := newTables(t)
+	wtxn := r.DB.WriteTxn(r.ids)
+	idsDone := r.ids.RegisterInitializer(wtxn, "reflector")
+	wtxn.Commit()
+	d := newDeriver(t, r)
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n2", PodCIDRs: []netip.Prefix{pfx("10.2.0.0/24")},
+			Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: addr("192.168.0.2")}}})
+		_, _, _ = r.ceps.Insert(w, cep("default", "early", "192.168.0.2", 2000, "10.2.0.9"))
+		_, _, _ = r.ceps.Insert(w, cep("default", "ghost", "192.168.0.2", 4242, "10.2.0.10"))
+	})
+	d.mustStep(t)
+	if s := d.Trust(); s.RefusedTotal[RefusedUnknownIdentity] != 0 || s.Refused[RefusedUnknownIdentity] != 2 {
+		t.Fatalf("before the identities are listed: %+v, want 2 refused now and none counted", s)
+	}
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.ids.Insert(w, cid(2000, "default"))
+		idsDone(w)
+	})
+	d.mustStep(t)
+	wantRow(t, r, "10.2.0.9/32", 2000, "cep default/early")
+	s := d.Trust()
+	if s.Refused[RefusedUnknownIdentity] != 1 || s.RefusedTotal[RefusedUnknownIdentity] != 1 {
+		t.Fatalf("once listed: %+v, want default/ghost refused and counted once", s)
+	}
+	d.mustStep(t)
+	if s := d.Trust(); s.RefusedTotal[RefusedUnknownIdentity] != 1 {
+		t.Fatalf("counted again: %+v", s)
+	}
 }
