@@ -77,8 +77,8 @@ type Deriver struct {
 	// logged and counted from then on (before, a CEP listed ahead of its
 	// CiliumIdentity or CiliumNode is no news).
 	synced bool
-	stats     *trustStats
-	log       *slog.Logger
+	stats  *trustStats
+	log    *slog.Logger
 }
 
 // NewDeriver registers the deriver as the ipcache table's initializer:
