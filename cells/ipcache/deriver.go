@@ -69,9 +69,11 @@ type Deriver struct {
 	// nodeIPs are each node's InternalIPs as last seen: the CEPs naming
 	// them are checked again when the node changes or goes.
 	nodeIPs map[string][]netip.Addr
-	// refused are the CEPs whose claims the checks refuse, by key, and
-	// conflicts the prefixes whose acceptable CEPs disagree.
+	// refused are the CEPs whose claims the checks refuse, by key (and
+	// their number by reason), and conflicts the prefixes whose
+	// acceptable CEPs disagree.
 	refused   map[string]refusal
+	refusedBy map[Refusal]int
 	conflicts map[netip.Prefix]struct{}
 	// synced is set once every input table is initialized: refusals are
 	// logged and counted from then on (before, a CEP listed ahead of its
@@ -94,7 +96,7 @@ func NewDeriver(t Tables, log *slog.Logger) *Deriver {
 	wtxn := t.DB.WriteTxn(t.IPCache)
 	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{}, deferred: map[netip.Prefix]struct{}{},
 		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources"),
-		nodeIPs:  map[string][]netip.Addr{}, refused: map[string]refusal{}, conflicts: map[netip.Prefix]struct{}{},
+		nodeIPs:  map[string][]netip.Addr{}, refused: map[string]refusal{}, refusedBy: map[Refusal]int{}, conflicts: map[netip.Prefix]struct{}{},
 		stats: newTrustStats(), log: log}
 	wtxn.Commit()
 	return d
@@ -316,7 +318,7 @@ func (d *Deriver) step() (watches, error) {
 	for p := range touched {
 		d.noteConflict(p)
 	}
-	d.stats.set(d.refused, len(d.conflicts))
+	d.stats.set(d.refusedBy, len(d.conflicts))
 	return w, d.write(rtxn, touched)
 }
 
@@ -356,21 +358,31 @@ func (d *Deriver) setCEP(cep *ciliumv2.CiliumEndpoint, tr trust, touched map[net
 	old, was := d.refused[key]
 	switch {
 	case why == "" && was:
-		delete(d.refused, key)
+		d.unrefuse(key)
 		if d.synced {
 			d.log.Debug("CiliumEndpoint no longer refused", "cep", key, "was", old.why)
 		}
 	case why != "" && why != old.why:
+		d.unrefuse(key)
 		r := refusal{why: why, id: cep.Status.Identity.ID, node: cep.Status.Networking.NodeIP}
 		d.refused[key] = r
+		d.refusedBy[why]++
 		d.report(key, r)
+	}
+}
+
+// unrefuse forgets that the CEP key is refused.
+func (d *Deriver) unrefuse(key string) {
+	if r, ok := d.refused[key]; ok {
+		delete(d.refused, key)
+		d.refusedBy[r.why]--
 	}
 }
 
 // dropCEP forgets a deleted CEP.
 func (d *Deriver) dropCEP(key string, touched map[netip.Prefix]struct{}) {
 	d.st.set(cepOwner(key), nil, touched)
-	delete(d.refused, key)
+	d.unrefuse(key)
 }
 
 // status is the deriver's health message.

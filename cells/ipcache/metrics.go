@@ -38,14 +38,16 @@ func (t *trustStats) count(why Refusal) {
 }
 
 // set replaces the current numbers.
-func (t *trustStats) set(refused map[string]refusal, conflicts int) {
-	by := map[Refusal]int{}
-	for _, r := range refused {
-		by[r.why]++
-	}
+func (t *trustStats) set(refused map[Refusal]int, conflicts int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.s.Refused, t.s.Conflicts = by, conflicts
+	clear(t.s.Refused)
+	for why, n := range refused {
+		if n > 0 {
+			t.s.Refused[why] = n
+		}
+	}
+	t.s.Conflicts = conflicts
 }
 
 func (t *trustStats) get() TrustStats {
