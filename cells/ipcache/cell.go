@@ -2,8 +2,10 @@ package ipcache
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
@@ -22,7 +24,7 @@ var Cell = hive.Module("ipcache", "IP prefix to identity, from endpoints, nodes,
 	// reconciler also writes the rows' status.
 	hive.Provide(statedb.RWTable[*ipcache.Entry].ToTable,
 		func(t statedb.RWTable[*ipcache.Entry]) ipcache.StatusTable { return ipcache.StatusTable{RWTable: t} }),
-	// Input tables in, prefixes out.
+	// Input tables in, prefixes out; the CiliumEndpoint checks' metrics.
 	hive.Invoke(register),
 )
 
@@ -34,12 +36,17 @@ type params struct {
 	Nodes     statedb.Table[*nodes.Node]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	CIDRs     statedb.Table[*policy.CIDRIdentity]
-	IPCache   statedb.RWTable[*ipcache.Entry]
-	Jobs      hive.Jobs
+	// Identities: a CEP's identity must be a CiliumIdentity of its namespace.
+	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	IPCache    statedb.RWTable[*ipcache.Entry]
+	Jobs       hive.Jobs
+	Log        *slog.Logger
+	Registerer prometheus.Registerer `optional:"true"`
 }
 
-func register(p params) {
+func register(p params) error {
 	d := NewDeriver(Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
-		CEPs: p.CEPs, CIDRs: p.CIDRs, IPCache: p.IPCache})
+		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache}, p.Log)
 	p.Jobs.Add(hive.Service("derive-ipcache", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
+	return registerMetrics(p.Registerer, d)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/ipcache"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
 )
@@ -93,30 +94,34 @@ func nodeClaims(n *nodes.Node) claims {
 }
 
 // cepClaims: a CiliumEndpoint of another node gives its addresses its
-// identity, living on its node. The CEPs of this node (node IP among
-// local) give nothing: the endpoints table knows them first-hand.
-func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool) claims {
+// identity, living on its node, if it passes the checks of tr (see
+// Refusal); else it claims nothing and the refusal says why. The CEPs of
+// this node (node IP among local) give nothing: the endpoints table knows
+// them first-hand. Nor does a CEP whose status has no identity or no
+// networking yet (its agent is still writing it): no refusal.
+func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool, tr trust) (claims, Refusal) {
 	c := claims{}
 	st := cep.Status
-	if st.Identity == nil || st.Identity.ID <= 0 || st.Networking == nil {
-		return c
+	if st.Identity == nil || st.Identity.ID == 0 || st.Networking == nil {
+		return c, ""
 	}
-	nodeIP, _ := netip.ParseAddr(st.Networking.NodeIP)
-	if nodeIP.IsValid() && local[nodeIP.Unmap()] {
-		return c
+	nodeIP, _ := k8stables.CiliumEndpointNodeIP(cep)
+	if nodeIP.IsValid() && local[nodeIP] {
+		return c, ""
 	}
-	cl := claim{id: identity.NumericIdentity(st.Identity.ID), source: ipcache.SourceCiliumEndpoint, hostIP: nodeIP.Unmap()}
-	for _, ap := range st.Networking.Addressing {
-		if ap == nil {
-			continue
-		}
-		for _, s := range []string{ap.IPV4, ap.IPV6} {
-			if a, err := netip.ParseAddr(s); err == nil {
-				c.add(a, cl)
-			}
-		}
+	id, why := tr.checkIdentity(cep)
+	if why != "" {
+		return c, why
 	}
-	return c
+	addrs, why := tr.checkAddresses(cep, nodeIP)
+	if why != "" {
+		return c, why
+	}
+	cl := claim{id: id, source: ipcache.SourceCiliumEndpoint, hostIP: nodeIP}
+	for _, a := range addrs {
+		c.add(a, cl)
+	}
+	return c, ""
 }
 
 // cidrClaims: a prefix a policy rule names has its CIDR identity.

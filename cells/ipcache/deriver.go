@@ -3,8 +3,11 @@ package ipcache
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
+	"strconv"
 
 	"github.com/cilium/statedb"
 
@@ -27,11 +30,13 @@ type Tables struct {
 	Nodes     statedb.Table[*nodes.Node]
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	CIDRs     statedb.Table[*policy.CIDRIdentity]
-	IPCache   statedb.RWTable[*ipcache.Entry]
+	// Identities are the CiliumIdentities a CEP's identity must be one of.
+	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	IPCache    statedb.RWTable[*ipcache.Entry]
 }
 
 func (t Tables) inputs() []statedb.TableMeta {
-	return []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs}
+	return []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs, t.Identities}
 }
 
 // Deriver keeps the ipcache table equal to what its input tables claim
@@ -48,6 +53,7 @@ type Deriver struct {
 	nodes statedb.ChangeIterator[*nodes.Node]
 	ceps  statedb.ChangeIterator[*ciliumv2.CiliumEndpoint]
 	cidrs statedb.ChangeIterator[*policy.CIDRIdentity]
+	ids   statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
 
 	// The local node as both tables show it, and the addresses they
 	// give it (which mark the CEPs of this node).
@@ -59,25 +65,52 @@ type Deriver struct {
 	// was initialized: their rows stay (a restarted agent's map keeps
 	// serving them) until initialization decides about them again.
 	deferred map[netip.Prefix]struct{}
+
+	// nodeIPs are each node's InternalIPs as last seen: the CEPs naming
+	// them are checked again when the node changes or goes.
+	nodeIPs map[string][]netip.Addr
+	// refused are the CEPs whose claims the checks refuse, by key (and
+	// their number by reason), and conflicts the prefixes whose
+	// acceptable CEPs disagree.
+	refused   map[string]refusal
+	refusedBy map[Refusal]int
+	conflicts map[netip.Prefix]struct{}
+	// synced is set once every input table is initialized: refusals are
+	// logged and counted from then on (before, a CEP listed ahead of its
+	// CiliumIdentity or CiliumNode is no news).
+	synced bool
+	stats  *trustStats
+	log    *slog.Logger
 }
 
 // NewDeriver registers the deriver as the ipcache table's initializer:
 // the table (and so the map's pruning) is initialized only once every
 // input table is and the local node has its router IP, so that a
 // restarted agent never prunes an entry it will want again a moment
-// later. It starts nothing.
-func NewDeriver(t Tables) *Deriver {
+// later. It starts nothing. log (nil: none) hears of each CiliumEndpoint
+// the checks refuse.
+func NewDeriver(t Tables, log *slog.Logger) *Deriver {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	wtxn := t.DB.WriteTxn(t.IPCache)
 	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{}, deferred: map[netip.Prefix]struct{}{},
-		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources")}
+		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources"),
+		nodeIPs:  map[string][]netip.Addr{}, refused: map[string]refusal{}, refusedBy: map[Refusal]int{}, conflicts: map[netip.Prefix]struct{}{},
+		stats: newTrustStats(), log: log}
 	wtxn.Commit()
 	return d
 }
 
+// Trust returns how many CiliumEndpoints the checks refuse now, by
+// reason, how many they refused since the start, and how many addresses
+// have disagreeing CEPs. Safe to call from any goroutine.
+func (d *Deriver) Trust() TrustStats { return d.stats.get() }
+
 // Subscribe starts following the input tables' changes; call it in a
 // start hook, before Run.
 func (d *Deriver) Subscribe() error {
-	wtxn := d.t.DB.WriteTxn(d.t.Endpoints, d.t.LocalNode, d.t.Nodes, d.t.CEPs, d.t.CIDRs)
+	wtxn := d.t.DB.WriteTxn(d.t.Endpoints, d.t.LocalNode, d.t.Nodes, d.t.CEPs, d.t.CIDRs, d.t.Identities)
 	defer wtxn.Commit()
 	var err error
 	if d.eps, err = d.t.Endpoints.Changes(wtxn); err != nil {
@@ -95,11 +128,14 @@ func (d *Deriver) Subscribe() error {
 	if d.cidrs, err = d.t.CIDRs.Changes(wtxn); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", d.t.CIDRs.Name(), err)
 	}
+	if d.ids, err = d.t.Identities.Changes(wtxn); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", d.t.Identities.Name(), err)
+	}
 	return nil
 }
 
 func (d *Deriver) close() {
-	for _, c := range []interface{ Close() }{d.eps, d.local, d.nodes, d.ceps, d.cidrs} {
+	for _, c := range []interface{ Close() }{d.eps, d.local, d.nodes, d.ceps, d.cidrs, d.ids} {
 		if c != nil {
 			c.Close()
 		}
@@ -120,7 +156,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		if err != nil {
 			health.Degraded("write ipcache", err)
 		} else {
-			health.OK(fmt.Sprintf("%d prefixes", len(d.st.byPrefix)))
+			health.OK(d.status())
 		}
 		select {
 		case <-ctx.Done():
@@ -130,6 +166,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		case <-w.nodes:
 		case <-w.ceps:
 		case <-w.cidrs:
+		case <-w.ids:
 		case <-w.init:
 		}
 	}
@@ -137,7 +174,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 
 // watches are the channels that close when the deriver has more to do.
 type watches struct {
-	eps, local, nodes, ceps, cidrs <-chan struct{}
+	eps, local, nodes, ceps, cidrs, ids <-chan struct{}
 	// init closes when an input not yet initialized is; nil when the
 	// deriver waits for none.
 	init <-chan struct{}
@@ -178,8 +215,23 @@ func (d *Deriver) step() (watches, error) {
 
 	nCh, nodesW := d.nodes.Next(rtxn)
 	w.nodes = nodesW
+	// recheck are the node addresses and identities whose CEPs are to
+	// be checked again.
+	recheckIPs := map[netip.Addr]struct{}{}
+	recheckIDs := map[int64]struct{}{}
 	for ch := range nCh {
 		n := ch.Object
+		for _, a := range d.nodeIPs[n.Name] {
+			recheckIPs[a] = struct{}{}
+		}
+		if ch.Deleted {
+			delete(d.nodeIPs, n.Name)
+		} else {
+			d.nodeIPs[n.Name] = internalIPs(n)
+		}
+		for _, a := range d.nodeIPs[n.Name] {
+			recheckIPs[a] = struct{}{}
+		}
 		if ch.Deleted {
 			d.st.set(nodeOwner(n.Name), nil, touched)
 			if d.localNode != nil && d.localNode.Name == n.Name {
@@ -196,24 +248,45 @@ func (d *Deriver) step() (watches, error) {
 		}
 	}
 
+	idCh, idsW := d.ids.Next(rtxn)
+	w.ids = idsW
+	for ch := range idCh {
+		if id, err := strconv.ParseInt(ch.Object.Name, 10, 64); err == nil {
+			recheckIDs[id] = struct{}{}
+		}
+	}
+
+	tr := d.trust(rtxn)
 	if localChanged {
 		if addrs := localAddrs(d.localRow, d.localNode); !maps.Equal(addrs, d.localAddrs) {
 			// Which CEPs are this node's may have changed: all again.
 			d.localAddrs = addrs
 			for cep := range d.t.CEPs.All(rtxn) {
-				d.st.set(cepOwner(k8stables.Key(cep)), cepClaims(cep, d.localAddrs), touched)
+				d.setCEP(cep, tr, touched)
 			}
+			clear(recheckIPs)
+			clear(recheckIDs)
+		}
+	}
+	// The CEPs whose node or identity changed: checked again.
+	for a := range recheckIPs {
+		for cep := range d.t.CEPs.List(rtxn, k8stables.CiliumEndpointNodeIndex.Query(a)) {
+			d.setCEP(cep, tr, touched)
+		}
+	}
+	for id := range recheckIDs {
+		for cep := range d.t.CEPs.List(rtxn, k8stables.CiliumEndpointIdentityIndex.Query(id)) {
+			d.setCEP(cep, tr, touched)
 		}
 	}
 
 	cepCh, cepsW := d.ceps.Next(rtxn)
 	w.ceps = cepsW
 	for ch := range cepCh {
-		owner := cepOwner(k8stables.Key(ch.Object))
 		if ch.Deleted {
-			d.st.set(owner, nil, touched)
+			d.dropCEP(k8stables.Key(ch.Object), touched)
 		} else {
-			d.st.set(owner, cepClaims(ch.Object, d.localAddrs), touched)
+			d.setCEP(ch.Object, tr, touched)
 		}
 	}
 
@@ -235,7 +308,107 @@ func (d *Deriver) step() (watches, error) {
 	if d.initDone != nil {
 		w.init = d.initWatch(rtxn)
 	}
+	if !d.synced && d.initWatch(rtxn) == nil {
+		d.synced = true
+		for key, r := range d.refused {
+			d.report(key, r)
+		}
+	}
+	// The numbers first: whoever sees the rows sees the numbers too.
+	for p := range touched {
+		d.noteConflict(p)
+	}
+	d.stats.set(d.refusedBy, len(d.conflicts))
 	return w, d.write(rtxn, touched)
+}
+
+// refusal is a refused CEP: why, and what it named.
+type refusal struct {
+	why  Refusal
+	id   int64
+	node string
+}
+
+// report logs and counts a refusal. Refusals that a CiliumIdentity or
+// CiliumNode arriving later may lift (the watches of different resources
+// are not ordered) are logged at info level, the others as warnings.
+func (d *Deriver) report(key string, r refusal) {
+	if !d.synced {
+		return
+	}
+	d.stats.count(r.why)
+	level := slog.LevelWarn
+	if r.why == RefusedUnknownIdentity || r.why == RefusedUnknownNode {
+		level = slog.LevelInfo
+	}
+	d.log.Log(context.Background(), level, "CiliumEndpoint refused: its addresses stay out of the ipcache",
+		"cep", key, "reason", r.why, "identity", r.id, "node", r.node)
+}
+
+func (d *Deriver) trust(txn statedb.ReadTxn) trust {
+	return trust{txn: txn, identities: d.t.Identities, nodes: d.t.Nodes}
+}
+
+// setCEP replaces a CEP's claims by what it claims now, and notes (and
+// logs, once per reason) whether the checks refuse it.
+func (d *Deriver) setCEP(cep *ciliumv2.CiliumEndpoint, tr trust, touched map[netip.Prefix]struct{}) {
+	key := k8stables.Key(cep)
+	c, why := cepClaims(cep, d.localAddrs, tr)
+	d.st.set(cepOwner(key), c, touched)
+	old, was := d.refused[key]
+	switch {
+	case why == "" && was:
+		d.unrefuse(key)
+		if d.synced {
+			d.log.Debug("CiliumEndpoint no longer refused", "cep", key, "was", old.why)
+		}
+	case why != "" && why != old.why:
+		d.unrefuse(key)
+		r := refusal{why: why, id: cep.Status.Identity.ID, node: cep.Status.Networking.NodeIP}
+		d.refused[key] = r
+		d.refusedBy[why]++
+		d.report(key, r)
+	}
+}
+
+// unrefuse forgets that the CEP key is refused.
+func (d *Deriver) unrefuse(key string) {
+	if r, ok := d.refused[key]; ok {
+		delete(d.refused, key)
+		d.refusedBy[r.why]--
+	}
+}
+
+// dropCEP forgets a deleted CEP.
+func (d *Deriver) dropCEP(key string, touched map[netip.Prefix]struct{}) {
+	d.st.set(cepOwner(key), nil, touched)
+	d.unrefuse(key)
+}
+
+// status is the deriver's health message.
+func (d *Deriver) status() string {
+	msg := fmt.Sprintf("%d prefixes", len(d.st.byPrefix))
+	if len(d.refused) > 0 {
+		msg += fmt.Sprintf(", %d CiliumEndpoints refused", len(d.refused))
+	}
+	if len(d.conflicts) > 0 {
+		msg += fmt.Sprintf(", %d addresses with conflicting CiliumEndpoints", len(d.conflicts))
+	}
+	if len(d.refused) > 0 || len(d.conflicts) > 0 {
+		msg += " (see the agent log and cellium_ipcache_cep_refused)"
+	}
+	return msg
+}
+
+// internalIPs are the InternalIPs of n (the NodeInternalIPIndex keys).
+func internalIPs(n *nodes.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Addresses {
+		if a.Type == nodes.AddressInternalIP && a.IP.IsValid() {
+			out = append(out, a.IP.Unmap())
+		}
+	}
+	return out
 }
 
 // initWatch returns the watch channel of the first input that is not yet
@@ -297,6 +470,27 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{})
 	return nil
 }
 
+// noteConflict records (and logs, when it starts) whether p's CEPs
+// disagree.
+func (d *Deriver) noteConflict(p netip.Prefix) {
+	_, was := d.conflicts[p]
+	switch now := d.st.cepConflict(p); {
+	case now && !was:
+		d.conflicts[p] = struct{}{}
+		var owners []string
+		for owner, cl := range d.st.byPrefix[p] {
+			if cl.source == ipcache.SourceCiliumEndpoint {
+				owners = append(owners, owner)
+			}
+		}
+		slices.Sort(owners)
+		d.log.Warn("CiliumEndpoints disagree about an address: none of them decides its identity",
+			"prefix", p, "owners", owners)
+	case !now && was:
+		delete(d.conflicts, p)
+	}
+}
+
 // FromScratch computes the ipcache rows (without status) from the input
 // tables as they are in txn: what the deriver's table holds once it has
 // caught up.
@@ -319,8 +513,10 @@ func FromScratch(txn statedb.ReadTxn, t Tables) map[netip.Prefix]*ipcache.Entry 
 		}
 	}
 	local := localAddrs(localRow, localNode)
+	tr := trust{txn: txn, identities: t.Identities, nodes: t.Nodes}
 	for cep := range t.CEPs.All(txn) {
-		st.set(cepOwner(k8stables.Key(cep)), cepClaims(cep, local), touched)
+		c, _ := cepClaims(cep, local, tr)
+		st.set(cepOwner(k8stables.Key(cep)), c, touched)
 	}
 	for c := range t.CIDRs.All(txn) {
 		st.set(cidrOwner(c.Prefix.Masked()), cidrClaims(c), touched)

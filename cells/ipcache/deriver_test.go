@@ -28,6 +28,7 @@ type rw struct {
 	nodes statedb.RWTable[*nodes.Node]
 	ceps  statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	cidrs statedb.RWTable[*policy.CIDRIdentity]
+	ids   statedb.RWTable[*ciliumv2.CiliumIdentity]
 }
 
 func newTables(t *testing.T) rw {
@@ -50,21 +51,23 @@ func newTables(t *testing.T) rw {
 	must(err)
 	r.cidrs, err = policy.NewCIDRTable(db)
 	must(err)
+	r.ids, err = k8stables.NewCiliumIdentitiesTable(db)
+	must(err)
 	ipc, err := ipcache.NewTable(db)
 	must(err)
-	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs, IPCache: ipc}
+	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs, Identities: r.ids, IPCache: ipc}
 	return r
 }
 
 func (r rw) write(fn func(statedb.WriteTxn)) {
-	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs)
+	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs, r.ids)
 	fn(wtxn)
 	wtxn.Commit()
 }
 
 func newDeriver(t *testing.T, r rw) *Deriver {
 	t.Helper()
-	d := NewDeriver(r.Tables)
+	d := NewDeriver(r.Tables, nil)
 	if err := d.Subscribe(); err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +139,16 @@ func TestDeriveSourcesAndPrecedence(t *testing.T) {
 		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n1", Local: true, Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: addr("192.168.0.1")}}})
 		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n2", Addresses: []nodes.Address{
 			{Type: nodes.AddressInternalIP, IP: addr("192.168.0.2")}, {Type: nodes.AddressCiliumInternalIP, IP: addr("10.2.0.1")}},
-			HealthIPv4: addr("10.2.0.2")})
+			HealthIPv4: addr("10.2.0.2"), PodCIDRs: []netip.Prefix{pfx("10.2.0.0/24")}})
+		for _, id := range []int64{2000, 2001, 2002} {
+			_, _, _ = r.ids.Insert(w, cid(id, "default"))
+		}
 		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 7, IPv4: addr("10.1.0.7"), Identity: 1234})
 		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 8, IPv4: addr("10.1.0.8")}) // no identity yet
 		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 9, IPv4: addr("10.1.0.2"), Health: true})
-		// A remote pod, a stale CEP of a local pod, and a CEP claiming
-		// the local endpoint's address.
+		// A remote pod, a stale CEP of a local pod, and a CEP of another
+		// node claiming the local endpoint's address (refused: outside
+		// its node's pod CIDR).
 		_, _, _ = r.ceps.Insert(w, cep("default", "remote", "192.168.0.2", 2000, "10.2.0.9"))
 		_, _, _ = r.ceps.Insert(w, cep("default", "local", "192.168.0.1", 2001, "10.1.0.99"))
 		_, _, _ = r.ceps.Insert(w, cep("default", "clash", "192.168.0.2", 2002, "10.1.0.7"))
@@ -190,12 +197,12 @@ func TestDeriveSourcesAndPrecedence(t *testing.T) {
 		t.Errorf("source index: %d host rows, want 2", len(byHost))
 	}
 
-	// The endpoint goes: the clashing CEP's claim takes the address.
+	// The endpoint goes: the clashing CEP still does not take the
+	// address.
 	r.write(func(w statedb.WriteTxn) { _, _, _ = r.eps.Delete(w, &endpoints.Endpoint{ID: 7}) })
 	d.mustStep(t)
-	e, _, ok := r.IPCache.Get(r.DB.ReadTxn(), ipcache.PrefixIndex.Query(pfx("10.1.0.7/32")))
-	if !ok || e.Identity != 2002 || e.Owner != "cep default/clash" {
-		t.Errorf("after the endpoint's deletion: %+v, want the CEP default/clash's identity 2002", e)
+	if e, _, ok := r.IPCache.Get(r.DB.ReadTxn(), ipcache.PrefixIndex.Query(pfx("10.1.0.7/32"))); ok {
+		t.Errorf("after the endpoint's deletion: %+v, want no row (the CEP default/clash is refused)", e)
 	}
 }
 
@@ -241,8 +248,10 @@ func TestDeriveInitializedWithoutPodCIDRs(t *testing.T) {
 }
 
 // Incremental derivation equals a from-scratch computation after every
-// round of random churn of endpoints, the local node, nodes, CEPs and
-// CIDRs over a small address space (so that claims collide often).
+// round of random churn of endpoints, the local node, nodes (their pod
+// CIDRs too), CEPs, CiliumIdentities and CIDRs over a small address space
+// (so that claims collide often and CEPs pass and fail the trust checks
+// as their nodes and identities come and go).
 func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -256,19 +265,31 @@ func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
 				}
 				return ip()
 			}
+			// Node i's InternalIP is mostly 192.168.0.i, which the CEPs
+			// name.
+			nodeIP := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{192, 168, 0, byte(i)}) }
 			node := func() *nodes.Node {
-				n := &nodes.Node{Name: fmt.Sprintf("n%d", rng.IntN(4)), HealthIPv4: maybeIP()}
+				i := rng.IntN(4)
+				n := &nodes.Node{Name: fmt.Sprintf("n%d", i), HealthIPv4: maybeIP()}
 				n.Local = n.Name == "n0" && rng.IntN(2) == 0
+				if rng.IntN(4) > 0 {
+					n.Addresses = append(n.Addresses, nodes.Address{Type: nodes.AddressInternalIP, IP: nodeIP(i + rng.IntN(2))})
+				}
 				for range rng.IntN(3) {
 					typ := []string{nodes.AddressInternalIP, nodes.AddressExternalIP, nodes.AddressCiliumInternalIP}[rng.IntN(3)]
 					n.Addresses = append(n.Addresses, nodes.Address{Type: typ, IP: ip()})
 				}
+				for range rng.IntN(3) {
+					n.PodCIDRs = append(n.PodCIDRs, []netip.Prefix{pfx("10.0.0.0/28"), pfx("10.0.0.16/28"), pfx("10.0.0.0/27"), pfx("10.0.0.0/27")}[rng.IntN(4)])
+				}
 				return n
 			}
+			ns := func() string { return []string{"ns", "ns", "ns", "other"}[rng.IntN(4)] }
+			cepID := func() int64 { return []int64{0, 5, 1000, 1000, 2000, 2000, 3000}[rng.IntN(7)] }
 			for round := range 60 {
 				r.write(func(w statedb.WriteTxn) {
 					for range 1 + rng.IntN(8) {
-						switch rng.IntN(10) {
+						switch rng.IntN(12) {
 						case 0, 1:
 							e := &endpoints.Endpoint{ID: uint16(1 + rng.IntN(6)), IPv4: maybeIP(), Health: rng.IntN(8) == 0}
 							if rng.IntN(3) > 0 {
@@ -292,15 +313,22 @@ func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
 							for range rng.IntN(3) {
 								ips = append(ips, ip().String())
 							}
-							_, _, _ = r.ceps.Insert(w, cep("ns", fmt.Sprintf("c%d", rng.IntN(6)), maybeIP().String(), int64(rng.IntN(3))*1000, ips...))
+							_, _, _ = r.ceps.Insert(w, cep(ns(), fmt.Sprintf("c%d", rng.IntN(6)), nodeIP(rng.IntN(5)).String(), cepID(), ips...))
 						case 8:
-							_, _, _ = r.ceps.Delete(w, cep("ns", fmt.Sprintf("c%d", rng.IntN(6)), "", 0))
+							_, _, _ = r.ceps.Delete(w, cep(ns(), fmt.Sprintf("c%d", rng.IntN(6)), "", 0))
 						case 9:
 							p := netip.PrefixFrom(ip(), []int{24, 30, 32}[rng.IntN(3)]).Masked()
 							if rng.IntN(3) == 0 {
 								_, _, _ = r.cidrs.Delete(w, &policy.CIDRIdentity{Prefix: p})
 							} else {
 								_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: p, Identity: identity.NumericIdentity(16777216 + rng.IntN(4))})
+							}
+						case 10, 11:
+							c := cid(cepID(), ns())
+							if rng.IntN(3) == 0 {
+								_, _, _ = r.ids.Delete(w, c)
+							} else {
+								_, _, _ = r.ids.Insert(w, c)
 							}
 						}
 					}
@@ -332,8 +360,10 @@ func withoutStrays(s string) string {
 }
 
 // An agent restart: the CEP of a local pod claims its address while the
-// local node is unknown; when the node becomes known the CEP stops
-// counting and the restored endpoint has no identity yet. Before the
+// deriver does not know the node is its own (here the nodes table holds it
+// as any other node, so that the CEP passes the trust checks); when the
+// local node becomes known the CEP stops counting and the restored
+// endpoint has no identity yet. Before the
 // table is initialized the row must stay (deleting it would delete the
 // map entry the running pod relies on: the CI failure of
 // TestPrivilegedDatapathAgentRestart); once initialized, a prefix nobody
@@ -351,6 +381,10 @@ func TestDeriveKeepsUnclaimedRowsUntilInitialized(t *testing.T) {
 	r.write(func(w statedb.WriteTxn) {
 		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 7, IPv4: addr("10.1.0.7")}) // restored, identity pending
 		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 8, IPv4: addr("10.1.0.8")})
+		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n1", PodCIDRs: []netip.Prefix{pfx("10.1.0.0/24")},
+			Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: addr("192.168.0.1")}}})
+		_, _, _ = r.ids.Insert(w, cid(2001, "default"))
+		_, _, _ = r.ids.Insert(w, cid(2002, "default"))
 		_, _, _ = r.ceps.Insert(w, cep("default", "a", "192.168.0.1", 2001, "10.1.0.7"))
 		_, _, _ = r.ceps.Insert(w, cep("default", "b", "192.168.0.1", 2002, "10.1.0.8"))
 	})

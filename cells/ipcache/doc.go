@@ -1,12 +1,14 @@
 // Package ipcache is the control-plane cell that derives the ipcache table
 // (statedb/ipcache): which security identity each IP prefix has. It reads
-// the endpoints, local-node, nodes, CiliumEndpoint and policy CIDR tables
-// and follows their change streams, so that each change rewrites only the
-// prefixes it touches.
+// the endpoints, local-node, nodes, CiliumEndpoint, CiliumIdentity and
+// policy CIDR tables and follows their change streams, so that each change
+// rewrites only the prefixes it touches.
 //
 // What claims a prefix, by source (ipcache.Source), highest precedence
 // first; when two sources claim one prefix the higher wins, between two
-// claims of one source the owner that sorts first:
+// claims of one source the owner that sorts first, except that
+// CiliumEndpoints that disagree about a prefix cancel out (see
+// state.cepConflict):
 //
 //   - host: the local node's addresses (InternalIPs, ExternalIPs, the
 //     router IP on cilium_host, from the local-node and nodes tables) ->
@@ -18,9 +20,13 @@
 //   - remote-node: every address of the other nodes -> remote-node (6),
 //     host IP the node's InternalIP;
 //   - cilium-endpoint: the addresses of the CiliumEndpoints of other nodes
-//     -> their status.identity.id, host IP the CEP's node IP;
+//     that pass the trust checks (see Refusal: a CiliumIdentity of the
+//     CEP's namespace, addresses in the pod CIDRs of the node it names) ->
+//     their status.identity.id, host IP the CEP's node IP;
 //   - policy-cidr: each prefix of the policy-cidr-identities table -> its
 //     local CIDR identity.
 //
 // World (2) is no row: the datapath's lookup misses.
+//
+// Documentation/concepts/ipcache-trust.md explains the checks to users.
 package ipcache

@@ -94,21 +94,18 @@ func (s *state) set(owner string, c claims, touched map[netip.Prefix]struct{}) {
 }
 
 // winner returns the row of prefix p: the claim of the highest source
-// precedence, between equals the one whose owner sorts first, with the
-// identity of the most specific policy CIDR holding p unless the claim is
-// that CIDR's own. False when nobody claims p (it is world).
+// precedence, with the identity of the most specific policy CIDR holding p
+// unless the claim is that CIDR's own. False when nobody claims p (it is
+// world).
+//
+// Between claims of one source, equal claims (identity and host IP) are
+// one claim; the owner that sorts first only names the row. Claims of
+// CiliumEndpoints that differ cancel each other out (see cepConflict): a
+// CEP's name is chosen by whoever writes it, so it must not decide which
+// identity an address has. Other sources are this node's own knowledge
+// or one object per address, where the owner that sorts first wins.
 func (s *state) winner(p netip.Prefix) (*ipcache.Entry, bool) {
-	var (
-		best      claim
-		bestOwner string
-		found     bool
-	)
-	for owner, cl := range s.byPrefix[p] {
-		bp, cp := best.source.Precedence(), cl.source.Precedence()
-		if !found || cp > bp || (cp == bp && owner < bestOwner) {
-			best, bestOwner, found = cl, owner, true
-		}
-	}
+	best, bestOwner, found := s.best(p, s.cepConflict(p))
 	if !found {
 		return nil, false
 	}
@@ -120,4 +117,50 @@ func (s *state) winner(p netip.Prefix) (*ipcache.Entry, bool) {
 		e.CIDRIdentity = s.cidrFor(p)
 	}
 	return e, true
+}
+
+// best returns the claim of p of the highest precedence (between equals,
+// the owner that sorts first), leaving the CiliumEndpoints' out if
+// withoutCEPs.
+func (s *state) best(p netip.Prefix, withoutCEPs bool) (best claim, bestOwner string, found bool) {
+	for owner, cl := range s.byPrefix[p] {
+		if withoutCEPs && cl.source == ipcache.SourceCiliumEndpoint {
+			continue
+		}
+		bp, cp := best.source.Precedence(), cl.source.Precedence()
+		if !found || cp > bp || (cp == bp && owner < bestOwner) {
+			best, bestOwner, found = cl, owner, true
+		}
+	}
+	return best, bestOwner, found
+}
+
+// disagree reports whether two claims of source for p differ.
+func (s *state) disagree(p netip.Prefix, source ipcache.Source) bool {
+	var (
+		first claim
+		seen  bool
+	)
+	for _, cl := range s.byPrefix[p] {
+		if cl.source != source {
+			continue
+		}
+		if seen && cl != first {
+			return true
+		}
+		first, seen = cl, true
+	}
+	return false
+}
+
+// cepConflict reports whether CiliumEndpoints would decide p's row but
+// disagree about it, so that none of them does. Each of them passed every
+// check (a refused CEP claims nothing), so the attacker's CEP cannot be
+// told from the honest one: any rule that picked one (the older, the
+// newer, the lower UID) would let an attacker who may write CEPs win by
+// timing or by retrying. Until one of them goes, p is what the sources
+// below say (a policy CIDR) or world.
+func (s *state) cepConflict(p netip.Prefix) bool {
+	best, _, found := s.best(p, false)
+	return found && best.source == ipcache.SourceCiliumEndpoint && s.disagree(p, ipcache.SourceCiliumEndpoint)
 }

@@ -62,10 +62,11 @@ func TestPrivilegedMapSyncCell(t *testing.T) {
 		// Stand-ins for the endpoint manager's, the policy cell's, node
 		// discovery's and the k8s cells' tables.
 		hive.Provide(endpoints.NewTable, policy.NewTable, policy.NewCIDRTable, nodes.NewLocalNodeTable, nodes.NewNodesTable,
-			k8stables.NewCiliumEndpointsTable,
+			k8stables.NewCiliumEndpointsTable, k8stables.NewCiliumIdentitiesTable,
 			statedb.RWTable[*endpoints.Endpoint].ToTable, statedb.RWTable[*policy.EndpointPolicyRow].ToTable,
 			statedb.RWTable[*policy.CIDRIdentity].ToTable, statedb.RWTable[*nodes.LocalNode].ToTable,
-			statedb.RWTable[*nodes.Node].ToTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable),
+			statedb.RWTable[*nodes.Node].ToTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
+			statedb.RWTable[*ciliumv2.CiliumIdentity].ToTable),
 		ipcachecell.Cell, bpfmaps.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&eps), hivetest.Capture(&pols), hivetest.Capture(&ipc), hivetest.Capture(&local),
 		hivetest.Capture(&pmaps), hivetest.Capture(&lxc),

@@ -7,6 +7,7 @@ package k8s
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -127,9 +128,58 @@ func NewCCNPsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumClusterwideN
 	return NewTable[*ciliumv2.CiliumClusterwideNetworkPolicy](db, CCNPsTable)
 }
 
-// NewCiliumEndpointsTable creates the CiliumEndpoint table.
+// CiliumEndpointIdentityIndex indexes CiliumEndpoints by the identity
+// their status names (status.identity.id); one without is not indexed.
+// The ipcache checks a CEP against its CiliumIdentity and finds the CEPs to
+// check again when an identity comes or goes with it.
+var CiliumEndpointIdentityIndex = statedb.Index[*ciliumv2.CiliumEndpoint, int64]{
+	Name: "identity",
+	FromObject: func(c *ciliumv2.CiliumEndpoint) index.KeySet {
+		if c.Status.Identity == nil {
+			return index.KeySet{}
+		}
+		return index.NewKeySet(index.Int64(c.Status.Identity.ID))
+	},
+	FromKey:    index.Int64,
+	FromString: index.Int64String,
+}
+
+// CiliumEndpointNodeIndex indexes CiliumEndpoints by the address of the
+// node their status names (status.networking.node), parsed, IPv4-mapped
+// IPv6 unmapped; one without a parsable address is not indexed.
+var CiliumEndpointNodeIndex = statedb.Index[*ciliumv2.CiliumEndpoint, netip.Addr]{
+	Name: "node-ip",
+	FromObject: func(c *ciliumv2.CiliumEndpoint) index.KeySet {
+		a, ok := CiliumEndpointNodeIP(c)
+		if !ok {
+			return index.KeySet{}
+		}
+		return index.NewKeySet(index.NetIPAddr(a))
+	},
+	FromKey:    index.NetIPAddr,
+	FromString: index.NetIPAddrString,
+}
+
+// CiliumEndpointNodeIP returns the address of the node a CiliumEndpoint
+// names (status.networking.node), unmapped; false when it has none that
+// parses.
+func CiliumEndpointNodeIP(c *ciliumv2.CiliumEndpoint) (netip.Addr, bool) {
+	if c.Status.Networking == nil {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(c.Status.Networking.NodeIP)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// NewCiliumEndpointsTable creates the CiliumEndpoint table (indexed also
+// by identity and by node address).
 func NewCiliumEndpointsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumEndpoint], error) {
-	return NewTable[*ciliumv2.CiliumEndpoint](db, CiliumEndpointsTable)
+	return NewTable(db, CiliumEndpointsTable,
+		statedb.Indexer[*ciliumv2.CiliumEndpoint](CiliumEndpointIdentityIndex),
+		statedb.Indexer[*ciliumv2.CiliumEndpoint](CiliumEndpointNodeIndex))
 }
 
 // NewCiliumNodesTable creates the CiliumNode table.

@@ -122,9 +122,30 @@ var NodeNameIndex = statedb.Index[*Node, string]{
 	Unique:     true,
 }
 
-// NewNodesTable creates the nodes table. nodediscovery owns it.
+// NodeInternalIPIndex indexes nodes by their InternalIP addresses: a
+// CiliumEndpoint names its node by one (status.networking.node).
+var NodeInternalIPIndex = statedb.Index[*Node, netip.Addr]{
+	Name: "internal-ip",
+	FromObject: func(n *Node) index.KeySet {
+		var keys []index.Key
+		for _, a := range n.Addresses {
+			if a.Type == AddressInternalIP && a.IP.IsValid() {
+				keys = append(keys, index.NetIPAddr(a.IP.Unmap()))
+			}
+		}
+		if len(keys) == 0 {
+			return index.KeySet{}
+		}
+		return index.NewKeySet(keys[0], keys[1:]...)
+	},
+	FromKey:    index.NetIPAddr,
+	FromString: index.NetIPAddrString,
+}
+
+// NewNodesTable creates the nodes table (indexed also by InternalIP).
+// nodediscovery owns it.
 func NewNodesTable(db *statedb.DB) (statedb.RWTable[*Node], error) {
-	t, err := statedb.NewTable(db, NodesTableName, NodeNameIndex)
+	t, err := statedb.NewTable(db, NodesTableName, NodeNameIndex, NodeInternalIPIndex)
 	if err != nil {
 		return nil, fmt.Errorf("create table %s: %w", NodesTableName, err)
 	}

@@ -1,0 +1,124 @@
+package ipcache
+
+import (
+	"math"
+	"net/netip"
+
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/statedb/identity"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/nodes"
+)
+
+// Refusal is why the claims of a CiliumEndpoint of another node are kept
+// out of the ipcache; it is the reason label of the
+// cellium_ipcache_cep_refused metrics. Anyone who may write a CEP could
+// otherwise give any address any identity.
+type Refusal string
+
+// The refusals, in the order they are checked.
+const (
+	// RefusedReservedIdentity: status.identity.id is not a cluster-scope
+	// identity a CiliumIdentity can stand for: below 256 (the reserved
+	// identities host, world, health, remote-node, ... and the
+	// user-reserved 128-255), node-local (CIDR, FQDN: scope 1<<24) or
+	// remote-node scope (2<<24), negative, or beyond 32 bits.
+	RefusedReservedIdentity Refusal = "reserved-identity"
+	// RefusedUnknownIdentity: no CiliumIdentity has that number.
+	RefusedUnknownIdentity Refusal = "unknown-identity"
+	// RefusedNamespaceMismatch: the CiliumIdentity's namespace label
+	// (k8s:io.kubernetes.pod.namespace) is not the CEP's namespace, or it
+	// has none.
+	RefusedNamespaceMismatch Refusal = "namespace-mismatch"
+	// RefusedUnknownNode: status.networking.node is no node's InternalIP
+	// (from the nodes' CiliumNodes).
+	RefusedUnknownNode Refusal = "unknown-node"
+	// RefusedAddressOutsideNode: an address of status.networking.addressing
+	// is outside the pod CIDRs of the node the CEP names, or does not parse.
+	RefusedAddressOutsideNode Refusal = "address-outside-node"
+)
+
+// Refusals lists every Refusal, in the order they are checked.
+var Refusals = []Refusal{RefusedReservedIdentity, RefusedUnknownIdentity, RefusedNamespaceMismatch,
+	RefusedUnknownNode, RefusedAddressOutsideNode}
+
+// namespaceLabel is the key of an identity's namespace in a
+// CiliumIdentity's security-labels.
+const namespaceLabel = labels.SourceK8s + ":" + labels.PodNamespaceLabel
+
+// trust is what the checks of a CiliumEndpoint consult: the CiliumIdentity
+// and nodes tables as of one transaction.
+type trust struct {
+	txn        statedb.ReadTxn
+	identities statedb.Table[*ciliumv2.CiliumIdentity]
+	nodes      statedb.Table[*nodes.Node]
+}
+
+// checkIdentity returns the CEP's identity if it is a CiliumIdentity of
+// the CEP's namespace, else why not. The CEP has a status.identity.
+func (tr trust) checkIdentity(cep *ciliumv2.CiliumEndpoint) (identity.NumericIdentity, Refusal) {
+	raw := cep.Status.Identity.ID
+	if raw < int64(identity.MinimalNumericIdentity) || raw > math.MaxUint32 {
+		return 0, RefusedReservedIdentity
+	}
+	id := identity.NumericIdentity(raw)
+	if id.Scope() != identity.IdentityScopeGlobal {
+		return 0, RefusedReservedIdentity
+	}
+	obj, _, ok := tr.identities.Get(tr.txn, k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(id.StringID()))
+	if !ok {
+		return 0, RefusedUnknownIdentity
+	}
+	if ns, ok := obj.SecurityLabels[namespaceLabel]; !ok || ns != cep.Namespace {
+		return 0, RefusedNamespaceMismatch
+	}
+	return id, ""
+}
+
+// checkAddresses returns the CEP's addresses if the node it names (by
+// nodeIP, valid or not) exists and its pod CIDRs hold every one of them,
+// else why not. The CEP has a status.networking.
+func (tr trust) checkAddresses(cep *ciliumv2.CiliumEndpoint, nodeIP netip.Addr) ([]netip.Addr, Refusal) {
+	var (
+		cidrs []netip.Prefix
+		known bool
+	)
+	if nodeIP.IsValid() {
+		for n := range tr.nodes.List(tr.txn, nodes.NodeInternalIPIndex.Query(nodeIP)) {
+			known = true
+			cidrs = append(cidrs, n.PodCIDRs...)
+		}
+	}
+	if !known {
+		return nil, RefusedUnknownNode
+	}
+	var addrs []netip.Addr
+	for _, ap := range cep.Status.Networking.Addressing {
+		if ap == nil {
+			continue
+		}
+		for _, s := range []string{ap.IPV4, ap.IPV6} {
+			if s == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(s)
+			if err != nil || !inAny(cidrs, a.Unmap()) {
+				return nil, RefusedAddressOutsideNode
+			}
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	return addrs, ""
+}
+
+func inAny(cidrs []netip.Prefix, a netip.Addr) bool {
+	for _, p := range cidrs {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
