@@ -75,6 +75,10 @@ var Cell = hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs tr
 	hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
 	// Anyone reads them (cellium statedb lb-frontends).
 	hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable),
+	// Whether the frontends are translated: the ipcache cell marks their
+	// addresses only then, so the datapath drops untranslated packets to
+	// them (174 "Is a ClusterIP").
+	hive.Provide(func(c Config) lb.SocketLB { return lb.SocketLB{Enabled: c.EnableSocketLB} }),
 	// Services in, maps and cgroup programs out; or, when off, the
 	// programs detached.
 	hive.Invoke(register),
