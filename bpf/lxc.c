@@ -272,8 +272,8 @@ static __always_inline int parse_pkt(struct __sk_buff *skb, struct pkt *p)
 
 /* ipcache_identity4 returns addr's identity (world when no prefix holds
  * it) and sets *cidr_id to the identity of the policy CIDR that also holds
- * it (0: none). */
-static __always_inline __u32 ipcache_identity4(__be32 addr, __u32 *cidr_id)
+ * it (0: none) and *flags to its entry's IPCACHE_F_* (0 for a miss). */
+static __always_inline __u32 ipcache_identity4(__be32 addr, __u32 *cidr_id, __u8 *flags)
 {
 	struct ipcache_key key = {
 		.prefixlen = IPCACHE_STATIC_PREFIX + 32,
@@ -284,8 +284,10 @@ static __always_inline __u32 ipcache_identity4(__be32 addr, __u32 *cidr_id)
 	__u32 low;
 
 	*cidr_id = 0;
+	*flags = 0;
 	if (!v)
 		return IDENTITY_WORLD;
+	*flags = v->flags;
 	low = (__u32)v->cidr_id[0] | ((__u32)v->cidr_id[1] << 8) | ((__u32)v->cidr_id[2] << 16);
 	if (low)
 		*cidr_id = IDENTITY_SCOPE_LOCAL | low;
@@ -445,15 +447,18 @@ static __always_inline void ct_update(struct ct_entry *ct, const struct pkt *p, 
 /* remote_identity4 is the identity of the remote address addr: local_src
  * when not 0 (the same-node redirect hands the source endpoint's own
  * identity over), else the ipcache's. *cidr_id is the identity of the
- * policy CIDR holding addr (0: none); with local_src it is looked up only
- * when want_cidr is set. */
-static __always_inline __u32 remote_identity4(__be32 addr, __u32 local_src, int want_cidr, __u32 *cidr_id)
+ * policy CIDR holding addr (0: none) and *flags its ipcache entry's
+ * IPCACHE_F_*; with local_src they are looked up only when want_cidr is
+ * set. */
+static __always_inline __u32 remote_identity4(__be32 addr, __u32 local_src, int want_cidr, __u32 *cidr_id,
+					      __u8 *flags)
 {
 	*cidr_id = 0;
+	*flags = 0;
 	if (!local_src)
-		return ipcache_identity4(addr, cidr_id);
+		return ipcache_identity4(addr, cidr_id, flags);
 	if (want_cidr)
-		ipcache_identity4(addr, cidr_id);
+		ipcache_identity4(addr, cidr_id, flags);
 	return local_src;
 }
 
@@ -599,13 +604,15 @@ static __always_inline int reply_allowed(struct ct_entry *ct, const struct pkt *
 {
 	__u32 remote_id, cidr_id;
 	int ret, unused;
+	__u8 ipc_flags;
 	__u16 flags;
 
 	if (now - ct->checked >= CT_REPLY_RECHECK_NS) {
 		/* The entry's own direction is the other hook's: the remote
 		 * is this packet's source when it comes in, else its
 		 * destination. */
-		remote_id = remote_identity4(egress ? p->daddr : p->saddr, egress ? 0 : local_src, 1, &cidr_id);
+		remote_id = remote_identity4(egress ? p->daddr : p->saddr, egress ? 0 : local_src, 1, &cidr_id,
+					     &ipc_flags);
 		ret = decide(egress ? POLICY_INGRESS : POLICY_EGRESS, remote_id, cidr_id, p->proto,
 			     ct->policy_dport, &unused);
 		flags = ct->flags & ~(CT_F_DENIED | CT_F_DENYLIST);
@@ -631,8 +638,9 @@ static __always_inline int reply_allowed(struct ct_entry *ct, const struct pkt *
  * The order is the security model's (Documentation/concepts/datapath-security.md):
  * parse (bad headers drop), source validation of what the pod sends,
  * fragments, replies and related ICMP errors of this endpoint's own
- * entries, then the policy; only a packet the policy allowed that may
- * open a connection makes an entry. */
+ * entries, untranslated packets to a Service frontend (egress), then the
+ * policy; only a packet the policy allowed that may open a connection
+ * makes an entry. */
 static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src,
 				  const int from_stack, int *reply_via_stack)
 {
@@ -645,6 +653,7 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	struct ct_entry *ct;
 	int ret, allow_all, established;
 	__u32 remote_id, cidr_id = 0;
+	__u8 ipc_flags = 0;
 	__u64 now;
 
 	ret = parse_pkt(skb, &p);
@@ -697,9 +706,21 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	if (p.proto == IPPROTO_ICMP && icmp_is_error(p.icmp_type) && ct_related(&p, egress, now))
 		return pass(skb, &p, dir, obs);
 
-	remote_id = remote_identity4(egress ? p.daddr : p.saddr, egress ? 0 : local_src, 0, &cidr_id);
+	remote_id = remote_identity4(egress ? p.daddr : p.saddr, egress ? 0 : local_src, 0, &cidr_id, &ipc_flags);
 	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
 	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
+
+	/* A Service frontend address (a ClusterIP) as the destination of a
+	 * packet the pod sends: the socket load balancer translates every
+	 * connect() and sendmsg() to it, so this packet escaped the socket
+	 * hooks (a raw or ping socket, a tun device's stack). The policy
+	 * would see the address as world and the host stack might then
+	 * DNAT it to a backend the pod's egress policy forbids: drop it,
+	 * before conntrack and policy. The flag comes with the ipcache
+	 * lookup every non-reply packet makes anyway; replies (above) never
+	 * go to a Service address. */
+	if (egress && (ipc_flags & IPCACHE_F_SERVICE))
+		return drop(skb, &p, DROP_IS_CLUSTER_IP, dir);
 
 	key.saddr = p.saddr;
 	key.daddr = p.daddr;
@@ -726,7 +747,7 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	 * allowed, so a CIDR deny added while such a connection runs stops
 	 * its new connections, not it (bpf/README.md). */
 	if (!egress && local_src && (!established || ret == DROP_POLICY))
-		ipcache_identity4(p.saddr, &cidr_id);
+		ipcache_identity4(p.saddr, &cidr_id, &ipc_flags);
 	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
 		ret = cidr_verdict(ret, cidr_id, pol_dir, p.proto, p.policy_dport, &allow_all);
 	if (established) {

@@ -32,6 +32,11 @@
 #define DROP_CT_INVALID_HDR 135   /* CT: Truncated or invalid header */
 #define DROP_UNKNOWN_L3 139       /* Unsupported L3 protocol */
 #define DROP_CT_CREATE_FAILED 155 /* CT: Map insertion failed */
+/* A pod sent a packet to a Service frontend address (a ClusterIP) that
+ * the socket load balancer did not translate: a raw socket, a ping
+ * socket, a tun device's stack. Dropped before conntrack and policy,
+ * which would otherwise see the address as world (bpf/README.md). */
+#define DROP_IS_CLUSTER_IP 174    /* Is a ClusterIP */
 #define DROP_FRAG_NOT_FOUND 175   /* First logical datagram fragment not found */
 #define DROP_POLICY_DENY 181      /* Policy denied by denylist */
 
@@ -64,6 +69,12 @@
 
 /* ipcache keys: 32 bits of pad1/pad2/family, then the address. */
 #define IPCACHE_STATIC_PREFIX 32
+
+/* ipcache_value.flags. */
+/* The address is a Service frontend the socket load balancer translates
+ * (set only while it is on): a packet a pod sends to it untranslated
+ * drops with DROP_IS_CLUSTER_IP. */
+#define IPCACHE_F_SERVICE (1 << 0)
 
 /* Conntrack lifetimes (seconds), Cilium's defaults. */
 #define CT_LIFETIME_TCP 21600

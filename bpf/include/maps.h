@@ -20,7 +20,7 @@ struct ipcache_key {
 	__u32 ip[4];
 };
 
-/* cidr_id: the low 24 bits of the local-scope (1 << 24) identity of the
+/* flags: IPCACHE_F_*. cidr_id: the low 24 bits of the local-scope (1 << 24) identity of the
  * most specific prefix a policy CIDR rule names that holds this one, when
  * another source won the prefix (a pod's address inside an ipBlock); 0:
  * none. Policy is decided on it as well as on sec_identity. */

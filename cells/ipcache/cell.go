@@ -11,13 +11,15 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/ipcache"
+	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
 )
 
 // Cell derives the ipcache table from the endpoints, nodes, CiliumEndpoint
-// and policy CIDR tables.
-var Cell = hive.Module("ipcache", "IP prefix to identity, from endpoints, nodes, CEPs and policy CIDRs",
+// and policy CIDR tables, and, while the socket load balancer is on, marks
+// its frontends' addresses (the lb-frontends table).
+var Cell = hive.Module("ipcache", "IP prefix to identity, from endpoints, nodes, CEPs, CIDRs, Service frontends",
 	// The table: rows written only here.
 	hive.ProvidePrivate(ipcache.NewTable),
 	// Everyone reads it (the CLI, the datapath); the datapath's
@@ -38,6 +40,10 @@ type params struct {
 	CIDRs     statedb.Table[*policy.CIDRIdentity]
 	// Identities: a CEP's identity must be a CiliumIdentity of its namespace.
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
+	// The socket load balancer's switch and frontends: provided by its
+	// cell (daemon/socklb) under the BPF datapath, absent (off) without.
+	SocketLB   lb.SocketLB                 `optional:"true"`
+	Frontends  statedb.Table[*lb.Frontend] `optional:"true"`
 	IPCache    statedb.RWTable[*ipcache.Entry]
 	Jobs       hive.Jobs
 	Log        *slog.Logger
@@ -45,8 +51,14 @@ type params struct {
 }
 
 func register(p params) error {
-	d := NewDeriver(Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
-		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache}, p.Log)
+	t := Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
+		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache}
+	if p.SocketLB.Enabled {
+		// Only what the socket LB translates is guarded: with it off, a
+		// ClusterIP is world to the datapath (Documentation/operations/socket-lb.md).
+		t.Frontends = p.Frontends
+	}
+	d := NewDeriver(t, p.Log)
 	p.Jobs.Add(hive.Service("derive-ipcache", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
 	return registerMetrics(p.Registerer, d)
 }

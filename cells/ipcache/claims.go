@@ -9,6 +9,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/ipcache"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
 )
@@ -37,10 +38,11 @@ func (c claims) add(a netip.Addr, cl claim) {
 
 // Owners name the object a claim comes from; they are also the rows'
 // Owner column.
-func endpointOwner(id uint16) string  { return "endpoint " + strconv.Itoa(int(id)) }
-func nodeOwner(name string) string    { return "node " + name }
-func cepOwner(key string) string      { return "cep " + key }
-func cidrOwner(p netip.Prefix) string { return "cidr " + p.String() }
+func endpointOwner(id uint16) string   { return "endpoint " + strconv.Itoa(int(id)) }
+func nodeOwner(name string) string     { return "node " + name }
+func cepOwner(key string) string       { return "cep " + key }
+func cidrOwner(p netip.Prefix) string  { return "cidr " + p.String() }
+func frontendOwner(a lb.L4Addr) string { return "frontend " + a.String() }
 
 const localNodeOwner = "local-node"
 
@@ -130,6 +132,17 @@ func cidrClaims(ci *policy.CIDRIdentity) claims {
 		return claims{}
 	}
 	return claims{ci.Prefix.Masked(): {id: ci.Identity, source: ipcache.SourcePolicyCIDR}}
+}
+
+// frontendClaims: the address of a Service frontend the socket load
+// balancer translates is world (2), marked as a frontend (the winner's
+// ServiceFrontend), unless a source of higher precedence holds it. Each
+// port of a ClusterIP is an owner of its own, so the address stays
+// marked while any of its frontends is left.
+func frontendClaims(f *lb.Frontend) claims {
+	c := claims{}
+	c.add(f.Address.Addr, claim{id: identity.ReservedIdentityWorld, source: ipcache.SourceServiceFrontend})
+	return c
 }
 
 // localAddrs is the set of this node's addresses, which mark the

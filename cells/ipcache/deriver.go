@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/ipcache"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
@@ -32,11 +33,19 @@ type Tables struct {
 	CIDRs     statedb.Table[*policy.CIDRIdentity]
 	// Identities are the CiliumIdentities a CEP's identity must be one of.
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
-	IPCache    statedb.RWTable[*ipcache.Entry]
+	// Frontends are the socket load balancer's frontends, whose
+	// addresses are marked ServiceFrontend; nil while the socket load
+	// balancer is off (its addresses are then left as they are: world).
+	Frontends statedb.Table[*lb.Frontend]
+	IPCache   statedb.RWTable[*ipcache.Entry]
 }
 
 func (t Tables) inputs() []statedb.TableMeta {
-	return []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs, t.Identities}
+	in := []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs, t.Identities}
+	if t.Frontends != nil {
+		in = append(in, t.Frontends)
+	}
+	return in
 }
 
 // Deriver keeps the ipcache table equal to what its input tables claim
@@ -54,6 +63,7 @@ type Deriver struct {
 	ceps  statedb.ChangeIterator[*ciliumv2.CiliumEndpoint]
 	cidrs statedb.ChangeIterator[*policy.CIDRIdentity]
 	ids   statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
+	fes   statedb.ChangeIterator[*lb.Frontend] // nil without Tables.Frontends
 
 	// The local node as both tables show it, and the addresses they
 	// give it (which mark the CEPs of this node).
@@ -110,7 +120,7 @@ func (d *Deriver) Trust() TrustStats { return d.stats.get() }
 // Subscribe starts following the input tables' changes; call it in a
 // start hook, before Run.
 func (d *Deriver) Subscribe() error {
-	wtxn := d.t.DB.WriteTxn(d.t.Endpoints, d.t.LocalNode, d.t.Nodes, d.t.CEPs, d.t.CIDRs, d.t.Identities)
+	wtxn := d.t.DB.WriteTxn(d.t.inputs()...)
 	defer wtxn.Commit()
 	var err error
 	if d.eps, err = d.t.Endpoints.Changes(wtxn); err != nil {
@@ -131,6 +141,11 @@ func (d *Deriver) Subscribe() error {
 	if d.ids, err = d.t.Identities.Changes(wtxn); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", d.t.Identities.Name(), err)
 	}
+	if d.t.Frontends != nil {
+		if d.fes, err = d.t.Frontends.Changes(wtxn); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", d.t.Frontends.Name(), err)
+		}
+	}
 	return nil
 }
 
@@ -139,6 +154,9 @@ func (d *Deriver) close() {
 		if c != nil {
 			c.Close()
 		}
+	}
+	if d.fes != nil {
+		d.fes.Close()
 	}
 }
 
@@ -167,6 +185,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		case <-w.ceps:
 		case <-w.cidrs:
 		case <-w.ids:
+		case <-w.fes:
 		case <-w.init:
 		}
 	}
@@ -175,6 +194,8 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 // watches are the channels that close when the deriver has more to do.
 type watches struct {
 	eps, local, nodes, ceps, cidrs, ids <-chan struct{}
+	// fes is nil (never closes) without a frontends table.
+	fes <-chan struct{}
 	// init closes when an input not yet initialized is; nil when the
 	// deriver waits for none.
 	init <-chan struct{}
@@ -302,6 +323,19 @@ func (d *Deriver) step() (watches, error) {
 		}
 		if pfx.IsValid() {
 			d.st.setCIDR(pfx, ch.Object.Identity, !ch.Deleted, touched)
+		}
+	}
+
+	if d.fes != nil {
+		feCh, fesW := d.fes.Next(rtxn)
+		w.fes = fesW
+		for ch := range feCh {
+			owner := frontendOwner(ch.Object.Address)
+			if ch.Deleted {
+				d.st.set(owner, nil, touched)
+			} else {
+				d.st.set(owner, frontendClaims(ch.Object), touched)
+			}
 		}
 	}
 
@@ -522,6 +556,11 @@ func FromScratch(txn statedb.ReadTxn, t Tables) map[netip.Prefix]*ipcache.Entry 
 		st.set(cidrOwner(c.Prefix.Masked()), cidrClaims(c), touched)
 		if c.Prefix.IsValid() {
 			st.setCIDR(c.Prefix.Masked(), c.Identity, true, touched)
+		}
+	}
+	if t.Frontends != nil {
+		for f := range t.Frontends.All(txn) {
+			st.set(frontendOwner(f.Address), frontendClaims(f), touched)
 		}
 	}
 	out := map[netip.Prefix]*ipcache.Entry{}

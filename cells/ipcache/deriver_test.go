@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/ipcache"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
@@ -29,6 +30,7 @@ type rw struct {
 	ceps  statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	cidrs statedb.RWTable[*policy.CIDRIdentity]
 	ids   statedb.RWTable[*ciliumv2.CiliumIdentity]
+	fes   statedb.RWTable[*lb.Frontend]
 }
 
 func newTables(t *testing.T) rw {
@@ -53,14 +55,18 @@ func newTables(t *testing.T) rw {
 	must(err)
 	r.ids, err = k8stables.NewCiliumIdentitiesTable(db)
 	must(err)
+	r.fes, err = lb.NewFrontendsTable(db)
+	must(err)
 	ipc, err := ipcache.NewTable(db)
 	must(err)
-	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs, Identities: r.ids, IPCache: ipc}
+	// The socket load balancer is on: its frontends are an input.
+	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs,
+		Identities: r.ids, Frontends: r.fes, IPCache: ipc}
 	return r
 }
 
 func (r rw) write(fn func(statedb.WriteTxn)) {
-	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs, r.ids)
+	wtxn := r.DB.WriteTxn(r.eps, r.local, r.nodes, r.ceps, r.cidrs, r.ids, r.fes)
 	fn(wtxn)
 	wtxn.Commit()
 }
@@ -249,9 +255,9 @@ func TestDeriveInitializedWithoutPodCIDRs(t *testing.T) {
 
 // Incremental derivation equals a from-scratch computation after every
 // round of random churn of endpoints, the local node, nodes (their pod
-// CIDRs too), CEPs, CiliumIdentities and CIDRs over a small address space
-// (so that claims collide often and CEPs pass and fail the trust checks
-// as their nodes and identities come and go).
+// CIDRs too), CEPs, CiliumIdentities, CIDRs and Service frontends over a
+// small address space (so that claims collide often and CEPs pass and fail
+// the trust checks as their nodes and identities come and go).
 func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -289,7 +295,7 @@ func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
 			for round := range 60 {
 				r.write(func(w statedb.WriteTxn) {
 					for range 1 + rng.IntN(8) {
-						switch rng.IntN(12) {
+						switch rng.IntN(14) {
 						case 0, 1:
 							e := &endpoints.Endpoint{ID: uint16(1 + rng.IntN(6)), IPv4: maybeIP(), Health: rng.IntN(8) == 0}
 							if rng.IntN(3) > 0 {
@@ -330,6 +336,12 @@ func TestDeriveIncrementalEqualsFromScratch(t *testing.T) {
 							} else {
 								_, _, _ = r.ids.Insert(w, c)
 							}
+						case 12:
+							// Two ports per address: one port's
+							// frontend going must not unmark it.
+							_, _, _ = r.fes.Insert(w, &lb.Frontend{Address: lb.L4Addr{Addr: ip(), Port: uint16(53 + rng.IntN(2)), Proto: lb.UDP}})
+						case 13:
+							_, _, _ = r.fes.Delete(w, &lb.Frontend{Address: lb.L4Addr{Addr: ip(), Port: uint16(53 + rng.IntN(2)), Proto: lb.UDP}})
 						}
 					}
 				})
@@ -476,5 +488,127 @@ func TestDeriveCIDRIdentityOfPodAddresses(t *testing.T) {
 	txn := r.DB.ReadTxn()
 	if s := diff(rows(txn, r.IPCache), FromScratch(txn, r.Tables)); s != "" {
 		t.Fatalf("incremental != from scratch:\n%s", s)
+	}
+}
+
+// A Service frontend's address (socket load balancer on) is a world row
+// marked ServiceFrontend, the policy CIDRs holding it lending their
+// identity; it stays while any port of the address is a frontend and
+// goes with the last; a policy CIDR naming exactly the address does not
+// unmark it, a pod or node holding it does.
+func TestDeriveServiceFrontends(t *testing.T) {
+	r := newTables(t)
+	d := newDeriver(t, r)
+	dns := lb.L4Addr{Addr: addr("10.96.0.10"), Port: 53, Proto: lb.UDP}
+	dnsTCP := lb.L4Addr{Addr: addr("10.96.0.10"), Port: 53, Proto: lb.TCP}
+	web := lb.L4Addr{Addr: addr("10.96.0.20"), Port: 80, Proto: lb.TCP}
+	const serviceCIDR, exact = 1<<24 | 1, 1<<24 | 2
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1")})
+		for _, a := range []lb.L4Addr{dns, dnsTCP, web} {
+			_, _, _ = r.fes.Insert(w, &lb.Frontend{Address: a, Service: "kube-system/kube-dns"})
+		}
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.96.0.0/12"), Identity: serviceCIDR})
+	})
+	d.mustStep(t)
+	get := func(p string) *ipcache.Entry {
+		t.Helper()
+		e, _, _ := r.IPCache.Get(r.DB.ReadTxn(), ipcache.PrefixIndex.Query(pfx(p)))
+		return e
+	}
+	want := func(what, p string, w *ipcache.Entry) {
+		t.Helper()
+		g := get(p)
+		switch {
+		case w == nil && g != nil:
+			t.Errorf("%s: %s has row %+v, want none", what, p, *g)
+		case w != nil && g == nil:
+			t.Errorf("%s: %s has no row, want %+v", what, p, *w)
+		case w != nil && !g.SameAs(w):
+			t.Errorf("%s: %s is %+v, want %+v", what, p, *g, *w)
+		}
+	}
+	frontend := func(p, owner string, cidr identity.NumericIdentity) *ipcache.Entry {
+		return &ipcache.Entry{Prefix: pfx(p), Identity: identity.ReservedIdentityWorld, Source: ipcache.SourceServiceFrontend,
+			Owner: owner, CIDRIdentity: cidr, ServiceFrontend: true}
+	}
+	want("three frontends", "10.96.0.10/32", frontend("10.96.0.10/32", "frontend 10.96.0.10:53/TCP", serviceCIDR))
+	want("three frontends", "10.96.0.20/32", frontend("10.96.0.20/32", "frontend 10.96.0.20:80/TCP", serviceCIDR))
+
+	// toCIDR: 10.96.0.10/32 (written for kube-proxy's path) keeps the
+	// mark, its identity lent as CIDRIdentity.
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.96.0.10/32"), Identity: exact})
+	})
+	d.mustStep(t)
+	want("a policy CIDR names the address", "10.96.0.10/32", frontend("10.96.0.10/32", "frontend 10.96.0.10:53/TCP", exact))
+
+	// One of the address's two ports goes: still marked.
+	r.write(func(w statedb.WriteTxn) { _, _, _ = r.fes.Delete(w, &lb.Frontend{Address: dnsTCP}) })
+	d.mustStep(t)
+	want("one port left", "10.96.0.10/32", frontend("10.96.0.10/32", "frontend 10.96.0.10:53/UDP", exact))
+
+	// An endpoint holding a frontend's address (a misconfigured pod
+	// CIDR) keeps it: the pod stays reachable.
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.eps.Insert(w, &endpoints.Endpoint{ID: 5, IPv4: addr("10.96.0.20"), Identity: 1234})
+	})
+	d.mustStep(t)
+	want("an endpoint holds the address", "10.96.0.20/32", &ipcache.Entry{Prefix: pfx("10.96.0.20/32"), Identity: 1234,
+		Source: ipcache.SourceEndpoint, Owner: "endpoint 5", CIDRIdentity: serviceCIDR})
+
+	// The last frontend of an address goes: so does the mark; the /32
+	// CIDR's own row remains.
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.fes.Delete(w, &lb.Frontend{Address: dns})
+		_, _, _ = r.eps.Delete(w, &endpoints.Endpoint{ID: 5})
+	})
+	d.mustStep(t)
+	want("no frontend left", "10.96.0.10/32", &ipcache.Entry{Prefix: pfx("10.96.0.10/32"), Identity: exact,
+		Source: ipcache.SourcePolicyCIDR, Owner: "cidr 10.96.0.10/32"})
+	want("the endpoint gone", "10.96.0.20/32", frontend("10.96.0.20/32", "frontend 10.96.0.20:80/TCP", serviceCIDR))
+	r.write(func(w statedb.WriteTxn) { _, _, _ = r.fes.Delete(w, &lb.Frontend{Address: web}) })
+	d.mustStep(t)
+	want("every frontend gone", "10.96.0.20/32", nil)
+	txn := r.DB.ReadTxn()
+	if s := diff(rows(txn, r.IPCache), FromScratch(txn, r.Tables)); s != "" {
+		t.Errorf("incremental != from scratch:\n%s", s)
+	}
+}
+
+// The frontends are an input like the others: the table (and so the
+// map's pruning) is initialized only once the frontends table is, so a
+// restarted agent never removes the marks for a moment. Without the
+// frontends (socket LB off) nothing is marked, whatever the table holds.
+func TestDeriveServiceFrontendsInitAndOff(t *testing.T) {
+	r := newTables(t)
+	wtxn := r.DB.WriteTxn(r.fes)
+	fesDone := r.fes.RegisterInitializer(wtxn, "k8s-services")
+	wtxn.Commit()
+	d := newDeriver(t, r)
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1")})
+		_, _, _ = r.fes.Insert(w, &lb.Frontend{Address: lb.L4Addr{Addr: addr("10.96.0.10"), Port: 53, Proto: lb.UDP}})
+	})
+	d.mustStep(t)
+	if ok, _ := r.IPCache.Initialized(r.DB.ReadTxn()); ok {
+		t.Fatal("initialized before the frontends table")
+	}
+	wtxn = r.DB.WriteTxn(r.fes)
+	fesDone(wtxn)
+	wtxn.Commit()
+	d.mustStep(t)
+	txn := r.DB.ReadTxn()
+	if ok, _ := r.IPCache.Initialized(txn); !ok {
+		t.Fatal("not initialized once the frontends table is")
+	}
+	if e, _, ok := r.IPCache.Get(txn, ipcache.PrefixIndex.Query(pfx("10.96.0.10/32"))); !ok || !e.ServiceFrontend {
+		t.Fatalf("10.96.0.10/32: %+v, %v; want it marked", e, ok)
+	}
+
+	off := r
+	off.Frontends = nil
+	if got := FromScratch(txn, off.Tables); got[pfx("10.96.0.10/32")] != nil {
+		t.Errorf("socket LB off: %+v", got[pfx("10.96.0.10/32")])
 	}
 }

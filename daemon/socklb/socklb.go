@@ -53,7 +53,7 @@ var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgrou
 // Flags registers --bpf-lb-sock and --cgroup-root.
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Bool("bpf-lb-sock", def.EnableSocketLB,
-		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs, and connect6/recvmsg6/getpeername6 for IPv4-mapped addresses of dual-stack sockets), so that pod egress policy sees the real destination; false detaches the programs")
+		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs, and connect6/recvmsg6/getpeername6 for IPv4-mapped addresses of dual-stack sockets), so that pod egress policy sees the real destination, and drop a pod's packets to a ClusterIP that escaped them (drop reason 174, e.g. raw sockets); false detaches the programs and lifts that guard")
 	fs.String("cgroup-root", def.CgroupRoot,
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
 }
@@ -75,6 +75,10 @@ var Cell = hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs tr
 	hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
 	// Anyone reads them (cellium statedb lb-frontends).
 	hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable),
+	// Whether the frontends are translated: the ipcache cell marks their
+	// addresses only then, so the datapath drops untranslated packets to
+	// them (174 "Is a ClusterIP").
+	hive.Provide(func(c Config) lb.SocketLB { return lb.SocketLB{Enabled: c.EnableSocketLB} }),
 	// Services in, maps and cgroup programs out; or, when off, the
 	// programs detached.
 	hive.Invoke(register),

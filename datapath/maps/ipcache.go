@@ -21,12 +21,17 @@ type IPCacheEntry struct {
 	// TunnelEndpoint is the node to tunnel to; the zero Addr for none.
 	// IPv4 only.
 	TunnelEndpoint netip.Addr
-	// Flags are reserved (0).
+	// Flags are IPCacheFlag* bits.
 	Flags uint8
 	// CIDRIdentity is the local-scope identity of the policy CIDR that
 	// also holds the prefix (a pod's address an ipBlock names); 0: none.
 	CIDRIdentity identity.NumericIdentity
 }
+
+// IPCacheFlagService marks a Service frontend address (a ClusterIP) the
+// socket load balancer translates: cil_from_container drops a packet a
+// pod sends to it untranslated with DropIsClusterIP (IPCACHE_F_SERVICE).
+const IPCacheFlagService uint8 = 1 << 0
 
 // cidrScope is the local scope of CIDR identities (1 << 24); the map
 // keeps the 24 bits below it.

@@ -13,6 +13,7 @@ const (
 	DropCTInvalidHeader  uint8 = 135 // CT: Truncated or invalid header
 	DropUnknownL3        uint8 = 139 // Unsupported L3 protocol
 	DropCTCreateFailed   uint8 = 155 // CT: Map insertion failed
+	DropIsClusterIP      uint8 = 174 // Is a ClusterIP
 	DropFragNotFound     uint8 = 175 // First logical datagram fragment not found
 	DropPolicyDenyList   uint8 = 181 // Policy denied by denylist
 )
@@ -38,6 +39,7 @@ var dropReasons = map[uint8]string{
 	155: "CT: Map insertion failed",
 	157: "IP fragmentation not supported",
 	163: "Unknown connection tracking state",
+	174: "Is a ClusterIP",
 	166: "Unsupported L2 protocol",
 	175: "First logical datagram fragment not found",
 	181: "Policy denied by denylist",

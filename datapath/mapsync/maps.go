@@ -49,6 +49,9 @@ type IPCacheValue struct {
 	// CIDRIdentity is the identity of the policy CIDR that also holds the
 	// prefix (0: none).
 	CIDRIdentity uint32
+	// ServiceFrontend marks a Service frontend address the socket load
+	// balancer translates (the map's flag IPCACHE_F_SERVICE).
+	ServiceFrontend bool
 }
 
 // EndpointInfo is the value of a cellium_lxc entry.

@@ -15,6 +15,8 @@ import (
 
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/ipcache"
 	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/test/privileged"
@@ -139,13 +141,19 @@ func TestPrivilegedMapSyncIPCache(t *testing.T) {
 		row := entry("10.3.0.9/32", 2000)
 		row.HostIP = addr("192.168.0.2")
 		_, _, _ = e.ipc.Insert(w, row)
+		vip := entry("10.96.0.10/32", identity.ReservedIdentityWorld)
+		vip.Source, vip.ServiceFrontend = ipcache.SourceServiceFrontend, true
+		_, _, _ = e.ipc.Insert(w, vip)
 	})
-	waitFor(t, "three entries", func() bool { return len(r.ipcache(t)) == 3 }, r.n.watch)
+	waitFor(t, "four entries", func() bool { return len(r.ipcache(t)) == 4 }, r.n.watch)
 	if got := r.ipcache(t)[pfx("10.3.0.9/32")]; got != (IPCacheValue{Identity: 2000, TunnelEndpoint: addr("192.168.0.2")}) {
 		t.Errorf("10.3.0.9/32 -> %+v", got)
 	}
-	if n := bpftoolCount(t, filepath.Join(r.dir, maps.IPCacheMapName)); n != 3 {
-		t.Errorf("bpftool shows %d entries, want 3", n)
+	if got, err := r.m.IPCache.Lookup(pfx("10.96.0.10/32")); err != nil || got != (maps.IPCacheEntry{Identity: 2, Flags: maps.IPCacheFlagService}) {
+		t.Errorf("the Service frontend 10.96.0.10/32 -> %+v, %v; want world with the service flag", got, err)
+	}
+	if n := bpftoolCount(t, filepath.Join(r.dir, maps.IPCacheMapName)); n != 4 {
+		t.Errorf("bpftool shows %d entries, want 4", n)
 	}
 	// The datapath's longest-prefix lookup finds the /24.
 	if got, err := r.m.IPCache.Lookup(pfx("10.2.0.77/32")); err != nil || got.Identity != 16777217 {
@@ -165,7 +173,7 @@ func TestPrivilegedMapSyncIPCache(t *testing.T) {
 		_, ok := r.ipcache(t)[pfx("172.16.0.0/12")]
 		return !ok
 	}, r.n.watch)
-	if got := r.ipcache(t); len(got) != 2 {
+	if got := r.ipcache(t); len(got) != 3 {
 		t.Errorf("after pruning: %v", got)
 	}
 }

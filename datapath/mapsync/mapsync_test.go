@@ -149,6 +149,9 @@ func TestIPCacheReconciler(t *testing.T) {
 		r := entry("10.3.0.9/32", 2000)
 		r.HostIP = addr("192.168.0.2")
 		_, _, _ = e.ipc.Insert(w, r)
+		vip := entry("10.96.0.10/32", identity.ReservedIdentityWorld)
+		vip.Source, vip.ServiceFrontend = ipcache.SourceServiceFrontend, true
+		_, _, _ = e.ipc.Insert(w, vip)
 	})
 	allDone := func() bool {
 		for row := range e.ipc.All(e.db.ReadTxn()) {
@@ -158,10 +161,13 @@ func TestIPCacheReconciler(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, "three entries done", func() bool { return len(e.ipcMap.snapshot()) == 3 && allDone() },
+	waitFor(t, "four entries done", func() bool { return len(e.ipcMap.snapshot()) == 4 && allDone() },
 		e.ipcMap.watch, tableWatch(e.db, e.ipc))
 	if got := e.ipcMap.snapshot()[pfx("10.3.0.9/32")]; got != (IPCacheValue{Identity: 2000, TunnelEndpoint: addr("192.168.0.2")}) {
 		t.Errorf("10.3.0.9/32 -> %+v", got)
+	}
+	if got := e.ipcMap.snapshot()[pfx("10.96.0.10/32")]; got != (IPCacheValue{Identity: 2, ServiceFrontend: true}) {
+		t.Errorf("the Service frontend 10.96.0.10/32 -> %+v, want world with the service flag", got)
 	}
 	e.write(func(w statedb.WriteTxn) { _, _, _ = e.ipc.Delete(w, entry("10.2.0.0/24", 0)) })
 	waitFor(t, "deleted entry gone", func() bool {
@@ -174,8 +180,8 @@ func TestIPCacheReconciler(t *testing.T) {
 		_, ok := e.ipcMap.snapshot()[pfx("172.16.0.0/12")]
 		return !ok
 	}, e.ipcMap.watch)
-	if n := len(e.ipcMap.snapshot()); n != 2 {
-		t.Errorf("%d entries after pruning, want 2", n)
+	if n := len(e.ipcMap.snapshot()); n != 3 {
+		t.Errorf("%d entries after pruning, want 3", n)
 	}
 }
 

@@ -41,6 +41,7 @@ func NewIPCacheOps(m Map[netip.Prefix, IPCacheValue]) *EntryOps[*ipcache.Entry, 
 		key: func(e *ipcache.Entry) netip.Prefix { return e.Prefix },
 		value: func(e *ipcache.Entry) (IPCacheValue, error) {
 			v := IPCacheValue{Identity: e.Identity.Uint32(), CIDRIdentity: e.CIDRIdentity.Uint32()}
+			v.ServiceFrontend = e.ServiceFrontend
 			if e.HostIP.Is4() {
 				// The map's tunnel endpoint is an IPv4 address.
 				v.TunnelEndpoint = e.HostIP

@@ -28,6 +28,9 @@ func (c ipcacheMap) Update(keys []netip.Prefix, vals []IPCacheValue) error {
 	for i, v := range vals {
 		entries[i] = maps.IPCacheEntry{Identity: identity.NumericIdentity(v.Identity), TunnelEndpoint: v.TunnelEndpoint,
 			CIDRIdentity: identity.NumericIdentity(v.CIDRIdentity)}
+		if v.ServiceFrontend {
+			entries[i].Flags |= maps.IPCacheFlagService
+		}
 	}
 	return c.m.BatchUpdate(keys, entries)
 }
@@ -46,7 +49,8 @@ func (c ipcacheMap) Delete(keys []netip.Prefix) error {
 func (c ipcacheMap) Dump() (map[netip.Prefix]IPCacheValue, error) {
 	out := map[netip.Prefix]IPCacheValue{}
 	err := c.m.Iterate(func(p netip.Prefix, e maps.IPCacheEntry) bool {
-		out[p] = IPCacheValue{Identity: e.Identity.Uint32(), TunnelEndpoint: e.TunnelEndpoint, CIDRIdentity: e.CIDRIdentity.Uint32()}
+		out[p] = IPCacheValue{Identity: e.Identity.Uint32(), TunnelEndpoint: e.TunnelEndpoint, CIDRIdentity: e.CIDRIdentity.Uint32(),
+			ServiceFrontend: e.Flags&maps.IPCacheFlagService != 0}
 		return true
 	})
 	return out, err

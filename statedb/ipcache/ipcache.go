@@ -42,6 +42,11 @@ const (
 	// SourceCiliumEndpoint is a pod of another node, from its
 	// CiliumEndpoint.
 	SourceCiliumEndpoint Source = "cilium-endpoint"
+	// SourceServiceFrontend is a Service frontend address (a ClusterIP)
+	// while the socket load balancer translates it: identity world (2),
+	// with ServiceFrontend set, so that the datapath drops what a pod
+	// sends to it untranslated.
+	SourceServiceFrontend Source = "service-frontend"
 	// SourcePolicyCIDR is a prefix a policy rule names, with the local
 	// CIDR identity the policy engine gave it.
 	SourcePolicyCIDR Source = "policy-cidr"
@@ -50,7 +55,10 @@ const (
 // Precedence orders sources when two claim the same prefix: the higher
 // wins. What the agent knows first-hand (its node, its endpoints) beats
 // what it learns from the cluster (other nodes, CiliumEndpoints), which
-// beats what policy rules merely name. An unknown source has 0.
+// beats what policy rules merely name. A Service frontend address ranks
+// just above a policy CIDR: nothing else should hold a ClusterIP, and a
+// rule naming it (toCIDR: ClusterIP/32) must not lift the guard; a pod or
+// node that does hold it keeps it unguarded. An unknown source has 0.
 func (s Source) Precedence() int {
 	switch s {
 	case SourceHost:
@@ -63,6 +71,8 @@ func (s Source) Precedence() int {
 		return 30
 	case SourceCiliumEndpoint:
 		return 20
+	case SourceServiceFrontend:
+		return 15
 	case SourcePolicyCIDR:
 		return 10
 	}
@@ -91,6 +101,11 @@ type Entry struct {
 	// it as well as on Identity, so that ipBlock selects pod addresses as
 	// Kubernetes' NetworkPolicy conformance expects. 0: none.
 	CIDRIdentity identity.NumericIdentity `json:"cidr-identity,omitzero"`
+	// ServiceFrontend marks the address of a Service frontend the socket
+	// load balancer translates (Source is SourceServiceFrontend): a packet
+	// a pod sends to it has escaped the socket hooks, and the datapath
+	// drops it (174 "Is a ClusterIP") before conntrack and policy.
+	ServiceFrontend bool `json:"service-frontend,omitempty"`
 	// Status is the reconciliation status of the BPF map entry.
 	Status reconciler.Status `json:"status"`
 }
@@ -98,7 +113,8 @@ type Entry struct {
 // SameAs reports whether e and o differ at most in Status.
 func (e *Entry) SameAs(o *Entry) bool {
 	return e.Prefix == o.Prefix && e.Identity == o.Identity && e.Source == o.Source &&
-		e.Owner == o.Owner && e.HostIP == o.HostIP && e.CIDRIdentity == o.CIDRIdentity
+		e.Owner == o.Owner && e.HostIP == o.HostIP && e.CIDRIdentity == o.CIDRIdentity &&
+		e.ServiceFrontend == o.ServiceFrontend
 }
 
 // WithStatus returns a copy of e with status s.

@@ -99,6 +99,17 @@ func ParseL4Addr(s string) (L4Addr, error) {
 	return out, nil
 }
 
+// SocketLB says whether the socket load balancer is on (--bpf-lb-sock):
+// then it translates every frontend of the frontends table at connect()
+// and sendmsg(), and a packet a pod sends to a frontend's address
+// untranslated has escaped its hooks. The cell that owns the tables
+// (daemon/socklb) provides it; a cell reading it takes it as optional,
+// the zero value (off) standing for an agent without the BPF datapath.
+type SocketLB struct {
+	// Enabled is --bpf-lb-sock under --enable-bpf-datapath.
+	Enabled bool
+}
+
 // Frontend is one ClusterIP:port/protocol of a Service and the backends
 // connections to it go to. Rows are immutable: copy, then insert.
 type Frontend struct {
