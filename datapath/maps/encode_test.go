@@ -27,7 +27,7 @@ func TestStructSizes(t *testing.T) {
 		{"policy_key", unsafe.Sizeof(bpf.LxcPolicyKey{}), 12},
 		{"policy_entry", unsafe.Sizeof(bpf.LxcPolicyEntry{}), 8},
 		{"ct4_key", unsafe.Sizeof(bpf.LxcCt4Key{}), 16},
-		{"ct_entry", unsafe.Sizeof(bpf.LxcCtEntry{}), 32},
+		{"ct_entry", unsafe.Sizeof(bpf.LxcCtEntry{}), 40},
 		{"metrics_key", unsafe.Sizeof(bpf.LxcMetricsKey{}), 4},
 		{"metrics_value", unsafe.Sizeof(bpf.LxcMetricsValue{}), 16},
 		{"event", unsafe.Sizeof(bpf.LxcEvent{}), EventSize},

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/test/privileged"
@@ -74,18 +76,33 @@ func TestPrivilegedMapsOpenReopen(t *testing.T) {
 		t.Errorf("after reopen: %+v, %v; want identity 4242", e, err)
 	}
 
-	// A pin of another shape is refused with ErrMapIncompatible.
+	// A pin of another shape is refused with ErrMapIncompatible, except
+	// the soft state of the programs (conntrack, fragments), which an
+	// upgrade that changed its layout replaces.
 	bogusDir := tempBPFFS(t)
-	bogus, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
-		Name: maps.CT4MapName, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1, Pinning: ebpf.PinByName,
-	}, ebpf.MapOptions{PinPath: bogusDir})
-	if err != nil {
+	for _, name := range []string{maps.CT4MapName, maps.IPCacheMapName} {
+		bogus, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
+			Name: name, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1, Pinning: ebpf.PinByName,
+		}, ebpf.MapOptions{PinPath: bogusDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bogus.Close()
+	}
+	if _, err := maps.Open(bogusDir); !errors.Is(err, ebpf.ErrMapIncompatible) || !strings.Contains(err.Error(), maps.IPCacheMapName) {
+		t.Errorf("Open over an incompatible ipcache pin: %v, want ErrMapIncompatible naming it", err)
+	}
+	if err := os.Remove(filepath.Join(bogusDir, maps.IPCacheMapName)); err != nil {
 		t.Fatal(err)
 	}
-	bogus.Close()
-	if _, err := maps.Open(bogusDir); !errors.Is(err, ebpf.ErrMapIncompatible) {
-		t.Errorf("Open over an incompatible pin: %v, want ErrMapIncompatible", err)
+	replaced, err := maps.Open(bogusDir)
+	if err != nil {
+		t.Fatalf("Open over an incompatible conntrack pin: %v, want it replaced", err)
 	}
+	if info, err := replaced.CT4.Map().Info(); err != nil || info.ValueSize != uint32(unsafe.Sizeof(bpf.LxcCtEntry{})) {
+		t.Errorf("conntrack map after the replacement: %+v, %v", info, err)
+	}
+	replaced.Close()
 	if err := maps.Unpin(bogusDir); err != nil {
 		t.Fatal(err)
 	}
