@@ -80,12 +80,15 @@ type fuzzBed struct {
 	events *eventReader
 	pol    []*maps.PolicyMap
 	progs  [][2]*ebpf.Collection // [endpoint][audit]
+	// seen counts verdicts by hook and reason ("from 133"), for
+	// judging what the generator reaches.
+	seen map[string]int
 }
 
 func newFuzzBed(tb testing.TB) *fuzzBed {
 	tb.Helper()
 	m, dir := openMaps(tb)
-	b := &fuzzBed{m: m, events: newEventReader(tb, m)}
+	b := &fuzzBed{m: m, events: newEventReader(tb, m), seen: map[string]int{}}
 	for _, ep := range fuzzEPs {
 		if err := m.IPCache.Update(netip.PrefixFrom(ep.addr, 32), maps.IPCacheEntry{Identity: ep.sec}); err != nil {
 			tb.Fatal(err)
@@ -181,10 +184,11 @@ func (r *fuzzRun) logf(format string, args ...any) {
 	r.log = append(r.log, fmt.Sprintf(format, args...))
 }
 
-// setup reads the node from the input: a byte of flags (redirect slots,
-// a stale slot for endpoint 3, audit mode per endpoint, CIDR identities
-// on endpoint 2's address and the remote prefix), then each endpoint's
-// policy; it resets the kernel's maps to match.
+// setup reads the node from the input: a byte of flags (1: redirect
+// slots; 2: a stale slot for endpoint 3; 4, 8, 16 with 0x80: audit mode
+// of endpoint 1, 2, 3; 0x20, 0x40: a CIDR identity on endpoint 2's address,
+// on the remote prefix), then each endpoint's policy; it resets the
+// kernel's maps to match.
 func (r *fuzzRun) setup() {
 	t, b := r.t, r.bed
 	flags := r.in.next()
@@ -198,7 +202,7 @@ func (r *fuzzRun) setup() {
 	}
 	r.logf("setup: redirect %v, endpoint 33's slot stale %v, flags %#x", redirect, stale, flags)
 	for i, e := range fuzzEPs {
-		ep := &modelEndpoint{ID: e.id, Identity: e.sec, IfIndex: uint32(e.id), MAC: e.mac, Addr: e.addr, Audit: flags&(4<<i) != 0}
+		ep := &modelEndpoint{ID: e.id, Identity: e.sec, IfIndex: uint32(e.id), MAC: e.mac, Addr: e.addr, Audit: flags&0x80 != 0 && flags&(4<<i) != 0}
 		r.eps = append(r.eps, ep)
 		r.m.Endpoints[e.id] = ep
 		lxc := modelLXC{ID: e.id, IfIndex: uint32(e.id)}
@@ -327,6 +331,8 @@ func (r *fuzzRun) op() bool {
 	case 14:
 		i := int(r.in.next()) % len(r.eps)
 		r.setPolicy(i)
+	case 15:
+		r.toggleAudit()
 	default:
 		return r.fresh()
 	}
@@ -703,6 +709,20 @@ func (r *fuzzRun) nonIPv4() bool {
 	return r.send(f.hook, f.ep, r.cbFor(fuzzRemote, 0), frame, "non-IPv4")
 }
 
+// toggleAudit reloads an endpoint with audit mode switched (the other
+// collection, same endpoint ID and maps): entries it made keep their
+// CT_F_AUDIT.
+func (r *fuzzRun) toggleAudit() {
+	ep := r.eps[int(r.in.next())%len(r.eps)]
+	ep.Audit = !ep.Audit
+	r.logf("endpoint %d reloaded with audit mode %v", ep.ID, ep.Audit)
+	if _, ok := r.m.Slots[ep.ID]; ok {
+		if err := r.bed.m.PolicyProgs.Set(ep.ID, r.bed.prog(ep, bpf.LxcProgCilLxcPolicy)); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
 // age moves every conntrack entry's last policy check 2 s back, in the
 // kernel and the model: their next reply re-checks the policy.
 func (r *fuzzRun) age() {
@@ -778,6 +798,7 @@ func (r *fuzzRun) send(h hook, i int, cb identity.NumericIdentity, frame []byte,
 
 func (r *fuzzRun) sendOne(h hook, i int, cb identity.NumericIdentity, frame []byte, what string) bool {
 	ep := r.eps[i]
+	frame = testRunnable(frame)
 	now := uint64(monotonicNow(r.t))
 	if !r.timeClear(now) {
 		r.logf("ending the input: a conntrack entry is too close to a deadline")
@@ -812,11 +833,30 @@ func (r *fuzzRun) sendOne(h hook, i int, cb identity.NumericIdentity, frame []by
 		got.Reason, got.Endpoint = e.Reason, e.EndpointID
 	}
 	r.lastRet = ret
+	r.bed.seen[fmt.Sprintf("%s %d/%d %s", h, ret, got.Reason, want.Step)]++
 	r.logf("%s %s of %d (cb %d): %x -> model %+v, kernel %+v", what, h, ep.ID, cb, frame, want, got)
-	if got != want {
+	if got != (verdict{Ret: want.Ret, Reason: want.Reason, Endpoint: want.Endpoint}) {
 		r.fail("%s through %s of endpoint %d: the program says %+v, the model %+v", what, h, ep.ID, got, want)
 	}
 	return true
+}
+
+// testRunnable pads frame to what BPF_PROG_TEST_RUN accepts: it refuses
+// (EINVAL) an IPv4 frame shorter than an IPv4 header, an IPv6 one shorter
+// than an IPv6 header. (So the programs' checks for a frame too short for
+// IPv4 go unfuzzed.)
+func testRunnable(frame []byte) []byte {
+	min := 0
+	switch binary.BigEndian.Uint16(frame[12:14]) {
+	case 0x0800:
+		min = 14 + 20
+	case 0x86dd:
+		min = 14 + 40
+	}
+	if len(frame) < min {
+		frame = append(slices.Clone(frame), make([]byte, min-len(frame))...)
+	}
+	return frame
 }
 
 // timeClear reports whether no conntrack entry's re-check or expiry falls

@@ -78,6 +78,9 @@ type verdict struct {
 	Ret      uint32
 	Reason   uint8
 	Endpoint uint16
+	// Step names the step of the model that decided (not compared: the
+	// programs do not say), for reports.
+	Step string
 }
 
 const (
@@ -97,10 +100,10 @@ const (
 	tcpRST = 0x04
 )
 
-func passed() verdict { return verdict{Ret: tcActOK} }
+func passed(step string) verdict { return verdict{Ret: tcActOK, Step: step} }
 
-func dropped(ep *modelEndpoint, reason uint8) verdict {
-	return verdict{Ret: tcActShot, Reason: reason, Endpoint: ep.ID}
+func dropped(ep *modelEndpoint, reason uint8, step string) verdict {
+	return verdict{Ret: tcActShot, Reason: reason, Endpoint: ep.ID, Step: step}
 }
 
 // Parsing.
@@ -433,15 +436,15 @@ func (m *model) related(ep *modelEndpoint, p parsed, egress bool) bool {
 func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc identity.NumericIdentity, viaStack uint16) (v verdict, replyViaStack bool) {
 	p, reason := parse(pkt)
 	if reason != 0 {
-		return dropped(ep, reason), false
+		return dropped(ep, reason, "parse"), false
 	}
 	if egress {
 		if bad := ep.validateSource(pkt, p); bad != 0 {
-			return dropped(ep, bad), false
+			return dropped(ep, bad, "source"), false
 		}
 	}
 	if p.ARP {
-		return passed(), false
+		return passed("arp"), false
 	}
 	if p.Frag != fragNone {
 		id := modelFragID{Src: p.Src, Dst: p.Dst, ID: p.IPID, Proto: p.Proto}
@@ -450,7 +453,7 @@ func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc iden
 		} else {
 			ports, ok := m.Frags[id]
 			if !ok {
-				return dropped(ep, maps.DropFragNotFound), false
+				return dropped(ep, maps.DropFragNotFound, "fragment"), false
 			}
 			p.SrcPort, p.DstPort, p.PolicyPort = ports.SrcPort, ports.DstPort, ports.PolicyPort
 			if p.Proto == ipProtoICMP {
@@ -464,15 +467,15 @@ func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc iden
 	if e, ok := m.live(replyKey); ok {
 		if reason := m.replyAllowed(ep, replyKey, &e, p, egress, localSrc); reason != 0 {
 			m.CT[replyKey] = e
-			return dropped(ep, reason), false
+			return dropped(ep, reason, "reply re-checked"), false
 		}
 		m.ctUpdate(replyKey, e, p, true, 0)
-		return passed(), egress && e.Flags&maps.CTFlagViaStack != 0
+		return passed("reply"), egress && e.Flags&maps.CTFlagViaStack != 0
 	}
 
 	// An ICMP error about a live connection of the endpoint.
 	if p.Proto == ipProtoICMP && icmpIsError(p.ICMPType) && m.related(ep, p, egress) {
-		return passed(), false
+		return passed("related"), false
 	}
 
 	// The remote's identity: the sending endpoint's own when the
@@ -509,20 +512,20 @@ func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc iden
 
 	if established {
 		if ret != 0 && !ep.Audit {
-			return dropped(ep, ret), false
+			return dropped(ep, ret, "established"), false
 		}
 		m.ctUpdate(key, e, p, false, viaStack)
 		e = m.CT[key]
 		e.Checked = m.Now
 		e.Flags &^= maps.CTFlagDenied | maps.CTFlagDenyList
 		m.CT[key] = e
-		return passed(), false
+		return passed("established"), false
 	}
 	if ret != 0 && !ep.Audit {
-		return dropped(ep, ret), false
+		return dropped(ep, ret, "policy"), false
 	}
 	if !opensConnection(p) {
-		return passed(), false
+		return passed("opens nothing"), false
 	}
 	n := maps.CTEntry{TxPackets: 1, RemoteID: remoteID, Flags: viaStack, PolicyPort: p.PolicyPort, Checked: m.Now}
 	if p.Proto == ipProtoTCP {
@@ -533,7 +536,10 @@ func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc iden
 	}
 	n.Expires = m.Now + ctLifetime(p.Proto, n.Flags)
 	m.CT[key] = n
-	return passed(), false
+	if ret != 0 {
+		return passed("new (audit)"), false
+	}
+	return passed("new"), false
 }
 
 // replyAllowed: a reply passes on its entry's word, but at most a second
@@ -611,11 +617,11 @@ func (m *model) toContainer(ep *modelEndpoint, pkt []byte) verdict {
 // untouched (TC_ACT_OK).
 func (m *model) lxcPolicy(ep *modelEndpoint, pkt []byte, srcID identity.NumericIdentity) verdict {
 	if len(pkt) < 14+20 || binary.BigEndian.Uint16(pkt[12:14]) != 0x0800 || pkt[14+8] <= 1 {
-		return passed()
+		return passed("to the stack")
 	}
 	lxc, ok := m.LXC[netip.AddrFrom4([4]byte(pkt[14+16:14+20]))]
 	if !ok || lxc.ID != ep.ID || lxc.IfIndex != ep.IfIndex {
-		return passed()
+		return passed("stale slot")
 	}
 	v, _ := m.handle(ep, pkt, false, srcID, 0)
 	if v.Ret == tcActOK {
