@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -172,7 +175,14 @@ func (b *fuzzBed) run(t *testing.T, data []byte) {
 		}
 	}
 	r.compareCT()
+	if os.Getenv(fuzzTraceEnv) == "1" {
+		t.Logf("steps:\n  %s", strings.Join(r.log, "\n  "))
+	}
 }
+
+// fuzzTraceEnv=1 logs every input's steps: the node, the packets and both
+// verdicts (go test -v -run FuzzDatapath/<seed>), for writing seeds.
+const fuzzTraceEnv = "CELLIUM_FUZZ_TRACE"
 
 // fail reports a disagreement with the steps that led to it.
 func (r *fuzzRun) fail(format string, args ...any) {
@@ -892,4 +902,60 @@ func (r *fuzzRun) compareCT() {
 	for k, e := range got {
 		r.fail("conntrack entry %+v %+v in the kernel only", k, e)
 	}
+}
+
+// TestPrivilegedFuzzDatapathSeedsReach runs the seed corpus of
+// FuzzDatapath and checks that together the seeds reach every step of the
+// model and every drop reason the fuzzer can meet: a change of the
+// generator's input layout that made the seeds mean something else
+// fails here instead of quietly shrinking what `go test` covers.
+func TestPrivilegedFuzzDatapathSeedsReach(t *testing.T) {
+	privileged.Require(t)
+	bed := newFuzzBed(t)
+	files, err := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzDatapath", "*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no seeds (%v)", err)
+	}
+	for _, name := range files {
+		data := readSeed(t, name)
+		t.Run(filepath.Base(name), func(t *testing.T) { bed.run(t, data) })
+	}
+	reached := map[string]bool{}
+	var all []string
+	for k := range bed.seen {
+		// "<hook> <ret>/<reason> <step>"
+		_, rest, _ := strings.Cut(k, " ")
+		verdict, step, _ := strings.Cut(rest, " ")
+		reached[step], reached[verdict] = true, true
+		all = append(all, k)
+	}
+	slices.Sort(all)
+	for _, want := range []string{
+		"arp", "source", "parse", "fragment", "reply", "reply re-checked", "related", "established",
+		"policy", "opens nothing", "new", "new (audit)", "to the stack", "stale slot",
+		"0/0", "7/0", "2/130", "2/132", "2/133", "2/134", "2/135", "2/139", "2/175", "2/181",
+	} {
+		if !reached[want] {
+			t.Errorf("no seed reaches %q; reached:\n%s", want, strings.Join(all, "\n"))
+		}
+	}
+}
+
+// readSeed decodes a corpus file of one []byte ("go test fuzz v1").
+func readSeed(tb testing.TB, name string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	header, value, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	lit, ok := strings.CutPrefix(value, "[]byte(")
+	if header != "go test fuzz v1" || !ok || !strings.HasSuffix(lit, ")") {
+		tb.Fatalf("%s: not a corpus file of one []byte", name)
+	}
+	s, err := strconv.Unquote(strings.TrimSuffix(lit, ")"))
+	if err != nil {
+		tb.Fatalf("%s: %v", name, err)
+	}
+	return []byte(s)
 }
