@@ -931,7 +931,7 @@ func TestPrivilegedFuzzDatapathSeedsReach(t *testing.T) {
 	}
 	slices.Sort(all)
 	for _, want := range []string{
-		"arp", "source", "parse", "fragment", "reply", "reply re-checked", "related", "established",
+		"arp", "source", "parse", "fragment", "reply", "reply denied", "related", "established",
 		"policy", "opens nothing", "new", "new (audit)", "to the stack", "stale slot",
 		"0/0", "7/0", "2/130", "2/132", "2/133", "2/134", "2/135", "2/139", "2/175", "2/181",
 	} {

@@ -467,7 +467,7 @@ func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc iden
 	if e, ok := m.live(replyKey); ok {
 		if reason := m.replyAllowed(ep, replyKey, &e, p, egress, localSrc); reason != 0 {
 			m.CT[replyKey] = e
-			return dropped(ep, reason, "reply re-checked"), false
+			return dropped(ep, reason, "reply denied"), false
 		}
 		m.ctUpdate(replyKey, e, p, true, 0)
 		return passed("reply"), egress && e.Flags&maps.CTFlagViaStack != 0
