@@ -337,7 +337,11 @@ func (r *fuzzRun) op() bool {
 	case 12:
 		r.age()
 	case 13:
-		r.expire()
+		if b := r.in.next(); b&0x80 != 0 {
+			r.changeIPCache(b)
+		} else {
+			r.expire(b)
+		}
 	case 14:
 		i := int(r.in.next()) % len(r.eps)
 		r.setPolicy(i)
@@ -751,9 +755,25 @@ func (r *fuzzRun) age() {
 	}
 }
 
-// expire ends the lifetime of one conntrack entry.
-func (r *fuzzRun) expire() {
-	b := r.in.next()
+// changeIPCache gives one of the ipcache's prefixes (b&3: an endpoint's
+// /32, the remote /24) another identity, and a CIDR identity or none
+// (b>>2): the next packets, and the next re-check of a connection's
+// replies, see the new one.
+func (r *fuzzRun) changeIPCache(b uint8) {
+	p := &r.m.IPCache[int(b&3)]
+	p.Entry.Identity = []identity.NumericIdentity{3001, 3002, 3003, fuzzRemoteID, identity.ReservedIdentityWorld, 3004}[int(b>>2&7)%6]
+	p.Entry.CIDRIdentity = 0
+	if b&0x20 != 0 {
+		p.Entry.CIDRIdentity = fuzzCIDRID
+	}
+	r.logf("ipcache %s: %+v", p.Prefix, p.Entry)
+	if err := r.bed.m.IPCache.Update(p.Prefix, p.Entry); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// expire ends the lifetime of one conntrack entry (b picks it).
+func (r *fuzzRun) expire(b uint8) {
 	keys := r.ctKeys()
 	if len(keys) == 0 {
 		return
