@@ -124,9 +124,6 @@ func (in *fuzzInput) next() byte {
 	return c
 }
 
-// pick returns one of choices.
-func pick[T any](in *fuzzInput, choices ...T) T { return choices[int(in.next())%len(choices)] }
-
 // hook is the program a packet goes through.
 type hook uint8
 
@@ -162,7 +159,6 @@ type fuzzRun struct {
 	eps     []*modelEndpoint
 	flows   []flow
 	log     []string
-	packets int
 	lastRet uint32 // the kernel's verdict on the last packet
 }
 
@@ -851,7 +847,6 @@ func (r *fuzzRun) sendOne(h hook, i int, cb identity.NumericIdentity, frame []by
 	if err != nil {
 		r.t.Fatalf("run %s of endpoint %d: %v", h, ep.ID, err)
 	}
-	r.packets++
 	got := verdict{Ret: ret}
 	for _, e := range r.bed.events.drain(r.t) {
 		if e.Type != maps.EventDrop {
