@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"os"
@@ -27,8 +28,8 @@ import (
 // CIDR identities, the same-node redirect on or off, a stale slot) and of
 // a sequence of packets through the endpoints' programs
 // (BPF_PROG_TEST_RUN), each compared, verdict and drop reason, with the
-// reference model of model_test.go; at the end the conntrack tables must
-// hold the same entries. bpf/README.md ("The differential fuzzer") says
+// reference model of model_test.go; at the end the conntrack and fragment
+// tables must hold the same entries. bpf/README.md ("The differential fuzzer") says
 // how to run it and add a seed; `go test` runs the seeds in
 // testdata/fuzz/FuzzDatapath.
 func FuzzDatapath(f *testing.F) {
@@ -171,6 +172,7 @@ func (b *fuzzBed) run(t *testing.T, data []byte) {
 		}
 	}
 	r.compareCT()
+	r.compareFrags()
 	if os.Getenv(fuzzTraceEnv) == "1" {
 		t.Logf("steps:\n  %s", strings.Join(r.log, "\n  "))
 	}
@@ -916,6 +918,36 @@ func (r *fuzzRun) compareCT() {
 	}
 	for k, e := range got {
 		r.fail("conntrack entry %+v %+v in the kernel only", k, e)
+	}
+}
+
+// compareFrags checks that the kernel's fragment table holds the
+// model's datagrams with the same ports.
+func (r *fuzzRun) compareFrags() {
+	addr := func(w uint32) netip.Addr {
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], w) // network order in memory
+		return netip.AddrFrom4(b)
+	}
+	got := map[modelFragID]modelFragPorts{}
+	var k bpf.LxcIpv4FragId
+	var v bpf.LxcIpv4FragL4ports
+	it := r.bed.m.Frags.Iterate()
+	for it.Next(&k, &v) {
+		id := modelFragID{Src: addr(k.Saddr), Dst: addr(k.Daddr), ID: bits.ReverseBytes16(k.Id), Proto: k.Proto}
+		got[id] = modelFragPorts{bits.ReverseBytes16(v.Sport), bits.ReverseBytes16(v.Dport), bits.ReverseBytes16(v.PolicyDport)}
+	}
+	if err := it.Err(); err != nil {
+		r.t.Fatal(err)
+	}
+	for id, ports := range r.m.Frags {
+		if g, ok := got[id]; !ok || g != ports {
+			r.fail("fragment table, datagram %+v: the kernel has %+v (present %v), the model %+v", id, g, ok, ports)
+		}
+		delete(got, id)
+	}
+	for id, ports := range got {
+		r.fail("fragment table: datagram %+v %+v in the kernel only", id, ports)
 	}
 }
 
