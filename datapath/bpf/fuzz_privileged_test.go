@@ -84,6 +84,8 @@ type fuzzBed struct {
 	events *eventReader
 	pol    []*maps.PolicyMap
 	progs  [][2]*ebpf.Collection // [endpoint][audit]
+	// sctpPorts is the model's SCTPPorts.
+	sctpPorts bool
 	// seen counts verdicts by hook and reason ("from 133"), for
 	// judging what the generator reaches.
 	seen map[string]int
@@ -207,6 +209,7 @@ func (r *fuzzRun) setup() {
 		Slots:     map[uint16]*modelEndpoint{},
 		CT:        map[maps.CTKey]maps.CTEntry{},
 		Frags:     map[modelFragID]modelFragPorts{},
+		SCTPPorts: b.sctpPorts,
 	}
 	r.logf("setup: redirect %v, endpoint 33's slot stale %v, flags %#x", redirect, stale, flags)
 	for i, e := range fuzzEPs {
@@ -378,8 +381,9 @@ func ipFrame(srcMAC net.HardwareAddr, src, dst netip.Addr, proto uint8, id, frag
 }
 
 // l4Header is the L4 header (and a little payload) of a flow's packet:
-// TCP with flags and optWords words of options, UDP, ICMP (an echo's id
-// in sport), or payload alone for other protocols.
+// TCP with flags and optWords words of options, UDP, SCTP's common
+// header, ICMP (an echo's id in sport), or payload alone for other
+// protocols.
 func l4Header(proto uint8, sport, dport uint16, tcpFlags, icmpType uint8, optWords int) []byte {
 	switch proto {
 	case ipProtoTCP:
@@ -397,6 +401,11 @@ func l4Header(proto uint8, sport, dport uint16, tcpFlags, icmpType uint8, optWor
 		binary.BigEndian.PutUint16(h[0:], sport)
 		binary.BigEndian.PutUint16(h[2:], dport)
 		binary.BigEndian.PutUint16(h[4:], 16)
+		return h
+	case ipProtoSCTP:
+		h := make([]byte, 12+16) // common header, then a chunk
+		binary.BigEndian.PutUint16(h[0:], sport)
+		binary.BigEndian.PutUint16(h[2:], dport)
 		return h
 	case ipProtoICMP:
 		h := make([]byte, 8+8)
@@ -985,6 +994,34 @@ func TestPrivilegedFuzzDatapathSeedsReach(t *testing.T) {
 		if !reached[want] {
 			t.Errorf("no seed reaches %q; reached:\n%s", want, strings.Join(all, "\n"))
 		}
+	}
+}
+
+// TestPrivilegedFuzzDatapathKnownBugSCTPPorts: a NetworkPolicy port of
+// protocol SCTP is not enforced. The policy engine writes SCTP keys with
+// ports (cells/policy appendPortRange; Kubernetes' "should enforce policy
+// based on Ports ... using SCTP" spec), but lxc.c parses no SCTP header:
+// SCTP is looked up with port 0 and tracked with ports 0. So an allow of
+// SCTP port 80 drops SCTP to port 80 (133), and a deny of SCTP port 80
+// beside an allow of all SCTP lets it through; all SCTP associations
+// between two addresses share one conntrack entry, so any SCTP "reply"
+// passes. The model with SCTPPorts (Kubernetes' semantics) shows it on
+// these inputs; remove the skip once lxc.c reads SCTP's ports (and run the
+// fuzzer with SCTPPorts).
+func TestPrivilegedFuzzDatapathKnownBugSCTPPorts(t *testing.T) {
+	t.Skip("known bug: lxc.c ignores SCTP ports, so NetworkPolicy SCTP ports are not enforced (133 on an allowed port, a deny of a port passes)")
+	privileged.Require(t)
+	bed := newFuzzBed(t)
+	bed.sctpPorts = true
+	for name, data := range map[string][]byte{
+		// Endpoint 32 allows world SCTP to port 80; world sends SCTP
+		// 40000 -> 80 into it.
+		"allow-port": {0, 0, 1, 0x05, 0x06, 0x01, 0, 0x00, 0x05, 0x06, 0x05, 0x05, 0x01, 0x00, 0x01},
+		// Endpoint 32 allows world all SCTP but denies port 80; the same
+		// packet.
+		"deny-port": {0, 0, 2, 0x05, 0x0e, 0x00, 0x35, 0x06, 0x01, 0, 0x00, 0x05, 0x06, 0x05, 0x05, 0x01, 0x00, 0x01},
+	} {
+		t.Run(name, func(t *testing.T) { bed.run(t, data) })
 	}
 }
 

@@ -60,6 +60,13 @@ type modelFragPorts struct{ SrcPort, DstPort, PolicyPort uint16 }
 // the endpoints' constants and policy maps. Now is the clock
 // (bpf_ktime_get_ns) of the next packet.
 type model struct {
+	// SCTPPorts parses SCTP's ports as UDP's, for the policy and
+	// conntrack: what Kubernetes means by a NetworkPolicy port of protocol
+	// SCTP, and what the policy engine writes (SCTP keys with ports).
+	// lxc.c does not yet (SCTP is a protocol without ports there, looked up
+	// with port 0), so the fuzzer runs without it;
+	// TestPrivilegedFuzzDatapathKnownBugSCTPPorts shows the difference.
+	SCTPPorts bool
 	Now       uint64
 	Endpoints map[uint16]*modelEndpoint
 	LXC       map[netip.Addr]modelLXC
@@ -90,6 +97,7 @@ const (
 	ipProtoICMP = 1
 	ipProtoTCP  = 6
 	ipProtoUDP  = 17
+	ipProtoSCTP = 132
 
 	icmpEchoReply    = 0
 	icmpDestUnreach  = 3
@@ -143,7 +151,7 @@ type parsed struct {
 // header that does not fit inside the datagram, 135. Bytes after the
 // datagram (Ethernet padding) are never read. A fragment after the first
 // has no L4 header; an ICMP error (not fragmented) has its quote parsed.
-func parse(pkt []byte) (parsed, uint8) {
+func parse(pkt []byte, sctpPorts bool) (parsed, uint8) {
 	var p parsed
 	switch binary.BigEndian.Uint16(pkt[12:14]) {
 	case 0x0800:
@@ -195,6 +203,16 @@ func parse(pkt []byte) (parsed, uint8) {
 		p.SrcPort = binary.BigEndian.Uint16(l4[0:2])
 		p.DstPort = binary.BigEndian.Uint16(l4[2:4])
 		p.PolicyPort = p.DstPort
+	case ipProtoSCTP:
+		if !sctpPorts {
+			break
+		}
+		if len(l4) < 12 { // the common header
+			return p, maps.DropCTInvalidHeader
+		}
+		p.SrcPort = binary.BigEndian.Uint16(l4[0:2])
+		p.DstPort = binary.BigEndian.Uint16(l4[2:4])
+		p.PolicyPort = p.DstPort
 	case ipProtoICMP:
 		if len(l4) < 8 {
 			return p, maps.DropCTInvalidHeader
@@ -207,7 +225,7 @@ func parse(pkt []byte) (parsed, uint8) {
 		case l4[0] == icmpEchoReply:
 			p.DstPort = binary.BigEndian.Uint16(l4[4:6])
 		case icmpIsError(l4[0]) && p.Frag == fragNone:
-			q, reason := parseQuote(l4[8:])
+			q, reason := parseQuote(l4[8:], sctpPorts)
 			p.Quote = q
 			return p, reason
 		}
@@ -223,7 +241,7 @@ func icmpIsError(typ uint8) bool {
 // ICMP error (b: the rest of the error's datagram). A quote that does not
 // fit is 135, a bad quoted header 134; a quote of an ICMP message other
 // than an echo or echo reply is no connection's (nil).
-func parseQuote(b []byte) (*quote, uint8) {
+func parseQuote(b []byte, sctpPorts bool) (*quote, uint8) {
 	if len(b) < 20 {
 		return nil, maps.DropCTInvalidHeader
 	}
@@ -240,11 +258,11 @@ func parseQuote(b []byte) (*quote, uint8) {
 		Proto: b[9],
 	}
 	l4 := b[ihl:]
-	switch q.Proto {
-	case ipProtoTCP, ipProtoUDP:
+	switch {
+	case q.Proto == ipProtoTCP, q.Proto == ipProtoUDP, q.Proto == ipProtoSCTP && sctpPorts:
 		q.SrcPort = binary.BigEndian.Uint16(l4[0:2])
 		q.DstPort = binary.BigEndian.Uint16(l4[2:4])
-	case ipProtoICMP:
+	case q.Proto == ipProtoICMP:
 		switch l4[0] {
 		case icmpEcho:
 			q.SrcPort = binary.BigEndian.Uint16(l4[4:6])
@@ -434,7 +452,7 @@ func (m *model) related(ep *modelEndpoint, p parsed, egress bool) bool {
 // cil_to_container. replyViaStack reports an egress reply of a connection
 // that came in through the stack.
 func (m *model) handle(ep *modelEndpoint, pkt []byte, egress bool, localSrc identity.NumericIdentity, viaStack uint16) (v verdict, replyViaStack bool) {
-	p, reason := parse(pkt)
+	p, reason := parse(pkt, m.SCTPPorts)
 	if reason != 0 {
 		return dropped(ep, reason, "parse"), false
 	}
