@@ -183,7 +183,7 @@ ingress (when it is one). The last line is "Final verdict: ALLOWED" or
 	}
 	src.flags(cmd, "src", "Source")
 	dst.flags(cmd, "dst", "Destination")
-	cmd.Flags().StringVar(&dport, "dport", "", "Destination port and protocol, PORT[/TCP|UDP|SCTP], or 0/ICMP (TCP by default)")
+	cmd.Flags().StringVar(&dport, "dport", "", "Destination port and protocol, PORT[/TCP|UDP|SCTP], or TYPE/ICMP such as 8/ICMP (TCP by default)")
 	out := outputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		o, err := parseOutput(*out)

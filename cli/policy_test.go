@@ -105,7 +105,7 @@ func TestPolicyCommands(t *testing.T) {
 		{[]string{"policy", "trace", "--dst-identity", "2001"}, "give exactly one of --src-identity"},
 		{[]string{"policy", "trace", "--src-k8s-pod", "default:nope", "--dst-identity", "2001"}, "no endpoint with an identity for pod default/nope"},
 		{[]string{"policy", "trace", "--src-identity", "1", "--dst-identity", "2001", "--dport", "80/GRE"}, "protocol must be TCP, UDP, SCTP or ICMP"},
-		{[]string{"policy", "trace", "--src-identity", "1", "--dst-identity", "2001", "--dport", "80/ICMP"}, "ICMP has no port, use 0/ICMP"},
+		{[]string{"policy", "trace", "--src-identity", "1", "--dst-identity", "2001", "--dport", "300/ICMP"}, "an ICMP type is 0 to 255"},
 	} {
 		r := run(t, sock, tc.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {

@@ -77,8 +77,8 @@ struct __sk_buff {
 	__u32 data_end;
 };
 
-/* struct bpf_sock_addr (include/uapi/linux/bpf.h), up to msg_src_ip6:
- * the context of the cgroup connect4, sendmsg4, recvmsg4 and getpeername4
+/* struct bpf_sock_addr (include/uapi/linux/bpf.h), up to msg_src_ip6: the
+ * context of the cgroup connect4/6, sendmsg4, recvmsg4/6, getpeername4/6
  * programs. Addresses and ports are in network byte order; the port is
  * the low 16 bits of user_port. */
 struct bpf_sock_addr {

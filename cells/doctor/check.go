@@ -16,6 +16,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -40,6 +41,10 @@ const (
 	// KindReadyWithoutPrograms: a ready endpoint's programs are not
 	// attached for its identity.
 	KindReadyWithoutPrograms = "endpoint-ready-without-programs"
+	// KindPolicyMapFailed: an endpoint's policy map does not hold its
+	// policy (a policy larger than the map: the map fails closed and the
+	// endpoint drops all traffic).
+	KindPolicyMapFailed = "endpoint-policy-map-failed"
 )
 
 const (
@@ -96,6 +101,10 @@ type Facts struct {
 	Programs      []*bpfprog.Program
 	ProgramsKnown bool
 
+	// PolicyMaps are the policy map reconciler's rows (statedb/mapstate).
+	PolicyMaps      []*mapstate.PolicyMap
+	PolicyMapsKnown bool
+
 	// Skipped says why checks were skipped.
 	Skipped []string
 }
@@ -135,6 +144,9 @@ func Check(f *Facts) []models.DoctorFinding {
 	if f.ProgramsKnown {
 		c.programs()
 	}
+	if f.PolicyMapsKnown {
+		c.policyMaps()
+	}
 	slices.SortFunc(c.out, func(a, b models.DoctorFinding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Object, b.Object))
 	})
@@ -150,6 +162,25 @@ type checker struct {
 
 func (c *checker) add(kind, object, message, hint string) {
 	c.out = append(c.out, models.DoctorFinding{Kind: kind, Object: object, Message: message, Hint: hint})
+}
+
+// policyMaps finds endpoints whose policy map failed to take their
+// policy.
+func (c *checker) policyMaps() {
+	byID := map[uint16]*endpoints.Endpoint{}
+	for _, ep := range c.f.Endpoints {
+		byID[ep.ID] = ep
+	}
+	for _, row := range c.f.PolicyMaps {
+		ep := byID[row.EndpointID]
+		if ep == nil || row.Identity != ep.Identity || row.Status.Kind != reconciler.StatusError {
+			continue
+		}
+		msg, _, _ := strings.Cut(row.Status.Error, "\n")
+		c.add(KindPolicyMapFailed, epObject(ep),
+			fmt.Sprintf("the policy map of %s does not hold its policy (revision %d): %s", epObject(ep), row.Revision, msg),
+			"a policy larger than the map fails closed (the endpoint drops all traffic): reduce the peers or ports the rules selecting it allow (Documentation/operations/bpf.md, Limits); cellium statedb "+mapstate.PoliciesTableName+" shows the reconciler's view")
+	}
 }
 
 func epObject(ep *endpoints.Endpoint) string {

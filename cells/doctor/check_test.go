@@ -90,6 +90,7 @@ func TestCheck(t *testing.T) {
 		},
 	}
 	tests = append(tests, programTests()...)
+	tests = append(tests, policyMapTests()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := doctor.Check(&tt.f)

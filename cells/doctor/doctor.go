@@ -27,6 +27,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/mapstate"
 )
 
 // LinkLister lists the host-side endpoint interfaces: links of the host
@@ -56,6 +57,9 @@ type Params struct {
 	CEPSync cepsync.Config `optional:"true"`
 	// Programs is the eBPF loader's table (absent with the loader off).
 	Programs statedb.Table[*bpfprog.Program] `optional:"true"`
+	// PolicyMaps is the policy map reconciler's table (absent with the
+	// BPF datapath off).
+	PolicyMaps statedb.Table[*mapstate.PolicyMap] `optional:"true"`
 }
 
 // Doctor gathers the facts and checks them. Safe for concurrent use.
@@ -113,6 +117,7 @@ func (d *Doctor) Facts() *Facts {
 	d.ceps(txn, f)
 	d.identities(txn, f)
 	d.programs(txn, f)
+	d.policyMaps(txn, f)
 	d.allocations(f)
 	d.links(f)
 	d.stateFiles(f)
@@ -128,6 +133,17 @@ func (d *Doctor) programs(txn statedb.ReadTxn, f *Facts) {
 		return
 	}
 	f.Programs, f.ProgramsKnown = statedb.Collect(d.p.Programs.All(txn)), true
+}
+
+func (d *Doctor) policyMaps(txn statedb.ReadTxn, f *Facts) {
+	if d.p.PolicyMaps == nil {
+		return // the BPF datapath is off: no policy maps to check
+	}
+	if ok, _ := d.p.PolicyMaps.Initialized(txn); !ok {
+		d.skip(f, "policy maps: the datapath has not derived its table yet")
+		return
+	}
+	f.PolicyMaps, f.PolicyMapsKnown = statedb.Collect(d.p.PolicyMaps.All(txn)), true
 }
 
 func (d *Doctor) skip(f *Facts, format string, args ...any) {

@@ -7,6 +7,8 @@ import (
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -53,6 +55,37 @@ func programTests() []struct {
 			f: doctor.Facts{Endpoints: []*endpoints.Endpoint{ready}, ProgramsKnown: true,
 				Programs: []*bpfprog.Program{stale}},
 			want: []string{"endpoint-ready-without-programs endpoint 1 (default/a): not attached for identity 1000"},
+		},
+	}
+}
+
+// policyMapTests are TestCheck's cases of the policy map check.
+func policyMapTests() []struct {
+	name string
+	f    doctor.Facts
+	want []string
+} {
+	ep := podEP(4, "d", "10.0.0.8", 1003)
+	ep.State = ciliumv2.EndpointStateNotReady
+	row := func(id identity.NumericIdentity, st reconciler.Status) *mapstate.PolicyMap {
+		return &mapstate.PolicyMap{EndpointID: 4, Identity: id, Revision: 7, Status: st}
+	}
+	overflow := reconciler.Failed(errors.New("policy map of endpoint 4 (revision 7): 20000 entries do not fit the map (at most 16384): policy larger than the policy map"))
+	return []struct {
+		name string
+		f    doctor.Facts
+		want []string
+	}{
+		{
+			name: "policy map done, or failing for an older identity: nothing to say",
+			f: doctor.Facts{Endpoints: []*endpoints.Endpoint{ep}, PolicyMapsKnown: true,
+				PolicyMaps: []*mapstate.PolicyMap{row(999, overflow)}},
+		},
+		{
+			name: "a policy map that overflows",
+			f: doctor.Facts{Endpoints: []*endpoints.Endpoint{ep}, PolicyMapsKnown: true,
+				PolicyMaps: []*mapstate.PolicyMap{row(1003, overflow)}},
+			want: []string{"endpoint-policy-map-failed endpoint 4 (default/d): does not hold its policy (revision 7): policy map of endpoint 4 (revision 7): 20000 entries do not fit"},
 		},
 	}
 }

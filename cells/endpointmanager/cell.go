@@ -24,4 +24,6 @@ var Cell = hive.Module("endpoint-manager", "Local endpoints",
 	hive.Provide(apiHandlers),
 	// Restore at start, follow pod label changes, keep the health endpoint.
 	hive.Invoke(registerJobs),
+	// cellium_endpoint_state, when the agent has a metrics registry.
+	hive.Invoke(registerMetrics),
 )

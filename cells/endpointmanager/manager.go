@@ -174,8 +174,8 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 //
 // Possible errors: ErrUnavailable when it is not ready in time (its
 // policy was not computed: the policy engine waits for the policy tables,
-// see `cellium status`) or ctx ends; ErrNotFound when it was deleted
-// meanwhile.
+// see `cellium status`), when it is not-ready (the datapath refused its
+// policy) or ctx ends; ErrNotFound when it was deleted meanwhile.
 func (m *Manager) waitReady(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
 	timer := time.NewTimer(RegenerationWait)
 	defer timer.Stop()
@@ -187,6 +187,10 @@ func (m *Manager) waitReady(ctx context.Context, ep *endpoints.Endpoint) (*endpo
 			return nil, fmt.Errorf("%w: endpoint %d was deleted while it regenerated", ErrNotFound, ep.ID)
 		case cur.State == ciliumv2.EndpointStateReady:
 			return cur, nil
+		case cur.State == ciliumv2.EndpointStateNotReady:
+			// The datapath refused its policy (the last log entry says
+			// why): waiting would not help.
+			return nil, fmt.Errorf("%w: endpoint %d of %s is not-ready: %s", ErrUnavailable, ep.ID, ep.PodKey(), lastMessage(cur))
 		}
 		var progWatch <-chan struct{}
 		if m.wantsPrograms(cur) {
@@ -205,6 +209,14 @@ func (m *Manager) waitReady(ctx context.Context, ep *endpoints.Endpoint) (*endpo
 				ErrUnavailable, ep.ID, ep.PodKey(), cur.State, RegenerationWait, m.notReadyReason(m.db.ReadTxn(), cur))
 		}
 	}
+}
+
+// lastMessage is the message of the endpoint's last log entry.
+func lastMessage(ep *endpoints.Endpoint) string {
+	if n := len(ep.Log); n > 0 && ep.Log[n-1] != nil {
+		return ep.Log[n-1].Message
+	}
+	return string(ep.State)
 }
 
 // sameAttachment reports whether req asks again for the endpoint ep

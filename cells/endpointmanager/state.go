@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/mapstate"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
+	"github.com/cellium/cellium/statedb/reconciler"
 )
 
 // stateInputs is everything the state of an endpoint in service (identity
@@ -51,6 +52,19 @@ func (in stateInputs) datapathReason(rev uint64) string {
 	return ""
 }
 
+// datapathFailure is the error of the policy map reconciler when it
+// failed to write policy revision rev into the endpoint's map (its policy
+// does not fit the map, which then fails closed: datapath/mapsync), or
+// "" when it did not fail.
+func (in stateInputs) datapathFailure(rev uint64) string {
+	pm := in.PolicyMap
+	if !in.WantsPolicyMap || pm == nil || pm.Identity != in.Endpoint.Identity || pm.Revision != rev ||
+		pm.Status.Kind != reconciler.StatusError {
+		return ""
+	}
+	return pm.Status.Error
+}
+
 // stateStep is an endpoint's next state, the policy revision it carries
 // in that state, and the message logged with the change.
 type stateStep struct {
@@ -71,6 +85,13 @@ type stateStep struct {
 //	                                 and its revision
 //	waiting-to-regenerate -> ready   a restored endpoint without a policy of
 //	                                 this run: the previous run's stays
+//	regenerating -> not-ready        the datapath failed to take the
+//	                                 computed revision (its policy map
+//	                                 overflows and drops everything): the
+//	                                 message says why
+//	not-ready -> ready               the datapath took the computed revision
+//	not-ready -> regenerating        a revision the datapath has not
+//	                                 refused is computed
 //
 // It returns false when the endpoint stays as it is: at rest (ready with
 // the computed revision, or still waiting), not in service
@@ -95,10 +116,20 @@ func nextState(in stateInputs) (stateStep, bool) {
 		ep.State == ciliumv2.EndpointStateReady && (ep.PolicyRevision != row.Policy.Revision || ep.PolicyRestored):
 		next.State = ciliumv2.EndpointStateRegenerating
 		next.Message = fmt.Sprintf("Regenerating endpoint: policy revision %d computed", row.Policy.Revision)
-	case ep.State == ciliumv2.EndpointStateRegenerating:
-		if in.datapathReason(row.Policy.Revision) != "" {
-			// The datapath does not enforce it yet.
-			return cur, false
+	case ep.State == ciliumv2.EndpointStateRegenerating, ep.State == ciliumv2.EndpointStateNotReady:
+		rev := row.Policy.Revision
+		if f := in.datapathFailure(rev); f != "" {
+			// The datapath refused it: not-ready until it takes one.
+			next.State = ciliumv2.EndpointStateNotReady
+			next.Message = fmt.Sprintf("Policy revision %d is not enforced: %s", rev, f)
+			break
+		}
+		if in.datapathReason(rev) != "" {
+			// The datapath does not enforce it yet; a not-ready
+			// endpoint tries again with another revision.
+			next.State = ciliumv2.EndpointStateRegenerating
+			next.Message = fmt.Sprintf("Regenerating endpoint: policy revision %d computed", rev)
+			break
 		}
 		next.State = ciliumv2.EndpointStateReady
 		next.PolicyRevision = row.Policy.Revision
@@ -195,7 +226,7 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 		}
 		if datapathChanged {
 			for ep := range d.m.table.All(rtxn) {
-				if ep.State == ciliumv2.EndpointStateRegenerating {
+				if ep.State == ciliumv2.EndpointStateRegenerating || ep.State == ciliumv2.EndpointStateNotReady {
 					ids[ep.ID] = struct{}{}
 				}
 			}

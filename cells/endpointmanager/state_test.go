@@ -1,6 +1,7 @@
 package endpointmanager
 
 import (
+	"strings"
 	"testing"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
@@ -9,6 +10,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/mapstate"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
+	"github.com/cellium/cellium/statedb/reconciler"
 )
 
 // TestNextState: each step of nextState, and that applying it repeatedly
@@ -143,5 +145,64 @@ func TestNextStateWaitsForDatapath(t *testing.T) {
 				t.Errorf("datapathReason = %q", reason)
 			}
 		})
+	}
+}
+
+// A policy map that failed to take the computed revision (an overflow:
+// the map fails closed and drops everything) makes a regenerating
+// endpoint not-ready with the reconciler's error; the map taking a
+// revision makes it ready, a newer revision makes it regenerate.
+func TestNextStatePolicyMapFailed(t *testing.T) {
+	const (
+		ready    = ciliumv2.EndpointStateReady
+		regen    = ciliumv2.EndpointStateRegenerating
+		notReady = ciliumv2.EndpointStateNotReady
+	)
+	const overflow = "policy map of endpoint 1 (revision 4): 20000 entries do not fit the map (at most 16384): policy larger than the policy map"
+	ep := func(s ciliumv2.EndpointState) *endpoints.Endpoint {
+		return &endpoints.Endpoint{ID: 1, Identity: 1000, State: s, PolicyRevision: 3}
+	}
+	row := func(rev uint64) *statepolicy.EndpointPolicyRow {
+		return &statepolicy.EndpointPolicyRow{EndpointID: 1, Identity: 1000, Policy: &statepolicy.EndpointPolicy{Revision: rev}}
+	}
+	pm := func(rev, realized uint64, st reconciler.Status) *mapstate.PolicyMap {
+		return &mapstate.PolicyMap{EndpointID: 1, Identity: 1000, Revision: rev, Realized: realized, Status: st}
+	}
+	failed := reconciler.Status{Kind: reconciler.StatusError, Error: overflow}
+	tests := []struct {
+		name    string
+		ep      *endpoints.Endpoint
+		row     *statepolicy.EndpointPolicyRow
+		pm      *mapstate.PolicyMap
+		want    ciliumv2.EndpointState
+		changed bool
+	}{
+		{"regenerating, the map refused the revision", ep(regen), row(4), pm(4, 3, failed), notReady, true},
+		{"regenerating, an older revision failed", ep(regen), row(4), pm(3, 2, failed), regen, false},
+		{"regenerating, the map pending", ep(regen), row(4), pm(4, 3, reconciler.Pending()), regen, false},
+		{"not-ready, still failing", ep(notReady), row(4), pm(4, 3, failed), notReady, false},
+		{"not-ready, the map took the revision", ep(notReady), row(4), pm(4, 4, reconciler.Done()), ready, true},
+		{"not-ready, a newer revision computed", ep(notReady), row(5), pm(4, 3, failed), regen, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := stateInputs{Endpoint: tt.ep, Policy: tt.row, Programs: bpfprog.StateReady, WantsPolicyMap: true, PolicyMap: tt.pm}
+			step, changed := nextState(in)
+			if changed != tt.changed {
+				t.Fatalf("changed = %v, want %v (step %+v)", changed, tt.changed, step)
+			}
+			if !changed {
+				return
+			}
+			if step.State != tt.want {
+				t.Errorf("state %s, want %s", step.State, tt.want)
+			}
+			if tt.want == notReady && !strings.Contains(step.Message, overflow) {
+				t.Errorf("message %q does not carry the map's error", step.Message)
+			}
+		})
+	}
+	if !ep(notReady).InService() {
+		t.Error("a not-ready endpoint is not in service: its labels and policy would not follow its pod")
 	}
 }

@@ -93,7 +93,7 @@ func TestAPI(t *testing.T) {
 	if !strings.Contains(body, `Final verdict: DENIED`) {
 		t.Errorf("trace from world = %s", body)
 	}
-	for _, bad := range []string{"?dst-identity=1000", "?src-labels=k8s:app=x&src-cidr=1.1.1.1&dst-identity=1000", "?src-identity=1&src-labels=k8s:app=x&dst-identity=1000", "?src-identity=1&dst-identity=2&dport=80/ICMP", "?src-identity=galaxy&dst-identity=1"} {
+	for _, bad := range []string{"?dst-identity=1000", "?src-labels=k8s:app=x&src-cidr=1.1.1.1&dst-identity=1000", "?src-identity=1&src-labels=k8s:app=x&dst-identity=1000", "?src-identity=1&dst-identity=2&dport=300/ICMP", "?src-identity=galaxy&dst-identity=1"} {
 		get("/policy/trace"+bad, 400)
 	}
 }

@@ -154,9 +154,10 @@ func ParseTraceEnd(side, idStr, lblStr, addrStr string) (TraceEnd, error) {
 	return end, nil
 }
 
-// ParseDPort reads "PORT[/PROTO]" (protocol TCP by default; "0/ICMP" for
-// ICMP, which has no port; ANY is not a
-// packet's protocol).
+// ParseDPort reads "PORT[/PROTO]" (protocol TCP by default). For ICMP the
+// number is the ICMP type ("8/ICMP" is an echo request, "0/ICMP" an echo
+// reply), which the datapath looks the policy up with in place of a port.
+// ANY is not a packet's protocol.
 func ParseDPort(s string) (uint8, uint16, error) {
 	if s == "" {
 		return statepolicy.ProtoTCP, 0, nil
@@ -164,7 +165,7 @@ func ParseDPort(s string) (uint8, uint16, error) {
 	portStr, protoStr, _ := strings.Cut(s, "/")
 	n, err := strconv.ParseUint(portStr, 10, 16)
 	if err != nil {
-		return 0, 0, fmt.Errorf("--dport %q: want PORT[/PROTO] such as 80/TCP", s)
+		return 0, 0, fmt.Errorf("--dport %q: want PORT[/PROTO] such as 80/TCP, or TYPE/ICMP such as 8/ICMP", s)
 	}
 	proto := statepolicy.ProtoTCP
 	switch strings.ToUpper(protoStr) {
@@ -174,13 +175,12 @@ func ParseDPort(s string) (uint8, uint16, error) {
 	case "SCTP":
 		proto = statepolicy.ProtoSCTP
 	case "ICMP":
-		// ICMP has no port: the datapath looks echoes up with port 0.
-		if n != 0 {
-			return 0, 0, fmt.Errorf("--dport %q: ICMP has no port, use 0/ICMP", s)
+		if n > 255 {
+			return 0, 0, fmt.Errorf("--dport %q: an ICMP type is 0 to 255 (8/ICMP for an echo request)", s)
 		}
 		proto = statepolicy.ProtoICMP
 	default:
-		return 0, 0, fmt.Errorf("--dport %q: protocol must be TCP, UDP, SCTP or ICMP (0/ICMP)", s)
+		return 0, 0, fmt.Errorf("--dport %q: protocol must be TCP, UDP, SCTP or ICMP (TYPE/ICMP)", s)
 	}
 	return proto, uint16(n), nil
 }

@@ -1,8 +1,9 @@
 // Package bpfmaps composes the agent's BPF map cell: the lxc-map and
-// policy-maps tables (statedb/mapstate), the deriver that fills them, and
-// the reconcilers of the ipcache, lxc-map and policy-maps tables into the
-// pinned BPF maps (datapath/mapsync), behind --enable-bpf-datapath with
-// --bpf-root (datapath/bpfconfig). Like daemon/hostrouting it is a package of its own,
+// policy-maps tables (statedb/mapstate), the deriver that fills them, the
+// reconcilers of the ipcache, lxc-map and policy-maps tables into the
+// pinned BPF maps (datapath/mapsync), and the conntrack map's garbage
+// collector (datapath/ctgc, every --conntrack-gc-interval), behind
+// --enable-bpf-datapath with --bpf-root (datapath/bpfconfig). Like daemon/hostrouting it is a package of its own,
 // composed only by cellium-agent's main, so that the daemon package does
 // not link the datapath.
 package bpfmaps
@@ -14,10 +15,12 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/datapath/bpfconfig"
+	"github.com/cellium/cellium/datapath/ctgc"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/mapsync"
 	"github.com/cellium/cellium/statedb/endpoints"
@@ -40,6 +43,10 @@ type Targets struct {
 	IPCache   mapsync.Map[netip.Prefix, mapsync.IPCacheValue]
 	Endpoints mapsync.Map[netip.Addr, mapsync.EndpointInfo]
 	Policies  mapsync.PolicyMaps
+	// Conntrack is the conntrack map the garbage collector walks (nil:
+	// none), ConntrackSize its capacity.
+	Conntrack     ctgc.Table
+	ConntrackSize int
 	// Close releases the maps (they stay pinned); may be nil.
 	Close func() error
 }
@@ -63,7 +70,8 @@ func OpenPinned(dir string) (Targets, error) {
 		return Targets{}, err
 	}
 	return Targets{IPCache: mapsync.IPCacheMap(m.IPCache), Endpoints: mapsync.EndpointsMap(m.Endpoints),
-		Policies: mapsync.PinnedPolicyMaps{Dir: dir}, Close: m.Close}, nil
+		Policies: mapsync.PinnedPolicyMaps{Dir: dir}, Conntrack: m.CT4, ConntrackSize: int(m.CT4.Map().MaxEntries()),
+		Close: m.Close}, nil
 }
 
 // NewCell is the cell with the maps that open gives (the agent's: the
@@ -90,7 +98,9 @@ func Maps(open Opener) hive.Cell {
 		// Anyone reads them: readiness reads policy-maps' realized
 		// revision. Without the BPF datapath they are not in the graph.
 		hive.Provide(statedb.RWTable[*mapstate.Endpoint].ToTable, statedb.RWTable[*mapstate.PolicyMap].ToTable),
-		// Tables in, maps out.
+		// --conntrack-gc-interval.
+		hive.Config(ctgc.DefaultConfig),
+		// Tables in, maps out; the conntrack GC job; the metrics of both.
 		hive.Invoke(func(p params) error { return register(p, open) }),
 	)
 }
@@ -104,9 +114,13 @@ type params struct {
 	IPCache   ipcache.StatusTable
 	LXC       statedb.RWTable[*mapstate.Endpoint]
 	PolicyMap statedb.RWTable[*mapstate.PolicyMap]
+	CTGC      ctgc.Config
 	Lifecycle hive.Lifecycle
 	Jobs      hive.Jobs
 	Reconcile reconcilejob.Params
+	// Registry takes the policy map overflow and conntrack GC metrics
+	// (none without the metrics cell).
+	Registry prometheus.Registerer `optional:"true"`
 }
 
 // lazyTargets forward to the maps once the start hook has opened them:
@@ -119,7 +133,8 @@ func register(p params, open Opener) error {
 	lazy := &lazyTargets{}
 	ic := mapsync.IPCacheConfig(p.IPCache, lazyMap[netip.Prefix, mapsync.IPCacheValue]{func() mapsync.Map[netip.Prefix, mapsync.IPCacheValue] { return lazy.t.IPCache }})
 	ec := mapsync.EndpointsConfig(t, lazyMap[netip.Addr, mapsync.EndpointInfo]{func() mapsync.Map[netip.Addr, mapsync.EndpointInfo] { return lazy.t.Endpoints }})
-	pc := mapsync.PoliciesConfig(t, lazyPolicies{lazy})
+	ops := mapsync.NewPolicyOps(lazyPolicies{lazy}, p.Endpoints)
+	pc := mapsync.PoliciesConfig(t, ops)
 	ic.FullInterval, ec.FullInterval, pc.FullInterval = IPCacheFullInterval, FullInterval, FullInterval
 	// The maps open in the start hook, before any reconciler runs.
 	p.Lifecycle.Append(hive.Hook{
@@ -149,6 +164,29 @@ func register(p params, open Opener) error {
 		return err
 	}
 	p.Jobs.Add(hive.Service("derive-bpf-map-tables", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
+
+	// cellium_policy_map_overflow_endpoints; the conntrack GC's metrics.
+	var ctMetrics *ctgc.Metrics
+	if p.Registry != nil {
+		if err := p.Registry.Register(mapsync.NewPolicyCollector(ops)); err != nil {
+			return fmt.Errorf("register policy map metrics: %w", err)
+		}
+		var err error
+		if ctMetrics, err = ctgc.NewMetrics(p.Registry); err != nil {
+			return err
+		}
+	}
+	// Job "conntrack-gc": the map evicts nothing, expired entries must go.
+	p.Jobs.Add(hive.Timer("conntrack-gc", func(ctx context.Context) error {
+		if lazy.t.Conntrack == nil {
+			return nil
+		}
+		_, err := ctgc.New(lazy.t.Conntrack, maps.CT4MapName, lazy.t.ConntrackSize, ctgc.Monotonic, ctMetrics).Run(ctx)
+		if err != nil {
+			return fmt.Errorf("conntrack garbage collection: %w", err)
+		}
+		return nil
+	}, p.CTGC.EffectiveInterval()))
 	return nil
 }
 

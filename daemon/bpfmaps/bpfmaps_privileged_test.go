@@ -2,6 +2,7 @@ package bpfmaps_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/statedb"
 	"golang.org/x/sys/unix"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/daemon/bpfmaps"
+	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/ctgc"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/ipcache"
@@ -32,7 +36,8 @@ import (
 // the test's own: an endpoint, its policy and the local node end up in the
 // pinned maps (the ipcache through the control plane's derivation), the
 // policy-maps row says which revision the map holds, and bpftool sees the
-// entries.
+// entries. The conntrack GC job deletes an expired conntrack entry and
+// keeps an alive one.
 func TestPrivilegedMapSyncCell(t *testing.T) {
 	privileged.Require(t)
 	root := filepath.Join(t.TempDir(), "mapsync-cell-bpffs")
@@ -53,7 +58,7 @@ func TestPrivilegedMapSyncCell(t *testing.T) {
 		pmaps statedb.Table[*mapstate.PolicyMap]
 		lxc   statedb.Table[*mapstate.Endpoint]
 	)
-	hivetest.Start(t, []string{"--enable-bpf-datapath", "--bpf-root=" + root},
+	hivetest.Start(t, []string{"--enable-bpf-datapath", "--bpf-root=" + root, "--conntrack-gc-interval=20ms"},
 		// Stand-ins for the endpoint manager's, the policy cell's, node
 		// discovery's and the k8s cells' tables.
 		hive.Provide(endpoints.NewTable, policy.NewTable, policy.NewCIDRTable, nodes.NewLocalNodeTable, nodes.NewNodesTable,
@@ -129,5 +134,32 @@ func TestPrivilegedMapSyncCell(t *testing.T) {
 	var entries []json.RawMessage
 	if err := json.Unmarshal(out, &entries); err != nil || len(entries) != 2 {
 		t.Errorf("bpftool shows %d policy entries (want 2): %v %s", len(entries), err, strings.TrimSpace(string(out)))
+	}
+
+	now, err := ctgc.Monotonic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := bpf.LxcCt4Key{Saddr: 0x0a000001, Daddr: 0x0a000002, Sport: 1, Dport: 80, Proto: 6}
+	alive := bpf.LxcCt4Key{Saddr: 0x0a000001, Daddr: 0x0a000002, Sport: 2, Dport: 80, Proto: 6}
+	for k, deadline := range map[bpf.LxcCt4Key]uint64{expired: now - 1e9, alive: now + 600e9} {
+		if err := m.CT4.Map().Update(&k, &bpf.LxcCtEntry{Expires: deadline}, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var v bpf.LxcCtEntry
+		if err := m.CT4.Map().Lookup(&expired, &v); errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the conntrack GC job did not delete an expired entry within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var v bpf.LxcCtEntry
+	if err := m.CT4.Map().Lookup(&alive, &v); err != nil {
+		t.Errorf("the alive conntrack entry: %v", err)
 	}
 }

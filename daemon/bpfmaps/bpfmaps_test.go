@@ -46,6 +46,7 @@ func TestAgentGraphWithBPFMaps(t *testing.T) {
 		"bpf-maps (Reconciles the ipcache, endpoint and policy tables into BPF maps)",
 		"--enable-bpf-datapath=true (default true)",
 		"--bpf-root=/sys/fs/bpf",
+		"--conntrack-gc-interval=0s",
 		"⇦ statedb.Table[*mapstate.PolicyMap]",
 		"⇦ statedb.Table[*mapstate.Endpoint]",
 		"⇦ statedb.Table[*ipcache.Entry]",

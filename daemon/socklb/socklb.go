@@ -53,7 +53,7 @@ var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgrou
 // Flags registers --bpf-lb-sock and --cgroup-root.
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Bool("bpf-lb-sock", def.EnableSocketLB,
-		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs), so that pod egress policy sees the real destination; false detaches the programs")
+		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs, and connect6/recvmsg6/getpeername6 for IPv4-mapped addresses of dual-stack sockets), so that pod egress policy sees the real destination; false detaches the programs")
 	fs.String("cgroup-root", def.CgroupRoot,
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
 }

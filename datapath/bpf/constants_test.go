@@ -2,6 +2,7 @@ package bpf_test
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/cellium/cellium/datapath/bpf"
@@ -14,18 +15,19 @@ func TestEndpointConstantsApply(t *testing.T) {
 	}
 	c := bpf.EndpointConstants{
 		EndpointID: 42, Identity: 70000, IfIndex: 9,
-		MAC: net.HardwareAddr{1, 2, 3, 4, 5, 6}, AuditMode: true,
+		MAC: net.HardwareAddr{1, 2, 3, 4, 5, 6}, IPv4: netip.MustParseAddr("10.1.2.3"), AuditMode: true,
 	}
 	if err := c.Apply(spec); err != nil {
 		t.Fatal(err)
 	}
 	var id uint16
-	var ident, ifindex uint32
+	var ident, ifindex, ip4 uint32
 	var mac uint64
 	var audit, trace uint8
 	for name, out := range map[string]any{
 		bpf.LxcVarENDPOINT_ID: &id, bpf.LxcVarSECURITY_IDENTITY: &ident, bpf.LxcVarENDPOINT_IFINDEX: &ifindex,
 		bpf.LxcVarENDPOINT_MAC: &mac, bpf.LxcVarPOLICY_AUDIT_MODE: &audit, bpf.LxcVarTRACE_ENABLED: &trace,
+		bpf.LxcVarENDPOINT_IPV4: &ip4,
 	} {
 		if err := spec.Variables[name].Get(out); err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -33,6 +35,14 @@ func TestEndpointConstantsApply(t *testing.T) {
 	}
 	if id != 42 || ident != 70000 || ifindex != 9 || mac != 0x060504030201 || audit != 1 || trace != 0 {
 		t.Errorf("constants: id %d identity %d ifindex %d mac %#x audit %d trace %d", id, ident, ifindex, mac, audit, trace)
+	}
+	// The address as the programs load it from a packet: its bytes in
+	// order in memory, a little-endian word.
+	if ip4 != 0x0302010a {
+		t.Errorf("ENDPOINT_IPV4 = %#x, want 0x0302010a (10.1.2.3 in network order)", ip4)
+	}
+	if err := (bpf.EndpointConstants{IPv4: netip.MustParseAddr("fd00::1")}).Apply(spec); err == nil {
+		t.Error("an IPv6 endpoint address was accepted")
 	}
 	if err := (bpf.EndpointConstants{MAC: net.HardwareAddr{1}}).Apply(spec); err == nil {
 		t.Error("a 1-byte MAC was accepted")

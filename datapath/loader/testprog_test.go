@@ -28,8 +28,8 @@ const (
 	countLen     = 14 + 20 + 8 + countPayload
 
 	// Offsets of the constants in .rodata.
-	offID, offAudit, offTrace, offIdentity, offIfindex, offMAC = 0, 2, 3, 4, 8, 16
-	rodataSize                                                 = 24
+	offID, offAudit, offTrace, offIdentity, offIfindex, offIPv4, offMAC = 0, 2, 3, 4, 8, 12, 16
+	rodataSize                                                          = 24
 )
 
 func rodataVar(name string, off uint32, size int) *ebpf.VariableSpec {
@@ -86,6 +86,7 @@ func testSpec() (*ebpf.CollectionSpec, error) {
 			bpf.LxcVarSECURITY_IDENTITY: rodataVar(bpf.LxcVarSECURITY_IDENTITY, offIdentity, 4),
 			bpf.LxcVarENDPOINT_IFINDEX:  rodataVar(bpf.LxcVarENDPOINT_IFINDEX, offIfindex, 4),
 			bpf.LxcVarENDPOINT_MAC:      rodataVar(bpf.LxcVarENDPOINT_MAC, offMAC, 8),
+			bpf.LxcVarENDPOINT_IPV4:     rodataVar(bpf.LxcVarENDPOINT_IPV4, offIPv4, 4),
 		},
 		Programs: map[string]*ebpf.ProgramSpec{
 			ProgFromContainer: pass(ProgFromContainer, ebpf.AttachTCXIngress, true),

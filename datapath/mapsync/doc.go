@@ -13,7 +13,10 @@
 // first, then the entries no longer desired are deleted, so an endpoint's
 // map is never empty while its policy changes. When a policy map's row is
 // reconciled, the row records the policy revision the map now holds
-// (mapstate.PolicyMap.Realized).
+// (mapstate.PolicyMap.Realized). A policy larger than its map fails
+// closed: the map keeps the policy's deny entries alone (FailClosed), the
+// endpoint drops all traffic, the row's status is an error wrapping
+// ErrPolicyTooLarge, and PolicyCollector counts such endpoints.
 //
 // The package works on small interfaces (Map, PolicyMaps) so that its
 // logic is tested with in-memory maps; Pinned adapts the real pinned maps

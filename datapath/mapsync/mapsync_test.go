@@ -37,6 +37,7 @@ type env struct {
 	ipcMap  *fakeMap[netip.Prefix, IPCacheValue]
 	lxcMap  *fakeMap[netip.Addr, EndpointInfo]
 	polMaps *fakePolicyMaps
+	polOps  *PolicyOps
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -86,7 +87,8 @@ func newEnvWith(t testing.TB, full time.Duration, setup func(*env, targets), tg 
 	must(d.Subscribe())
 	ic := IPCacheConfig(ipcache.StatusTable{RWTable: e.ipc}, tg.ipc)
 	ec := EndpointsConfig(e.tables, tg.lxc)
-	pc := PoliciesConfig(e.tables, tg.pol)
+	e.polOps = NewPolicyOps(tg.pol, e.tables.Endpoints)
+	pc := PoliciesConfig(e.tables, e.polOps)
 	ic.FullInterval, ec.FullInterval, pc.FullInterval = full, full, full
 	ic.RetryMin, ec.RetryMin, pc.RetryMin = time.Millisecond, time.Millisecond, time.Millisecond
 	ir, err := reconciler.New(e.db, ic)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/cilium/statedb"
@@ -178,6 +180,9 @@ type PolicyOps struct {
 	// realized is what each map is known to hold; an endpoint missing
 	// here is read from its map first.
 	realized map[uint16]map[policy.Key]PolicyValue
+	// overflowing are the endpoints whose policy does not fit their map
+	// (which holds the policy's deny entries alone), by endpoint ID.
+	overflowing map[uint16]bool
 }
 
 var _ reconciler.Operations[*mapstate.PolicyMap] = (*PolicyOps)(nil)
@@ -186,7 +191,36 @@ var _ reconciler.Operations[*mapstate.PolicyMap] = (*PolicyOps)(nil)
 // never removes the map of an endpoint that still exists (the loader may
 // have created it before the endpoint's policy is computed).
 func NewPolicyOps(maps PolicyMaps, eps statedb.Table[*endpoints.Endpoint]) *PolicyOps {
-	return &PolicyOps{maps: maps, endpoints: eps, realized: map[uint16]map[policy.Key]PolicyValue{}}
+	return &PolicyOps{maps: maps, endpoints: eps, realized: map[uint16]map[policy.Key]PolicyValue{}, overflowing: map[uint16]bool{}}
+}
+
+// Overflowing returns, sorted, the endpoints whose last reconciled
+// policy does not fit their map: their maps fail closed (FailClosed).
+func (o *PolicyOps) Overflowing() []uint16 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Sorted(maps.Keys(o.overflowing))
+}
+
+// FailClosed returns what the map of a policy that does not fit holds
+// instead: the policy's deny entries alone, or nothing when even those
+// do not fit. Without an allow entry the datapath drops every packet
+// (what matches no entry is dropped), so the map is never more permissive
+// than the policy: the endpoint drops all traffic in both directions
+// (replies of connections it admitted included, since the packets of
+// those are checked again), and the deny entries keep their drop reason
+// ("Policy denied by denylist") for the packets they match.
+func FailClosed(want map[policy.Key]PolicyValue, max int) map[policy.Key]PolicyValue {
+	out := map[policy.Key]PolicyValue{}
+	for k, v := range want {
+		if v.Deny {
+			out[k] = v
+		}
+	}
+	if len(out) > max {
+		return map[policy.Key]PolicyValue{}
+	}
+	return out
 }
 
 // Entries returns the map entries a policy asks for.
@@ -203,7 +237,8 @@ func Entries(p *policy.EndpointPolicy) map[policy.Key]PolicyValue {
 // Update implements reconciler.Operations: it writes the entries that are
 // new or changed in one batch, then deletes the entries no longer desired
 // in one batch, so the map never lacks an entry that both the old and the
-// new policy have.
+// new policy have. A policy larger than the map fails closed (FailClosed)
+// and returns an error wrapping ErrPolicyTooLarge.
 func (o *PolicyOps) Update(_ context.Context, _ statedb.ReadTxn, row *mapstate.PolicyMap) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -214,12 +249,12 @@ func (o *PolicyOps) update(row *mapstate.PolicyMap) (err error) {
 	id := row.EndpointID
 	defer func() {
 		if err != nil {
-			delete(o.realized, id) // unknown now: read it next time
 			err = fmt.Errorf("policy map of endpoint %d (revision %d): %w", id, row.Revision, err)
 		}
 	}()
 	m, err := o.maps.Open(id)
 	if err != nil {
+		delete(o.realized, id)
 		return fmt.Errorf("open: %w", err)
 	}
 	defer func() { err = errors.Join(err, m.Close()) }()
@@ -231,12 +266,66 @@ func (o *PolicyOps) update(row *mapstate.PolicyMap) (err error) {
 	}
 	want := Entries(row.Policy)
 	if max := m.MaxEntries(); len(want) > max {
-		return fmt.Errorf("%d entries do not fit the map (at most %d): %w", len(want), max, ErrPolicyTooLarge)
+		// Fail closed: the previous policy must not stay, it may allow
+		// what this one denies.
+		closed := FailClosed(want, max)
+		o.overflowing[id] = true
+		if err := replace(m, have, closed); err != nil {
+			delete(o.realized, id)
+			return fmt.Errorf("%d entries do not fit the map (at most %d), and emptying it of its allow entries failed: %w (%w)",
+				len(want), max, err, ErrPolicyTooLarge)
+		}
+		o.realized[id] = closed
+		return fmt.Errorf("%d entries do not fit the map (at most %d): it holds the policy's %d deny entries alone and the endpoint drops all traffic until its policy fits: %w",
+			len(want), max, len(closed), ErrPolicyTooLarge)
 	}
+	delete(o.overflowing, id)
 	if err := applyDiff(m, have, want); err != nil {
+		delete(o.realized, id) // unknown now: read it next time
 		return err
 	}
 	o.realized[id] = want
+	return nil
+}
+
+// replace turns the map's content have into want, which holds no allow
+// entry: entries that change become denies in place, then every stale
+// entry is deleted before the missing ones are written, so that the map
+// stops allowing first and has room for want (at most its capacity).
+func replace(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
+	var (
+		changedK, addK, stale []policy.Key
+		changedV, addV        []PolicyValue
+	)
+	for k, v := range want {
+		cur, ok := have[k]
+		switch {
+		case !ok:
+			addK, addV = append(addK, k), append(addV, v)
+		case cur != v:
+			changedK, changedV = append(changedK, k), append(changedV, v)
+		}
+	}
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			stale = append(stale, k)
+		}
+	}
+	if len(changedK) > 0 {
+		if err := m.Update(changedK, changedV); err != nil {
+			return fmt.Errorf("update %d entries: %w", len(changedK), err)
+		}
+	}
+	if len(stale) > 0 {
+		if err := m.Delete(stale); err != nil {
+			return fmt.Errorf("delete %d entries: %w", len(stale), err)
+		}
+	}
+	if len(addK) > 0 {
+		if err := m.Update(addK, addV); err != nil {
+			return fmt.Errorf("add %d entries: %w", len(addK), err)
+		}
+	}
 	return nil
 }
 
@@ -305,6 +394,7 @@ func (o *PolicyOps) Delete(_ context.Context, _ statedb.ReadTxn, row *mapstate.P
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.realized, row.EndpointID)
+	delete(o.overflowing, row.EndpointID)
 	if err := o.maps.Remove(row.EndpointID); err != nil {
 		return fmt.Errorf("remove policy map of endpoint %d: %w", row.EndpointID, err)
 	}
@@ -340,6 +430,8 @@ func (o *PolicyOps) Prune(_ context.Context, txn statedb.ReadTxn, desired iter.S
 				continue
 			}
 		}
+		delete(o.realized, id)
+		delete(o.overflowing, id)
 		if err := o.maps.Remove(id); err != nil {
 			errs = append(errs, fmt.Errorf("remove policy map of endpoint %d: %w", id, err))
 		}

@@ -38,10 +38,11 @@ func EndpointsConfig(t Tables, m Map[netip.Addr, EndpointInfo]) reconciler.Confi
 }
 
 // PoliciesConfig returns the configuration of the reconciler of the
-// policy-maps table into maps.
-func PoliciesConfig(t Tables, maps PolicyMaps) reconciler.Config[*mapstate.PolicyMap] {
+// policy-maps table with ops (NewPolicyOps over the policy maps and
+// t.Endpoints).
+func PoliciesConfig(t Tables, ops *PolicyOps) reconciler.Config[*mapstate.PolicyMap] {
 	return reconciler.Config[*mapstate.PolicyMap]{
-		Name: PoliciesReconciler, Table: t.PolicyMap, Operations: NewPolicyOps(maps, t.Endpoints),
+		Name: PoliciesReconciler, Table: t.PolicyMap, Operations: ops,
 		GetStatus: func(p *mapstate.PolicyMap) reconciler.Status { return p.Status },
 		SetStatus: (*mapstate.PolicyMap).WithStatus,
 	}

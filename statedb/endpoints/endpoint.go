@@ -122,11 +122,13 @@ func (e *Endpoint) WithState(s ciliumv2.EndpointState, msg string, now time.Time
 }
 
 // InService reports whether the endpoint has its identity and serves
-// traffic: ready, or regenerating its policy (waiting-to-regenerate,
-// regenerating).
+// traffic: ready, regenerating its policy (waiting-to-regenerate,
+// regenerating), or not-ready (the datapath refused its policy and drops
+// its traffic until it takes one).
 func (e *Endpoint) InService() bool {
 	switch e.State {
-	case ciliumv2.EndpointStateReady, ciliumv2.EndpointStateWaitingToRegenerate, ciliumv2.EndpointStateRegenerating:
+	case ciliumv2.EndpointStateReady, ciliumv2.EndpointStateWaitingToRegenerate, ciliumv2.EndpointStateRegenerating,
+		ciliumv2.EndpointStateNotReady:
 		return true
 	}
 	return false
@@ -231,7 +233,7 @@ func overall(s ciliumv2.EndpointState) ciliumv2.EndpointHealthStatus {
 	switch s {
 	case ciliumv2.EndpointStateReady:
 		return ciliumv2.EndpointHealthOK
-	case ciliumv2.EndpointStateInvalid, ciliumv2.EndpointStateDisconnected:
+	case ciliumv2.EndpointStateInvalid, ciliumv2.EndpointStateDisconnected, ciliumv2.EndpointStateNotReady:
 		return ciliumv2.EndpointHealthFailure
 	}
 	return ciliumv2.EndpointHealthPending
