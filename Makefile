@@ -171,10 +171,13 @@ bench-datapath: deps
 ## fuzz-datapath: the differential fuzzer of bpf/lxc.c (FuzzDatapath: the programs against
 ## the reference model of datapath/bpf/model_test.go) for FUZZTIME (default 10m), one worker
 ## (root). New failing inputs land in datapath/bpf/testdata/fuzz/FuzzDatapath; `make test`
-## runs that corpus. See bpf/README.md, "The differential fuzzer".
-FUZZTIME ?= 10m
+## runs that corpus. FUZZFLAGS adds go test flags (e.g. -fuzzminimizetime=10s: each new
+## interesting input is otherwise minimized for up to a minute, without fuzzing meanwhile).
+## See bpf/README.md, "The differential fuzzer".
+FUZZTIME  ?= 10m
+FUZZFLAGS ?=
 fuzz-datapath:
-	CELLIUM_REQUIRE_PRIVILEGED=1 nice -n 10 $(GO) test -run '^$$' -fuzz '^FuzzDatapath$$' -fuzztime $(FUZZTIME) -parallel 1 ./datapath/bpf/
+	CELLIUM_REQUIRE_PRIVILEGED=1 nice -n 10 $(GO) test -run '^$$' -fuzz '^FuzzDatapath$$' -fuzztime $(FUZZTIME) -parallel 1 $(FUZZFLAGS) ./datapath/bpf/
 
 clean:
 	rm -rf $(BIN)
