@@ -22,7 +22,10 @@ import (
 // is wrong: read it as the specification.
 
 // modelEndpoint is one local endpoint: its load-time constants
-// (ENDPOINT_ID, SECURITY_IDENTITY, ...) and its policy map.
+// (ENDPOINT_ID, SECURITY_IDENTITY, ...) and its policy map. MAC and Addr
+// are always set here (lxc.c skips the MAC check for a zero
+// ENDPOINT_MAC and drops every IPv4 packet without ENDPOINT_IPV4: cases
+// the model leaves out).
 type modelEndpoint struct {
 	ID       uint16
 	Identity identity.NumericIdentity
