@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
 
 all: build
 
@@ -167,6 +167,17 @@ e2e-conformance-realnode: deps k8s-binaries node-binaries
 BENCH_DP_FLAGS ?=
 bench-datapath: deps
 	$(GO) run ./test/cmd/benchdatapath $(BENCH_DP_FLAGS)
+
+## fuzz-datapath: the differential fuzzer of bpf/lxc.c (FuzzDatapath: the programs against
+## the reference model of datapath/bpf/model_test.go) for FUZZTIME (default 10m), one worker
+## (root). New failing inputs land in datapath/bpf/testdata/fuzz/FuzzDatapath; `make test`
+## runs that corpus. FUZZFLAGS adds go test flags (e.g. -fuzzminimizetime=10s: each new
+## interesting input is otherwise minimized for up to a minute, without fuzzing meanwhile).
+## See bpf/README.md, "The differential fuzzer".
+FUZZTIME  ?= 10m
+FUZZFLAGS ?=
+fuzz-datapath:
+	CELLIUM_REQUIRE_PRIVILEGED=1 nice -n 10 $(GO) test -run '^$$' -fuzz '^FuzzDatapath$$' -fuzztime $(FUZZTIME) -parallel 1 $(FUZZFLAGS) ./datapath/bpf/
 
 clean:
 	rm -rf $(BIN)
