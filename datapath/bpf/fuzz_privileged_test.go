@@ -84,7 +84,7 @@ type fuzzBed struct {
 	events *eventReader
 	pol    []*maps.PolicyMap
 	progs  [][2]*ebpf.Collection // [endpoint][audit]
-	// sctpPorts is the model's SCTPPorts.
+	// sctpPorts is the model's SCTPPorts (on: lxc.c reads SCTP's ports).
 	sctpPorts bool
 	// seen counts verdicts by hook and reason ("from 133"), for
 	// judging what the generator reaches.
@@ -94,7 +94,7 @@ type fuzzBed struct {
 func newFuzzBed(tb testing.TB) *fuzzBed {
 	tb.Helper()
 	m, dir := openMaps(tb)
-	b := &fuzzBed{m: m, events: newEventReader(tb, m), seen: map[string]int{}}
+	b := &fuzzBed{m: m, events: newEventReader(tb, m), seen: map[string]int{}, sctpPorts: true}
 	for _, ep := range fuzzEPs {
 		if err := m.IPCache.Update(netip.PrefixFrom(ep.addr, 32), maps.IPCacheEntry{Identity: ep.sec}); err != nil {
 			tb.Fatal(err)
@@ -997,22 +997,16 @@ func TestPrivilegedFuzzDatapathSeedsReach(t *testing.T) {
 	}
 }
 
-// TestPrivilegedFuzzDatapathKnownBugSCTPPorts: a NetworkPolicy port of
-// protocol SCTP is not enforced. The policy engine writes SCTP keys with
-// ports (cells/policy appendPortRange; Kubernetes' "should enforce policy
-// based on Ports ... using SCTP" spec), but lxc.c parses no SCTP header:
-// SCTP is looked up with port 0 and tracked with ports 0. So an allow of
-// SCTP port 80 drops SCTP to port 80 (133), and a deny of SCTP port 80
-// beside an allow of all SCTP lets it through; all SCTP associations
-// between two addresses share one conntrack entry, so any SCTP "reply"
-// passes. The model with SCTPPorts (Kubernetes' semantics) shows it on
-// these inputs; remove the skip once lxc.c reads SCTP's ports (and run the
-// fuzzer with SCTPPorts).
-func TestPrivilegedFuzzDatapathKnownBugSCTPPorts(t *testing.T) {
-	t.Skip("known bug: lxc.c ignores SCTP ports, so NetworkPolicy SCTP ports are not enforced (133 on an allowed port, a deny of a port passes)")
+// TestPrivilegedFuzzDatapathSCTPPorts: a NetworkPolicy port of protocol
+// SCTP is enforced. The policy engine writes SCTP keys with ports
+// (cells/policy appendPortRange; Kubernetes' "should enforce policy based
+// on Ports ... using SCTP" spec). These two inputs found lxc.c looking
+// SCTP up with port 0: an allow of SCTP port 80 dropped SCTP to port 80
+// (133), a deny of SCTP port 80 beside an allow of all SCTP let it
+// through. The model with SCTPPorts (Kubernetes' semantics) must agree.
+func TestPrivilegedFuzzDatapathSCTPPorts(t *testing.T) {
 	privileged.Require(t)
 	bed := newFuzzBed(t)
-	bed.sctpPorts = true
 	for name, data := range map[string][]byte{
 		// Endpoint 32 allows world SCTP to port 80; world sends SCTP
 		// 40000 -> 80 into it.

@@ -65,10 +65,9 @@ type modelFragPorts struct{ SrcPort, DstPort, PolicyPort uint16 }
 type model struct {
 	// SCTPPorts parses SCTP's ports as UDP's, for the policy and
 	// conntrack: what Kubernetes means by a NetworkPolicy port of protocol
-	// SCTP, and what the policy engine writes (SCTP keys with ports).
-	// lxc.c does not yet (SCTP is a protocol without ports there, looked up
-	// with port 0), so the fuzzer runs without it;
-	// TestPrivilegedFuzzDatapathKnownBugSCTPPorts shows the difference.
+	// SCTP, and what the policy engine writes (SCTP keys with ports), as
+	// lxc.c does (TestPrivilegedFuzzDatapathSCTPPorts); the fuzzer runs
+	// with it.
 	SCTPPorts bool
 	Now       uint64
 	Endpoints map[uint16]*modelEndpoint
