@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -224,7 +226,7 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 	wtxn := d.t.DB.WriteTxn(d.t.Frontends, d.t.Backends)
 	defer wtxn.Abort()
 	var released []lb.L4Addr
-	for name := range touched {
+	for _, name := range d.syncOrder(rtxn, touched) {
 		rel, err := d.syncService(rtxn, wtxn, name)
 		if err != nil {
 			return svcW, slW, initW, fmt.Errorf("service %s: %w", name, err)
@@ -311,6 +313,31 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		}
 	}
 	return released, nil
+}
+
+// syncOrder orders the touched Services for a step: the deleted ones
+// first, so that the backend IDs they release are free for the others in
+// the same step (the map's order made a step fail now and then with
+// ErrNoBackendID near the limit), then by name.
+func (d *Deriver) syncOrder(rtxn statedb.ReadTxn, touched map[string]struct{}) []string {
+	names := make([]string, 0, len(touched))
+	for name := range touched {
+		names = append(names, name)
+	}
+	gone := func(name string) bool {
+		_, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name))
+		return !ok
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if ga, gb := gone(a), gone(b); ga != gb {
+			if ga {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return names
 }
 
 // acquire takes a reference on backend b, giving it an ID and a row if
