@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -13,6 +14,8 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	api "github.com/cellium/cellium/api/policy"
+	"github.com/cellium/cellium/datapath/loader"
+	dpmaps "github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/test/devkubelet"
 )
 
@@ -183,6 +186,8 @@ func (s *Soak) probePolicy(ctx context.Context) []Violation {
 	if len(out) > 0 {
 		return out
 	}
+	dropsBefore, dropErr := s.policyDrops()
+	denied := 0
 	deadline := time.Now().Add(probeSettle)
 	pending := probes
 	for len(pending) > 0 && ctx.Err() == nil {
@@ -200,6 +205,7 @@ func (s *Soak) probePolicy(ctx context.Context) []Violation {
 			if got == p.want {
 				if !p.want {
 					s.count("policy-probes-denied", 1)
+					denied++
 				}
 				continue
 			}
@@ -220,10 +226,42 @@ func (s *Soak) probePolicy(ctx context.Context) []Violation {
 		}
 		pending = again
 	}
-	if len(out) == 0 {
-		s.tl.Addf("probe", "%d policy probe(s) got their verdict: %v", len(probes), probeList(probes))
+	if len(out) > 0 {
+		return out
+	}
+	// The dropped SYNs are counted as policy drops.
+	dropsAfter, err := s.policyDrops()
+	switch {
+	case dropErr != nil || err != nil:
+		out = append(out, Violation{Invariant: "probe-setup", Object: "metrics map", Message: fmt.Sprint(errors.Join(dropErr, err))})
+	case denied > 0 && dropsAfter <= dropsBefore:
+		out = append(out, Violation{Invariant: "policy-drop-uncounted", Object: "metrics map",
+			Message: fmt.Sprintf("%d denied probe(s) did not connect, but the policy drop counters stayed at %d packets", denied, dropsBefore)})
+	default:
+		s.tl.Addf("probe", "%d policy probe(s) got their verdict (policy drops %d -> %d): %v", len(probes), dropsBefore, dropsAfter, probeList(probes))
 	}
 	return out
+}
+
+// policyDrops is the packets the datapath dropped for policy so far
+// (both directions, policy and deny-list), from the pinned metrics map.
+func (s *Soak) policyDrops() (uint64, error) {
+	m, err := dpmaps.Open(loader.Layout{Root: s.src.bpfRoot}.Dir())
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	all, err := m.Metrics.Read()
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for k, v := range all {
+		if k.Reason == dpmaps.DropPolicy || k.Reason == dpmaps.DropPolicyDenyList {
+			n += v.Packets
+		}
+	}
+	return n, nil
 }
 
 func probeList(ps []probe) []string {
