@@ -67,6 +67,9 @@ func (s *Soak) takeHostNetwork(ctx context.Context) error {
 // machine's namespace (the agent is stopped), writes the sysctls back,
 // removes the blackholes and releases the lock.
 func (s *Soak) giveBackHostNetwork(ctx context.Context) error {
+	if s.unlockHost == nil {
+		return nil // never held: what is there is another agent's
+	}
 	var errs []error
 	if s.node != nil {
 		errs = append(errs, s.hostNS.Do(func(ns.NetNS) error { return devnode.RemoveAgentHostNetwork(ctx) }))
