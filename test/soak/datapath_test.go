@@ -1,10 +1,13 @@
 package soak
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cellium/cellium/test/devkubelet"
 )
 
 // withDatapath adds to a clean snapshot the datapath state of its
@@ -165,5 +168,38 @@ func TestProbeViolation(t *testing.T) {
 	p.want = true
 	if v := probeViolation(p); v.Invariant != "policy-blocked" {
 		t.Errorf("an allowed probe that failed: %v", v)
+	}
+}
+
+// TestPickProbes: the pinned pair is probed (allowed), a denied probe is
+// included when a guarded pod and a pod that is not app=web are there,
+// the verdicts follow the soak's labels and no pod probes itself.
+func TestPickProbes(t *testing.T) {
+	s := &Soak{rng: rand.New(rand.NewPCG(1, 2)), alive: map[string]podState{
+		pinnedServer: {labels: pinnedLabels[pinnedServer]},
+		pinnedClient: {labels: pinnedLabels[pinnedClient]},
+		"p-1":        {labels: map[string]string{"app": "batch"}},
+		"p-2":        {labels: map[string]string{"app": "web", "tier": "front"}},
+	}}
+	sbs := map[string]devkubelet.Sandbox{}
+	for i, n := range []string{pinnedServer, pinnedClient, "p-1", "p-2"} {
+		sbs[n] = devkubelet.Sandbox{Name: n, IP: "10.0.0." + strconv.Itoa(10+i), NetnsPath: "/run/netns/" + n}
+	}
+	for range 20 {
+		ps := s.pickProbes(sbs)
+		if len(ps) < 2 || ps[0].src != pinnedClient || ps[0].dst != pinnedServer || !ps[0].want {
+			t.Fatalf("first probe %v, want the pinned pair, allowed", ps)
+		}
+		if ps[1].dst != pinnedServer || ps[1].want || ps[1].srcLbl["app"] == "web" {
+			t.Fatalf("second probe %v, want a denied one to the guarded pod", ps[1])
+		}
+		for _, p := range ps {
+			if p.src == p.dst {
+				t.Fatalf("a pod probes itself: %v", p)
+			}
+			if p.want != allowedByPolicy(s.alive[p.src].labels, s.alive[p.dst].labels) || p.srcNS != sbs[p.src].NetnsPath {
+				t.Fatalf("probe %v does not follow the labels or the sandbox", p)
+			}
+		}
 	}
 }

@@ -136,8 +136,17 @@ func (s *Soak) pickProbes(sbs map[string]devkubelet.Sandbox) []probe {
 			others = append(others, n)
 		}
 	}
-	if len(guarded) > 0 && len(others) > 0 {
-		add(others[s.rng.IntN(len(others))], guarded[s.rng.IntN(len(guarded))])
+	var denied [][2]string
+	for _, src := range others {
+		for _, dst := range guarded {
+			if src != dst {
+				denied = append(denied, [2]string{src, dst})
+			}
+		}
+	}
+	if len(denied) > 0 {
+		d := denied[s.rng.IntN(len(denied))]
+		add(d[0], d[1])
 	}
 	for range 3 {
 		if len(names) > 1 {
