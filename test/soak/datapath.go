@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cilium/ebpf"
 	ebpflink "github.com/cilium/ebpf/link"
 
 	"github.com/cellium/cellium/api/v1/client"
@@ -152,7 +151,8 @@ func getTable(ctx context.Context, agent *client.Client, name string, out any) e
 // program to, 0 if it is not a tcx link or cannot be read (a pin being
 // replaced).
 func tcxIfindex(path string) uint32 {
-	l, err := ebpflink.LoadPinnedLink(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	// Not read-only: the kernel opens pinned links read-write only.
+	l, err := ebpflink.LoadPinnedLink(path, nil)
 	if err != nil {
 		return 0
 	}
