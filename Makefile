@@ -103,13 +103,15 @@ bench-endpoints: deps k8s-binaries build
 	$(BIN)/devkubelet bench -n $(N) --bin-dir $(BIN)
 
 ## soak: the chaos soak for DURATION (default 30m) against the real binaries (root);
-## SEED=N repeats a run, SKIP=add-retry,... leaves actions out. `make test` runs 2 minutes of it.
+## SEED=N repeats a run, SKIP=add-retry,... leaves actions out, DATAPATH=false runs the agent
+## without its eBPF datapath. `make test` runs 2 minutes of it.
 DURATION     ?= 30m
 SEED         ?= 0
 SKIP         ?=
+DATAPATH     ?= true
 SOAK_TIMEOUT ?= 3h
 soak: deps k8s-binaries
-	CELLIUM_REQUIRE_PRIVILEGED=1 CELLIUM_SOAK_DURATION=$(DURATION) CELLIUM_SOAK_SEED=$(SEED) CELLIUM_SOAK_SKIP=$(SKIP) \
+	CELLIUM_REQUIRE_PRIVILEGED=1 CELLIUM_SOAK_DURATION=$(DURATION) CELLIUM_SOAK_SEED=$(SEED) CELLIUM_SOAK_SKIP=$(SKIP) CELLIUM_SOAK_DATAPATH=$(DATAPATH) \
 		$(GO) test -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestPrivilegedSoak$$' ./test/soak/
 
 ## bench: reconciler and statedb benchmarks; as root also the BPF map reconcilers

@@ -47,7 +47,7 @@ func wakeHandler(wake func()) cache.ResourceEventHandler {
 func (s *Soak) step(ctx context.Context) {
 	apiUp := !s.apiDown
 	agentUp := s.node.Agent() != nil && s.agentStarting == nil
-	some := func() bool { return apiUp && len(s.alive) > 0 }
+	some := func() bool { _, ok := s.peekAlive(); return apiUp && ok }
 	actions := []stepAction{
 		{"create", 6, func() bool { return apiUp && len(s.alive) < s.cfg.MaxPods }, func(ctx context.Context) {
 			for range 1 + s.rng.IntN(3) {
@@ -100,12 +100,29 @@ func (s *Soak) step(ctx context.Context) {
 	}
 }
 
-// randomAlive returns a pod the soak keeps, chosen at random.
+// peekAlive says whether randomAlive has a pod to choose, without
+// drawing from the random source.
+func (s *Soak) peekAlive() (string, bool) {
+	for n := range s.alive {
+		if pinnedLabels[n] == nil || !s.cfg.Datapath {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// randomAlive returns a pod the soak keeps, chosen at random; with the
+// datapath on, never one of the pinned pair.
 func (s *Soak) randomAlive() (string, bool) {
-	if len(s.alive) == 0 {
+	var names []string
+	for _, n := range slices.Sorted(maps.Keys(s.alive)) {
+		if pinnedLabels[n] == nil || !s.cfg.Datapath {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
 		return "", false
 	}
-	names := slices.Sorted(maps.Keys(s.alive))
 	return names[s.rng.IntN(len(names))], true
 }
 
@@ -115,7 +132,11 @@ func (s *Soak) createPod(ctx context.Context, name string) {
 		s.seq++
 		name = fmt.Sprintf("p-%d", s.seq)
 	}
-	labels := maps.Clone(labelSets[s.rng.IntN(len(labelSets))])
+	s.createPodWith(ctx, name, maps.Clone(labelSets[s.rng.IntN(len(labelSets))]))
+}
+
+// createPodWith creates pod name with labels on the node.
+func (s *Soak) createPodWith(ctx context.Context, name string, labels map[string]string) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -232,6 +253,9 @@ func (s *Soak) sandboxOf(name string) (devkubelet.Sandbox, bool) {
 func (s *Soak) readySandboxes() []devkubelet.Sandbox {
 	var out []devkubelet.Sandbox
 	for _, sb := range s.sandboxes() {
+		if s.cfg.Datapath && pinnedLabels[sb.Name] != nil {
+			continue // the pinned pair is left alone
+		}
 		if st, ok := s.alive[sb.Name]; ok && string(sb.UID) == st.uid && sb.State == devkubelet.SandboxReady && sb.IP != "" {
 			out = append(out, sb)
 		}

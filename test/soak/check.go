@@ -51,6 +51,10 @@ type Snapshot struct {
 	// IPAMStateFile are the addresses of the agent's IPAM state file; nil
 	// when the file could not be read.
 	IPAMStateFile []string
+	// Datapath is the agent's pinned eBPF state and the tables it comes
+	// from; nil when the agent runs without the eBPF datapath (the
+	// datapath invariants are then skipped).
+	Datapath *Datapath
 }
 
 // Pod is what the checks need of a pod.
@@ -120,7 +124,7 @@ func (c *checker) addf(inv, obj, format string, args ...any) {
 }
 
 // Checks is how many invariants Check evaluates per call (for the
-// report's count).
+// report's count), DatapathChecks more with a datapath snapshot.
 const Checks = 9
 
 // Check compares a snapshot with what the soak expects and returns every
@@ -143,7 +147,8 @@ const Checks = 9
 //     each holds eth0 with the pod's IP;
 //  8. veths: every sandbox and endpoint has its host link; no host link
 //     of the soak's containers without a live sandbox;
-//  9. state files: one per endpoint, nothing else.
+//  9. state files: one per endpoint, nothing else;
+//  10. datapath (when Snapshot.Datapath is set): see checkDatapath.
 func Check(s *Snapshot, e *Expect) []Violation {
 	c := &checker{}
 	pods := map[string]Pod{}
@@ -177,6 +182,7 @@ func Check(s *Snapshot, e *Expect) []Violation {
 	c.checkNetns(s, e, live, sandboxes)
 	c.checkLinks(s, e, sandboxes)
 	c.checkStateFiles(s)
+	c.checkDatapath(s, live)
 	slices.SortFunc(c.out, func(a, b Violation) int { return strings.Compare(a.String(), b.String()) })
 	return slices.Compact(c.out)
 }

@@ -21,6 +21,8 @@ var (
 		"how long TestPrivilegedSoak drives the node (env CELLIUM_SOAK_DURATION)")
 	flagSeed = flag.Uint64("soak.seed", envUint("CELLIUM_SOAK_SEED", 0),
 		"seed of the soak's random choices; 0 picks one (env CELLIUM_SOAK_SEED)")
+	flagDatapath = flag.Bool("soak.datapath", envBool("CELLIUM_SOAK_DATAPATH", true),
+		"run the agent with the eBPF datapath, host routing and the socket LB, and check the datapath invariants (env CELLIUM_SOAK_DATAPATH)")
 	flagSkip = flag.String("soak.skip", os.Getenv("CELLIUM_SOAK_SKIP"),
 		"comma-separated actions the soak does not do, e.g. add-retry,del-storm (env CELLIUM_SOAK_SKIP)")
 )
@@ -31,6 +33,16 @@ func envDuration(name string, def time.Duration) time.Duration {
 			return d
 		}
 		fmt.Fprintf(os.Stderr, "ignoring %s=%q: not a duration such as 30m\n", name, v)
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	if v := os.Getenv(name); v != "" {
+		if b, err := strconv.ParseBool(v); err == nil {
+			return b
+		}
+		fmt.Fprintf(os.Stderr, "ignoring %s=%q: not true or false\n", name, v)
 	}
 	return def
 }

@@ -43,6 +43,9 @@ type sources struct {
 	// (devkubelet, testutils.NewNS) and exited locked on the main
 	// thread leaves in that pod's namespace for good.
 	host link.Host
+	// bpfRoot is the agent's bpffs root when it runs with the eBPF
+	// datapath: the snapshot then reads its pinned state.
+	bpfRoot string
 	// noAllocations is set once the agent said it has no allocations
 	// table (the refs check is then skipped).
 	noAllocations bool
@@ -78,6 +81,11 @@ func (src *sources) snapshot(ctx context.Context) (*Snapshot, error) {
 			if err := json.Unmarshal(raw, &s.Allocations); err != nil {
 				return nil, fmt.Errorf("decode identity allocations: %w", err)
 			}
+		}
+	}
+	if src.bpfRoot != "" {
+		if s.Datapath, err = readDatapath(ctx, src.agent, src.bpfRoot); err != nil {
+			return nil, fmt.Errorf("datapath: %w", err)
 		}
 	}
 	if s.StateFiles, err = listDir(filepath.Join(src.agentStateDir, "endpoints")); err != nil {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -95,6 +97,19 @@ type Config struct {
 	MaxOutage time.Duration
 	// MaxPods bounds the live pods.
 	MaxPods int
+	// Datapath runs the agent with its eBPF datapath, host routing and the
+	// socket load balancer, and adds the datapath invariants: the pinned
+	// maps and links match the agent's tables and endpoints, a policy
+	// (app=db takes ingress from app=web only) holds against probes at
+	// every quiescent point, and a TCP connection between two pinned pods
+	// survives every fault. It takes the machine's host-network lock
+	// (harness.LockHostNetwork) for the run.
+	Datapath bool
+	// ServiceRange is the cluster's Service range, blackholed in the host
+	// for the run when Datapath is on: the socket load balancer's programs
+	// act on every socket of the machine, so it must be a range no other
+	// cluster on the machine uses.
+	ServiceRange netip.Prefix
 }
 
 func (c *Config) setDefaults() error {
@@ -192,6 +207,13 @@ type Soak struct {
 	agentFlagged    bool
 	opRestartAt     time.Time
 	opRetryFailures int
+
+	// With Config.Datapath: the pinned connection, and what Close gives
+	// back to the machine.
+	flow       *flow
+	unlockHost func()
+	sysctls    map[string][]byte
+	blackholes []*netlink.Route
 }
 
 // labelSets are the pods' labels; pods with the same set share an
@@ -253,7 +275,7 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 		Dir:        cfg.Dir,
 		// Apart from the e2e tests' 10.101.0.0/16 and up: pod routes live
 		// in the host's table, shared with tests running beside.
-		ClusterPoolIPv4CIDR:     "10.231.0.0/16",
+		ClusterPoolIPv4CIDR:     podRange.String(),
 		ClusterPoolIPv4MaskSize: 24,
 		Args: []string{
 			"--identity-gc-interval=2s",
@@ -263,6 +285,11 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 			"--leader-election-renew-deadline=4s",
 			"--leader-election-retry-period=1s",
 		},
+	}
+	if cfg.Datapath {
+		if err := s.takeHostNetwork(ctx); err != nil {
+			return s, err
+		}
 	}
 	op, err = devnode.StartOperator(ctx, s.opCfg)
 	if err != nil {
@@ -282,6 +309,9 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 		Dir:             nodeDir,
 		Logger:          slog.New(slog.NewTextHandler(s.klog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		SandboxIDPrefix: s.prefix,
+		HostRouting:     cfg.Datapath,
+		BPF:             cfg.Datapath,
+		SocketLB:        cfg.Datapath,
 	})
 	if err != nil {
 		return s, fmt.Errorf("soak: %w", err)
@@ -303,6 +333,15 @@ func Start(ctx context.Context, cfg Config) (*Soak, error) {
 		netnsDir:      devkubelet.DefaultNetnsDir,
 		netnsPrefixes: []string{"cellium-" + cfg.Namespace + "-"},
 		host:          s.host,
+	}
+	if cfg.Datapath {
+		s.src.bpfRoot = s.node.AgentConfig().BPFRoot()
+		cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+		_, err := s.cilium.CiliumV2().CiliumNetworkPolicies(cfg.Namespace).Create(cctx, soakPolicy(cfg.Namespace), metav1.CreateOptions{})
+		cancel()
+		if err != nil {
+			return s, fmt.Errorf("soak: create the policy: %w", err)
+		}
 	}
 	s.startInformers()
 	return s, nil
@@ -371,6 +410,7 @@ var countOrder = []string{
 	"agent-kills", "agent-kills-in-outage", "agent-restarts", "agent-exits", "operator-kills", "operator-exits",
 	"outages", "outage-seconds", "identity-deletions",
 	"quiescent-points", "snapshots", "invariant-checks", "doctor-runs", "doctor-foreign",
+	"policy-probes", "policy-probes-denied", "policy-probe-retries", "flow-exchanges",
 }
 
 // Summary is the report's figures, one line.
@@ -407,11 +447,22 @@ func (s *Soak) Run(ctx context.Context) *Report {
 	s.cfg.Logf("soak: seed %d, duration %s, max outage %s, container ID prefix %s; plan: %s",
 		s.cfg.Seed, s.cfg.Duration, s.cfg.MaxOutage, s.prefix, s.planString())
 
-	// A first population, checked before any fault.
+	// A first population, checked before any fault; with the datapath,
+	// the pinned pair first.
+	if s.cfg.Datapath {
+		for _, name := range slices.Sorted(maps.Keys(pinnedLabels)) {
+			s.createPodWith(ctx, name, pinnedLabels[name])
+		}
+	}
 	for range s.cfg.MaxPods / 2 {
 		s.createPod(ctx, "")
 	}
 	s.quiescent(ctx, "initial", s.cfg.Converge)
+	if s.cfg.Datapath && s.failedAt == "" {
+		if err := s.startFlow(); err != nil {
+			s.violate("flow-setup", "connection "+pinnedClient+"->"+pinnedServer, "%v", err)
+		}
+	}
 
 	nextCheck := time.Now().Add(s.cfg.CheckEvery)
 	end := s.start.Add(s.cfg.Duration)
@@ -558,6 +609,10 @@ func (s *Soak) disrupt(ctx context.Context, ev plannedEvent) {
 			s.tl.Addf("agent-kill", "kill: %v", err)
 		}
 		s.count("agent-kills", 1)
+		// The pinned maps and links go on enforcing without the agent.
+		if v := s.checkFlow("agent just killed"); v != nil {
+			s.violate(v.Invariant, v.Object, "%s", v.Message)
+		}
 		back := time.Duration(s.rng.Int64N(int64(3 * time.Second)))
 		if s.apiDown {
 			back /= 3
@@ -725,6 +780,9 @@ func (s *Soak) quiescent(ctx context.Context, name string, converge time.Duratio
 			if snapErr == nil {
 				s.count("snapshots", 1)
 				s.count("invariant-checks", Checks)
+				if snap.Datapath != nil {
+					s.count("invariant-checks", DatapathChecks)
+				}
 				vs = Check(snap, s.expect())
 				if len(vs) == 0 {
 					break
@@ -749,6 +807,12 @@ func (s *Soak) quiescent(ctx context.Context, name string, converge time.Duratio
 	}
 	if len(vs) == 0 && snap != nil {
 		vs = s.ids.check(snap, s.aliveNames())
+	}
+	if len(vs) == 0 && s.cfg.Datapath {
+		if v := s.checkFlow("quiescent point " + name); v != nil {
+			vs = append(vs, *v)
+		}
+		vs = append(vs, s.probePolicy(ctx)...)
 	}
 	if len(vs) == 0 {
 		took := time.Since(began)
@@ -858,6 +922,8 @@ func (s *Soak) Close() error {
 		s.stopInformers()
 		s.informersDone.Wait()
 	}
+	// The pinned connection keeps its pods' namespaces (and veths) alive.
+	s.closeFlow()
 	for path := range s.ownNetns {
 		errs = append(errs, removeNetns(path))
 	}
@@ -878,6 +944,9 @@ func (s *Soak) Close() error {
 	}
 	if s.klog != nil {
 		_ = s.klog.Close()
+	}
+	if s.cfg.Datapath {
+		errs = append(errs, s.giveBackHostNetwork(ctx))
 	}
 	if forced := s.removeLeftovers(); len(forced) > 0 {
 		errs = append(errs, fmt.Errorf("removed by force after the clean-up: %s", strings.Join(forced, ", ")))

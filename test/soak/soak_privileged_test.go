@@ -3,6 +3,7 @@ package soak
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -41,11 +42,16 @@ func TestPrivilegedSoak(t *testing.T) {
 		_, _ = rand.Read(b[:])
 		seed = binary.LittleEndian.Uint64(b[:]) >> 1
 	}
+	t.Logf("soak: datapath %v (-soak.datapath, CELLIUM_SOAK_DATAPATH)", *flagDatapath)
 	t.Logf("soak: seed %d (repeat with -soak.seed=%d or CELLIUM_SOAK_SEED=%d)", seed, seed, seed)
 
 	ctx := t.Context()
 	began := time.Now()
-	c := harness.ForTest(t, harness.Options{})
+	// With the socket load balancer, the cluster's Service range must be
+	// one nobody else on the machine uses: its programs act on every
+	// socket of the machine.
+	svcRange := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 232, byte(os.Getpid() % 250), 0}), 24)
+	c := harness.ForTest(t, harness.Options{ServiceClusterIPRange: svcRange.String()})
 	binDir := t.TempDir()
 	bins, err := devnode.BuildBinaries(ctx, binDir, devnode.Agent, devnode.Operator, devnode.CNIPlugin, devnode.CLI)
 	if err != nil {
@@ -59,14 +65,16 @@ func TestPrivilegedSoak(t *testing.T) {
 	ns := c.TestNamespace(t)
 
 	s, err := Start(ctx, Config{
-		Duration:  dur,
-		Seed:      seed,
-		Cluster:   c,
-		Binaries:  bins,
-		Dir:       dir,
-		Namespace: ns,
-		Skip:      skipSet(*flagSkip),
-		Logf:      t.Logf,
+		Duration:     dur,
+		Seed:         seed,
+		Cluster:      c,
+		Binaries:     bins,
+		Dir:          dir,
+		Namespace:    ns,
+		Skip:         skipSet(*flagSkip),
+		Logf:         t.Logf,
+		Datapath:     *flagDatapath,
+		ServiceRange: svcRange,
 	})
 	t.Cleanup(func() {
 		if s != nil {
