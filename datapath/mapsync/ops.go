@@ -289,15 +289,9 @@ func (o *PolicyOps) update(row *mapstate.PolicyMap) (err error) {
 	return nil
 }
 
-// replace turns the map's content have into want, which holds no allow
-// entry: entries that change become denies in place, then every stale
-// entry is deleted before the missing ones are written, so that the map
-// stops allowing first and has room for want (at most its capacity).
-func replace(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
-	var (
-		changedK, addK, stale []policy.Key
-		changedV, addV        []PolicyValue
-	)
+// diff compares the map's content have with want: the keys whose value
+// changes, the keys to add (with their values) and the stale keys.
+func diff(have, want map[policy.Key]PolicyValue) (changedK []policy.Key, changedV []PolicyValue, addK []policy.Key, addV []PolicyValue, stale []policy.Key) {
 	for k, v := range want {
 		cur, ok := have[k]
 		switch {
@@ -312,6 +306,15 @@ func replace(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
 			stale = append(stale, k)
 		}
 	}
+	return changedK, changedV, addK, addV, stale
+}
+
+// replace turns the map's content have into want, which holds no allow
+// entry: entries that change become denies in place, then every stale
+// entry is deleted before the missing ones are written, so that the map
+// stops allowing first and has room for want (at most its capacity).
+func replace(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
+	changedK, changedV, addK, addV, stale := diff(have, want)
 	if len(changedK) > 0 {
 		if err := m.Update(changedK, changedV); err != nil {
 			return fmt.Errorf("update %d entries: %w", len(changedK), err)
@@ -337,25 +340,7 @@ func replace(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
 // just large enough steps to make room). The map is never empty on the
 // way.
 func applyDiff(m PolicyMap, have, want map[policy.Key]PolicyValue) error {
-	var (
-		changedK, addK []policy.Key
-		changedV, addV []PolicyValue
-		stale          []policy.Key
-	)
-	for k, v := range want {
-		cur, ok := have[k]
-		switch {
-		case !ok:
-			addK, addV = append(addK, k), append(addV, v)
-		case cur != v:
-			changedK, changedV = append(changedK, k), append(changedV, v)
-		}
-	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			stale = append(stale, k)
-		}
-	}
+	changedK, changedV, addK, addV, stale := diff(have, want)
 	if len(changedK) > 0 {
 		if err := m.Update(changedK, changedV); err != nil {
 			return fmt.Errorf("update %d entries: %w", len(changedK), err)
