@@ -92,6 +92,12 @@ func Open(dir string) (*Maps, error) {
 	}
 	for name, ms := range specs {
 		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		if errors.Is(err, os.ErrExist) {
+			// Another process (or cell: the datapath monitor opens the
+			// maps once the events map is pinned) pinned it between our
+			// look-up and our pin: open theirs.
+			m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) && softState[name] {
 			if rerr := os.Remove(filepath.Join(dir, name)); rerr != nil {
 				err = errors.Join(err, rerr)

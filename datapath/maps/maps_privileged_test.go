@@ -420,3 +420,33 @@ func TestPrivilegedPolicyProgsOps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPrivilegedMapsOpenConcurrently: two Opens of one directory at once
+// (the agent's map cell and its datapath monitor) both succeed: the one
+// that loses the race to pin a map opens the winner's. Before, it failed
+// with "pin map ...: file exists" and the agent did not start.
+func TestPrivilegedMapsOpenConcurrently(t *testing.T) {
+	privileged.Require(t)
+	for range 20 {
+		dir := tempBPFFS(t)
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m, err := maps.Open(dir)
+				if err == nil {
+					m.Close()
+				}
+				errs[i] = err
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("concurrent Open: %v", err)
+			}
+		}
+	}
+}
