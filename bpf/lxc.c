@@ -542,6 +542,14 @@ static __always_inline int frag_ports(struct pkt *p)
 	return 0;
 }
 
+/* ct_live returns the entry of key if it has not expired by now. */
+static __always_inline struct ct_entry *ct_live(const struct ct4_key *key, __u64 now)
+{
+	struct ct_entry *ct = map_lookup_elem(&cellium_ct4, key);
+
+	return ct && ct->expires > now ? ct : 0;
+}
+
 /* ct_related reports whether an ICMP error is about a live connection of
  * this endpoint: the packet it quotes is one the endpoint sent in it (the
  * error comes in; the quote's source is the endpoint) or one the endpoint
@@ -552,7 +560,6 @@ static __always_inline int ct_related(const struct pkt *p, const int egress, __u
 		.proto = p->inner.proto,
 		.endpoint = ENDPOINT_ID,
 	};
-	struct ct_entry *ct;
 
 	if (!p->inner.valid)
 		return 0;
@@ -565,8 +572,7 @@ static __always_inline int ct_related(const struct pkt *p, const int egress, __u
 	key.sport = p->inner.sport;
 	key.dport = p->inner.dport;
 	key.dir = egress ? CT_DIR_INGRESS : CT_DIR_EGRESS;
-	ct = map_lookup_elem(&cellium_ct4, &key);
-	if (ct && ct->expires > now)
+	if (ct_live(&key, now))
 		return 1;
 	/* ... or as a reply of this hook's entry. */
 	key.saddr = p->inner.daddr;
@@ -574,8 +580,7 @@ static __always_inline int ct_related(const struct pkt *p, const int egress, __u
 	key.sport = p->inner.dport;
 	key.dport = p->inner.sport;
 	key.dir = egress ? CT_DIR_EGRESS : CT_DIR_INGRESS;
-	ct = map_lookup_elem(&cellium_ct4, &key);
-	return ct && ct->expires > now;
+	return ct_live(&key, now) != 0;
 }
 
 /* opens_connection reports whether a packet that matched no entry may
