@@ -247,10 +247,24 @@ func StopPidFile(path string, timeout time.Duration) error {
 
 // processOwns reports whether pid is a live (non-zombie) process whose
 // environment carries PidFileEnv=pidFile.
+//
+// A process in the middle of execve (a shell exec'ing its program) reads
+// as an error or an empty environment for a moment: while it still
+// exists and is no zombie, the read is retried a few times before the
+// answer is "not ours".
 func processOwns(pid int, pidFile string) bool {
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil { // gone, or a zombie (whose environ reads as empty anyway)
-		return false
+	var env []byte
+	for attempt := 0; ; attempt++ {
+		var err error
+		env, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && len(env) > 0 {
+			break
+		}
+		// gone, or a zombie (whose environ reads as empty anyway)
+		if attempt == 4 || syscall.Kill(pid, 0) != nil || isZombie(pid) {
+			return false
+		}
+		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
 	}
 	want := []byte(PidFileEnv + "=" + pidFile)
 	for kv := range bytes.SplitSeq(env, []byte{0}) {

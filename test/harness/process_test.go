@@ -13,7 +13,9 @@ import (
 )
 
 func TestProcessStartStop(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	// Checked after the cleanups, which stop the process on a failure.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	dir := t.TempDir()
 	p := Process{
 		Name:    "sleeper",
@@ -27,6 +29,7 @@ func TestProcessStartStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = r.Stop(time.Second) })
 	pid, running, err := ReadPidFile(p.PidFile)
 	if err != nil || !running || pid != r.Pid() {
 		t.Fatalf("ReadPidFile = %d, %v, %v; want %d, running", pid, running, err, r.Pid())
