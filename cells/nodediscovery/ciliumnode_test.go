@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -178,10 +180,123 @@ func TestNodeFromCiliumNode(t *testing.T) {
 		Addresses:  []nodes.Address{{Type: nodes.AddressInternalIP, IP: netip.MustParseAddr("192.168.1.11")}},
 		PodCIDRs:   []netip.Prefix{netip.MustParsePrefix("10.0.4.0/24")},
 		HealthIPv4: netip.MustParseAddr("10.0.4.9")}
-	if got := nodeFromCiliumNode(cn, "node1"); !reflect.DeepEqual(got, want) {
-		t.Errorf("nodeFromCiliumNode =\n%s\nwant\n%s", asJSON(got), asJSON(want))
+	if got := resolveNodes([]*ciliumv2.CiliumNode{cn}, "node1"); len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+		t.Errorf("resolveNodes =\n%s\nwant\n%s", asJSON(got), asJSON(want))
 	}
-	if n := nodeFromCiliumNode(cn, "node2"); !n.Local || n.Source != nodes.SourceLocal {
+	if n := resolveNodes([]*ciliumv2.CiliumNode{cn}, "node2")[0]; !n.Local || n.Source != nodes.SourceLocal {
 		t.Errorf("local node = %+v", n)
+	}
+}
+
+// cnAt is a CiliumNode created at second sec with InternalIP ip, pod
+// CIDRs and health IP.
+func cnAt(name string, sec int64, ip, health string, cidrs ...string) *ciliumv2.CiliumNode {
+	return &ciliumv2.CiliumNode{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Unix(sec, 0)},
+		Spec: ciliumv2.NodeSpec{
+			Addresses:        []ciliumv2.NodeAddress{{Type: ciliumv2.NodeInternalIP, IP: ip}},
+			IPAM:             ciliumv2.IPAMSpec{PodCIDRs: cidrs},
+			HealthAddressing: ciliumv2.HealthAddressingSpec{IPv4: health},
+		},
+	}
+}
+
+// Two CiliumNodes claiming one address or overlapping pod CIDRs: the local
+// node, else the older, keeps it; the other is refused that part (and
+// keeps the rest); malformed parts are refused, names are skipped.
+func TestResolveNodesRefusals(t *testing.T) {
+	type ref = nodes.Refusal
+	tests := []struct {
+		name  string
+		local string
+		cns   []*ciliumv2.CiliumNode
+		want  map[string][]ref
+		cidrs map[string]string
+	}{{
+		name: "same pod CIDR: the older keeps it",
+		cns: []*ciliumv2.CiliumNode{
+			cnAt("b", 20, "192.168.1.12", "", "10.0.1.0/24"),
+			cnAt("a", 10, "192.168.1.11", "", "10.0.1.0/24"),
+		},
+		want:  map[string][]ref{"b": {{Field: "spec.ipam.podCIDRs[0]", Value: "10.0.1.0/24", Reason: nodes.RefusedDuplicatePodCIDR, Holder: "a"}}},
+		cidrs: map[string]string{"a": "10.0.1.0/24", "b": ""},
+	}, {
+		name: "overlapping pod CIDR, same age: the name decides",
+		cns: []*ciliumv2.CiliumNode{
+			cnAt("b", 10, "192.168.1.12", "", "10.0.0.0/16"),
+			cnAt("a", 10, "192.168.1.11", "", "10.0.1.0/24", "10.1.0.0/24"),
+		},
+		want:  map[string][]ref{"b": {{Field: "spec.ipam.podCIDRs[0]", Value: "10.0.0.0/16", Reason: nodes.RefusedDuplicatePodCIDR, Holder: "a"}}},
+		cidrs: map[string]string{"a": "10.0.1.0/24,10.1.0.0/24", "b": ""},
+	}, {
+		name:  "the local node keeps its pod CIDR even when younger",
+		local: "b",
+		cns: []*ciliumv2.CiliumNode{
+			cnAt("b", 20, "192.168.1.12", "", "10.0.1.0/24"),
+			cnAt("a", 10, "192.168.1.11", "", "10.0.1.0/24"),
+		},
+		want:  map[string][]ref{"a": {{Field: "spec.ipam.podCIDRs[0]", Value: "10.0.1.0/24", Reason: nodes.RefusedDuplicatePodCIDR, Holder: "b"}}},
+		cidrs: map[string]string{"a": "", "b": "10.0.1.0/24"},
+	}, {
+		name: "same node IP: the older keeps it, the other keeps its pod CIDR",
+		cns: []*ciliumv2.CiliumNode{
+			cnAt("a", 10, "192.168.1.11", "10.0.1.9", "10.0.1.0/24"),
+			cnAt("b", 20, "192.168.1.11", "10.0.1.9", "10.0.2.0/24"),
+		},
+		want: map[string][]ref{"b": {
+			{Field: "spec.addresses[0]", Value: "192.168.1.11", Reason: nodes.RefusedDuplicateNodeIP, Holder: "a"},
+			{Field: "spec.health.ipv4", Value: "10.0.1.9", Reason: nodes.RefusedDuplicateNodeIP, Holder: "a"},
+		}},
+		cidrs: map[string]string{"a": "10.0.1.0/24", "b": "10.0.2.0/24"},
+	}, {
+		name: "malformed",
+		cns: []*ciliumv2.CiliumNode{
+			cnAt("a", 10, "192.168.1.300", "not-an-ip", "10.0.1.0/33", "0.0.0.0/0", "10.0.2.7/24"),
+			cnAt("b", 10, "0.0.0.0", "127.0.0.1", "10.0.3.0/24"),
+		},
+		want: map[string][]ref{
+			"a": {
+				{Field: "spec.addresses[0]", Value: "192.168.1.300", Reason: nodes.RefusedMalformedAddress},
+				{Field: "spec.health.ipv4", Value: "not-an-ip", Reason: nodes.RefusedMalformedAddress},
+				{Field: "spec.ipam.podCIDRs[0]", Value: "10.0.1.0/33", Reason: nodes.RefusedMalformedPodCIDR},
+				{Field: "spec.ipam.podCIDRs[1]", Value: "0.0.0.0/0", Reason: nodes.RefusedMalformedPodCIDR},
+			},
+			"b": {
+				{Field: "spec.addresses[0]", Value: "0.0.0.0", Reason: nodes.RefusedMalformedAddress},
+				{Field: "spec.health.ipv4", Value: "127.0.0.1", Reason: nodes.RefusedMalformedAddress},
+			},
+		},
+		cidrs: map[string]string{"a": "10.0.2.0/24", "b": "10.0.3.0/24"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := resolveNodes(tt.cns, tt.local)
+			// Any order of the input gives the same rows.
+			rev := slices.Clone(tt.cns)
+			slices.Reverse(rev)
+			again := resolveNodes(rev, tt.local)
+			byName := func(ns []*nodes.Node) map[string]*nodes.Node {
+				m := map[string]*nodes.Node{}
+				for _, n := range ns {
+					m[n.Name] = n
+				}
+				return m
+			}
+			if !reflect.DeepEqual(byName(got), byName(again)) {
+				t.Errorf("the order of the CiliumNodes matters:\n%s\n%s", asJSON(got), asJSON(again))
+			}
+			for _, n := range got {
+				if !reflect.DeepEqual(n.Refused, tt.want[n.Name]) {
+					t.Errorf("node %s refused %s, want %s", n.Name, asJSON(n.Refused), asJSON(tt.want[n.Name]))
+				}
+				var cidrs []string
+				for _, p := range n.PodCIDRs {
+					cidrs = append(cidrs, p.String())
+				}
+				if s := strings.Join(cidrs, ","); s != tt.cidrs[n.Name] {
+					t.Errorf("node %s pod CIDRs %q, want %q", n.Name, s, tt.cidrs[n.Name])
+				}
+			}
+		})
 	}
 }
