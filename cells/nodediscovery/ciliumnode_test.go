@@ -2,18 +2,22 @@ package nodediscovery
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 )
 
@@ -298,5 +302,72 @@ func TestResolveNodesRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// syncNodes writes the refusals into the nodes table, noteRefusals counts
+// them (gauge now, counter once each), and a refusal lifted when the holder
+// goes leaves the gauge at zero and the counter as it was.
+func TestSyncNodesCountsRefusals(t *testing.T) {
+	db := statedb.New()
+	cns, err := k8stables.NewCiliumNodesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := nodes.NewNodesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	stats := &refusalStats{refused: map[nodes.RefusalReason]int{}, total: map[nodes.RefusalReason]uint64{}}
+	if err := registerRefusalMetrics(reg, stats); err != nil {
+		t.Fatal(err)
+	}
+	last := map[string][]nodes.Refusal{}
+	step := func(fn func(statedb.WriteTxn)) {
+		t.Helper()
+		w := db.WriteTxn(cns, tbl)
+		fn(w)
+		if err := syncNodes(w, cns, tbl, "local"); err != nil {
+			t.Fatal(err)
+		}
+		noteRefusals(w, tbl, last, stats, slog.New(slog.DiscardHandler))
+		w.Commit()
+	}
+	value := func(name string, why nodes.RefusalReason) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == name && m.GetLabel()[0].GetValue() == string(why) {
+					return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				}
+			}
+		}
+		t.Fatalf("no %s{reason=%q}", name, why)
+		return 0
+	}
+	step(func(w statedb.WriteTxn) {
+		_, _, _ = cns.Insert(w, cnAt("a", 10, "192.168.1.11", "", "10.0.1.0/24"))
+		_, _, _ = cns.Insert(w, cnAt("b", 20, "192.168.1.12", "", "10.0.1.0/24"))
+	})
+	// An unrelated change counts nothing again.
+	step(func(w statedb.WriteTxn) { _, _, _ = cns.Insert(w, cnAt("c", 30, "192.168.1.13", "", "10.0.3.0/24")) })
+	if g, c := value("cellium_nodes_refused", nodes.RefusedDuplicatePodCIDR), value("cellium_nodes_refused_total", nodes.RefusedDuplicatePodCIDR); g != 1 || c != 1 {
+		t.Errorf("refused %v, total %v, want 1 and 1", g, c)
+	}
+	step(func(w statedb.WriteTxn) { _, _, _ = cns.Delete(w, cnAt("a", 10, "", "")) })
+	b, _, _ := tbl.Get(db.ReadTxn(), nodes.NodeNameIndex.Query("b"))
+	if len(b.Refused) != 0 || len(b.PodCIDRs) != 1 {
+		t.Errorf("b after a left: %+v", b)
+	}
+	if _, _, ok := tbl.Get(db.ReadTxn(), nodes.NodeNameIndex.Query("a")); ok {
+		t.Error("a's row stays after its CiliumNode's deletion")
+	}
+	if g, c := value("cellium_nodes_refused", nodes.RefusedDuplicatePodCIDR), value("cellium_nodes_refused_total", nodes.RefusedDuplicatePodCIDR); g != 0 || c != 1 {
+		t.Errorf("refused %v, total %v, want 0 and 1", g, c)
 	}
 }
