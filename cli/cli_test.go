@@ -99,6 +99,8 @@ func TestGolden(t *testing.T) {
 		{"node-list", []string{"node", "list"}},
 		{"node-list-yaml", []string{"node", "ls", "-o", "yaml"}},
 		{"ipcache-list", []string{"ipcache", "list"}},
+		{"health-status", []string{"health", "status"}},
+		{"health-status-json", []string{"health", "status", "-o", "json"}},
 		{"service-list", []string{"service", "list"}},
 		{"service-list-json", []string{"service", "ls", "-o", "json"}},
 		{"config", []string{"config"}},

@@ -291,10 +291,10 @@ func newFakeAgent() *fakeAgent {
 		},
 		Nodes: []models.Node{
 			{Name: "node-b", Addresses: []models.NodeAddress{{Type: "CiliumInternalIP", IP: "10.0.1.1"}, {Type: "InternalIP", IP: "192.168.1.12"}},
-				PodCIDRs: []string{"10.0.1.0/24"}},
+				PodCIDRs: []string{"10.0.1.0/24"}, HealthIPv4: "10.0.1.92", Health: "unreachable"},
 			{Name: "node-a", Local: true, Addresses: []models.NodeAddress{{Type: "InternalIP", IP: "fd00::11"}, {Type: "InternalIP", IP: "192.168.1.11"}},
 				PodCIDRs: []string{"fd00:10::/64", "10.0.0.0/24"}, HealthIPv4: "10.0.0.91"},
-			{Name: "node-c"},
+			{Name: "node-c", Health: "unknown", Refused: []string{`spec.ipam.podCIDRs[0] "10.0.1.0/24": duplicate-pod-cidr (held by node node-b)`}},
 		},
 		Config: models.DaemonConfig{MTU: 1500, NodeName: "node-a", Options: map[string]string{
 			"debug": "false", "k8s-client-qps": "10", "k8s-kubeconfig-path": "", "mtu": "1500",
@@ -324,6 +324,7 @@ func newFakeAgent() *fakeAgent {
 			"ipcache": json.RawMessage(`[` +
 				`{"prefix":"10.0.1.7/32","identity":48213,"source":"endpoint","owner":"endpoint 1090","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"prefix":"10.0.2.9/32","identity":51234,"source":"cilium-endpoint","owner":"cep default/db-0","host-ip":"192.168.56.12","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
+				`{"prefix":"10.0.2.0/24","identity":2,"source":"node-cidr","owner":"node node-b","host-ip":"192.168.56.12","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"prefix":"192.168.56.11/32","identity":1,"source":"host","owner":"local-node","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"prefix":"203.0.113.0/24","identity":16777217,"source":"policy-cidr","owner":"cidr 203.0.113.0/24","status":{"kind":"Error","error":"update ipcache 203.0.113.0/24: no space left","updated-at":"2026-12-01T05:00:00Z"}}]`),
 		},
@@ -332,5 +333,22 @@ func newFakeAgent() *fakeAgent {
 		Name: "health-endpoint", IP: "10.0.0.12", Reachable: true, Latency: 412 * time.Microsecond,
 		LastProbed: testNow.Add(-4 * time.Second),
 	}}}
+	probed, reached := testNow.Add(-3*time.Second), testNow.Add(-33*time.Second)
+	f.Health.ClusterHealth.Total, f.Health.ClusterHealth.Reachable = 3, 2
+	f.Health.ClusterHealth.Nodes = []models.NodeHealth{
+		{Name: "node-b", Status: "unreachable", Paths: []models.NodePathHealth{
+			{Type: "endpoint", Protocol: "http", IP: "10.0.1.92", Probed: true, LastProbed: &probed, LastReachable: &reached,
+				Error: "GET 10.0.1.92:4240/hello: dial tcp 10.0.1.92:4240: i/o timeout"},
+			{Type: "endpoint", Protocol: "icmp", IP: "10.0.1.92", Probed: true, LastProbed: &probed, LastReachable: &reached,
+				Error: "ping 10.0.1.92: no echo reply: context deadline exceeded"},
+			{Type: "node", Protocol: "icmp", IP: "192.168.1.12", Probed: true, Reachable: true, Latency: 310 * time.Microsecond,
+				LastProbed: &probed, LastReachable: &probed},
+		}},
+		{Name: "node-d", Status: "reachable", Paths: []models.NodePathHealth{
+			{Type: "endpoint", Protocol: "http", IP: "10.0.3.92", Probed: true, Reachable: true, Latency: 1200 * time.Microsecond, LastProbed: &probed, LastReachable: &probed},
+			{Type: "endpoint", Protocol: "icmp", IP: "10.0.3.92", Probed: true, Reachable: true, Latency: 280 * time.Microsecond, LastProbed: &probed, LastReachable: &probed},
+			{Type: "node", Protocol: "icmp", IP: "192.168.1.14", Probed: true, Reachable: true, Latency: 250 * time.Microsecond, LastProbed: &probed, LastReachable: &probed},
+		}},
+	}
 	return f
 }

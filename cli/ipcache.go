@@ -58,7 +58,7 @@ func (a *app) ipcacheCommand() *cobra.Command {
 // writeIPCache prints one line per prefix.
 func writeIPCache(w io.Writer, entries []*ipcache.Entry) error {
 	t := newTable()
-	t.row("PREFIX", "IDENTITY", "SOURCE", "OWNER", "HOST IP", "STATUS")
+	t.row("PREFIX", "IDENTITY", "SOURCE", "OWNER", "TUNNEL ENDPOINT", "STATUS")
 	for _, e := range entries {
 		host := ""
 		if e.HostIP.IsValid() {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -56,16 +57,19 @@ func (a *app) nodeCommand() *cobra.Command {
 	return cmd
 }
 
-// writeNodes prints nodes in cilium-dbg's `node list` columns.
+// writeNodes prints nodes in cilium-dbg's `node list` columns, then the
+// health endpoint's address, the node's health as this agent's probes
+// found it, and what of its CiliumNode the agent refuses.
 func writeNodes(w io.Writer, nodes []models.Node) error {
 	t := newTable()
-	t.row("Name", "IPv4 Address", "Endpoint CIDR", "IPv6 Address", "Endpoint CIDR", "Source")
+	t.row("Name", "IPv4 Address", "Endpoint CIDR", "IPv6 Address", "Endpoint CIDR", "Health IP", "Health", "Source", "Refused")
 	for _, n := range nodes {
 		src := sourceCustomResource
 		if n.Local {
 			src = sourceLocal
 		}
-		t.row(n.Name, nodeIP(n, false), podCIDR(n, false), nodeIP(n, true), podCIDR(n, true), src)
+		t.row(n.Name, nodeIP(n, false), podCIDR(n, false), nodeIP(n, true), podCIDR(n, true), n.HealthIPv4, n.Health, src,
+			strings.Join(n.Refused, "; "))
 	}
 	return t.flush(w)
 }

@@ -100,6 +100,7 @@ what the agent knows. Most commands that print an object take
 		a.configCommand(),
 		a.statedbCommand(),
 		a.doctorCommand(),
+		a.healthCommand(),
 		a.monitorCommand(),
 	)
 	return root

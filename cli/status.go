@@ -232,7 +232,7 @@ func (a *app) writeStatus(w io.Writer, r *statusReport, verbose bool) error {
 		line("Nodes", unavailable("nodes"))
 	}
 
-	writeClusterHealth(line, r.ClusterHealth)
+	writeClusterHealth(line, r.ClusterHealth, verbose)
 
 	count := map[string]int{}
 	for _, m := range r.Modules {
@@ -266,8 +266,10 @@ func (a *app) writeStatus(w io.Writer, r *statusReport, verbose bool) error {
 }
 
 // writeClusterHealth prints "Cluster health" as cilium-dbg does (N/M
-// reachable, or Probe disabled), then one line per probe.
-func writeClusterHealth(line func(label, value string), ch *models.ClusterHealth) {
+// reachable, or Probe disabled), then one line per probe of this node's
+// health endpoint, and one per other node that is not reachable (every
+// node and every path with verbose).
+func writeClusterHealth(line func(label, value string), ch *models.ClusterHealth, verbose bool) {
 	if ch == nil {
 		line("Cluster health", "Probe disabled")
 		return
@@ -289,4 +291,36 @@ func writeClusterHealth(line func(label, value string), ch *models.ClusterHealth
 			line("  "+label, fmt.Sprintf("%s unreachable: %s", ip, p.Error))
 		}
 	}
+	for _, n := range ch.Nodes {
+		if !verbose && n.Status != nodeStatusUnreachable {
+			continue
+		}
+		line("  "+n.Name, n.Status)
+		for _, p := range n.Paths {
+			if !verbose && (!p.Probed || p.Reachable) {
+				continue
+			}
+			line("    "+p.Type+" "+p.Protocol, pathText(p))
+		}
+	}
+}
+
+// nodeStatusUnreachable is models.NodeHealth.Status of a node a path to
+// which did not answer.
+const nodeStatusUnreachable = "unreachable"
+
+// pathText says how a path to another node fared: its address, then its
+// latency or its error.
+func pathText(p models.NodePathHealth) string {
+	switch {
+	case !p.Probed:
+		return p.IP + " not probed yet"
+	case p.Reachable:
+		return fmt.Sprintf("%s reachable (%s)", p.IP, p.Latency.Round(time.Microsecond))
+	}
+	s := fmt.Sprintf("%s unreachable: %s", p.IP, p.Error)
+	if p.LastReachable != nil {
+		s += " (last reachable " + p.LastReachable.UTC().Format(time.RFC3339) + ")"
+	}
+	return s
 }

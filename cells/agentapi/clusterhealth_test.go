@@ -1,12 +1,14 @@
 package agentapi_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/cilium/statedb"
 
+	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/statedb/health"
 )
@@ -37,5 +39,39 @@ func TestClusterHealthModel(t *testing.T) {
 	}
 	if o := m.Probes[1]; o.IP != "" || !o.Reachable || o.Latency != time.Millisecond || o.LastReachable != nil {
 		t.Errorf("other probe %+v", o)
+	}
+}
+
+// The other nodes count in Cluster health: a node is reachable when every
+// path answered, unreachable when one did not, unknown while one is not
+// probed; nodes and paths are sorted.
+func TestAddNodeHealth(t *testing.T) {
+	ip := netip.MustParseAddr
+	now := time.Now()
+	rows := []*health.NodePath{
+		{Node: "c", Type: health.PathNode, Protocol: health.ProtocolICMP, IP: ip("192.168.0.3")},
+		{Node: "b", Type: health.PathEndpoint, Protocol: health.ProtocolHTTP, IP: ip("10.0.2.9"), Probed: true, Error: "refused", LastProbed: now},
+		{Node: "b", Type: health.PathNode, Protocol: health.ProtocolICMP, IP: ip("192.168.0.2"), Probed: true, Reachable: true, LastProbed: now, LastReachable: now},
+		{Node: "a", Type: health.PathNode, Protocol: health.ProtocolICMP, IP: ip("192.168.0.1"), Probed: true, Reachable: true, Latency: time.Millisecond, LastProbed: now, LastReachable: now},
+	}
+	ch := &models.ClusterHealth{Reachable: 1, Total: 1}
+	agentapi.AddNodeHealth(ch, rows)
+	if ch.Total != 4 || ch.Reachable != 2 {
+		t.Errorf("reachable %d/%d, want 2/4", ch.Reachable, ch.Total)
+	}
+	var got []string
+	for _, n := range ch.Nodes {
+		s := n.Name + ":" + n.Status
+		for _, p := range n.Paths {
+			s += " " + p.Type + "/" + p.Protocol
+		}
+		got = append(got, s)
+	}
+	want := []string{"a:reachable node/icmp", "b:unreachable endpoint/http node/icmp", "c:unknown node/icmp"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("nodes %v, want %v", got, want)
+	}
+	if p := ch.Nodes[1].Paths[0]; p.Error != "refused" || p.LastReachable != nil || p.LastProbed == nil {
+		t.Errorf("b's endpoint path %+v", p)
 	}
 }

@@ -120,6 +120,8 @@ type healthParams struct {
 	DB       *statedb.DB
 	// Probes is absent when the agent does not probe its health endpoint.
 	Probes statedb.Table[*health.Probe] `optional:"true"`
+	// NodePaths are the probes of the other nodes; absent with Probes.
+	NodePaths statedb.Table[*health.NodePath] `optional:"true"`
 }
 
 func healthHandlers(p healthParams) HandlersOut {
@@ -132,7 +134,11 @@ func healthHandlers(p healthParams) HandlersOut {
 			}
 			m := HealthModel(mods)
 			if p.Probes != nil {
-				m.ClusterHealth = ClusterHealthModel(p.Probes.All(p.DB.ReadTxn()))
+				txn := p.DB.ReadTxn()
+				m.ClusterHealth = ClusterHealthModel(p.Probes.All(txn))
+				if p.NodePaths != nil {
+					AddNodeHealth(m.ClusterHealth, statedb.Collect(p.NodePaths.All(txn)))
+				}
 			}
 			WriteJSON(w, r, m)
 		},
@@ -160,6 +166,57 @@ func ClusterHealthModel(probes iter.Seq2[*health.Probe, statedb.Revision]) *mode
 	}
 	return out
 }
+
+// AddNodeHealth adds the other nodes' probes (rows of the node-health
+// table) to ch, and counts them.
+func AddNodeHealth(ch *models.ClusterHealth, rows []*health.NodePath) {
+	byNode := map[string]*models.NodeHealth{}
+	var names []string
+	for _, r := range rows {
+		n := byNode[r.Node]
+		if n == nil {
+			n = &models.NodeHealth{Name: r.Node, Status: NodeStatusReachable}
+			byNode[r.Node] = n
+			names = append(names, r.Node)
+		}
+		ph := models.NodePathHealth{Type: r.Type, Protocol: r.Protocol, IP: r.IP.String(), Probed: r.Probed,
+			Reachable: r.Reachable, Error: r.Error, Latency: r.Latency}
+		if !r.LastProbed.IsZero() {
+			t := r.LastProbed
+			ph.LastProbed = &t
+		}
+		if !r.LastReachable.IsZero() {
+			t := r.LastReachable
+			ph.LastReachable = &t
+		}
+		n.Paths = append(n.Paths, ph)
+		switch {
+		case r.Probed && !r.Reachable:
+			n.Status = NodeStatusUnreachable
+		case !r.Probed && n.Status != NodeStatusUnreachable:
+			n.Status = NodeStatusUnknown
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		n := byNode[name]
+		slices.SortFunc(n.Paths, func(a, b models.NodePathHealth) int {
+			return strings.Compare(a.Type+"/"+a.Protocol, b.Type+"/"+b.Protocol)
+		})
+		ch.Total++
+		if n.Status == NodeStatusReachable {
+			ch.Reachable++
+		}
+		ch.Nodes = append(ch.Nodes, *n)
+	}
+}
+
+// Values of models.NodeHealth.Status.
+const (
+	NodeStatusReachable   = "reachable"
+	NodeStatusUnreachable = "unreachable"
+	NodeStatusUnknown     = "unknown"
+)
 
 // HealthModel is the body of GET /v1/healthz for the given module
 // reports: State is "Ok" when none is degraded, else "Degraded".

@@ -13,10 +13,13 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/mapstate"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -45,6 +48,15 @@ const (
 	// policy (a policy larger than the map: the map fails closed and the
 	// endpoint drops all traffic).
 	KindPolicyMapFailed = "endpoint-policy-map-failed"
+	// KindNodeRefused: part of another node's CiliumNode (an address, a
+	// pod CIDR) is malformed or claimed by another node, and not used.
+	KindNodeRefused = "node-refused"
+	// KindCEPRefused: a CiliumEndpoint of another node fails the
+	// ipcache's checks, so its addresses have no identity here.
+	KindCEPRefused = "cep-refused"
+	// KindNodeUnreachable: another node does not answer the health
+	// probes on some path.
+	KindNodeUnreachable = "node-unreachable"
 )
 
 const (
@@ -105,6 +117,19 @@ type Facts struct {
 	PolicyMaps      []*mapstate.PolicyMap
 	PolicyMapsKnown bool
 
+	// ClusterNodes are the nodes table's rows (with what is refused of
+	// each CiliumNode).
+	ClusterNodes      []*nodes.Node
+	ClusterNodesKnown bool
+
+	// RefusedCEPs are the CEPs of other nodes the ipcache refuses.
+	RefusedCEPs      []ipcachecell.RefusedCEP
+	RefusedCEPsKnown bool
+
+	// NodePaths are the health probes of the other nodes.
+	NodePaths      []*health.NodePath
+	NodePathsKnown bool
+
 	// Skipped says why checks were skipped.
 	Skipped []string
 }
@@ -147,6 +172,15 @@ func Check(f *Facts) []models.DoctorFinding {
 	if f.PolicyMapsKnown {
 		c.policyMaps()
 	}
+	if f.ClusterNodesKnown {
+		c.nodeRefusals()
+	}
+	if f.RefusedCEPsKnown {
+		c.cepRefusals()
+	}
+	if f.NodePathsKnown {
+		c.unreachableNodes()
+	}
 	slices.SortFunc(c.out, func(a, b models.DoctorFinding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Object, b.Object))
 	})
@@ -180,6 +214,62 @@ func (c *checker) policyMaps() {
 		c.add(KindPolicyMapFailed, epObject(ep),
 			fmt.Sprintf("the policy map of %s does not hold its policy (revision %d): %s", epObject(ep), row.Revision, msg),
 			"a policy larger than the map fails closed (the endpoint drops all traffic): reduce the peers or ports the rules selecting it allow (Documentation/operations/bpf.md, Limits); cellium statedb "+mapstate.PoliciesTableName+" shows the reconciler's view")
+	}
+}
+
+// nodeRefusals reports each refused part of a CiliumNode.
+func (c *checker) nodeRefusals() {
+	for _, n := range c.f.ClusterNodes {
+		for _, r := range n.Refused {
+			var hint string
+			switch r.Reason {
+			case nodes.RefusedDuplicateNodeIP, nodes.RefusedDuplicatePodCIDR:
+				hint = "two CiliumNodes claim it; node " + r.Holder + " keeps it (the local node, else the older CiliumNode): " +
+					"fix or delete the wrong CiliumNode (kubectl get ciliumnode " + n.Name + " " + r.Holder + " -o yaml); " +
+					"a duplicate pod CIDR is an operator (IPAM) bug (Documentation/concepts/ipcache-trust.md)"
+			default:
+				hint = "fix " + r.Field + " of CiliumNode " + n.Name + " (kubectl edit ciliumnode " + n.Name + "): its agent writes the addresses, the operator the pod CIDRs"
+			}
+			c.add(KindNodeRefused, "node "+n.Name+" "+r.Field,
+				fmt.Sprintf("CiliumNode %s: %s is not used (%s): nothing of it reaches the ipcache, the routes or the health probes", n.Name, r.String(), r.Reason),
+				hint)
+		}
+	}
+}
+
+// cepRefusals reports each CEP of another node the ipcache refuses.
+func (c *checker) cepRefusals() {
+	for _, r := range c.f.RefusedCEPs {
+		var hint string
+		switch r.Reason {
+		case ipcachecell.RefusedAddressOutsideNode:
+			hint = "an address of the CEP is outside the pod CIDRs of node " + r.NodeIP + " (cellium node list): a stale or forged CEP, or a pod CIDR refused to that node"
+		case ipcachecell.RefusedUnknownNode:
+			hint = "no node has InternalIP " + r.NodeIP + " (cellium node list): the node left, or the CEP is stale or forged"
+		case ipcachecell.RefusedUnknownIdentity:
+			hint = fmt.Sprintf("no CiliumIdentity %d (kubectl get ciliumidentity %d): it may still be coming", r.Identity, r.Identity)
+		default:
+			hint = "see Documentation/concepts/ipcache-trust.md"
+		}
+		c.add(KindCEPRefused, "cep "+r.CEP,
+			fmt.Sprintf("CiliumEndpoint %s (identity %d, node %s) is refused by the ipcache: %s; its addresses are world here", r.CEP, r.Identity, r.NodeIP, r.Reason),
+			hint)
+	}
+}
+
+// unreachableNodes reports the nodes a probed path to which failed.
+func (c *checker) unreachableNodes() {
+	failed := map[string][]string{}
+	for _, p := range c.f.NodePaths {
+		if p.Probed && !p.Reachable {
+			failed[p.Node] = append(failed[p.Node], fmt.Sprintf("%s %s to %s: %s", p.Type, p.Protocol, p.IP, p.Error))
+		}
+	}
+	for node, paths := range failed {
+		slices.Sort(paths)
+		c.add(KindNodeUnreachable, "node "+node,
+			fmt.Sprintf("node %s does not answer: %s", node, strings.Join(paths, "; ")),
+			"type node: the nodes' network (is the node up?); type endpoint: the tunnel or routes to its pods, or its agent; cellium health status lists every path (Documentation/operations/node-health.md)")
 	}
 }
 

@@ -9,8 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cellium/cellium/cells/doctor"
+	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 func podEP(id uint16, pod, ip string, ident identity.NumericIdentity) *endpoints.Endpoint {
@@ -32,6 +35,36 @@ func TestCheck(t *testing.T) {
 		{
 			name: "nothing known, nothing found",
 			f:    doctor.Facts{Endpoints: []*endpoints.Endpoint{podEP(1, "a", "10.0.0.5", 0)}},
+		},
+		{
+			name: "refused parts of CiliumNodes",
+			f: doctor.Facts{ClusterNodesKnown: true, ClusterNodes: []*nodes.Node{
+				{Name: "a"},
+				{Name: "b", Refused: []nodes.Refusal{
+					{Field: "spec.ipam.podCIDRs[0]", Value: "10.0.1.0/24", Reason: nodes.RefusedDuplicatePodCIDR, Holder: "a"},
+					{Field: "spec.addresses[0]", Value: "300.1.1.1", Reason: nodes.RefusedMalformedAddress},
+				}},
+			}},
+			want: []string{
+				`node-refused node b spec.addresses[0]: CiliumNode b: spec.addresses[0] "300.1.1.1": malformed-address is not used`,
+				`node-refused node b spec.ipam.podCIDRs[0]: CiliumNode b: spec.ipam.podCIDRs[0] "10.0.1.0/24": duplicate-pod-cidr (held by node a)`,
+			},
+		},
+		{
+			name: "refused CEPs",
+			f: doctor.Facts{RefusedCEPsKnown: true, RefusedCEPs: []ipcachecell.RefusedCEP{
+				{CEP: "default/evil", Reason: ipcachecell.RefusedAddressOutsideNode, Identity: 3000, NodeIP: "192.168.0.2"},
+			}},
+			want: []string{`cep-refused cep default/evil: CiliumEndpoint default/evil (identity 3000, node 192.168.0.2) is refused by the ipcache: address-outside-node`},
+		},
+		{
+			name: "unreachable node",
+			f: doctor.Facts{NodePathsKnown: true, NodePaths: []*health.NodePath{
+				{Node: "b", Type: "node", Protocol: "icmp", IP: netip.MustParseAddr("192.168.0.2"), Probed: true, Reachable: true},
+				{Node: "b", Type: "endpoint", Protocol: "http", IP: netip.MustParseAddr("10.0.1.9"), Probed: true, Error: "timeout"},
+				{Node: "c", Type: "node", Protocol: "icmp", IP: netip.MustParseAddr("192.168.0.3")}, // not probed yet
+			}},
+			want: []string{`node-unreachable node b: node b does not answer: endpoint http to 10.0.1.9: timeout`},
 		},
 		{
 			name: "address allocated to another owner",

@@ -21,13 +21,16 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	identitycell "github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
+	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/mapstate"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 // LinkLister lists the host-side endpoint interfaces: links of the host
@@ -60,6 +63,13 @@ type Params struct {
 	// PolicyMaps is the policy map reconciler's table (absent with the
 	// BPF datapath off).
 	PolicyMaps statedb.Table[*mapstate.PolicyMap] `optional:"true"`
+	// ClusterNodes is the nodes table (CiliumNodes, with refusals).
+	ClusterNodes statedb.Table[*nodes.Node] `optional:"true"`
+	// RefusedCEPs are the CEPs the ipcache refuses.
+	RefusedCEPs ipcachecell.RefusedCEPs `optional:"true"`
+	// NodePaths are the health probes of other nodes (absent with
+	// --enable-health-checking=false).
+	NodePaths statedb.Table[*health.NodePath] `optional:"true"`
 }
 
 // Doctor gathers the facts and checks them. Safe for concurrent use.
@@ -118,6 +128,15 @@ func (d *Doctor) Facts() *Facts {
 	d.identities(txn, f)
 	d.programs(txn, f)
 	d.policyMaps(txn, f)
+	if d.p.ClusterNodes != nil {
+		f.ClusterNodes, f.ClusterNodesKnown = statedb.Collect(d.p.ClusterNodes.All(txn)), true
+	}
+	if d.p.NodePaths != nil {
+		f.NodePaths, f.NodePathsKnown = statedb.Collect(d.p.NodePaths.All(txn)), true
+	}
+	if d.p.RefusedCEPs != nil {
+		f.RefusedCEPs, f.RefusedCEPsKnown = d.p.RefusedCEPs.RefusedCEPs(), true
+	}
 	d.allocations(f)
 	d.links(f)
 	d.stateFiles(f)

@@ -16,7 +16,7 @@ var Cell = NewCell(Options{})
 // NewCell is Cell with o (tests probe from a namespace playing the node,
 // more often).
 func NewCell(o Options) hive.Cell {
-	return hive.Module("health-check", "Probes the health endpoint of the node",
+	return hive.Module("health-check", "Probes the health endpoint of the node and every other node",
 		hive.Feature(Flag, true,
 			"Probe the node's health endpoint (GET /hello on port 4240 in the cilium-health namespace) and report it as Cluster health in cellium status",
 			// Written only by the prober...
@@ -25,6 +25,14 @@ func NewCell(o Options) hive.Cell {
 			hive.Provide(statedb.RWTable[*health.Probe].ToTable),
 			// The probe loop.
 			hive.Invoke(func(p params) { register(p, o) }),
+			// --health-check-interval.
+			hive.Config(DefaultConfig),
+			// The probes of every other node: written only by the node
+			// prober, read by GET /v1/health/nodes, cellium status and
+			// the metrics.
+			hive.ProvidePrivate(health.NewNodePathsTable),
+			hive.Provide(statedb.RWTable[*health.NodePath].ToTable),
+			hive.Invoke(func(p nodeParams) error { return registerNodeProber(p, o) }),
 		),
 	)
 }

@@ -13,4 +13,11 @@
 // (--enable-endpoint-health-checking=false) or without host routes
 // (--enable-endpoint-routes=false) the probe is reported unreachable with
 // that reason and no packet leaves the node another way.
+//
+// The node prober (NodeProber) does what cilium-health does for the other
+// nodes: every --health-check-interval it probes each other node of the
+// nodes table on three paths (ICMP echo to its InternalIP, ICMP echo and
+// GET /hello to its health IP) and keeps the outcome per path in the
+// node-health table (statedb/health.NodePath), which Cluster health,
+// `cellium health status` and the cilium_node_health_* metrics read.
 package healthcheck

@@ -38,6 +38,9 @@ type Options struct {
 	NetnsPath string
 	// Port is the responder's port (health.Port).
 	Port int
+	// NodeICMP and NodeHTTP replace the node prober's probes (nil: real
+	// ICMP echo and GET /hello), for tests.
+	NodeICMP, NodeHTTP ProbeFunc
 }
 
 func (o Options) withDefaults() Options {

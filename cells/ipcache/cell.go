@@ -27,7 +27,10 @@ var Cell = hive.Module("ipcache", "IP prefix to identity, from endpoints, nodes,
 	hive.Provide(statedb.RWTable[*ipcache.Entry].ToTable,
 		func(t statedb.RWTable[*ipcache.Entry]) ipcache.StatusTable { return ipcache.StatusTable{RWTable: t} }),
 	// Input tables in, prefixes out; the CiliumEndpoint checks' metrics.
-	hive.Invoke(register),
+	hive.ProvidePrivate(register),
+	hive.Invoke(func(*Deriver) {}),
+	// The refused CEPs, for the doctor.
+	hive.Provide(func(d *Deriver) RefusedCEPs { return d }),
 )
 
 type params struct {
@@ -50,7 +53,7 @@ type params struct {
 	Registerer prometheus.Registerer `optional:"true"`
 }
 
-func register(p params) error {
+func register(p params) (*Deriver, error) {
 	t := Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
 		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache}
 	if p.SocketLB.Enabled {
@@ -60,5 +63,5 @@ func register(p params) error {
 	}
 	d := NewDeriver(t, p.Log)
 	p.Jobs.Add(hive.Service("derive-ipcache", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
-	return registerMetrics(p.Registerer, d)
+	return d, registerMetrics(p.Registerer, d)
 }

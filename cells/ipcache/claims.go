@@ -76,9 +76,24 @@ func localNodeClaims(n *nodes.LocalNode) claims {
 	return c
 }
 
+// addPrefix adds the claim of a whole prefix.
+func (c claims) addPrefix(p netip.Prefix, cl claim) {
+	if !p.IsValid() {
+		return
+	}
+	p = p.Masked()
+	if old, ok := c[p]; ok && old.source.Precedence() >= cl.source.Precedence() {
+		return
+	}
+	c[p] = cl
+}
+
 // nodeClaims: every address of a node (InternalIP, ExternalIP,
 // CiliumInternalIP) is host (1) for the local node and remote-node (6) for
-// the others; a node's health address is health (4).
+// the others; a node's health address is health (4). Another node's pod
+// CIDRs are world (2) living on that node (its InternalIP the host IP, the
+// tunnel endpoint), as Cilium's ipcache has them; a node without an
+// InternalIP gives none, as nothing could be sent there.
 func nodeClaims(n *nodes.Node) claims {
 	c := claims{}
 	hostIP, _ := n.Address(nodes.AddressInternalIP)
@@ -92,6 +107,11 @@ func nodeClaims(n *nodes.Node) claims {
 		c.add(a.IP, node)
 	}
 	c.add(n.HealthIPv4, health)
+	if !n.Local && hostIP.IsValid() {
+		for _, p := range n.PodCIDRs {
+			c.addPrefix(p, claim{id: identity.ReservedIdentityWorld, source: ipcache.SourceNodeCIDR, hostIP: hostIP})
+		}
+	}
 	return c
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cilium/statedb"
 
@@ -352,7 +353,7 @@ func (d *Deriver) step() (watches, error) {
 	for p := range touched {
 		d.noteConflict(p)
 	}
-	d.stats.set(d.refusedBy, len(d.conflicts))
+	d.stats.set(d.refusedBy, len(d.conflicts), d.refusedList())
 	return w, d.write(rtxn, touched)
 }
 
@@ -404,6 +405,19 @@ func (d *Deriver) setCEP(cep *ciliumv2.CiliumEndpoint, tr trust, touched map[net
 		d.report(key, r)
 	}
 }
+
+// refusedList is the refused CEPs, sorted by key.
+func (d *Deriver) refusedList() []RefusedCEP {
+	out := make([]RefusedCEP, 0, len(d.refused))
+	for key, r := range d.refused {
+		out = append(out, RefusedCEP{CEP: key, Reason: r.why, Identity: r.id, NodeIP: r.node})
+	}
+	slices.SortFunc(out, func(a, b RefusedCEP) int { return strings.Compare(a.CEP, b.CEP) })
+	return out
+}
+
+// RefusedCEPs implements RefusedCEPs.
+func (d *Deriver) RefusedCEPs() []RefusedCEP { return d.stats.refusedCEPs() }
 
 // unrefuse forgets that the CEP key is refused.
 func (d *Deriver) unrefuse(key string) {

@@ -177,6 +177,8 @@ func TestDeriveSourcesAndPrecedence(t *testing.T) {
 		"10.1.0.7/32":    {1234, ipcache.SourceEndpoint, ""},
 		"10.2.0.9/32":    {2000, ipcache.SourceCiliumEndpoint, "192.168.0.2"},
 		"203.0.113.0/24": {16777217, ipcache.SourcePolicyCIDR, ""},
+		// The remote node's pod CIDR: world, living on that node.
+		"10.2.0.0/24": {2, ipcache.SourceNodeCIDR, "192.168.0.2"},
 	}
 	got := rows(r.DB.ReadTxn(), r.IPCache)
 	for p, w := range want {
@@ -209,6 +211,63 @@ func TestDeriveSourcesAndPrecedence(t *testing.T) {
 	d.mustStep(t)
 	if e, _, ok := r.IPCache.Get(r.DB.ReadTxn(), ipcache.PrefixIndex.Query(pfx("10.1.0.7/32"))); ok {
 		t.Errorf("after the endpoint's deletion: %+v, want no row (the CEP default/clash is refused)", e)
+	}
+}
+
+// A node that goes (its CiliumNode deleted) takes every entry it gave
+// with it: its addresses, router and health IPs, pod CIDR, and the
+// addresses of its pods' CiliumEndpoints (refused now: unknown node); the
+// local node's rows stay host. A policy CIDR equal to its pod CIDR is the
+// row's CIDR identity while the node is there, the row after.
+func TestDeriveNodeLeavesNothingBehind(t *testing.T) {
+	r := newTables(t)
+	d := newDeriver(t, r)
+	n2 := &nodes.Node{Name: "n2", Addresses: []nodes.Address{
+		{Type: nodes.AddressInternalIP, IP: addr("192.168.0.2")}, {Type: nodes.AddressExternalIP, IP: addr("198.51.100.2")},
+		{Type: nodes.AddressCiliumInternalIP, IP: addr("10.2.0.1")}},
+		HealthIPv4: addr("10.2.0.2"), PodCIDRs: []netip.Prefix{pfx("10.2.0.0/24"), pfx("10.3.0.0/24")}}
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), RouterIP: addr("10.1.0.1"),
+			PodCIDRs: []netip.Prefix{pfx("10.1.0.0/24")}})
+		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n1", Local: true, Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: addr("192.168.0.1")}},
+			PodCIDRs: []netip.Prefix{pfx("10.1.0.0/24")}})
+		_, _, _ = r.nodes.Insert(w, n2)
+		_, _, _ = r.ids.Insert(w, cid(2000, "default"))
+		_, _, _ = r.ceps.Insert(w, cep("default", "remote", "192.168.0.2", 2000, "10.2.0.9"))
+		_, _, _ = r.cidrs.Insert(w, &policy.CIDRIdentity{Prefix: pfx("10.3.0.0/24"), Identity: 16777217})
+	})
+	d.mustStep(t)
+	got := rows(r.DB.ReadTxn(), r.IPCache)
+	var fromN2 []string
+	for p, e := range got {
+		if e.HostIP == addr("192.168.0.2") {
+			fromN2 = append(fromN2, p.String())
+		}
+	}
+	// InternalIP, ExternalIP, router IP, health IP, two pod CIDRs, a pod.
+	if len(fromN2) != 7 {
+		t.Errorf("rows on n2: %v, want 7", fromN2)
+	}
+	if e := got[pfx("10.3.0.0/24")]; e == nil || e.Source != ipcache.SourceNodeCIDR || e.CIDRIdentity != 16777217 {
+		t.Errorf("10.3.0.0/24 = %+v, want node-cidr with CIDR identity 16777217", e)
+	}
+	if e := got[pfx("10.1.0.0/24")]; e != nil {
+		t.Errorf("the local pod CIDR has a row: %+v", e)
+	}
+
+	r.write(func(w statedb.WriteTxn) { _, _, _ = r.nodes.Delete(w, n2) })
+	d.mustStep(t)
+	got = rows(r.DB.ReadTxn(), r.IPCache)
+	want := map[netip.Prefix]*ipcache.Entry{
+		pfx("192.168.0.1/32"): {Prefix: pfx("192.168.0.1/32"), Identity: 1, Source: ipcache.SourceHost, Owner: localNodeOwner},
+		pfx("10.1.0.1/32"):    {Prefix: pfx("10.1.0.1/32"), Identity: 1, Source: ipcache.SourceHost, Owner: localNodeOwner},
+		pfx("10.3.0.0/24"):    {Prefix: pfx("10.3.0.0/24"), Identity: 16777217, Source: ipcache.SourcePolicyCIDR, Owner: cidrOwner(pfx("10.3.0.0/24"))},
+	}
+	if s := diff(got, want); s != "" {
+		t.Errorf("after n2 left:\n%s", s)
+	}
+	if tr := d.Trust(); tr.Refused[RefusedUnknownNode] != 1 {
+		t.Errorf("refused %v, want the CEP of n2 refused as unknown-node", tr.Refused)
 	}
 }
 

@@ -23,6 +23,8 @@
 //     that pass the trust checks (see Refusal: a CiliumIdentity of the
 //     CEP's namespace, addresses in the pod CIDRs of the node it names) ->
 //     their status.identity.id, host IP the CEP's node IP;
+//   - node-cidr: the pod CIDRs of the other nodes -> world (2), host IP
+//     the node's InternalIP;
 //   - policy-cidr: each prefix of the policy-cidr-identities table -> its
 //     local CIDR identity.
 //

@@ -3,7 +3,11 @@ package nodediscovery
 import (
 	"context"
 	"fmt"
-	"net/netip"
+	"log/slog"
+	"reflect"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cilium/statedb"
 
@@ -22,16 +26,22 @@ type nodesSyncParams struct {
 	CiliumNodes statedb.Table[*ciliumv2.CiliumNode]
 	Nodes       statedb.RWTable[*nodes.Node]
 	Jobs        hive.Jobs
+	Log         *slog.Logger
+	Registerer  prometheus.Registerer `optional:"true"`
 }
 
-// registerNodesSync mirrors every CiliumNode into the nodes table, which
-// is marked initialized once the CiliumNodes table is and its content has
-// been copied.
-func registerNodesSync(p nodesSyncParams) {
+// registerNodesSync mirrors every CiliumNode into the nodes table (see
+// resolveNodes for what is refused), which is marked initialized once the
+// CiliumNodes table is and its content has been copied.
+func registerNodesSync(p nodesSyncParams) error {
 	txn := p.DB.WriteTxn(p.Nodes)
 	initDone := p.Nodes.RegisterInitializer(txn, "ciliumnodes")
 	txn.Commit()
 
+	stats := &refusalStats{refused: map[nodes.RefusalReason]int{}, total: map[nodes.RefusalReason]uint64{}}
+	if err := registerRefusalMetrics(p.Registerer, stats); err != nil {
+		return err
+	}
 	var changes statedb.ChangeIterator[*ciliumv2.CiliumNode]
 	p.Jobs.Add(hive.Service("nodes-table",
 		func() error {
@@ -48,21 +58,26 @@ func registerNodesSync(p nodesSyncParams) {
 			defer changes.Close()
 			h.OK("mirroring CiliumNodes")
 			local := string(p.NodeName)
+			// refused are the refusals of each node as last logged.
+			refused := map[string][]nodes.Refusal{}
 			for {
 				wtxn := p.DB.WriteTxn(p.Nodes)
 				seq, watch := changes.Next(wtxn)
-				for change := range seq {
-					var err error
-					if change.Deleted {
-						_, _, err = p.Nodes.Delete(wtxn, &nodes.Node{Name: change.Object.Name})
-					} else {
-						_, _, err = p.Nodes.Insert(wtxn, nodeFromCiliumNode(change.Object, local))
-					}
-					if err != nil {
-						h.Degraded("write the nodes table", err)
-					}
+				changed := false
+				for range seq {
+					changed = true
 				}
 				init, initWatch := p.CiliumNodes.Initialized(wtxn)
+				if changed || (init && initDone != nil) {
+					// One node's change can settle another's dispute
+					// (the holder of an address goes): all again.
+					if err := syncNodes(wtxn, p.CiliumNodes, p.Nodes, local); err != nil {
+						h.Degraded("write the nodes table", err)
+					} else {
+						noteRefusals(wtxn, p.Nodes, refused, stats, p.Log)
+						h.OK(healthMessage(stats))
+					}
+				}
 				if init && initDone != nil {
 					initDone(wtxn)
 					initDone = nil
@@ -79,27 +94,73 @@ func registerNodesSync(p nodesSyncParams) {
 				}
 			}
 		}))
+	return nil
 }
 
-// nodeFromCiliumNode parses a CiliumNode into a nodes row; what does not
-// parse is left out.
-func nodeFromCiliumNode(cn *ciliumv2.CiliumNode, local string) *nodes.Node {
-	n := &nodes.Node{Name: cn.Name, BootID: cn.Spec.BootID, Source: nodes.SourceCustomResource}
-	if cn.Name == local {
-		n.Local, n.Source = true, nodes.SourceLocal
+// syncNodes makes the nodes table what resolveNodes makes of the
+// CiliumNodes as of txn: changed rows are written, rows of deleted
+// CiliumNodes deleted.
+func syncNodes(txn statedb.WriteTxn, cns statedb.Table[*ciliumv2.CiliumNode], tbl statedb.RWTable[*nodes.Node], local string) error {
+	all := slices.Collect(statedb.ToSeq(cns.All(txn)))
+	want := map[string]*nodes.Node{}
+	for _, n := range resolveNodes(all, local) {
+		want[n.Name] = n
 	}
-	for _, a := range cn.Spec.Addresses {
-		if ip, err := netip.ParseAddr(a.IP); err == nil {
-			n.Addresses = append(n.Addresses, nodes.Address{Type: string(a.Type), IP: ip})
+	for cur := range tbl.All(txn) {
+		if _, ok := want[cur.Name]; !ok {
+			if _, _, err := tbl.Delete(txn, cur); err != nil {
+				return fmt.Errorf("delete node %s: %w", cur.Name, err)
+			}
 		}
 	}
-	for _, s := range cn.Spec.IPAM.PodCIDRs {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			n.PodCIDRs = append(n.PodCIDRs, p)
+	for name, n := range want {
+		if cur, _, ok := tbl.Get(txn, nodes.NodeNameIndex.Query(name)); ok && reflect.DeepEqual(cur, n) {
+			continue
+		}
+		if _, _, err := tbl.Insert(txn, n); err != nil {
+			return fmt.Errorf("insert node %s: %w", name, err)
 		}
 	}
-	if ip, err := netip.ParseAddr(cn.Spec.HealthAddressing.IPv4); err == nil {
-		n.HealthIPv4 = ip
+	return nil
+}
+
+// noteRefusals logs each refusal that is new since the last call, counts
+// it, and sets the current numbers.
+func noteRefusals(txn statedb.ReadTxn, tbl statedb.Table[*nodes.Node], last map[string][]nodes.Refusal, stats *refusalStats, log *slog.Logger) {
+	now := map[nodes.RefusalReason]int{}
+	seen := map[string]bool{}
+	for n := range tbl.All(txn) {
+		seen[n.Name] = true
+		for _, r := range n.Refused {
+			now[r.Reason]++
+			if !slices.Contains(last[n.Name], r) {
+				stats.count(r.Reason)
+				log.Warn("CiliumNode refused in part: the agent does not use this address or pod CIDR (cellium doctor explains)",
+					"node", n.Name, "field", r.Field, "value", r.Value, "reason", r.Reason, "holder", r.Holder)
+			}
+		}
+		if len(n.Refused) == 0 {
+			delete(last, n.Name)
+		} else {
+			last[n.Name] = n.Refused
+		}
 	}
-	return n
+	for name := range last {
+		if !seen[name] {
+			delete(last, name)
+		}
+	}
+	stats.set(now)
+}
+
+// healthMessage is the nodes-table job's health message.
+func healthMessage(s *refusalStats) string {
+	n := 0
+	for _, v := range s.get().Refused {
+		n += v
+	}
+	if n == 0 {
+		return "mirroring CiliumNodes"
+	}
+	return fmt.Sprintf("mirroring CiliumNodes, %d addresses or pod CIDRs refused (see cellium doctor and cellium_nodes_refused)", n)
 }

@@ -208,3 +208,97 @@ func NewInterfaceTable(db *statedb.DB) (statedb.RWTable[*Interface], error) {
 func NewProbesTable(db *statedb.DB) (statedb.RWTable[*Probe], error) {
 	return statedb.NewTable(db, ProbesTableName, ProbeIndex)
 }
+
+// NodePathsTableName is the table of the probes of other nodes.
+const NodePathsTableName = "node-health"
+
+// Kinds of NodePath.Type: what of the node a path leads to (Cilium's
+// "type" label of cilium_node_health_connectivity_status).
+const (
+	// PathNode is the node's own address (its InternalIP).
+	PathNode = "node"
+	// PathEndpoint is the node's health endpoint (its spec.health.ipv4).
+	PathEndpoint = "endpoint"
+)
+
+// Protocols of NodePath.Protocol.
+const (
+	// ProtocolICMP is an ICMP echo.
+	ProtocolICMP = "icmp"
+	// ProtocolHTTP is GET /hello on port 4240.
+	ProtocolHTTP = "http"
+)
+
+// NodePath is the last result of probing one path to another node: its
+// address or its health endpoint, by ICMP echo or HTTP. Written only by
+// the node prober (cells/nodehealth); a node that goes takes its rows
+// with it, and a node whose boot ID changes starts afresh.
+type NodePath struct {
+	// Node is the node's name.
+	Node string `json:"node"`
+	// Type is PathNode or PathEndpoint; Protocol ProtocolICMP or
+	// ProtocolHTTP.
+	Type     string `json:"type"`
+	Protocol string `json:"protocol"`
+	// IP is the address probed.
+	IP netip.Addr `json:"ip"`
+	// BootID is the node's boot ID when the path was first probed: a new
+	// one is a new node (its history is dropped).
+	BootID string `json:"boot-id,omitempty"`
+	// Probed is false until the first probe ended.
+	Probed bool `json:"probed"`
+	// Reachable is whether the last probe got an answer; Error says why
+	// not.
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+	// Latency is how long the last successful probe took.
+	Latency time.Duration `json:"latency,omitempty"`
+	// LastProbed is when the last probe ended; LastReachable when one
+	// last succeeded (zero: never since the node appeared or rebooted).
+	LastProbed    time.Time `json:"last-probed,omitzero"`
+	LastReachable time.Time `json:"last-reachable,omitzero"`
+}
+
+// Key is the row's primary key: node/type/protocol.
+func (p *NodePath) Key() string { return p.Node + "/" + p.Type + "/" + p.Protocol }
+
+// TableHeader implements statedb.TableWritable.
+func (*NodePath) TableHeader() []string {
+	return []string{"Node", "Type", "Protocol", "IP", "Reachable", "Latency", "LastReachable", "Error"}
+}
+
+// TableRow implements statedb.TableWritable.
+func (p *NodePath) TableRow() []string {
+	last := ""
+	if !p.LastReachable.IsZero() {
+		last = p.LastReachable.UTC().Format(time.RFC3339)
+	}
+	reach := strconv.FormatBool(p.Reachable)
+	if !p.Probed {
+		reach = "unknown"
+	}
+	return []string{p.Node, p.Type, p.Protocol, p.IP.String(), reach, p.Latency.String(), last, p.Error}
+}
+
+var (
+	// NodePathIndex keys node-health rows by Key().
+	NodePathIndex = statedb.Index[*NodePath, string]{
+		Name:       "path",
+		FromObject: func(p *NodePath) index.KeySet { return index.NewKeySet(index.String(p.Key())) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+		Unique:     true,
+	}
+	// NodePathNodeIndex indexes node-health rows by node name.
+	NodePathNodeIndex = statedb.Index[*NodePath, string]{
+		Name:       "node",
+		FromObject: func(p *NodePath) index.KeySet { return index.NewKeySet(index.String(p.Node)) },
+		FromKey:    index.String,
+		FromString: index.FromString,
+	}
+)
+
+// NewNodePathsTable creates the node-health table.
+func NewNodePathsTable(db *statedb.DB) (statedb.RWTable[*NodePath], error) {
+	return statedb.NewTable(db, NodePathsTableName, NodePathIndex, NodePathNodeIndex)
+}

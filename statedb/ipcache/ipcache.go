@@ -47,6 +47,12 @@ const (
 	// with ServiceFrontend set, so that the datapath drops what a pod
 	// sends to it untranslated.
 	SourceServiceFrontend Source = "service-frontend"
+	// SourceNodeCIDR is a pod CIDR of another node: identity world (2),
+	// with the node's InternalIP as HostIP, so that the datapath knows
+	// where an address of that node's pods lives before (or without) its
+	// CiliumEndpoint; a pod's own /32 row is more specific and wins the
+	// map's longest-prefix match.
+	SourceNodeCIDR Source = "node-cidr"
 	// SourcePolicyCIDR is a prefix a policy rule names, with the local
 	// CIDR identity the policy engine gave it.
 	SourcePolicyCIDR Source = "policy-cidr"
@@ -58,7 +64,10 @@ const (
 // beats what policy rules merely name. A Service frontend address ranks
 // just above a policy CIDR: nothing else should hold a ClusterIP, and a
 // rule naming it (toCIDR: ClusterIP/32) must not lift the guard; a pod or
-// node that does hold it keeps it unguarded. An unknown source has 0.
+// node that does hold it keeps it unguarded. A remote node's pod CIDR
+// ranks above a policy CIDR of the same prefix, which then becomes the
+// row's CIDRIdentity, so that the row keeps its host IP. An unknown source
+// has 0.
 func (s Source) Precedence() int {
 	switch s {
 	case SourceHost:
@@ -73,6 +82,8 @@ func (s Source) Precedence() int {
 		return 20
 	case SourceServiceFrontend:
 		return 15
+	case SourceNodeCIDR:
+		return 12
 	case SourcePolicyCIDR:
 		return 10
 	}

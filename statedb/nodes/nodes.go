@@ -62,6 +62,58 @@ type Node struct {
 	// Source is where the row came from: SourceLocal or
 	// SourceCustomResource.
 	Source string `json:"source"`
+	// Refused lists what of the CiliumNode the agent leaves out of the
+	// row (and so out of the ipcache, routes and health probes), and why:
+	// a malformed address, or an address or pod CIDR an older node holds.
+	Refused []Refusal `json:"refused,omitempty"`
+}
+
+// RefusalReason is why a part of a CiliumNode is left out of the nodes
+// table; it is the reason label of the cellium_nodes_refused metric.
+type RefusalReason string
+
+// The reasons, in the order they are checked.
+const (
+	// RefusedMalformedAddress: a spec.addresses[].ip or spec.health.ipv4
+	// that is not an IP address, or is one no node can have (unspecified,
+	// loopback, multicast, link-local).
+	RefusedMalformedAddress RefusalReason = "malformed-address"
+	// RefusedMalformedPodCIDR: a spec.ipam.podCIDRs entry that is not a
+	// prefix, or is a default route (/0).
+	RefusedMalformedPodCIDR RefusalReason = "malformed-pod-cidr"
+	// RefusedDuplicateNodeIP: another node (the local one, else the one
+	// whose CiliumNode is older) has the same address.
+	RefusedDuplicateNodeIP RefusalReason = "duplicate-node-ip"
+	// RefusedDuplicatePodCIDR: the pod CIDR overlaps one of another node
+	// (the local one, else the one whose CiliumNode is older).
+	RefusedDuplicatePodCIDR RefusalReason = "duplicate-pod-cidr"
+)
+
+// RefusalReasons lists every RefusalReason, in the order they are checked.
+var RefusalReasons = []RefusalReason{RefusedMalformedAddress, RefusedMalformedPodCIDR,
+	RefusedDuplicateNodeIP, RefusedDuplicatePodCIDR}
+
+// Refusal is one part of a CiliumNode left out of its nodes row.
+type Refusal struct {
+	// Field is where in the CiliumNode it is: "spec.addresses[1]",
+	// "spec.ipam.podCIDRs[0]", "spec.health.ipv4".
+	Field string `json:"field"`
+	// Value is the text found there.
+	Value string `json:"value"`
+	// Reason says why it is refused.
+	Reason RefusalReason `json:"reason"`
+	// Holder names the node that keeps the address or CIDR (duplicates
+	// only).
+	Holder string `json:"holder,omitempty"`
+}
+
+// String says what was refused and why, for logs and the doctor.
+func (r Refusal) String() string {
+	s := fmt.Sprintf("%s %q: %s", r.Field, r.Value, r.Reason)
+	if r.Holder != "" {
+		s += " (held by node " + r.Holder + ")"
+	}
+	return s
 }
 
 // Address returns the first address of the given type and IPv4 family if
@@ -88,14 +140,19 @@ func firstAddress(addrs []Address, typ string) (netip.Addr, bool) {
 
 // TableHeader implements statedb.TableWritable.
 func (*Node) TableHeader() []string {
-	return []string{"Name", "InternalIP", "CiliumInternalIP", "PodCIDRs", "HealthIPv4", "Source"}
+	return []string{"Name", "InternalIP", "CiliumInternalIP", "PodCIDRs", "HealthIPv4", "BootID", "Source", "Refused"}
 }
 
 // TableRow implements statedb.TableWritable.
 func (n *Node) TableRow() []string {
 	internal, _ := n.Address(AddressInternalIP)
 	router, _ := n.Address(AddressCiliumInternalIP)
-	return []string{n.Name, addrString(internal), addrString(router), prefixesString(n.PodCIDRs), addrString(n.HealthIPv4), n.Source}
+	refused := make([]string, len(n.Refused))
+	for i, r := range n.Refused {
+		refused[i] = r.String()
+	}
+	return []string{n.Name, addrString(internal), addrString(router), prefixesString(n.PodCIDRs), addrString(n.HealthIPv4),
+		n.BootID, n.Source, strings.Join(refused, "; ")}
 }
 
 func addrString(a netip.Addr) string {

@@ -131,6 +131,12 @@ type Node struct {
 	HealthIPv4 string        `json:"health-ipv4,omitempty"`
 	BootID     string        `json:"boot-id,omitempty"`
 	Local      bool          `json:"local,omitempty"`
+	// Refused says what of the node's CiliumNode the agent does not use,
+	// and why (a malformed or duplicate address or pod CIDR).
+	Refused []string `json:"refused,omitempty"`
+	// Health is reachable, unreachable or unknown as this agent's probes
+	// of the node found ("" for the local node, or without probing).
+	Health string `json:"health,omitempty"`
 }
 
 // DaemonConfig is GET /v1/config: what clients of the agent need to know.
@@ -165,9 +171,39 @@ type Health struct {
 // ClusterHealth counts the health responders the agent probes and how
 // many answered (Cilium's "Cluster health: N/M reachable").
 type ClusterHealth struct {
+	// Reachable and Total count this node's health endpoint (each row of
+	// Probes) and the other nodes (Nodes): a node is reachable when every
+	// path to it answered its last probe.
 	Reachable int           `json:"reachable"`
 	Total     int           `json:"total"`
 	Probes    []HealthProbe `json:"probes"`
+	// Nodes are the other nodes the agent probes, by name.
+	Nodes []NodeHealth `json:"nodes,omitempty"`
+}
+
+// NodeHealth is what probing one other node found.
+type NodeHealth struct {
+	Name string `json:"name"`
+	// Status is reachable (every path answered), unreachable (one did
+	// not) or unknown (one is not probed yet).
+	Status string `json:"status"`
+	// Paths are the node's address (type node, ICMP) and its health
+	// endpoint (type endpoint, ICMP and HTTP).
+	Paths []NodePathHealth `json:"paths"`
+}
+
+// NodePathHealth is the last probe of one path to another node.
+type NodePathHealth struct {
+	Type      string `json:"type"`
+	Protocol  string `json:"protocol"`
+	IP        string `json:"ip"`
+	Probed    bool   `json:"probed"`
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+	// Latency is the duration of the last successful probe.
+	Latency       time.Duration `json:"latency-ns,omitempty"`
+	LastProbed    *time.Time    `json:"last-probed,omitempty"`
+	LastReachable *time.Time    `json:"last-reachable,omitempty"`
 }
 
 // HealthProbe is the last probe of one health responder.
