@@ -150,3 +150,25 @@ func TestKubeProxyConfig(t *testing.T) {
 		t.Errorf("kube-proxy configuration %+v\n%s", cfg, text)
 	}
 }
+
+// TestIsNodeResult: libcni's cached results of the node's networks are
+// recognised, the chained conflist's ("portmap", cni.chainingMode=portmap)
+// included, and nothing else (make down once left
+// /var/lib/cni/results/portmap-<id>-eth0 behind and failed).
+func TestIsNodeResult(t *testing.T) {
+	id := strings.Repeat("0123456789abcdef", 4)
+	for name, want := range map[string]bool{
+		"cellium-" + id + "-eth0":                  true,
+		"portmap-" + id + "-eth0":                  true,
+		"cni-loopback-" + id + "-lo":               true,
+		"portmap-" + id[:12] + "-eth0":             false, // not a container ID
+		"portmap-" + id + "-":                      false,
+		"bridge-" + id + "-eth0":                   false, // another CNI's network
+		"portmap":                                  false,
+		"cellium-" + strings.ToUpper(id) + "-eth0": false,
+	} {
+		if got := isNodeResult(name); got != want {
+			t.Errorf("isNodeResult(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
