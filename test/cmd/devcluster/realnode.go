@@ -73,8 +73,9 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	fmt.Fprintf(stdout, "cluster DNS: CoreDNS %s (Deployment %s, Service %s %s in %s), domain %s\n",
 		bins.CoreDNSVersion, realnode.CoreDNSDeployment, realnode.DNSService, c.DNSServiceIP, metav1.NamespaceSystem, realnode.ClusterDomain)
 	fmt.Fprintf(stdout, "kubeconfig: %s\n  export KUBECONFIG=%s\n\n", kc, c.Kubeconfig())
-	agentExec := fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- /usr/bin/cellium --host unix://%s",
-		k, install.Namespace, realnode.AgentDaemonSet, c.AgentSocket())
+	// The chart sets CELLIUM_SOCK in the agent's container: no --host.
+	agentExec := fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- cellium",
+		k, install.Namespace, realnode.AgentDaemonSet)
 	try := []string{
 		k + " get nodes,ciliumnodes -o wide",
 		k + " get pods -A -o wide",
