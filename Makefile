@@ -15,9 +15,10 @@ TEST_FLAGS ?= -race -timeout 45m
 
 all: build
 
-## build: compile the binaries into bin/
+## build: compile the binaries into bin/, static and without the checkout's paths:
+## make up's image packer (realnode.ImageBuildFlags) then finds them current
 build:
-	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devkubelet ./test/cmd/devcluster
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devkubelet ./test/cmd/devcluster
 
 ## deps: install system packages and Go tools (idempotent)
 deps:

@@ -50,6 +50,10 @@ type ClusterOptions struct {
 	// "agent.extraArgs={--enable-policy=always}"), after DevValues: they
 	// win.
 	Values []string
+	// BinDir is where cellium's image gets its programs built
+	// ([BuildImageFrom]): make build's bin/, whose current binaries are
+	// then packed as they are. Empty: a directory of the cluster's.
+	BinDir string
 	// NodeBinaries are the node's programs; zero: the cached ones
 	// (harness.EnsureNodeBinaries, which builds what is missing).
 	NodeBinaries harness.NodeBinaries
@@ -198,7 +202,11 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	var images []string
 	for _, spec := range []ImageSpec{PauseSpec, DemoSpec, CelliumSpec} {
 		log.Info("packing image", "name", spec.Name)
-		img, err := BuildImage(ctx, filepath.Join(dir, "images"), spec)
+		binDir := ""
+		if spec.Name == CelliumImage {
+			binDir = opts.BinDir
+		}
+		img, err := BuildImageFrom(ctx, filepath.Join(dir, "images"), binDir, spec)
 		if err != nil {
 			return nil, err
 		}

@@ -83,7 +83,7 @@ func newUpCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values)
+				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values, node.binDir)
 			}
 			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},

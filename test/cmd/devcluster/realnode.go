@@ -25,8 +25,9 @@ const (
 
 // upReal starts a control plane and a real node in dir with cellium
 // installed from its chart (realnode.Up, detached; values are more chart
-// values), then the demo pods, and prints what to try.
-func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string) error {
+// values), then the demo pods, and prints what to try. binDir (make
+// build's bin/, may be empty) is where cellium's image finds its programs.
+func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string, binDir string) error {
 	if err := checkRoot(os.Geteuid(), false); err != nil {
 		return err
 	}
@@ -49,6 +50,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		Detach:       true,
 		NodeBinaries: bins,
 		Values:       values,
+		BinDir:       binDir,
 		StartTimeout: timeout,
 		Logger:       log,
 	})
