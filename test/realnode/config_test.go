@@ -172,3 +172,15 @@ func TestIsNodeResult(t *testing.T) {
 		}
 	}
 }
+
+// TestTopMissing: the topmost missing directory of a path is what a node
+// made (and removes), not only the leaf.
+func TestTopMissing(t *testing.T) {
+	dir := t.TempDir()
+	if got := topMissing(dir + "/a/b/c"); got != dir+"/a" {
+		t.Errorf("topMissing = %q, want %s/a", got, dir)
+	}
+	if got := topMissing(dir); got != "" {
+		t.Errorf("topMissing(existing) = %q", got)
+	}
+}
