@@ -89,10 +89,12 @@ manifests:
 ## installed from its chart (DaemonSet, Deployment), demo pods (root).
 ## NODE=dev runs the devkubelet and an agent process instead (no node binaries).
 ## UP_FLAGS adds devcluster up flags, e.g. UP_FLAGS="--set agent.ipv4Masquerade=true".
+## NODES=N (1 to 4, default 1) asks for N real nodes: only 1 is supported yet (issue 15).
 NODE ?= real
+NODES ?= 1
 UP_FLAGS ?=
 up: deps k8s-binaries build $(if $(filter real,$(NODE)),node-binaries)
-	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(UP_FLAGS)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(if $(filter real,$(NODE)),--nodes $(NODES)) $(UP_FLAGS)
 
 ## down: stop what `make up` started and remove everything it made on the host
 down:

@@ -184,3 +184,25 @@ func TestTopMissing(t *testing.T) {
 		t.Errorf("topMissing(existing) = %q", got)
 	}
 }
+
+// TestNodeIPAt: node i has 10.250.0.i on the nodes' bridge network, for 1
+// to MaxNodes nodes.
+func TestNodeIPAt(t *testing.T) {
+	for i := 1; i <= MaxNodes; i++ {
+		ip, err := NodeIPAt(i)
+		if err != nil || !NodeNetwork.Contains(ip) || ip.As4()[3] != byte(i) || ip == BridgeAddr {
+			t.Errorf("NodeIPAt(%d) = %s, %v", i, ip, err)
+		}
+	}
+	for _, i := range []int{0, MaxNodes + 1} {
+		if _, err := NodeIPAt(i); err == nil {
+			t.Errorf("NodeIPAt(%d): no error", i)
+		}
+		if err := CheckNodeCount(i); err == nil {
+			t.Errorf("CheckNodeCount(%d): no error", i)
+		}
+	}
+	if err := CheckNodeCount(1); err != nil {
+		t.Error(err)
+	}
+}

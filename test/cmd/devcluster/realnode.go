@@ -26,8 +26,9 @@ const (
 // upReal starts a control plane and a real node in dir with cellium
 // installed from its chart (realnode.Up, detached; values are more chart
 // values), then the demo pods, and prints what to try. binDir (make
-// build's bin/, may be empty) is where cellium's image finds its programs.
-func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string, binDir string) error {
+// build's bin/, may be empty) is where cellium's image finds its programs;
+// nodes is the number of real nodes.
+func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string, binDir string, nodes int) error {
 	if err := checkRoot(os.Geteuid(), false); err != nil {
 		return err
 	}
@@ -51,6 +52,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		NodeBinaries: bins,
 		Values:       values,
 		BinDir:       binDir,
+		Nodes:        nodes,
 		StartTimeout: timeout,
 		Logger:       log,
 	})
