@@ -218,6 +218,11 @@ func (s NodeNamespaces) Create(ctx context.Context, bridge string) (madeDirs []s
 	}
 	script := []string{
 		"set -e",
+		// The namespace copied the host's mounts, among them the files
+		// that keep other nodes' namespaces (ip netns's, the ns/mnt ones):
+		// dropped, or this node would keep another removed node's
+		// namespaces (its routes, its links) alive.
+		"findmnt -rn -t nsfs -o TARGET | while read -r m; do umount -l \"$(printf '%b' \"$m\")\" || true; done",
 		// The host's cgroup hierarchies, kept aside while /sys is replaced.
 		"mount --rbind /sys/fs/cgroup " + cg,
 		// A sysfs of the node's network namespace (its /sys/class/net).

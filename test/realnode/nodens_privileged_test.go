@@ -110,6 +110,12 @@ func TestPrivilegedNodeNamespaces(t *testing.T) {
 			}
 		}
 	}
+	// No node holds another's namespaces (nor the host's netns files).
+	for _, s := range nodes {
+		if out := in(s, "findmnt -rn -t nsfs -o TARGET || true"); out != "" {
+			t.Errorf("node %s keeps namespaces of others: %s", s.Name, out)
+		}
+	}
 	// Own bpffs: a directory made in a's is neither in b's nor the host's.
 	in(a, "mkdir /sys/fs/bpf/crnt-mark")
 	if out := in(b, "ls /sys/fs/bpf"); strings.Contains(out, "crnt-mark") {
