@@ -15,9 +15,10 @@ TEST_FLAGS ?= -race -timeout 45m
 
 all: build
 
-## build: compile the binaries into bin/
+## build: compile the binaries into bin/, static and without the checkout's paths:
+## make up's image packer (realnode.ImageBuildFlags) then finds them current
 build:
-	$(GO) build -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devkubelet ./test/cmd/devcluster
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./daemon/cellium-agent ./operator/cellium-operator ./cni/cellium-cni ./cli/cellium ./test/cmd/devkubelet ./test/cmd/devcluster
 
 ## deps: install system packages and Go tools (idempotent)
 deps:
@@ -88,10 +89,12 @@ manifests:
 ## installed from its chart (DaemonSet, Deployment), demo pods (root).
 ## NODE=dev runs the devkubelet and an agent process instead (no node binaries).
 ## UP_FLAGS adds devcluster up flags, e.g. UP_FLAGS="--set agent.ipv4Masquerade=true".
+## NODES=N (1 to 4, default 1) asks for N real nodes: only 1 is supported yet (issue 15).
 NODE ?= real
+NODES ?= 1
 UP_FLAGS ?=
 up: deps k8s-binaries build $(if $(filter real,$(NODE)),node-binaries)
-	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(UP_FLAGS)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(if $(filter real,$(NODE)),--nodes $(NODES)) $(UP_FLAGS)
 
 ## down: stop what `make up` started and remove everything it made on the host
 down:

@@ -435,3 +435,29 @@ func TestDocumentation(t *testing.T) {
 	}
 	walk(NewCommand(Options{}))
 }
+
+// TestSocketEnv: without -H the CLI talks to the socket $CELLIUM_SOCK
+// names (the agent's DaemonSet sets it, so `kubectl exec ds/cellium-agent
+// -- cellium status` needs no -H); -H still wins.
+func TestSocketEnv(t *testing.T) {
+	sock := newFakeAgent().start(t)
+	env := func(k string) string {
+		if k == SocketEnv {
+			return sock
+		}
+		return ""
+	}
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"status", "--brief"},
+		Options{Out: &out, Err: &errOut, Now: func() time.Time { return testNow }, Getenv: env})
+	if code != 0 {
+		t.Fatalf("status with %s=%s: exit %d: %s", SocketEnv, sock, code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = Run(context.Background(), []string{"-H", "unix://" + sock + ".missing", "status", "--brief"},
+		Options{Out: &out, Err: &errOut, Getenv: env})
+	if code != 1 || !strings.Contains(errOut.String(), ".missing") {
+		t.Errorf("-H given: exit %d, stderr %q (want -H to win over %s)", code, errOut.String(), SocketEnv)
+	}
+}

@@ -26,7 +26,16 @@ type Options struct {
 	Err io.Writer
 	// Now is the clock status uses to print the age of health reports.
 	Now func() time.Time
+	// Getenv reads the environment (SocketEnv); nil means os.Getenv.
+	Getenv func(string) string
 }
+
+// SocketEnv names the environment variable that gives the agent's socket
+// path when -H is not given (as Cilium's CILIUM_SOCK): the agent's
+// DaemonSet sets it in the agent's container, so that `kubectl exec
+// ds/cellium-agent -- cellium status` finds the socket wherever the chart
+// put it.
+const SocketEnv = "CELLIUM_SOCK"
 
 func (o Options) withDefaults() Options {
 	if o.Out == nil {
@@ -37,6 +46,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
 	}
 	return o
 }
@@ -74,7 +86,7 @@ func NewCommand(opts Options) *cobra.Command {
 		Use:   "cellium",
 		Short: "Inspect the local cellium agent: health, endpoints, identities, nodes, configuration",
 		Long: `cellium talks to the cellium agent of this node over its API socket
-(` + client.DefaultSocketPath + ` unless -H says otherwise) and prints
+(-H, else $` + SocketEnv + `, else ` + client.DefaultSocketPath + `) and prints
 what the agent knows. Most commands that print an object take
 -o json|yaml|jsonpath='{...}'.`,
 		SilenceUsage:  true,
@@ -85,8 +97,12 @@ what the agent knows. Most commands that print an object take
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
 	})
-	root.PersistentFlags().StringVarP(&a.host, "host", "H", "unix://"+client.DefaultSocketPath,
-		"The agent's API socket, as unix:///path/to/cellium.sock")
+	defaultSocket := client.DefaultSocketPath
+	if p := opts.Getenv(SocketEnv); p != "" {
+		defaultSocket = p
+	}
+	root.PersistentFlags().StringVarP(&a.host, "host", "H", "unix://"+defaultSocket,
+		"The agent's API socket, as unix:///path/to/cellium.sock (default: $"+SocketEnv+" if set)")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", DefaultTimeout,
 		"Give up when the agent has not answered within this time")
 	root.AddCommand(

@@ -93,6 +93,16 @@ type Options struct {
 	// endpoint.
 	AdvertiseAddress netip.Addr
 
+	// BindAddress, if valid, is the one address the API server listens on
+	// (--bind-address) instead of 127.0.0.1 (or every address, with
+	// AdvertiseAddress): the harness's clients and kubeconfigs connect to
+	// it, its serving certificate names it, and it is the advertised
+	// address unless AdvertiseAddress says otherwise. For nodes that are
+	// network namespaces on a bridge (test/realnode): the bridge's address,
+	// which the host reaches as its own and the nodes over their uplink.
+	// It must exist on the machine when the API server starts.
+	BindAddress netip.Addr
+
 	// NodeAuthorizer runs the API server with the Node authorizer before
 	// RBAC and the NodeRestriction admission plugin, as a real cluster
 	// does: a kubelet with a certificate for system:node:<name> in
@@ -233,7 +243,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
 	}
-	if c.pki, err = newPKI(filepath.Join(c.dir, "pki"), serviceIP.AsSlice()); err != nil {
+	var extraIPs []net.IP
+	if opts.BindAddress.IsValid() {
+		extraIPs = append(extraIPs, opts.BindAddress.AsSlice())
+	}
+	if c.pki, err = newPKI(filepath.Join(c.dir, "pki"), serviceIP.AsSlice(), extraIPs...); err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 
@@ -273,7 +287,8 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfi
 // Clientset is an admin clientset, shared by all callers.
 func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
 
-// APIServerURL is the API server's address, https://127.0.0.1:<port>.
+// APIServerURL is the API server's address, https://127.0.0.1:<port>
+// (the BindAddress instead, if set).
 func (c *Cluster) APIServerURL() string { return c.apiURL }
 
 // EtcdURL is the etcd client address, http://127.0.0.1:<port> (no TLS, no
@@ -423,7 +438,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 			}
 			port = ports[0]
 		}
-		c.apiURL = "https://127.0.0.1:" + strconv.Itoa(port)
+		host := "127.0.0.1"
+		if b := c.opts.BindAddress; b.IsValid() {
+			host = b.String()
+		}
+		c.apiURL = "https://" + net.JoinHostPort(host, strconv.Itoa(port))
 		if err := c.newClients(); err != nil {
 			return fmt.Errorf("start kube-apiserver: %w", err)
 		}
@@ -432,7 +451,13 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 			"--etcd-servers=" + c.etcdURL,
 			"--secure-port=" + strconv.Itoa(port),
 		}
-		if a := c.opts.AdvertiseAddress; a.IsValid() {
+		if b := c.opts.BindAddress; b.IsValid() {
+			advertise := b
+			if c.opts.AdvertiseAddress.IsValid() {
+				advertise = c.opts.AdvertiseAddress
+			}
+			args = append(args, "--bind-address="+b.String(), "--advertise-address="+advertise.String(), "--endpoint-reconciler-type=lease")
+		} else if a := c.opts.AdvertiseAddress; a.IsValid() {
 			args = append(args, "--bind-address=0.0.0.0", "--advertise-address="+a.String(), "--endpoint-reconciler-type=lease")
 		} else {
 			args = append(args, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",

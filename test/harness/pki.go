@@ -46,9 +46,10 @@ const adminUser = "cellium-admin"
 
 // newPKI generates a CA, the API server's serving certificate (for loopback,
 // localhost and the in-cluster names of the kubernetes Service at
-// serviceIP), an admin client certificate and a service-account signing key,
-// and writes them to dir. ECDSA P-256 keys keep generation in the milliseconds.
-func newPKI(dir string, serviceIP net.IP) (*pki, error) {
+// serviceIP, and the extra addresses the API server listens on), an admin
+// client certificate and a service-account signing key, and writes them to
+// dir. ECDSA P-256 keys keep generation in the milliseconds.
+func newPKI(dir string, serviceIP net.IP, extraIPs ...net.IP) (*pki, error) {
 	now := time.Now()
 	notBefore, notAfter := now.Add(-time.Hour), now.Add(10*365*24*time.Hour)
 
@@ -102,7 +103,7 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 			"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local",
 		},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, serviceIP},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, serviceIP}, extraIPs...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create API server certificate: %w", err)

@@ -50,6 +50,15 @@ type ClusterOptions struct {
 	// "agent.extraArgs={--enable-policy=always}"), after DevValues: they
 	// win.
 	Values []string
+	// Nodes is the number of real nodes, 1 to MaxNodes; 0 means 1. Only
+	// one is supported yet: the nodes of several run each in namespaces of
+	// their own ([NodeNamespaces]), which Up does not wire in yet (issue
+	// 15); more is an error saying so.
+	Nodes int
+	// BinDir is where cellium's image gets its programs built
+	// ([BuildImageFrom]): make build's bin/, whose current binaries are
+	// then packed as they are. Empty: a directory of the cluster's.
+	BinDir string
 	// NodeBinaries are the node's programs; zero: the cached ones
 	// (harness.EnsureNodeBinaries, which builds what is missing).
 	NodeBinaries harness.NodeBinaries
@@ -112,6 +121,12 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
+		return nil, err
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if err := CheckNodeCount(opts.Nodes); err != nil {
 		return nil, err
 	}
 	if opts.PodCIDR == "" {
@@ -198,7 +213,11 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	var images []string
 	for _, spec := range []ImageSpec{PauseSpec, DemoSpec, CelliumSpec} {
 		log.Info("packing image", "name", spec.Name)
-		img, err := BuildImage(ctx, filepath.Join(dir, "images"), spec)
+		binDir := ""
+		if spec.Name == CelliumImage {
+			binDir = opts.BinDir
+		}
+		img, err := BuildImageFrom(ctx, filepath.Join(dir, "images"), binDir, spec)
 		if err != nil {
 			return nil, err
 		}
@@ -250,6 +269,20 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	c.DNSServiceIP = dnsIP
 	log.Info("real cluster ready", "kubeconfig", c.Kubeconfig(), "node", c.Node.Name)
 	return c, nil
+}
+
+// CheckNodeCount says whether a cluster of n real nodes can be started
+// (ClusterOptions.Nodes, make up NODES=n).
+//
+// Errors: n is outside 1..MaxNodes; n is more than one (not wired in yet).
+func CheckNodeCount(n int) error {
+	if n < 1 || n > MaxNodes {
+		return fmt.Errorf("%d nodes: a real cluster has 1 to %d nodes (make up NODES=1..%d)", n, MaxNodes, MaxNodes)
+	}
+	if n > 1 {
+		return fmt.Errorf("%d nodes: only one real node is supported yet (the namespaces of several nodes exist, realnode.NodeNamespaces, but make up does not run nodes in them yet: issue 15); use NODES=1", n)
+	}
+	return nil
 }
 
 // ReleaseHostNetworkLock releases the machine-wide lock the node took

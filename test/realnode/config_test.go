@@ -150,3 +150,59 @@ func TestKubeProxyConfig(t *testing.T) {
 		t.Errorf("kube-proxy configuration %+v\n%s", cfg, text)
 	}
 }
+
+// TestIsNodeResult: libcni's cached results of the node's networks are
+// recognised, the chained conflist's ("portmap", cni.chainingMode=portmap)
+// included, and nothing else (make down once left
+// /var/lib/cni/results/portmap-<id>-eth0 behind and failed).
+func TestIsNodeResult(t *testing.T) {
+	id := strings.Repeat("0123456789abcdef", 4)
+	for name, want := range map[string]bool{
+		"cellium-" + id + "-eth0":                  true,
+		"portmap-" + id + "-eth0":                  true,
+		"cni-loopback-" + id + "-lo":               true,
+		"portmap-" + id[:12] + "-eth0":             false, // not a container ID
+		"portmap-" + id + "-":                      false,
+		"bridge-" + id + "-eth0":                   false, // another CNI's network
+		"portmap":                                  false,
+		"cellium-" + strings.ToUpper(id) + "-eth0": false,
+	} {
+		if got := isNodeResult(name); got != want {
+			t.Errorf("isNodeResult(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestTopMissing: the topmost missing directory of a path is what a node
+// made (and removes), not only the leaf.
+func TestTopMissing(t *testing.T) {
+	dir := t.TempDir()
+	if got := topMissing(dir + "/a/b/c"); got != dir+"/a" {
+		t.Errorf("topMissing = %q, want %s/a", got, dir)
+	}
+	if got := topMissing(dir); got != "" {
+		t.Errorf("topMissing(existing) = %q", got)
+	}
+}
+
+// TestNodeIPAt: node i has 10.250.0.i on the nodes' bridge network, for 1
+// to MaxNodes nodes.
+func TestNodeIPAt(t *testing.T) {
+	for i := 1; i <= MaxNodes; i++ {
+		ip, err := NodeIPAt(i)
+		if err != nil || !NodeNetwork.Contains(ip) || ip.As4()[3] != byte(i) || ip == BridgeAddr {
+			t.Errorf("NodeIPAt(%d) = %s, %v", i, ip, err)
+		}
+	}
+	for _, i := range []int{0, MaxNodes + 1} {
+		if _, err := NodeIPAt(i); err == nil {
+			t.Errorf("NodeIPAt(%d): no error", i)
+		}
+		if err := CheckNodeCount(i); err == nil {
+			t.Errorf("CheckNodeCount(%d): no error", i)
+		}
+	}
+	if err := CheckNodeCount(1); err != nil {
+		t.Error(err)
+	}
+}

@@ -67,27 +67,53 @@ var (
 	}
 )
 
+// ImageBuildEnv and ImageBuildFlags are how the images' programs are
+// built (static, without the checkout's paths): `make build` builds bin/
+// the same way, so that [BuildImageFrom] with binDir bin/ finds them
+// current and go build links nothing again.
+var (
+	ImageBuildEnv   = []string{"CGO_ENABLED=0"}
+	ImageBuildFlags = []string{"-trimpath"}
+)
+
 // BuildImage builds spec's programs into dir and packs them into the OCI
 // archive dir/<name>.tar, whose path it returns.
 //
 // Errors: not inside the cellium checkout; the build or the packing fails.
 func BuildImage(ctx context.Context, dir string, spec ImageSpec) (string, error) {
+	return BuildImageFrom(ctx, dir, "", spec)
+}
+
+// BuildImageFrom is [BuildImage] with the programs built into binDir (when
+// not empty; relative to the working directory), e.g. `make build`'s bin/:
+// go build with ImageBuildEnv and ImageBuildFlags leaves a binary that is
+// current (same build ID: same sources and flags) as it is, so the image
+// reuses what `make build` just built instead of compiling it again.
+//
+// Errors: as BuildImage.
+func BuildImageFrom(ctx context.Context, dir, binDir string, spec ImageSpec) (string, error) {
 	root, err := harness.RepoRoot(".")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "bin-"+safeName(spec.Name))
+	if binDir != "" {
+		if bin, err = filepath.Abs(binDir); err != nil {
+			return "", fmt.Errorf("image %s: %w", spec.Name, err)
+		}
+	}
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return "", fmt.Errorf("image %s: %w", spec.Name, err)
 	}
-	args := []string{"build", "-trimpath", "-o", bin + "/"}
+	args := append([]string{"build"}, ImageBuildFlags...)
+	args = append(args, "-o", bin+"/")
 	for _, pkg := range spec.Packages {
 		args = append(args, pkg)
 	}
 	if len(spec.Packages) > 0 {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), ImageBuildEnv...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("image %s: go %s: %w\n%s", spec.Name, strings.Join(args, " "), err, out)
 		}

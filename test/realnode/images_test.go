@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellium/cellium/test/harness"
 	"github.com/cellium/cellium/test/ociimage"
 )
 
@@ -128,4 +129,49 @@ func TestBuildImageCNIPlugins(t *testing.T) {
 		}
 	}
 	t.Fatalf("no usr/lib/cni/portmap in the image's layers")
+}
+
+// TestBuildImageFromReusesBinDir: a program that `make build` (same flags:
+// ImageBuildEnv, ImageBuildFlags) left current in bin/ is packed as it is,
+// not linked again (its file is untouched), and the Makefile's build target
+// uses those flags (make up packed the images by compiling everything a
+// second time, ~3 minutes on 2 cores).
+func TestBuildImageFromReusesBinDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	binDir := t.TempDir()
+	if _, err := BuildImageFrom(t.Context(), t.TempDir(), binDir, PauseSpec); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(binDir, "pause")
+	before, err := os.Stat(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BuildImageFrom(t.Context(), t.TempDir(), binDir, PauseSpec); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go build touches a current target (its mtime) but a relink
+	// replaces the file (a new inode).
+	if !os.SameFile(before, after) {
+		t.Errorf("%s was linked again: the current binary was not reused", prog)
+	}
+
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(ImageBuildEnv, " ") + " $(GO) build " + strings.Join(ImageBuildFlags, " ") + " -o $(BIN)/"
+	if !strings.Contains(string(mk), want) {
+		t.Errorf("the Makefile's build target does not run %q: make up's image packer would compile bin/ again", want)
+	}
 }

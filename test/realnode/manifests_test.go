@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/cellium/cellium/cli"
 	"github.com/cellium/cellium/install"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -183,6 +184,14 @@ func TestDevValues(t *testing.T) {
 		}
 		if env["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
 			t.Errorf("%s: API server env %v", o.GetKind(), env)
+		}
+		// The CLI in the agent's container finds the socket without -H
+		// (kubectl exec ds/cellium-agent -- cellium status).
+		if o.GetKind() == "DaemonSet" {
+			sock := n.AgentConfig().SocketPath()
+			if env[cli.SocketEnv] != sock || !slices.Contains(spec.Containers[0].Args, "--socket-path="+sock) {
+				t.Errorf("agent: %s=%q, args %v: want both to be %s", cli.SocketEnv, env[cli.SocketEnv], spec.Containers[0].Args, sock)
+			}
 		}
 	}
 	if workloads != 2 {

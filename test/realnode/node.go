@@ -1265,11 +1265,28 @@ func (h *hostState) leftovers(dir string) []string {
 	return out
 }
 
+// nodeNetworks are the names of the networks a node's containerd sets
+// up, as they prefix libcni's cached results (<network>-<container
+// ID>-<interface>): cellium's conflist ("cellium", or "portmap" when
+// cni.chainingMode=portmap names the chained list, as Cilium does) and the
+// loopback plugin's ("cni-loopback"), which containerd's CRI runs itself.
+var nodeNetworks = []string{"cellium", "portmap", "cni-loopback"}
+
 // isNodeResult reports whether a file of libcni's result cache is of a
-// network a node's containerd sets up: cellium's (its conflist's name) or
-// the loopback plugin's, which containerd's CRI runs itself.
+// network a node's containerd sets up (nodeNetworks) for a container:
+// <network>-<64 hex digits>-<interface>.
 func isNodeResult(name string) bool {
-	return strings.HasPrefix(name, "cellium-") || strings.HasPrefix(name, "cni-loopback-")
+	for _, network := range nodeNetworks {
+		rest, ok := strings.CutPrefix(name, network+"-")
+		if !ok {
+			continue
+		}
+		id, ifname, ok := strings.Cut(rest, "-")
+		if ok && ifname != "" && len(id) == 64 && strings.Trim(id, "0123456789abcdef") == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // cniResults lists the files of libcni's result cache.

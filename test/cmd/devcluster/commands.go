@@ -20,6 +20,7 @@ import (
 
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
+	"github.com/cellium/cellium/test/realnode"
 )
 
 // stateFile records what up started; its presence marks a directory as
@@ -78,12 +79,18 @@ func newUpCmd() *cobra.Command {
 			if node.kind != nodeReal && node.kind != nodeDev {
 				return fmt.Errorf("--node=%s: want %s or %s", node.kind, nodeReal, nodeDev)
 			}
+			if node.nodes != 1 && (node.kind != nodeReal || node.controlPlaneOnly) {
+				return fmt.Errorf("--nodes=%d: several nodes are for --node %s only", node.nodes, nodeReal)
+			}
+			if err := realnode.CheckNodeCount(node.nodes); err != nil {
+				return fmt.Errorf("--nodes: %w", err)
+			}
 			if node.kind == nodeReal && !node.controlPlaneOnly {
 				abs, err := filepath.Abs(dir)
 				if err != nil {
 					return err
 				}
-				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values)
+				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values, node.binDir, node.nodes)
 			}
 			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},

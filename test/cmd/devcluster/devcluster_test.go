@@ -138,3 +138,26 @@ func waitGone(pid int) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestUpNodes: --nodes is checked before anything starts: several nodes
+// are for the real node only, 1 to 4, and only 1 yet.
+func TestUpNodes(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node", "dev", "--nodes", "2"}, "for --node real only"},
+		{[]string{"--node", "real", "--nodes", "0"}, "1 to 4 nodes"},
+		{[]string{"--node", "real", "--nodes", "5"}, "1 to 4 nodes"},
+		{[]string{"--node", "real", "--nodes", "2"}, "only one real node is supported yet"},
+	} {
+		_, err := run(t.Context(), append([]string{"up", "--dir", dir}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("up %v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("up with a bad --nodes wrote into its directory: %v", entries)
+	}
+}

@@ -25,8 +25,10 @@ const (
 
 // upReal starts a control plane and a real node in dir with cellium
 // installed from its chart (realnode.Up, detached; values are more chart
-// values), then the demo pods, and prints what to try.
-func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string) error {
+// values), then the demo pods, and prints what to try. binDir (make
+// build's bin/, may be empty) is where cellium's image finds its programs;
+// nodes is the number of real nodes.
+func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string, binDir string, nodes int) error {
 	if err := checkRoot(os.Geteuid(), false); err != nil {
 		return err
 	}
@@ -49,6 +51,8 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		Detach:       true,
 		NodeBinaries: bins,
 		Values:       values,
+		BinDir:       binDir,
+		Nodes:        nodes,
 		StartTimeout: timeout,
 		Logger:       log,
 	})
@@ -73,8 +77,9 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	fmt.Fprintf(stdout, "cluster DNS: CoreDNS %s (Deployment %s, Service %s %s in %s), domain %s\n",
 		bins.CoreDNSVersion, realnode.CoreDNSDeployment, realnode.DNSService, c.DNSServiceIP, metav1.NamespaceSystem, realnode.ClusterDomain)
 	fmt.Fprintf(stdout, "kubeconfig: %s\n  export KUBECONFIG=%s\n\n", kc, c.Kubeconfig())
-	agentExec := fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- /usr/bin/cellium --host unix://%s",
-		k, install.Namespace, realnode.AgentDaemonSet, c.AgentSocket())
+	// The chart sets CELLIUM_SOCK in the agent's container: no --host.
+	agentExec := fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- cellium",
+		k, install.Namespace, realnode.AgentDaemonSet)
 	try := []string{
 		k + " get nodes,ciliumnodes -o wide",
 		k + " get pods -A -o wide",
