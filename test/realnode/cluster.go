@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/cellium/cellium/install"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/harness"
@@ -50,10 +52,11 @@ type ClusterOptions struct {
 	// "agent.extraArgs={--enable-policy=always}"), after DevValues: they
 	// win.
 	Values []string
-	// Nodes is the number of real nodes, 1 to MaxNodes; 0 means 1. Only
-	// one is supported yet: the nodes of several run each in namespaces of
-	// their own ([NodeNamespaces]), which Up does not wire in yet (issue
-	// 15); more is an error saying so.
+	// Nodes is the number of real nodes, 1 to MaxNodes; 0 means 1. One
+	// node runs in the host's namespaces (Dir/node); each of several runs
+	// in namespaces of its own ([NodeNamespaces], Dir/node<i>, address
+	// NodeIPAt(i)) on the bridge NodesBridge, with the API server on
+	// BridgeAddr.
 	Nodes int
 	// BinDir is where cellium's image gets its programs built
 	// ([BuildImageFrom]): make build's bin/, whose current binaries are
@@ -78,8 +81,11 @@ type ClusterOptions struct {
 // outside a pod.
 type Cluster struct {
 	Control *harness.Cluster
-	Node    *Node
-	Dir     string
+	// Node is Nodes[0] (the node of a one-node cluster).
+	Node *Node
+	// Nodes are the cluster's nodes in start order.
+	Nodes []*Node
+	Dir   string
 	// DNSServiceIP is the ClusterIP of the kube-dns Service (CoreDNS), the
 	// pods' nameserver.
 	DNSServiceIP netip.Addr
@@ -87,7 +93,14 @@ type Cluster struct {
 	opts  ClusterOptions
 	log   *slog.Logger
 	state clusterState
+	// unlock releases harness.LockHostNetwork, which a cluster of several
+	// nodes holds while it runs; nil if not held.
+	unlock func()
 }
+
+// NodesBridge is the bridge in the host's network namespace that the
+// nodes of a several-node cluster meet on (BridgeAddr/24).
+const NodesBridge = "crnbr0"
 
 // clusterStateFile, in the cluster's directory, records what [Down] needs.
 const clusterStateFile = "realcluster.json"
@@ -100,6 +113,20 @@ type clusterState struct {
 	// Blackholes are the routes Up added (those that were there before are
 	// not listed: Down leaves them).
 	Blackholes []string `json:"blackholes,omitempty"`
+	// NodeDirs are the directories of the nodes of a several-node cluster
+	// in start order (NodeDir is the first); empty for one node.
+	NodeDirs []string `json:"nodeDirs,omitempty"`
+	// Bridge is the nodes' bridge if Up made it.
+	Bridge string `json:"bridge,omitempty"`
+	// Routes are the host's routes to the nodes' pod CIDRs Up added.
+	Routes []podCIDRRoute `json:"routes,omitempty"`
+}
+
+// podCIDRRoute is a route of the host's main table to a node's pod CIDR
+// via the node's address on the bridge.
+type podCIDRRoute struct {
+	CIDR string `json:"cidr"`
+	Via  string `json:"via"`
 }
 
 // Up starts a [Cluster] in opts.Dir and waits until the node is Ready, the
@@ -162,6 +189,12 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 			err = errors.Join(fmt.Errorf("real cluster in %s: %w", dir, err), c.Stop(context.Background()))
 		}
 	}()
+	if opts.Nodes > 1 {
+		if err := c.upSeveral(ctx); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	// Nothing sent to the pods' or Services' addresses leaves the machine.
 	for _, p := range []string{opts.PodCIDR, opts.ServiceCIDR} {
 		prefix, err := netip.ParsePrefix(p)
@@ -274,13 +307,10 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 // CheckNodeCount says whether a cluster of n real nodes can be started
 // (ClusterOptions.Nodes, make up NODES=n).
 //
-// Errors: n is outside 1..MaxNodes; n is more than one (not wired in yet).
+// Errors: n is outside 1..MaxNodes.
 func CheckNodeCount(n int) error {
 	if n < 1 || n > MaxNodes {
 		return fmt.Errorf("%d nodes: a real cluster has 1 to %d nodes (make up NODES=1..%d)", n, MaxNodes, MaxNodes)
-	}
-	if n > 1 {
-		return fmt.Errorf("%d nodes: only one real node is supported yet (the namespaces of several nodes exist, realnode.NodeNamespaces, but make up does not run nodes in them yet: issue 15); use NODES=1", n)
 	}
 	return nil
 }
@@ -293,6 +323,10 @@ func CheckNodeCount(n int) error {
 func (c *Cluster) ReleaseHostNetworkLock() {
 	if c.Node != nil {
 		c.Node.releaseLock()
+	}
+	if c.unlock != nil {
+		c.unlock()
+		c.unlock = nil
 	}
 }
 
@@ -311,13 +345,21 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	var errs []error
 	// No controller recreates the pods the node's drain deletes.
 	errs = append(errs, stopControllerManager(c.Dir))
-	if c.Node != nil {
+	if len(c.Nodes) > 0 {
+		// In reverse start order: the first node's saved sysctls (the
+		// machine's before any kubelet) are restored last.
+		for i := len(c.Nodes) - 1; i >= 0; i-- {
+			errs = append(errs, c.Nodes[i].Stop(ctx))
+		}
+	} else if c.Node != nil {
 		errs = append(errs, c.Node.Stop(ctx))
 	}
 	if c.Control != nil {
 		errs = append(errs, c.Control.Stop())
 	}
+	errs = append(errs, removePodCIDRRoutes(c.state.Routes), removeBridge(c.state.Bridge))
 	errs = append(errs, removeBlackholes(c.state.Blackholes))
+	c.ReleaseHostNetworkLock()
 	return errors.Join(errs...)
 }
 
@@ -335,10 +377,12 @@ func ClusterLeftovers(dir string) []string {
 		return nil
 	}
 	var out []string
-	if h, err := readHostState(st.NodeDir); err == nil {
-		out = append(out, h.leftovers(st.NodeDir)...)
+	for _, nd := range st.nodeDirs() {
+		if h, err := readHostState(nd); err == nil {
+			out = append(out, h.leftovers(nd)...)
+		}
 	}
-	for _, pidDir := range []string{dir, st.NodeDir} {
+	for _, pidDir := range append([]string{dir}, st.nodeDirs()...) {
 		files, _ := filepath.Glob(filepath.Join(pidDir, "*.pid"))
 		for _, f := range files {
 			if pid, running, err := harness.ReadPidFile(f); err == nil && running {
@@ -354,8 +398,13 @@ func ClusterLeftovers(dir string) []string {
 	if pool, err := netip.ParsePrefix(st.PodCIDR); err == nil {
 		out = append(out, routesInto(pool)...)
 	}
+	if st.Bridge != "" {
+		if _, err := netlink.LinkByName(st.Bridge); err == nil {
+			out = append(out, "link "+st.Bridge)
+		}
+	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // Down stops the cluster in dir that [Up] started with Detach, from any
@@ -383,13 +432,23 @@ func Down(ctx context.Context, dir string, log *slog.Logger) error {
 	if err := stopControllerManager(dir); err != nil {
 		return err
 	}
-	if h, err := readHostState(st.NodeDir); err == nil && h.AgentInPod && st.Kubeconfig != "" {
-		if err := drainFrom(ctx, st.Kubeconfig, h.Name, filepath.Join(st.NodeDir, "agent", "cellium.sock")); err != nil {
-			log.Warn("could not release the pods' network through the agent; their namespaces and veths go with their processes", "error", err)
-		}
-	}
 	var errs []error
-	errs = append(errs, Recover(st.NodeDir, log))
+	// In reverse start order, as Stop (the first node's saved sysctls are
+	// restored last).
+	nodeDirs := st.nodeDirs()
+	for i := len(nodeDirs) - 1; i >= 0; i-- {
+		nd := nodeDirs[i]
+		if h, err := readHostState(nd); err == nil && h.AgentInPod && st.Kubeconfig != "" {
+			socket := h.AgentSocket
+			if socket == "" {
+				socket = filepath.Join(nd, "agent", "cellium.sock")
+			}
+			if err := drainFrom(ctx, st.Kubeconfig, h.Name, socket); err != nil {
+				log.Warn("could not release the pods' network through the agent; their namespaces and veths go with their processes", "node", h.Name, "error", err)
+			}
+		}
+		errs = append(errs, Recover(nd, log))
+	}
 	pidFiles, err := filepath.Glob(filepath.Join(dir, "*.pid"))
 	errs = append(errs, err)
 	// The API server before etcd.
@@ -397,6 +456,7 @@ func Down(ctx context.Context, dir string, log *slog.Logger) error {
 	for _, f := range pidFiles {
 		errs = append(errs, harness.StopPidFile(f, stopTimeout))
 	}
+	errs = append(errs, removePodCIDRRoutes(st.Routes), removeBridge(st.Bridge))
 	errs = append(errs, removeBlackholes(st.Blackholes))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop real cluster in %s: %w", dir, err)
@@ -468,6 +528,14 @@ func (c *Cluster) writeState() error {
 	return nil
 }
 
+// nodeDirs are the directories of the cluster's nodes in start order.
+func (st clusterState) nodeDirs() []string {
+	if len(st.NodeDirs) > 0 {
+		return st.NodeDirs
+	}
+	return []string{st.NodeDir}
+}
+
 func readClusterState(dir string) (clusterState, error) {
 	var st clusterState
 	b, err := os.ReadFile(filepath.Join(dir, clusterStateFile))
@@ -499,6 +567,10 @@ type InstallOptions struct {
 	PodCIDR string
 	// Values are more chart values after DevValues (helm --set syntax).
 	Values []string
+	// DefaultPaths installs with [ClusterValues] instead of DevValues: the
+	// chart's default host paths (nodes in namespaces of their own, each
+	// path its own folder) and the API server at its URL's host.
+	DefaultPaths bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -578,7 +650,11 @@ func Install(ctx context.Context, c *harness.Cluster, n *Node, opts InstallOptio
 	if err != nil {
 		return err
 	}
-	out, err := install.RenderWith(ctx, helm, root, append(DevValues(n, apiPort, opPort, opts.PodCIDR), opts.Values...)...)
+	values := DevValues(n, apiPort, opPort, opts.PodCIDR)
+	if opts.DefaultPaths {
+		values = ClusterValues(u.Hostname(), apiPort, opPort, opts.PodCIDR)
+	}
+	out, err := install.RenderWith(ctx, helm, root, append(values, opts.Values...)...)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,10 @@ type containerdConfig struct {
 	CNIBinDir         string
 	CNIConfDir        string
 	SandboxImage      string
+	// NetnsUnderState pins the pods' network namespaces under the state
+	// directory instead of /var/run/netns (containerd's default), which is
+	// the machine's unless the node has a mount namespace of its own.
+	NetnsUnderState bool
 }
 
 var containerdTemplate = template.Must(template.New("containerd").Parse(`# containerd of a cellium real test node (test/realnode): every path is
@@ -59,9 +63,9 @@ imports = []
     # root lacks CAP_SYS_RESOURCE here: without this, sandboxes fail with
     # "can't get final child's PID from pipe".
     restrict_oom_score_adj = true
-    # Pods' network namespaces under the state directory, not
-    # /var/run/netns.
-    netns_mounts_under_state_dir = true
+    # Pods' network namespaces under the state directory, or in
+    # /var/run/netns (a node's own in its mount namespace).
+    netns_mounts_under_state_dir = {{.NetnsUnderState}}
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = [{{printf "%q" .CNIBinDir}}]
       conf_dir = {{printf "%q" .CNIConfDir}}
@@ -162,8 +166,12 @@ type kubeProxyConfig struct {
 	Kubeconfig  string
 	NodeName    string
 	ClusterCIDR string // the pods' address space
-	HealthzPort int    // on 127.0.0.1
-	MetricsPort int    // on 127.0.0.1
+	// BindIP is where health and metrics listen: 127.0.0.1 by default; a
+	// node in a network namespace of its own binds its IP, which the host
+	// reaches over the bridge (its 127.0.0.1 is the node's own loopback).
+	BindIP      string
+	HealthzPort int
+	MetricsPort int
 }
 
 var kubeProxyTemplate = template.Must(template.New("kube-proxy").Parse(`# kube-proxy of a cellium real test node (test/realnode).
@@ -174,8 +182,8 @@ clientConnection:
   kubeconfig: {{printf "%q" .Kubeconfig}}
 hostnameOverride: {{printf "%q" .NodeName}}
 clusterCIDR: {{printf "%q" .ClusterCIDR}}
-healthzBindAddress: {{printf "%q" (print "127.0.0.1:" .HealthzPort)}}
-metricsBindAddress: {{printf "%q" (print "127.0.0.1:" .MetricsPort)}}
+healthzBindAddress: {{printf "%q" (print (or .BindIP "127.0.0.1") ":" .HealthzPort)}}
+metricsBindAddress: {{printf "%q" (print (or .BindIP "127.0.0.1") ":" .MetricsPort)}}
 # Leave the machine's conntrack sysctls alone.
 conntrack:
   maxPerCore: 0

@@ -90,6 +90,19 @@ type Options struct {
 	// 10.254.0.0/16. [Up] picks it before the control plane starts, whose
 	// API server advertises it.
 	IP netip.Addr
+	// Namespaces, if set, runs the node in network and mount namespaces
+	// of its own (a node of a several-node cluster, [Up] with Nodes >= 2):
+	// Start creates them on Bridge (which must exist) with IP (which must
+	// then be Namespaces.IP or zero), containerd, the kubelet and
+	// kube-proxy run inside them (kube-scheduler stays on the host), the
+	// node's CNI directories, agent socket and pods' network namespaces are
+	// its own folders at the standard paths ([StandardPaths]), kube-proxy's
+	// tables are the node's, and no host-network lock is taken (the cluster
+	// holds it). Only for cellium as pods (Agent empty). Stop removes the
+	// namespaces.
+	Namespaces *NodeNamespaces
+	// Bridge is the nodes' bridge (EnsureBridge), with Namespaces.
+	Bridge string
 	// StartTimeout bounds the start of each component; default 2 minutes.
 	StartTimeout time.Duration
 	// Detach runs the node's processes in sessions of their own, so that
@@ -143,6 +156,14 @@ type hostState struct {
 	// NFTables are the nftables tables ("ip kube-proxy") kube-proxy and the
 	// portmap CNI plugin make, which were not there before.
 	NFTables []string `json:"nftables,omitempty"`
+	// Namespaces are the node's own namespaces (Options.Namespaces), and
+	// NSMadeDirs the host directories their creation made: removed with
+	// the node.
+	Namespaces *NodeNamespaces `json:"namespaces,omitempty"`
+	NSMadeDirs []string        `json:"nsMadeDirs,omitempty"`
+	// AgentSocket is the agent's API socket as the host sees it (for the
+	// drain of [Down]).
+	AgentSocket string `json:"agentSocket,omitempty"`
 }
 
 // stateFile, in the node's directory, records its hostState.
@@ -168,6 +189,17 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, errors.New("start real node: runc is not installed: run make deps (Debian: apt-get install runc)")
 	}
 	ip := opts.IP
+	if ns := opts.Namespaces; ns != nil {
+		switch {
+		case opts.Agent != "":
+			return nil, errors.New("start real node: a node in namespaces of its own runs cellium as pods only (Options.Agent empty)")
+		case opts.Bridge == "":
+			return nil, errors.New("start real node: a node in namespaces of its own needs the nodes' bridge (Options.Bridge)")
+		case ip.IsValid() && ip != ns.IP:
+			return nil, fmt.Errorf("start real node: IP %s differs from the namespaces' %s: leave IP zero", ip, ns.IP)
+		}
+		ip = ns.IP
+	}
 	if !ip.IsValid() {
 		if ip, err = PickNodeIP(); err != nil {
 			return nil, err
@@ -196,6 +228,14 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Args:       opts.AgentArgs,
 	}
 	h := &n.host
+	if ns := opts.Namespaces; ns != nil {
+		h.LinkName = ns.HostLink()
+		h.Namespaces = ns
+		// The chart's default socket directory, /var/run/cellium, is the
+		// node's root/run/cellium.
+		n.agentCfg.Dir = filepath.Join(ns.RootDir(), "run", "cellium")
+	}
+	h.AgentSocket = n.agentCfg.SocketPath()
 	if h.Sysctls, err = readSysctls(KubeletSysctls); err != nil {
 		return nil, err
 	}
@@ -209,7 +249,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		h.HadKubelet[d] = exists(d)
 	}
 	h.AgentInPod = opts.Agent == ""
-	if opts.KubeProxy || h.AgentInPod {
+	if (opts.KubeProxy || h.AgentInPod) && h.Namespaces == nil {
 		// kube-proxy's tables and the host-routing agent are the
 		// machine's: one such node (or host-routing test) at a time.
 		n.unlock, err = harness.LockHostNetwork(ctx, func() {
@@ -227,7 +267,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, fmt.Errorf("start real node: %w", err)
 		}
 	}
-	if h.AgentInPod {
+	if h.AgentInPod && h.Namespaces == nil {
 		// The portmap plugin (cni.chainingMode=portmap) makes its nftables
 		// tables in the host's namespace and never deletes them: those that
 		// are not there yet go with the node.
@@ -249,15 +289,26 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 	}()
 	began := time.Now()
-	if err := nodeLink(h.LinkName, h.LinkName+"p", ip); err != nil {
+	if ns := h.Namespaces; ns != nil {
+		made, err := ns.Create(ctx, opts.Bridge)
+		if err != nil {
+			return nil, err
+		}
+		h.NSMadeDirs = made
+		if err := n.writeState(); err != nil {
+			return nil, err
+		}
+	} else if err := nodeLink(h.LinkName, h.LinkName+"p", ip); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{n.CNIBinDir(), n.agentCfg.CNIConfDir(), n.kubeletDir(), n.podLogsDir()} {
+	for _, d := range []string{n.CNIBinDir(), n.CNIConfDir(), n.kubeletDir(), n.podLogsDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	if h.AgentInPod {
+	if h.Namespaces != nil {
+		// The node's / is a shared mount inside its mount namespace.
+	} else if h.AgentInPod {
 		if err := sharedMount(n.Dir); err != nil {
 			return nil, err
 		}
@@ -353,8 +404,32 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// CNIBinDir holds cellium-cni and loopback for containerd.
-func (n *Node) CNIBinDir() string { return filepath.Join(n.Dir, "cni-bin") }
+// CNIBinDir holds cellium-cni and loopback for containerd, as the host
+// sees it (a node in namespaces: its own /opt/cni/bin).
+func (n *Node) CNIBinDir() string {
+	if ns := n.host.Namespaces; ns != nil {
+		return filepath.Join(ns.RootDir(), "opt", "cni", "bin")
+	}
+	return filepath.Join(n.Dir, "cni-bin")
+}
+
+// CNIConfDir is where the agent writes its conflist for containerd, as
+// the host sees it (a node in namespaces: its own /etc/cni/net.d).
+func (n *Node) CNIConfDir() string {
+	if ns := n.host.Namespaces; ns != nil {
+		return filepath.Join(ns.RootDir(), "etc", "cni", "net.d")
+	}
+	return n.agentCfg.CNIConfDir()
+}
+
+// ConfListPath is the agent's conflist, as the host sees it.
+func (n *Node) ConfListPath() string {
+	return filepath.Join(n.CNIConfDir(), filepath.Base(n.agentCfg.ConfListPath()))
+}
+
+// Namespaces are the node's own namespaces (Options.Namespaces), nil for
+// a node in the host's.
+func (n *Node) Namespaces() *NodeNamespaces { return n.host.Namespaces }
 
 // AgentConfig is the agent's configuration (socket, conflist, log).
 func (n *Node) AgentConfig() devnode.AgentConfig { return n.agentCfg }
@@ -409,6 +484,17 @@ func (n *Node) Ctr(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
+// nodeProcess is process, run inside the node's namespaces if it has
+// them (nsenter execs the program: the pid file stays right).
+func (n *Node) nodeProcess(name, path string, args []string, env ...string) harness.Process {
+	p := n.process(name, path, args, env...)
+	if ns := n.host.Namespaces; ns != nil {
+		p.Path = "nsenter"
+		p.Args = ns.Wrap(path, args...)
+	}
+	return p
+}
+
 func (n *Node) process(name, path string, args []string, env ...string) harness.Process {
 	return harness.Process{
 		Name:    name,
@@ -443,16 +529,24 @@ func (n *Node) start(ctx context.Context, p harness.Process, ready func(context.
 func (n *Node) startContainerd(ctx context.Context) error {
 	d := n.containerdDir()
 	cfg := containerdConfig{
-		Root:          filepath.Join(d, "root"),
-		State:         filepath.Join(d, "state"),
-		Temp:          filepath.Join(d, "tmp"),
-		Socket:        n.ContainerdSocket(),
-		ShimSocketDir: n.shimSocketDir(),
-		RuncRoot:      filepath.Join(d, "runc"),
-		Runc:          n.opts.Binaries.Runc,
-		CNIBinDir:     n.CNIBinDir(),
-		CNIConfDir:    n.agentCfg.CNIConfDir(),
-		SandboxImage:  SandboxImage,
+		Root:            filepath.Join(d, "root"),
+		State:           filepath.Join(d, "state"),
+		Temp:            filepath.Join(d, "tmp"),
+		Socket:          n.ContainerdSocket(),
+		ShimSocketDir:   n.shimSocketDir(),
+		RuncRoot:        filepath.Join(d, "runc"),
+		Runc:            n.opts.Binaries.Runc,
+		CNIBinDir:       n.CNIBinDir(),
+		CNIConfDir:      n.agentCfg.CNIConfDir(),
+		SandboxImage:    SandboxImage,
+		NetnsUnderState: true,
+	}
+	if n.host.Namespaces != nil {
+		// The paths inside the node's mount namespace: its own folders,
+		// where the chart's default host paths point.
+		cfg.CNIBinDir = "/opt/cni/bin"
+		cfg.CNIConfDir = "/etc/cni/net.d"
+		cfg.NetnsUnderState = false // /var/run/netns, the chart's netnsDir
 	}
 	if cfg.ShimSocketDir != filepath.Join(d, "s") {
 		// Recorded before it is made, for Stop and Recover.
@@ -476,7 +570,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	}
 	// containerd finds its shim on PATH.
 	path := filepath.Dir(n.opts.Binaries.ContainerdShim) + string(os.PathListSeparator) + os.Getenv("PATH")
-	p := n.process(Containerd, n.opts.Binaries.Containerd, []string{"--config", conf, "--log-level", "info"}, "PATH="+path)
+	p := n.nodeProcess(Containerd, n.opts.Binaries.Containerd, []string{"--config", conf, "--log-level", "info"}, "PATH="+path)
 	_, err = n.start(ctx, p, func(ctx context.Context) error {
 		_, err := n.Ctr(ctx, "version")
 		return err
@@ -539,7 +633,10 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err := makeCgroupRoot(n.host.CgroupRoot); err != nil {
 		return err
 	}
-	p := n.process(Kubelet, n.opts.Binaries.Kubelet, []string{
+	if err := n.mountAgentCgroup(ctx); err != nil {
+		return err
+	}
+	p := n.nodeProcess(Kubelet, n.opts.Binaries.Kubelet, []string{
 		"--config=" + conf,
 		"--kubeconfig=" + kc,
 		"--root-dir=" + n.kubeletDir(),
@@ -554,6 +651,34 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	})
 	return err
+}
+
+// AgentCgroupRoot is the chart's default agent.cgroupRoot, where the
+// agent's socket load balancer finds the cgroup v2 hierarchy it attaches
+// to (--cgroup-root).
+const AgentCgroupRoot = "/run/cellium/cgroupv2"
+
+// mountAgentCgroup bind-mounts, for a node in namespaces of its own, the
+// node's cgroup v2 subtree (the unified hierarchy's cgroup root, where
+// runc puts the node's containers too) at AgentCgroupRoot inside the
+// node's mount namespace, so that its agent's cgroup programs see the
+// node's sockets only, never another node's. The chart's mount-cgroup
+// step leaves a cgroup2 mount there alone. Nothing for a node in the
+// host's namespaces.
+func (n *Node) mountAgentCgroup(ctx context.Context) error {
+	ns := n.host.Namespaces
+	if ns == nil {
+		return nil
+	}
+	sub := filepath.Join("/sys/fs/cgroup/unified", n.host.CgroupRoot)
+	if _, err := os.Stat(sub); err != nil {
+		return fmt.Errorf("the node's cgroup v2 subtree: %w (a machine without the unified hierarchy at /sys/fs/cgroup/unified cannot give each node its own)", err)
+	}
+	out, err := ns.Command(ctx, "sh", "-c", "mkdir -p "+AgentCgroupRoot+" && mount --bind "+sub+" "+AgentCgroupRoot).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bind-mount the node's cgroup v2 subtree %s at %s: %w: %s", sub, AgentCgroupRoot, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // hostFreeWait bounds how long Start waits for another node's kube-proxy
@@ -605,15 +730,21 @@ var kubeProxyTables = []string{"ip kube-proxy", "ip6 kube-proxy"}
 var portmapTables = []string{"ip cni_hostport", "ip6 cni_hostport"}
 
 func (n *Node) startKubeProxy(ctx context.Context) error {
-	for _, tbl := range kubeProxyTables {
-		if nftTableExists(tbl) {
-			return fmt.Errorf("nftables table %s exists already (another kube-proxy on this machine?): delete it with nft delete table %s", tbl, tbl)
+	bindIP := "127.0.0.1"
+	if n.host.Namespaces != nil {
+		// Its tables are the node's network namespace's, and go with it.
+		bindIP = n.IP.String()
+	} else {
+		for _, tbl := range kubeProxyTables {
+			if nftTableExists(tbl) {
+				return fmt.Errorf("nftables table %s exists already (another kube-proxy on this machine?): delete it with nft delete table %s", tbl, tbl)
+			}
 		}
-	}
-	// Recorded before kube-proxy makes them, for Stop and Recover.
-	n.host.NFTables = append(n.host.NFTables, kubeProxyTables...)
-	if err := n.writeState(); err != nil {
-		return err
+		// Recorded before kube-proxy makes them, for Stop and Recover.
+		n.host.NFTables = append(n.host.NFTables, kubeProxyTables...)
+		if err := n.writeState(); err != nil {
+			return err
+		}
 	}
 	kc, err := n.opts.Cluster.ClientCertKubeconfig("kube-proxy-"+n.Name, "system:kube-proxy")
 	if err != nil {
@@ -627,6 +758,7 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 		Kubeconfig:  kc,
 		NodeName:    n.Name,
 		ClusterCIDR: n.opts.ClusterCIDR,
+		BindIP:      bindIP,
 		HealthzPort: ports[0],
 		MetricsPort: ports[1],
 	}.render()
@@ -637,9 +769,9 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 	if err := os.WriteFile(conf, text, 0o644); err != nil {
 		return err
 	}
-	p := n.process(KubeProxy, n.opts.Binaries.KubeProxy, []string{"--config=" + conf, "--v=2"})
+	p := n.nodeProcess(KubeProxy, n.opts.Binaries.KubeProxy, []string{"--config=" + conf, "--v=2"})
 	_, err = n.start(ctx, p, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(ports[0])+"/healthz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(bindIP, strconv.Itoa(ports[0]))+"/healthz", nil)
 		if err != nil {
 			return err
 		}
@@ -1038,7 +1170,12 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 	var errs []error
 	errs = append(errs, killNodeProcesses(h.CgroupRoot, h.Socket, log))
 	errs = append(errs, unmountUnder(dir))
-	if h.AgentInPod {
+	switch {
+	case h.Namespaces != nil:
+		// Everything the agent, kube-proxy and portmap made is in the
+		// node's namespaces, and goes with them.
+		errs = append(errs, h.Namespaces.Remove(h.NSMadeDirs))
+	case h.AgentInPod:
 		errs = append(errs, unmountDir(dir), devnode.RemoveAgentHostNetwork(context.Background()))
 	}
 	errs = append(errs, removeCgroupRoot(h.CgroupRoot))
@@ -1217,7 +1354,10 @@ func (h *hostState) leftovers(dir string) []string {
 			out = append(out, "mount "+mp)
 		}
 	}
-	if h.AgentInPod {
+	switch {
+	case h.Namespaces != nil:
+		out = append(out, h.Namespaces.Leftovers(h.NSMadeDirs)...)
+	case h.AgentInPod:
 		out = append(out, agentHostNetworkLeftovers()...)
 		if isMountPoint(dir) {
 			out = append(out, "mount "+dir)
@@ -1262,7 +1402,7 @@ func (h *hostState) leftovers(dir string) []string {
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // nodeNetworks are the names of the networks a node's containerd sets

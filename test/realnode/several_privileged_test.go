@@ -1,0 +1,230 @@
+package realnode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/test/privileged"
+)
+
+// TestPrivilegedRealClusterTwoNodes is Up with two nodes, each in network
+// and mount namespaces of its own on the nodes' bridge, cellium installed
+// once from the chart with its default host paths (routing mode tunnel, the
+// default): both nodes are Ready with an agent pod Running on each; two
+// pods pinned (nodeName) to different nodes reach each other over TCP, and
+// a default-deny ingress NetworkPolicy selecting one stops the other's
+// connections to it while the other direction still works. Stop then
+// leaves nothing on the host (ClusterLeftovers).
+func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
+	privileged.Require(t)
+	bins := nodeBinaries(t)
+	ctx := t.Context()
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logged), nil))
+	dir, err := os.MkdirTemp("", "crc2-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	var c *Cluster
+	t.Cleanup(func() {
+		if !stopped {
+			if c != nil {
+				if err := c.Stop(context.Background()); err != nil {
+					t.Errorf("stop: %v", err)
+				}
+			} else if err := Down(context.Background(), dir, logger); err != nil {
+				t.Errorf("down: %v", err)
+			}
+		}
+		if t.Failed() {
+			t.Logf("cluster logs kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	began := time.Now()
+	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Up with 2 nodes took %s", time.Since(began).Round(time.Second))
+	t.Cleanup(func() {
+		if t.Failed() && !stopped {
+			dumpNodes(t, c)
+		}
+	})
+	if len(c.Nodes) != 2 || c.Node != c.Nodes[0] {
+		t.Fatalf("want 2 nodes with Node the first, have %d", len(c.Nodes))
+	}
+	cs := c.Control.Clientset()
+
+	// Both nodes Ready (Up waited), an agent pod Running and Ready on each.
+	agents, err := cs.CoreV1().Pods(install.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode := map[string]bool{}
+	for _, p := range agents.Items {
+		if p.Status.Phase == corev1.PodRunning && podReady(&p) {
+			onNode[p.Spec.NodeName] = true
+		}
+	}
+	for _, n := range c.Nodes {
+		if !onNode[n.Name] {
+			t.Errorf("no Running, Ready agent pod on node %s (agent pods: %d)", n.Name, len(agents.Items))
+		}
+		if n.Namespaces() == nil {
+			t.Errorf("node %s runs in the host's namespaces", n.Name)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Two pods, one per node.
+	const space = "twonodes"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: space}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"a", "b"}
+	for i, name := range names {
+		_, err := cs.CoreV1().Pods(space).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+			Spec: corev1.PodSpec{
+				NodeName:   c.Nodes[i].Name,
+				Containers: []corev1.Container{{Name: "app", Image: DemoImage, ImagePullPolicy: corev1.PullNever}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ips := map[string]string{}
+	for _, name := range names {
+		eventually(t, 2*time.Minute, "pod "+name+" Ready", func() error {
+			p, err := cs.CoreV1().Pods(space).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !podReady(p) || p.Status.PodIP == "" {
+				return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+			}
+			ips[name] = p.Status.PodIP
+			return nil
+		})
+	}
+	netnsOf := map[string]ns.NetNS{}
+	for i, name := range names {
+		pid := taskPID(t, c.Nodes[i], space, name)
+		n, err := ns.GetNS(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		netnsOf[name] = n
+	}
+	reach := func(from, to string) error {
+		body, err := httpGetIn(netnsOf[from], ips[to]+":8080")
+		if err != nil {
+			return err
+		}
+		if body != "hello from "+to+"\n" {
+			return fmt.Errorf("answer %q", body)
+		}
+		return nil
+	}
+	// Across the nodes, both ways.
+	eventually(t, 30*time.Second, "a (node "+c.Nodes[0].Name+") reaching b (node "+c.Nodes[1].Name+") at "+ips["b"], func() error { return reach("a", "b") })
+	eventually(t, 30*time.Second, "b reaching a at "+ips["a"], func() error { return reach("b", "a") })
+
+	// Default-deny ingress on b: a's connections to b stop, b still
+	// reaches a.
+	_, err = cs.NetworkingV1().NetworkPolicies(space).Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-b"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "b"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the policy stopping a's connections to b", func() error {
+		if err := reach("a", "b"); err == nil {
+			return fmt.Errorf("a still reaches b")
+		}
+		return nil
+	})
+	// Stays stopped.
+	for range 3 {
+		if err := reach("a", "b"); err == nil {
+			t.Fatal("a reached b under the default-deny ingress policy")
+		}
+	}
+	if err := reach("b", "a"); err != nil {
+		t.Fatalf("b no longer reaches a (no policy selects a): %v", err)
+	}
+
+	// Stop leaves nothing.
+	for _, n := range netnsOf {
+		_ = n.Close()
+	}
+	stopped = true
+	began = time.Now()
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Stop took %s", time.Since(began).Round(time.Millisecond))
+	if left := ClusterLeftovers(dir); len(left) > 0 {
+		t.Fatalf("Stop left on the host:\n  %s", strings.Join(left, "\n  "))
+	}
+}
+
+// dumpNodes logs, for a failed test, each node's links and routes, the
+// agents' ipcache and the ends of the node's logs.
+func dumpNodes(t *testing.T, c *Cluster) {
+	t.Helper()
+	cli, _ := filepath.Glob(filepath.Join(c.Dir, "images", "bin-*", "cellium"))
+	for _, n := range c.Nodes {
+		s := n.Namespaces()
+		if s == nil {
+			continue
+		}
+		for _, args := range [][]string{
+			{"ip", "-n", s.Name, "-d", "link"},
+			{"ip", "-n", s.Name, "route"},
+		} {
+			out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+			t.Logf("--- node %s: %s (%v) ---\n%s", n.Name, strings.Join(args, " "), err, out)
+		}
+		if len(cli) > 0 {
+			out, err := exec.Command(cli[0], "--host", "unix://"+n.AgentConfig().SocketPath(), "ipcache", "list").CombinedOutput()
+			t.Logf("--- node %s: cellium ipcache list (%v) ---\n%s", n.Name, err, out)
+		}
+		for _, name := range []string{Containerd, Kubelet, KubeProxy} {
+			t.Logf("--- node %s: last lines of %s ---\n%s", n.Name, name, tail(n.LogFile(name), 15))
+		}
+		logs, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", install.Namespace+"_*", "*", "*.log"))
+		for _, l := range logs {
+			t.Logf("--- last lines of %s ---\n%s", l, tail(l, 20))
+		}
+	}
+	out, err := exec.Command("ip", "route").CombinedOutput()
+	t.Logf("--- host: ip route (%v) ---\n%s", err, out)
+}
