@@ -22,10 +22,11 @@ type containerdConfig struct {
 	CNIBinDir         string
 	CNIConfDir        string
 	SandboxImage      string
-	// NetnsUnderState pins the pods' network namespaces under the state
-	// directory instead of /var/run/netns (containerd's default), which is
-	// the machine's unless the node has a mount namespace of its own.
-	NetnsUnderState bool
+	// NetnsInVarRun pins the pods' network namespaces in /var/run/netns
+	// (containerd's default, a node's own folder in its mount namespace)
+	// instead of under the state directory (/var/run/netns is the
+	// machine's for a node in the host's namespaces).
+	NetnsInVarRun bool
 }
 
 var containerdTemplate = template.Must(template.New("containerd").Parse(`# containerd of a cellium real test node (test/realnode): every path is
@@ -65,7 +66,7 @@ imports = []
     restrict_oom_score_adj = true
     # Pods' network namespaces under the state directory, or in
     # /var/run/netns (a node's own in its mount namespace).
-    netns_mounts_under_state_dir = {{.NetnsUnderState}}
+    netns_mounts_under_state_dir = {{not .NetnsInVarRun}}
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = [{{printf "%q" .CNIBinDir}}]
       conf_dir = {{printf "%q" .CNIConfDir}}

@@ -529,24 +529,23 @@ func (n *Node) start(ctx context.Context, p harness.Process, ready func(context.
 func (n *Node) startContainerd(ctx context.Context) error {
 	d := n.containerdDir()
 	cfg := containerdConfig{
-		Root:            filepath.Join(d, "root"),
-		State:           filepath.Join(d, "state"),
-		Temp:            filepath.Join(d, "tmp"),
-		Socket:          n.ContainerdSocket(),
-		ShimSocketDir:   n.shimSocketDir(),
-		RuncRoot:        filepath.Join(d, "runc"),
-		Runc:            n.opts.Binaries.Runc,
-		CNIBinDir:       n.CNIBinDir(),
-		CNIConfDir:      n.agentCfg.CNIConfDir(),
-		SandboxImage:    SandboxImage,
-		NetnsUnderState: true,
+		Root:          filepath.Join(d, "root"),
+		State:         filepath.Join(d, "state"),
+		Temp:          filepath.Join(d, "tmp"),
+		Socket:        n.ContainerdSocket(),
+		ShimSocketDir: n.shimSocketDir(),
+		RuncRoot:      filepath.Join(d, "runc"),
+		Runc:          n.opts.Binaries.Runc,
+		CNIBinDir:     n.CNIBinDir(),
+		CNIConfDir:    n.agentCfg.CNIConfDir(),
+		SandboxImage:  SandboxImage,
 	}
 	if n.host.Namespaces != nil {
 		// The paths inside the node's mount namespace: its own folders,
 		// where the chart's default host paths point.
 		cfg.CNIBinDir = "/opt/cni/bin"
 		cfg.CNIConfDir = "/etc/cni/net.d"
-		cfg.NetnsUnderState = false // /var/run/netns, the chart's netnsDir
+		cfg.NetnsInVarRun = true // the chart's netnsDir
 	}
 	if cfg.ShimSocketDir != filepath.Join(d, "s") {
 		// Recorded before it is made, for Stop and Recover.
