@@ -89,7 +89,8 @@ manifests:
 ## installed from its chart (DaemonSet, Deployment), demo pods (root).
 ## NODE=dev runs the devkubelet and an agent process instead (no node binaries).
 ## UP_FLAGS adds devcluster up flags, e.g. UP_FLAGS="--set agent.ipv4Masquerade=true".
-## NODES=N (1 to 4, default 1) asks for N real nodes: only 1 is supported yet (issue 15).
+## NODES=N (1 to 4, default 1) asks for N real nodes; several run each in network and
+## mount namespaces of their own (Documentation/contributing/real-node.md).
 NODE ?= real
 NODES ?= 1
 UP_FLAGS ?=

@@ -140,7 +140,7 @@ func waitGone(pid int) error {
 }
 
 // TestUpNodes: --nodes is checked before anything starts: several nodes
-// are for the real node only, 1 to 4, and only 1 yet.
+// are for the real node only, 1 to 4.
 func TestUpNodes(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -150,7 +150,6 @@ func TestUpNodes(t *testing.T) {
 		{[]string{"--node", "dev", "--nodes", "2"}, "for --node real only"},
 		{[]string{"--node", "real", "--nodes", "0"}, "1 to 4 nodes"},
 		{[]string{"--node", "real", "--nodes", "5"}, "1 to 4 nodes"},
-		{[]string{"--node", "real", "--nodes", "2"}, "only one real node is supported yet"},
 	} {
 		_, err := run(t.Context(), append([]string{"up", "--dir", dir}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -70,8 +71,15 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	}
 	kc := relativeToWD(c.Kubeconfig())
 	k := kubectl(ctx, log) + " --kubeconfig " + kc
+	names := make([]string, 0, len(c.Nodes))
+	for _, n := range c.Nodes {
+		names = append(names, n.Name)
+	}
+	if len(names) == 0 {
+		names = append(names, c.Node.Name)
+	}
 	fmt.Fprintf(stdout, "cluster is up: kube-apiserver %s, node %s (containerd, kubelet, kube-scheduler, kube-proxy nftables)\n",
-		c.Control.APIServerURL(), c.Node.Name)
+		c.Control.APIServerURL(), strings.Join(names, ", "))
 	fmt.Fprintf(stdout, "cellium installed from its chart: %s (DaemonSet %s, Deployment %s in %s)\n",
 		relativeToWD(c.Node.Dir+"/cellium.yaml"), realnode.AgentDaemonSet, realnode.OperatorDeployment, install.Namespace)
 	fmt.Fprintf(stdout, "cluster DNS: CoreDNS %s (Deployment %s, Service %s %s in %s), domain %s\n",
