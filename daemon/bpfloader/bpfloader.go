@@ -20,6 +20,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/routes"
 )
 
 // FullInterval is how often every row is checked against the kernel
@@ -111,7 +112,10 @@ type params struct {
 	DB        *statedb.DB
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Programs  statedb.RWTable[*bpfprog.Program]
-	Jobs      hive.Jobs
+	// Devices is the host-routing cell's desired devices (absent when it
+	// is off): the tunnel device's row switches the overlay programs.
+	Devices statedb.Table[*routes.Device] `optional:"true"`
+	Jobs    hive.Jobs
 	Reconcile reconcilejob.Params
 }
 
@@ -154,5 +158,55 @@ func register(p params, n loader.Netns, src Sources) error {
 				}
 			}),
 	)
+	if p.Devices != nil {
+		o := &loader.Overlay{Layout: layout, Netns: n}
+		p.Jobs.Add(hive.Service("attach-overlay", nil, func(ctx context.Context, h hive.Health) {
+			runOverlay(ctx, h, p.DB, p.Devices, o)
+		}))
+	}
 	return nil
+}
+
+// overlayRetry is how soon a failed attach of the overlay programs is
+// tried again.
+const overlayRetry = 5 * time.Second
+
+// runOverlay keeps the overlay programs on the tunnel device while the
+// devices table has its row reconciled (routing mode tunnel), and removes
+// them once the table, initialized, has none (routing mode native). Every
+// FullInterval it checks that the links are still on the device (a device
+// re-created behind the agent's back gets them again).
+func runOverlay(ctx context.Context, h hive.Health, db *statedb.DB, devs statedb.Table[*routes.Device], o *loader.Overlay) {
+	for {
+		txn := db.ReadTxn()
+		d, _, watch, found := devs.GetWatch(txn, routes.DeviceNameIndex.Query(routes.TunnelDevice))
+		initialized, initWatch := devs.Initialized(txn)
+		next := time.After(FullInterval)
+		switch {
+		case found && d.Status.Kind == reconciler.StatusDone:
+			if err := o.Ensure(d.Name); err != nil {
+				h.Degraded("attach the overlay programs to "+d.Name, err)
+				next = time.After(overlayRetry)
+			} else {
+				h.OK("overlay programs on " + d.Name)
+			}
+		case found:
+			h.OK(d.Name + " not reconciled yet")
+		case initialized:
+			if err := o.Remove(); err != nil {
+				h.Degraded("remove the overlay programs", err)
+				next = time.After(overlayRetry)
+			} else {
+				h.OK("no tunnel device")
+			}
+		default:
+			watch = initWatch
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-next:
+		}
+	}
 }
