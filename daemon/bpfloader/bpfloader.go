@@ -114,8 +114,8 @@ type params struct {
 	Programs  statedb.RWTable[*bpfprog.Program]
 	// Devices is the host-routing cell's desired devices (absent when it
 	// is off): the tunnel device's row switches the overlay programs.
-	Devices statedb.Table[*routes.Device] `optional:"true"`
-	Jobs    hive.Jobs
+	Devices   statedb.Table[*routes.Device] `optional:"true"`
+	Jobs      hive.Jobs
 	Reconcile reconcilejob.Params
 }
 
