@@ -8,17 +8,22 @@ package bpfloader
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/spf13/pflag"
 
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
+	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/routes"
 )
@@ -114,9 +119,13 @@ type params struct {
 	Programs  statedb.RWTable[*bpfprog.Program]
 	// Devices is the host-routing cell's desired devices (absent when it
 	// is off): the tunnel device's row switches the overlay programs.
-	Devices   statedb.Table[*routes.Device] `optional:"true"`
-	Jobs      hive.Jobs
-	Reconcile reconcilejob.Params
+	Devices statedb.Table[*routes.Device] `optional:"true"`
+	// Identities are the cluster's CiliumIdentities (absent without the
+	// Kubernetes client), mirrored into cellium_identities: the VNIs the
+	// overlay programs accept.
+	Identities statedb.Table[*ciliumv2.CiliumIdentity] `optional:"true"`
+	Jobs       hive.Jobs
+	Reconcile  reconcilejob.Params
 }
 
 func register(p params, n loader.Netns, src Sources) error {
@@ -163,8 +172,55 @@ func register(p params, n loader.Netns, src Sources) error {
 		p.Jobs.Add(hive.Service("attach-overlay", nil, func(ctx context.Context, h hive.Health) {
 			runOverlay(ctx, h, p.DB, p.Devices, o)
 		}))
+		if p.Identities != nil {
+			p.Jobs.Add(hive.Service("sync-identities-map", nil, func(ctx context.Context, h hive.Health) {
+				runIdentities(ctx, h, p.DB, p.Identities, layout)
+			}))
+		}
 	}
 	return nil
+}
+
+// runIdentities keeps cellium_identities equal to the numeric identities of
+// the CiliumIdentity table (an object's name is its number), rewriting the
+// difference on every change of the table and every FullInterval.
+func runIdentities(ctx context.Context, h hive.Health, db *statedb.DB, ids statedb.Table[*ciliumv2.CiliumIdentity], layout loader.Layout) {
+	var m *maps.Maps
+	defer func() {
+		if m != nil {
+			m.Close()
+		}
+	}()
+	for {
+		next := time.After(FullInterval)
+		txn := db.ReadTxn()
+		all, watch := ids.AllWatch(txn)
+		want := map[identity.NumericIdentity]bool{}
+		for o := range all {
+			if n, err := strconv.ParseUint(o.Name, 10, 32); err == nil && n > 0 {
+				want[identity.NumericIdentity(n)] = true
+			}
+		}
+		var err error
+		if m == nil {
+			m, err = maps.Open(layout.Dir())
+		}
+		if err == nil {
+			_, _, err = m.Identities.Sync(want)
+		}
+		if err != nil {
+			h.Degraded("sync cellium_identities", err)
+			next = time.After(overlayRetry)
+		} else {
+			h.OK(fmt.Sprintf("%d identities", len(want)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-next:
+		}
+	}
 }
 
 // overlayRetry is how soon a failed attach of the overlay programs is

@@ -60,3 +60,33 @@ func (s *Identities) All() ([]identity.NumericIdentity, error) {
 	}
 	return out, nil
 }
+
+// Sync makes the set exactly want: missing identities are added, others
+// removed. It returns how many it added and removed.
+func (s *Identities) Sync(want map[identity.NumericIdentity]bool) (added, removed int, err error) {
+	have, err := s.All()
+	if err != nil {
+		return 0, 0, err
+	}
+	present := map[identity.NumericIdentity]bool{}
+	for _, id := range have {
+		if !want[id] {
+			if err := s.Remove(id); err != nil {
+				return added, removed, err
+			}
+			removed++
+			continue
+		}
+		present[id] = true
+	}
+	for id := range want {
+		if present[id] {
+			continue
+		}
+		if err := s.Add(id); err != nil {
+			return added, removed, err
+		}
+		added++
+	}
+	return added, removed, nil
+}
