@@ -203,7 +203,8 @@ static __always_inline int vni_known(__u32 vni, __u32 inner_src_id)
  *   3. a packet for a local endpoint tail-calls that endpoint's
  *      cil_lxc_policy with the VNI's identity (an empty slot: the stack
  *      and the endpoint's cil_to_container, which takes the identity from
- *      the ipcache); for the node itself (host identity) it goes to the
+ *      the ipcache); for the node itself (host identity) or its health
+ *      endpoint (health identity, no tunnel endpoint) it goes to the
  *      stack; for anything else (another node's pod, an address of this
  *      node's pod CIDR without endpoint, the world) it drops with 150. */
 SEC("tcx/ingress")
@@ -258,7 +259,9 @@ int cil_from_overlay(struct __sk_buff *skb)
 	}
 	v = ipcache_lookup4(p.daddr);
 	p.dst_identity = v ? v->sec_identity : IDENTITY_WORLD;
-	if (v && !v->tunnel_endpoint && p.dst_identity == IDENTITY_HOST)
+	/* The node itself, and its health endpoint (answered by the node's
+	 * stack when it is not in cellium_lxc). */
+	if (v && !v->tunnel_endpoint && (p.dst_identity == IDENTITY_HOST || p.dst_identity == IDENTITY_HEALTH))
 		return pass(skb, &p, METRIC_INGRESS, TRACE_FROM_OVERLAY);
 	return drop(skb, &p, DROP_UNKNOWN_TARGET, METRIC_INGRESS);
 }
