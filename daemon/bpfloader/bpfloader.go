@@ -184,7 +184,7 @@ func register(p params, n loader.Netns, src Sources) error {
 // runIdentities keeps cellium_identities equal to the numeric identities of
 // the CiliumIdentity table (an object's name is its number), rewriting the
 // difference on every change of the table and every FullInterval.
-func runIdentities(ctx context.Context, h hive.Health, db *statedb.DB, ids statedb.Table[*ciliumv2.CiliumIdentity], layout loader.Layout) {
+func runIdentities(ctx context.Context, h reconciler.Health, db *statedb.DB, ids statedb.Table[*ciliumv2.CiliumIdentity], layout loader.Layout) {
 	var m *maps.Maps
 	defer func() {
 		if m != nil {
@@ -232,7 +232,7 @@ const overlayRetry = 5 * time.Second
 // them once the table, initialized, has none (routing mode native). Every
 // FullInterval it checks that the links are still on the device (a device
 // re-created behind the agent's back gets them again).
-func runOverlay(ctx context.Context, h hive.Health, db *statedb.DB, devs statedb.Table[*routes.Device], o *loader.Overlay) {
+func runOverlay(ctx context.Context, h reconciler.Health, db *statedb.DB, devs statedb.Table[*routes.Device], o *loader.Overlay) {
 	for {
 		txn := db.ReadTxn()
 		d, _, watch, found := devs.GetWatch(txn, routes.DeviceNameIndex.Query(routes.TunnelDevice))
