@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -225,4 +226,57 @@ func TestPrivilegedNativeRouting(t *testing.T) {
 		got, err := remoteRoutes(nh)
 		return len(got) == 0, err
 	})
+}
+
+// TestPrivilegedDetectUplink: the uplink is the device --devices names,
+// else the one holding the node IP, else the default route's; none is
+// ErrNoUplink with what to do.
+func TestPrivilegedDetectUplink(t *testing.T) {
+	privileged.Require(t)
+	node, nh := newUplinkNode(t) // eth0 10.216.0.1/24, MTU 1500
+	peer := newTestNS(t)
+	if err := nh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up2", MTU: 9000}, PeerName: "up2-peer",
+		PeerNamespace: netlink.NsFd(int(peer.Fd()))}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := nh.LinkByName("up2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nh.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 217, 0, 1), Mask: net.CIDRMask(24, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nh.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := nh.RouteAdd(&netlink.Route{Gw: net.IPv4(10, 217, 0, 2), LinkIndex: l.Attrs().Index}); err != nil {
+		t.Fatal(err)
+	}
+	n := Netns{Path: node.Path()}
+	for _, c := range []struct {
+		devices []string
+		nodeIP  netip.Addr
+		want    string
+		mtu     int
+	}{
+		{nil, remoteNodeIP, "eth0", 1500},
+		{nil, netip.Addr{}, "up2", 9000},
+		{nil, netip.MustParseAddr("10.1.2.3"), "up2", 9000},
+		{[]string{"up2"}, remoteNodeIP, "up2", 9000},
+	} {
+		up, err := DetectUplink(n, c.devices, c.nodeIP)
+		if err != nil || up.Name != c.want || up.MTU != c.mtu {
+			t.Errorf("devices %v node IP %v: %+v, %v; want %s MTU %d", c.devices, c.nodeIP, up, err, c.want, c.mtu)
+		}
+	}
+	if up, _ := DetectUplink(n, nil, remoteNodeIP); !up.SameSubnet(netip.MustParseAddr("10.216.0.9")) || up.SameSubnet(netip.MustParseAddr("10.217.0.9")) {
+		t.Errorf("subnets of eth0: %v", up.Subnets)
+	}
+	if _, err := DetectUplink(n, []string{"nope"}, remoteNodeIP); !errors.Is(err, ErrNoUplink) {
+		t.Errorf("--devices=nope: %v, want ErrNoUplink", err)
+	}
+	empty := newTestNS(t)
+	if _, err := DetectUplink(Netns{Path: empty.Path()}, nil, remoteNodeIP); !errors.Is(err, ErrNoUplink) || !strings.Contains(err.Error(), "--devices") {
+		t.Errorf("no uplink: %v, want ErrNoUplink naming --devices", err)
+	}
 }
