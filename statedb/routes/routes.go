@@ -131,7 +131,9 @@ func (d *Device) WithStatus(s reconciler.Status) *Device {
 }
 
 // TableHeader implements statedb.TableWritable.
-func (*Device) TableHeader() []string { return []string{"Name", "Peer", "Addresses", "Status"} }
+func (*Device) TableHeader() []string {
+	return []string{"Name", "Kind", "Peer", "Addresses", "Port", "MTU", "Status"}
+}
 
 // TableRow implements statedb.TableWritable.
 func (d *Device) TableRow() []string {
@@ -139,7 +141,17 @@ func (d *Device) TableRow() []string {
 	for i, a := range d.Addrs {
 		addrs[i] = a.String()
 	}
-	return []string{d.Name, d.Peer, strings.Join(addrs, ","), d.Status.String()}
+	kind, port, mtu := d.Kind, "", ""
+	if kind == KindVeth {
+		kind = "veth"
+	}
+	if d.Port != 0 {
+		port = strconv.Itoa(d.Port)
+	}
+	if d.MTU != 0 {
+		mtu = strconv.Itoa(d.MTU)
+	}
+	return []string{d.Name, kind, d.Peer, strings.Join(addrs, ","), port, mtu, d.Status.String()}
 }
 
 // Sysctl is one desired kernel setting of the node's network namespace.
