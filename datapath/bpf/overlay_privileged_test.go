@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -17,9 +19,12 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/loader"
 	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/datapath/routing"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/policy"
+	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/test/privileged"
 )
 
@@ -44,7 +49,8 @@ type xnode struct {
 	ip      netip.Addr   // on eth0
 	podCIDR netip.Prefix // its pods
 	m       *maps.Maps
-	dir     string
+	dir     string // the maps' pin directory, <root>/cellium
+	root    string // the bpffs (the agent's --bpf-root)
 	events  *eventReader
 	seen    []maps.Event
 }
@@ -98,10 +104,21 @@ func newXNode(tb testing.TB, wire ns.NetNS, n byte) *xnode {
 		ip:       netip.AddrFrom4([4]byte{10, 78, 0, n}),
 		podCIDR:  netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 78, n, 0}), 24),
 	}
-	x.m, x.dir = openMaps(tb)
+	// The agent's layout: the maps in <bpf-root>/cellium.
+	x.root = tempBPFFS(tb)
+	x.dir = filepath.Join(x.root, "cellium")
+	if err := os.MkdirAll(x.dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	m, err := maps.Open(x.dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	x.m = m
 	x.events = newEventReader(tb, x.m)
 	peer := fmt.Sprintf("x%d-%d", n, time.Now().UnixNano()%100000)
-	err := wire.Do(func(ns.NetNS) error {
+	err = wire.Do(func(ns.NetNS) error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: peer}, PeerName: "eth0",
 			PeerNamespace: netlink.NsFd(int(x.ns.Fd()))}
 		if err := netlink.LinkAdd(veth); err != nil {
@@ -259,6 +276,33 @@ func (x *xnode) addTunnel(tb testing.TB, remote ...*xnode) {
 	}
 }
 
+// addTunnelAgent is addTunnel done by the agent's own parts: the routing
+// reconciler's operations make cilium_vxlan and the routes, the loader's
+// Overlay attaches the programs with links pinned in the node's bpffs.
+func (x *xnode) addTunnelAgent(tb testing.TB, remote ...*xnode) {
+	tb.Helper()
+	ctx := context.Background()
+	n := routing.Netns{Path: x.ns.Path()}
+	if err := (routing.DeviceOps{Netns: n}).Update(ctx, nil, &routes.Device{Name: routes.TunnelDevice, Kind: routes.KindVXLAN,
+		Port: vxlanPort, MTU: 1500 - routes.TunnelOverhead}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, r := range remote {
+		if err := (routing.RouteOps{Netns: n}).Update(ctx, nil, &routes.Route{Prefix: r.podCIDR, Device: routes.TunnelDevice}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	o := &loader.Overlay{Layout: loader.Layout{Root: x.root}, Netns: loader.Netns{Path: x.ns.Path()}}
+	if err := o.Ensure(routes.TunnelDevice); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := o.Remove(); err != nil {
+			tb.Error(err)
+		}
+	})
+}
+
 // addNativeRoutes routes the other nodes' pod CIDRs via their node IPs
 // (native routing with auto-direct-node-routes).
 func (x *xnode) addNativeRoutes(tb testing.TB, remote ...*xnode) {
@@ -301,6 +345,12 @@ type twoNodes struct {
 // newTwoNodes builds the topology in tunnel or native mode with the maps
 // filled as the agents of both nodes would fill them.
 func newTwoNodes(t *testing.T, tunnel bool) *twoNodes {
+	return newTwoNodesWith(t, tunnel, false)
+}
+
+// newTwoNodesWith is newTwoNodes; with agentParts the tunnel is made by
+// the agent's routing operations and loader instead of by hand.
+func newTwoNodesWith(t *testing.T, tunnel, agentParts bool) *twoNodes {
 	t.Helper()
 	blackholeRange(t, overlayRange)
 	tn := &twoNodes{wire: newWire(t)}
@@ -324,10 +374,21 @@ func newTwoNodes(t *testing.T, tunnel bool) *twoNodes {
 			}
 		}
 	}
-	if tunnel {
+	switch {
+	case tunnel && agentParts:
+		tn.n1.addTunnelAgent(t, tn.n2)
+		tn.n2.addTunnelAgent(t, tn.n1)
+	case tunnel:
 		tn.n1.addTunnel(t, tn.n2)
 		tn.n2.addTunnel(t, tn.n1)
-	} else {
+	case agentParts:
+		for _, c := range []struct{ x, o *xnode }{{tn.n1, tn.n2}, {tn.n2, tn.n1}} {
+			r := &routes.Route{Prefix: c.o.podCIDR, Gateway: c.o.ip}
+			if err := (routing.RouteOps{Netns: routing.Netns{Path: c.x.ns.Path()}}).Update(context.Background(), nil, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	default:
 		tn.n1.addNativeRoutes(t, tn.n2)
 		tn.n2.addNativeRoutes(t, tn.n1)
 	}
@@ -467,6 +528,26 @@ func TestPrivilegedOverlayTunnel(t *testing.T) {
 			t.Errorf("drop %v: want %d (%s), egress, source identity %d", ev, maps.DropNoTunnelEndpoint, maps.DropReasonName(maps.DropNoTunnelEndpoint), xidA)
 		}
 	})
+}
+
+// TestPrivilegedOverlayTunnelAgentParts: the same two nodes with the
+// tunnel made as the agent makes it (datapath/routing's device and route
+// operations, datapath/loader's Overlay with pinned links): pods talk
+// across nodes and the receiving node's policy still drops what it does
+// not allow.
+func TestPrivilegedOverlayTunnelAgentParts(t *testing.T) {
+	privileged.Require(t)
+	tn := newTwoNodesWith(t, true, true)
+	tn.checkCrossNode(t)
+}
+
+// TestPrivilegedOverlayNativeAgentParts: native routing with the direct
+// routes made by datapath/routing's route operations (via the other
+// node's IP).
+func TestPrivilegedOverlayNativeAgentParts(t *testing.T) {
+	privileged.Require(t)
+	tn := newTwoNodesWith(t, false, true)
+	tn.checkCrossNode(t)
 }
 
 // TestPrivilegedOverlayNative runs the same two nodes with native routing:
