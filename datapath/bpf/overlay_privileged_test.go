@@ -505,6 +505,17 @@ func TestPrivilegedOverlayTunnel(t *testing.T) {
 			}
 		}
 	})
+	t.Run("through the stack when the endpoint's slot is empty", func(t *testing.T) {
+		// No tail call: the decapsulated packet takes node 2's stack
+		// (which must take the frame, sent to node 1's tunnel MAC, as its
+		// own) and b's cil_to_container.
+		if err := tn.n2.m.PolicyProgs.Delete(xepB); err != nil {
+			t.Fatal(err)
+		}
+		if err := tn.a.tcpEcho(netip.AddrPortFrom(tn.b.ip, xport)); err != nil {
+			t.Errorf("tcp a -> b through node 2's stack: %v", err)
+		}
+	})
 	t.Run("no tunnel endpoint", func(t *testing.T) {
 		// An address of node 2's pod CIDR that node 1's ipcache does not
 		// know: the route sends it into the tunnel, which has nowhere
