@@ -18,6 +18,7 @@
 #include "include/bpf_api.h"
 #include "include/abi.h"
 #include "include/maps.h"
+#include "include/metrics.h"
 
 volatile const __u8 TRACE_ENABLED = 0;
 
@@ -90,24 +91,6 @@ static __always_inline struct ipcache_value *ipcache_lookup4(__be32 addr)
 	};
 
 	return map_lookup_elem(&cellium_ipcache, &key);
-}
-
-static __always_inline void count(__u32 bytes, __u8 reason, __u8 dir)
-{
-	struct metrics_key key = { .reason = reason, .dir = dir };
-	struct metrics_value *v = map_lookup_elem(&cellium_metrics, &key);
-
-	if (!v) {
-		struct metrics_value init = { .packets = 1, .bytes = bytes };
-
-		if (map_update_elem(&cellium_metrics, &key, &init, BPF_NOEXIST) != -EEXIST)
-			return;
-		v = map_lookup_elem(&cellium_metrics, &key);
-		if (!v)
-			return;
-	}
-	v->packets += 1;
-	v->bytes += bytes;
 }
 
 static __always_inline void emit(struct __sk_buff *skb, const struct opkt *p, __u8 type, __u8 reason,
