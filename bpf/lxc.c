@@ -14,6 +14,7 @@
 #include "include/bpf_api.h"
 #include "include/abi.h"
 #include "include/maps.h"
+#include "include/metrics.h"
 
 /* Per-endpoint constants, rewritten at load time. */
 volatile const __u16 ENDPOINT_ID = 0;
@@ -343,25 +344,6 @@ static __always_inline int cidr_verdict(int ret, __u32 cidr_id, __u8 dir, __u8 p
 	if (cidr_ret == 0)
 		*allow_all = cidr_all;
 	return cidr_ret;
-}
-
-static __always_inline void count(__u32 bytes, __u8 reason, __u8 dir)
-{
-	struct metrics_key key = { .reason = reason, .dir = dir };
-	struct metrics_value *v = map_lookup_elem(&cellium_metrics, &key);
-
-	if (!v) {
-		struct metrics_value init = { .packets = 1, .bytes = bytes };
-
-		if (map_update_elem(&cellium_metrics, &key, &init, BPF_NOEXIST) != -EEXIST)
-			return;
-		/* Another CPU made the entry first. */
-		v = map_lookup_elem(&cellium_metrics, &key);
-		if (!v)
-			return;
-	}
-	v->packets += 1;
-	v->bytes += bytes;
 }
 
 static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p, __u8 type,

@@ -13,7 +13,13 @@
 #define CELLIUM_AF_INET6 10
 
 /* Reserved identities. */
+#define IDENTITY_HOST 1
 #define IDENTITY_WORLD 2
+#define IDENTITY_HEALTH 4
+#define IDENTITY_REMOTE_NODE 6
+/* The highest reserved identity a tunnel packet may carry in its VNI
+ * (1 host ... 8 ingress); cluster identities start at 256. */
+#define IDENTITY_RESERVED_MAX 8
 /* The local scope of identities (CIDR identities): 1 << 24. */
 #define IDENTITY_SCOPE_LOCAL 0x01000000
 
@@ -31,7 +37,19 @@
 #define DROP_INVALID 134          /* Invalid packet */
 #define DROP_CT_INVALID_HDR 135   /* CT: Truncated or invalid header */
 #define DROP_UNKNOWN_L3 139       /* Unsupported L3 protocol */
+/* Tunnel (overlay) drops, bpf/overlay.c. */
+#define DROP_NO_TUNNEL_KEY 147    /* Error retrieving tunnel key */
+/* A tunnel packet for an address of this node's pods that has no local
+ * endpoint, or for another node's pod: it is not for this node. */
+#define DROP_UNKNOWN_TARGET 150   /* Unknown L3 target address */
 #define DROP_CT_CREATE_FAILED 155 /* CT: Map insertion failed */
+/* A packet routed into the tunnel device whose destination has no
+ * tunnel endpoint (a node) in the ipcache. */
+#define DROP_NO_TUNNEL_ENDPOINT 160 /* No tunnel/encapsulation endpoint (datapath BUG!) */
+/* A tunnel packet whose VNI is not a known security identity. */
+#define DROP_INVALID_IDENTITY 171 /* Invalid identity */
+/* A tunnel packet whose outer source address is not a node's. */
+#define DROP_UNKNOWN_SENDER 172   /* Unknown sender */
 /* A pod sent a packet to a Service frontend address (a ClusterIP) that
  * the socket load balancer did not translate: a raw socket, a ping
  * socket, a tun device's stack. Dropped before conntrack and policy,
@@ -48,6 +66,7 @@
 #define TRACE_TO_STACK 3
 #define TRACE_TO_OVERLAY 4
 #define TRACE_FROM_LXC 5
+#define TRACE_FROM_OVERLAY 9
 
 /* struct event.verdict of policy verdict events. */
 #define VERDICT_ALLOWED 1

@@ -77,6 +77,35 @@ struct __sk_buff {
 	__u32 data_end;
 };
 
+/* struct bpf_tunnel_key (include/uapi/linux/bpf.h): the tunnel metadata
+ * of a packet on a collect-metadata (external) tunnel device. remote_ipv4
+ * is in host byte order. */
+struct bpf_tunnel_key {
+	__u32 tunnel_id;
+	union {
+		__u32 remote_ipv4;
+		__u32 remote_ipv6[4];
+	};
+	__u8 tunnel_tos;
+	__u8 tunnel_ttl;
+	union {
+		__u16 tunnel_ext;
+		__be16 tunnel_flags;
+	};
+	__u32 tunnel_label;
+	union {
+		__u32 local_ipv4;
+		__u32 local_ipv6[4];
+	};
+};
+
+/* skb_set_tunnel_key flags. */
+#define BPF_F_ZERO_CSUM_TX (1ULL << 1)
+#define BPF_F_DONT_FRAGMENT (1ULL << 2)
+
+/* skb->pkt_type values (include/uapi/linux/if_packet.h). */
+#define PACKET_HOST 0
+
 /* struct bpf_sock_addr (include/uapi/linux/bpf.h), up to msg_src_ip6: the
  * context of the cgroup connect4/6, sendmsg4, recvmsg4/6, getpeername4/6
  * programs. Addresses and ports are in network byte order; the port is
@@ -107,9 +136,16 @@ static __u32 (*get_prandom_u32)(void) = (void *)7;
 static __u64 (*get_socket_cookie)(void *ctx) = (void *)46;
 static long (*set_retval)(int retval) = (void *)187;
 static __u64 (*get_netns_cookie)(void *ctx) = (void *)122;
+static long (*skb_get_tunnel_key)(struct __sk_buff *skb, struct bpf_tunnel_key *key, __u32 size,
+				  __u64 flags) = (void *)20;
+static long (*skb_set_tunnel_key)(struct __sk_buff *skb, struct bpf_tunnel_key *key, __u32 size,
+				  __u64 flags) = (void *)21;
+static long (*skb_change_type)(struct __sk_buff *skb, __u32 type) = (void *)32;
 
 /* Byte order: the programs are built for bpfel only. */
 #define bpf_htons(x) ((__be16)__builtin_bswap16(x))
 #define bpf_ntohs(x) ((__u16)__builtin_bswap16(x))
+#define bpf_htonl(x) ((__be32)__builtin_bswap32(x))
+#define bpf_ntohl(x) ((__u32)__builtin_bswap32(x))
 
 #endif /* CELLIUM_BPF_API_H */

@@ -152,6 +152,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_ipcache SEC(".maps");
 
+/* cellium_identities: the security identities of the cluster (the
+ * identities table's numbers) -> 1. A tunnel packet's VNI must be one of
+ * them or a reserved identity (bpf/overlay.c). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_identities SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct endpoint_key);

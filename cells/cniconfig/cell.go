@@ -27,6 +27,7 @@ import (
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/statedb/tables"
 )
 
@@ -36,7 +37,7 @@ var Cell = hive.Module("cni-config", "CNI configuration",
 	// GET /v1/config: MTU, node name, every flag.
 	hive.Provide(configHandler),
 	// The pod MTU for POST /v1/ipam's reply (ipam.PodMTU).
-	hive.Provide(podMTU),
+	hive.Provide(newAutoMTU, podMTU),
 	// Writes the conflist once endpoints are restored and the local node
 	// has a router IP (IPAM has a pod CIDR).
 	hive.Invoke(registerWriter),
@@ -67,12 +68,16 @@ type Config struct {
 	CNIChainingMode string
 }
 
-// DefaultConfig writes DefaultConfListPath with MTU 1500 and no chaining.
-var DefaultConfig = Config{MTU: 1500, WriteCNIConfWhenReady: DefaultConfListPath, CNIChainingMode: ChainingNone}
+// DefaultConfig writes DefaultConfListPath with the automatic MTU and no
+// chaining.
+var DefaultConfig = Config{MTU: 0, WriteCNIConfWhenReady: DefaultConfListPath, CNIChainingMode: ChainingNone}
+
+// DefaultMTU is the pod MTU of --mtu=0 without a tunnel device.
+const DefaultMTU = 1500
 
 // Flags registers --mtu, --write-cni-conf-when-ready and --cni-chaining-mode.
 func (def Config) Flags(fs *pflag.FlagSet) {
-	fs.Int("mtu", def.MTU, "MTU of pod interfaces")
+	fs.Int("mtu", def.MTU, "MTU of pod interfaces; 0: automatic (the tunnel device's MTU, the uplink's minus 50, in tunnel routing mode; 1500 otherwise)")
 	fs.String("write-cni-conf-when-ready", def.WriteCNIConfWhenReady, `Write the CNI conflist to this path once the agent can serve pods ("" to disable)`)
 	fs.String("cni-chaining-mode", def.CNIChainingMode,
 		`CNI plugins chained after cellium-cni in the written conflist: "none", or "portmap" (the portmap plugin, which implements hostPort)`)
@@ -80,8 +85,8 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 
 // Validate checks the MTU range and the chaining mode.
 func (c Config) Validate() error {
-	if c.MTU < 576 || c.MTU > 65535 {
-		return fmt.Errorf("invalid --mtu=%d: must be between 576 and 65535", c.MTU)
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
+		return fmt.Errorf("invalid --mtu=%d: must be 0 (automatic) or between 576 and 65535", c.MTU)
 	}
 	if !slices.Contains(ChainingModes, c.CNIChainingMode) {
 		return fmt.Errorf("invalid --cni-chaining-mode=%q: supported modes are %s", c.CNIChainingMode, strings.Join(ChainingModes, ", "))
@@ -89,16 +94,48 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// PodMTU returns --mtu: the MTU of pod interfaces.
+// PodMTU returns --mtu when it is set (not 0).
 func (c Config) PodMTU() int { return c.MTU }
 
-func podMTU(cfg Config) ipam.PodMTU { return cfg }
+// AutoMTU is the pod MTU: --mtu when set, else the MTU of the tunnel
+// device the host-routing cell desires (statedb/routes: the uplink's MTU
+// minus the VXLAN overhead, in tunnel routing mode), else DefaultMTU.
+type AutoMTU struct {
+	Config Config
+	DB     *statedb.DB
+	// Devices is nil without the host-routing cell.
+	Devices statedb.Table[*routes.Device]
+}
 
-func configHandler(cfg Config, node k8s.NodeName, flags hive.FlagValues) agentapi.HandlersOut {
+// PodMTU implements ipam.PodMTU.
+func (a AutoMTU) PodMTU() int {
+	if a.Config.MTU != 0 {
+		return a.Config.MTU
+	}
+	if a.Devices != nil && a.DB != nil {
+		if d, _, found := a.Devices.Get(a.DB.ReadTxn(), routes.DeviceNameIndex.Query(routes.TunnelDevice)); found && d.MTU > 0 {
+			return d.MTU
+		}
+	}
+	return DefaultMTU
+}
+
+type mtuParams struct {
+	hive.In
+	Config  Config
+	DB      *statedb.DB
+	Devices statedb.Table[*routes.Device] `optional:"true"`
+}
+
+func newAutoMTU(p mtuParams) AutoMTU { return AutoMTU{Config: p.Config, DB: p.DB, Devices: p.Devices} }
+
+func podMTU(a AutoMTU) ipam.PodMTU { return a }
+
+func configHandler(mtu AutoMTU, node k8s.NodeName, flags hive.FlagValues) agentapi.HandlersOut {
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{{
 		Pattern: "GET /config",
 		Handler: func(w http.ResponseWriter, r *http.Request) {
-			agentapi.WriteJSON(w, r, models.DaemonConfig{MTU: cfg.MTU, NodeName: string(node), Options: flags.All()})
+			agentapi.WriteJSON(w, r, models.DaemonConfig{MTU: mtu.PodMTU(), NodeName: string(node), Options: flags.All()})
 		},
 	}}}
 }
@@ -142,6 +179,10 @@ type writerParams struct {
 	Node      k8s.NodeName
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	LocalNode statedb.Table[*nodes.LocalNode]
+	MTU       AutoMTU
+	// Devices, when present (host routing on), must be initialized (the
+	// tunnel device's MTU known) before the conflist is written.
+	Devices statedb.Table[*routes.Device] `optional:"true"`
 	// IPAM, when present, says when the node can hand out addresses: from
 	// its CiliumNode or, with the API server down after a reboot, from the
 	// CIDRs of its state file. Without it the router IP on the local-node
@@ -163,7 +204,12 @@ func registerWriter(p writerParams) {
 		if err := waitPodCIDR(ctx, p); err != nil {
 			return nil // stopped
 		}
-		data, err := ConfList(p.API.SocketPath, p.Config.MTU, p.Config.CNIChainingMode)
+		if p.Devices != nil {
+			if err := tables.WaitInitialized(ctx, p.DB, p.Devices); err != nil {
+				return nil // stopped
+			}
+		}
+		data, err := ConfList(p.API.SocketPath, p.MTU.PodMTU(), p.Config.CNIChainingMode)
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/routes"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -228,5 +229,34 @@ func TestChainingModeFlagWritesPortmap(t *testing.T) {
 	if got.Name != "portmap" || len(got.Plugins) != 2 || got.Plugins[0].Type != "cellium-cni" ||
 		got.Plugins[1].Type != "portmap" || !got.Plugins[1].Capabilities["portMappings"] {
 		t.Fatalf("conflist:\n%s\nwant cellium-cni then portmap with the portMappings capability", data)
+	}
+}
+
+// --mtu=0 follows the tunnel device the host-routing cell desires
+// (the uplink's MTU minus 50); without one it is 1500; a set --mtu wins.
+func TestAutoMTU(t *testing.T) {
+	db := statedb.New()
+	devs, err := routes.NewDevicesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auto := cniconfig.AutoMTU{Config: cniconfig.DefaultConfig, DB: db, Devices: devs}
+	if got := auto.PodMTU(); got != 1500 {
+		t.Errorf("no tunnel device: MTU %d, want 1500", got)
+	}
+	wtxn := db.WriteTxn(devs)
+	if _, _, err := devs.Insert(wtxn, &routes.Device{Name: routes.TunnelDevice, Kind: routes.KindVXLAN, Port: 8472, MTU: 1450}); err != nil {
+		t.Fatal(err)
+	}
+	wtxn.Commit()
+	if got := auto.PodMTU(); got != 1450 {
+		t.Errorf("tunnel device of MTU 1450: pod MTU %d, want 1450", got)
+	}
+	auto.Config.MTU = 1400
+	if got := auto.PodMTU(); got != 1400 {
+		t.Errorf("--mtu=1400: pod MTU %d", got)
+	}
+	if got := (cniconfig.AutoMTU{Config: cniconfig.DefaultConfig}).PodMTU(); got != 1500 {
+		t.Errorf("without host routing: %d, want 1500", got)
 	}
 }

@@ -8,18 +8,24 @@ package bpfloader
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/spf13/pflag"
 
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
+	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/routes"
 )
 
 // FullInterval is how often every row is checked against the kernel
@@ -111,8 +117,15 @@ type params struct {
 	DB        *statedb.DB
 	Endpoints statedb.Table[*endpoints.Endpoint]
 	Programs  statedb.RWTable[*bpfprog.Program]
-	Jobs      hive.Jobs
-	Reconcile reconcilejob.Params
+	// Devices is the host-routing cell's desired devices (absent when it
+	// is off): the tunnel device's row switches the overlay programs.
+	Devices statedb.Table[*routes.Device] `optional:"true"`
+	// Identities are the cluster's CiliumIdentities (absent without the
+	// Kubernetes client), mirrored into cellium_identities: the VNIs the
+	// overlay programs accept.
+	Identities statedb.Table[*ciliumv2.CiliumIdentity] `optional:"true"`
+	Jobs       hive.Jobs
+	Reconcile  reconcilejob.Params
 }
 
 func register(p params, n loader.Netns, src Sources) error {
@@ -154,5 +167,102 @@ func register(p params, n loader.Netns, src Sources) error {
 				}
 			}),
 	)
+	if p.Devices != nil {
+		o := &loader.Overlay{Layout: layout, Netns: n}
+		p.Jobs.Add(hive.Service("attach-overlay", nil, func(ctx context.Context, h hive.Health) {
+			runOverlay(ctx, h, p.DB, p.Devices, o)
+		}))
+		if p.Identities != nil {
+			p.Jobs.Add(hive.Service("sync-identities-map", nil, func(ctx context.Context, h hive.Health) {
+				runIdentities(ctx, h, p.DB, p.Identities, layout)
+			}))
+		}
+	}
 	return nil
+}
+
+// runIdentities keeps cellium_identities equal to the numeric identities of
+// the CiliumIdentity table (an object's name is its number), rewriting the
+// difference on every change of the table and every FullInterval.
+func runIdentities(ctx context.Context, h reconciler.Health, db *statedb.DB, ids statedb.Table[*ciliumv2.CiliumIdentity], layout loader.Layout) {
+	var m *maps.Maps
+	defer func() {
+		if m != nil {
+			m.Close()
+		}
+	}()
+	for {
+		next := time.After(FullInterval)
+		txn := db.ReadTxn()
+		all, watch := ids.AllWatch(txn)
+		want := map[identity.NumericIdentity]bool{}
+		for o := range all {
+			if n, err := strconv.ParseUint(o.Name, 10, 32); err == nil && n > 0 {
+				want[identity.NumericIdentity(n)] = true
+			}
+		}
+		var err error
+		if m == nil {
+			m, err = maps.Open(layout.Dir())
+		}
+		if err == nil {
+			_, _, err = m.Identities.Sync(want)
+		}
+		if err != nil {
+			h.Degraded("sync cellium_identities", err)
+			next = time.After(overlayRetry)
+		} else {
+			h.OK(fmt.Sprintf("%d identities", len(want)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-next:
+		}
+	}
+}
+
+// overlayRetry is how soon a failed attach of the overlay programs is
+// tried again.
+const overlayRetry = 5 * time.Second
+
+// runOverlay keeps the overlay programs on the tunnel device while the
+// devices table has its row reconciled (routing mode tunnel), and removes
+// them once the table, initialized, has none (routing mode native). Every
+// FullInterval it checks that the links are still on the device (a device
+// re-created behind the agent's back gets them again).
+func runOverlay(ctx context.Context, h reconciler.Health, db *statedb.DB, devs statedb.Table[*routes.Device], o *loader.Overlay) {
+	for {
+		txn := db.ReadTxn()
+		d, _, watch, found := devs.GetWatch(txn, routes.DeviceNameIndex.Query(routes.TunnelDevice))
+		initialized, initWatch := devs.Initialized(txn)
+		next := time.After(FullInterval)
+		switch {
+		case found && d.Status.Kind == reconciler.StatusDone:
+			if err := o.Ensure(d.Name); err != nil {
+				h.Degraded("attach the overlay programs to "+d.Name, err)
+				next = time.After(overlayRetry)
+			} else {
+				h.OK("overlay programs on " + d.Name)
+			}
+		case found:
+			h.OK(d.Name + " not reconciled yet")
+		case initialized:
+			if err := o.Remove(); err != nil {
+				h.Degraded("remove the overlay programs", err)
+				next = time.After(overlayRetry)
+			} else {
+				h.OK("no tunnel device")
+			}
+		default:
+			watch = initWatch
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-next:
+		}
+	}
 }

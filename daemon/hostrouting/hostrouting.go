@@ -9,6 +9,8 @@ package hostrouting
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -66,15 +68,91 @@ type Config struct {
 	// EnableIPv4Masquerade masquerades traffic from the pod CIDR leaving
 	// the node to addresses outside it (Cilium's flag and default).
 	EnableIPv4Masquerade bool
+	// RoutingMode is how pods reach other nodes' pods: "tunnel" (VXLAN,
+	// the default) or "native".
+	RoutingMode string
+	// TunnelProtocol is the encapsulation of tunnel mode: "vxlan" only.
+	TunnelProtocol string
+	// TunnelPort is the VXLAN UDP port (Cilium's default 8472).
+	TunnelPort int
+	// AutoDirectNodeRoutes routes remote pod CIDRs via their nodes'
+	// InternalIPs in native mode (nodes on the same L2 subnet).
+	AutoDirectNodeRoutes bool
+	// IPv4NativeRoutingCIDR is the range routed natively, never
+	// masqueraded; required in native mode with masquerading.
+	IPv4NativeRoutingCIDR string `flag:"ipv4-native-routing-cidr"`
+	// Devices name the uplink; empty: the device holding the node's
+	// InternalIP, else the default route's.
+	Devices []string
 }
 
-// DefaultConfig masquerades, as Cilium does.
-var DefaultConfig = Config{EnableIPv4Masquerade: true}
+// DefaultConfig masquerades and tunnels over VXLAN on port 8472, as
+// Cilium does.
+var DefaultConfig = Config{
+	EnableIPv4Masquerade: true,
+	RoutingMode:          routes.RoutingModeTunnel,
+	TunnelProtocol:       "vxlan",
+	TunnelPort:           8472,
+}
 
-// Flags registers --enable-ipv4-masquerade.
+// Flags registers --enable-ipv4-masquerade, --routing-mode,
+// --tunnel-protocol, --tunnel-port, --auto-direct-node-routes,
+// --ipv4-native-routing-cidr and --devices.
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Bool("enable-ipv4-masquerade", def.EnableIPv4Masquerade,
 		"Masquerade IPv4 traffic from the node's pod CIDR to destinations outside it (nftables table ip cellium)")
+	fs.String("routing-mode", def.RoutingMode,
+		`How pods reach pods of other nodes: "tunnel" (encapsulated in VXLAN between node IPs, the source identity in the VNI) or "native" (routed by the network, or by --auto-direct-node-routes)`)
+	fs.String("tunnel-protocol", def.TunnelProtocol, `Encapsulation of --routing-mode=tunnel: "vxlan"`)
+	fs.Int("tunnel-port", def.TunnelPort, "UDP port of the tunnel (VXLAN) between nodes")
+	fs.Bool("auto-direct-node-routes", def.AutoDirectNodeRoutes,
+		"In native routing mode, route each other node's pod CIDR via its InternalIP when that node is on the uplink's subnet")
+	fs.String("ipv4-native-routing-cidr", def.IPv4NativeRoutingCIDR,
+		"The IPv4 range the network routes natively between nodes (never masqueraded); required with --routing-mode=native and --enable-ipv4-masquerade")
+	fs.StringSlice("devices", def.Devices,
+		"The node's uplink device (the first one named); empty: the device holding the node's InternalIP, else the default route's")
+}
+
+// Validate checks the routing mode and its settings.
+func (c Config) Validate() error {
+	switch c.RoutingMode {
+	case routes.RoutingModeTunnel:
+		switch c.TunnelProtocol {
+		case "vxlan":
+		case "geneve":
+			return fmt.Errorf("invalid --tunnel-protocol=geneve: cellium supports vxlan only (set --tunnel-protocol=vxlan, or --routing-mode=native)")
+		default:
+			return fmt.Errorf("invalid --tunnel-protocol=%q: supported is vxlan", c.TunnelProtocol)
+		}
+		if c.TunnelPort < 1 || c.TunnelPort > 65535 {
+			return fmt.Errorf("invalid --tunnel-port=%d: must be a UDP port between 1 and 65535", c.TunnelPort)
+		}
+	case routes.RoutingModeNative:
+	default:
+		return fmt.Errorf("invalid --routing-mode=%q: supported modes are tunnel and native", c.RoutingMode)
+	}
+	if c.IPv4NativeRoutingCIDR != "" {
+		p, err := netip.ParsePrefix(c.IPv4NativeRoutingCIDR)
+		if err != nil || !p.Addr().Is4() {
+			return fmt.Errorf("invalid --ipv4-native-routing-cidr=%q: must be an IPv4 CIDR such as 10.0.0.0/8", c.IPv4NativeRoutingCIDR)
+		}
+	}
+	if c.RoutingMode == routes.RoutingModeNative && c.EnableIPv4Masquerade && c.IPv4NativeRoutingCIDR == "" {
+		return fmt.Errorf("--routing-mode=native with --enable-ipv4-masquerade needs --ipv4-native-routing-cidr: the range the network routes without masquerading (usually the cluster's pod CIDR), or turn masquerading off")
+	}
+	return nil
+}
+
+// remote is the routing package's configuration for the flags, acting on n.
+func (c Config) remote(n routing.Netns) *routing.RemoteConfig {
+	r := &routing.RemoteConfig{
+		Remote:  routes.Remote{Mode: c.RoutingMode, TunnelPort: c.TunnelPort, AutoDirectNodeRoutes: c.AutoDirectNodeRoutes},
+		Devices: c.Devices, Netns: n,
+	}
+	if c.IPv4NativeRoutingCIDR != "" {
+		r.NativeRoutingCIDR = netip.MustParsePrefix(c.IPv4NativeRoutingCIDR).Masked()
+	}
+	return r
 }
 
 type params struct {
@@ -84,6 +162,7 @@ type params struct {
 	DB         *statedb.DB
 	Endpoints  statedb.Table[*endpoints.Endpoint]
 	LocalNode  statedb.Table[*nodes.LocalNode]
+	Nodes      statedb.Table[*nodes.Node] `optional:"true"`
 	Routes     statedb.RWTable[*routes.Route]
 	Devices    statedb.RWTable[*routes.Device]
 	Sysctls    statedb.RWTable[*routes.Sysctl]
@@ -93,7 +172,8 @@ type params struct {
 
 func register(p params, n routing.Netns) error {
 	t := routing.Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode,
-		Routes: p.Routes, Devices: p.Devices, Sysctls: p.Sysctls}
+		Routes: p.Routes, Devices: p.Devices, Sysctls: p.Sysctls,
+		Nodes: p.Nodes, Remote: p.Config.remote(n)}
 	if p.Config.EnableIPv4Masquerade {
 		t.Masquerade = p.Masquerade
 	}

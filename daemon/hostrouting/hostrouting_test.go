@@ -59,3 +59,40 @@ func TestAgentGraphWithoutHostRouting(t *testing.T) {
 		t.Errorf("the host-routing cell is not shown disabled with --enable-endpoint-routes=false:\n%s", out)
 	}
 }
+
+// The routing-mode flags: Cilium's defaults, and bad combinations refused
+// with what to do.
+func TestRoutingModeFlags(t *testing.T) {
+	def := hostrouting.DefaultConfig
+	if def.RoutingMode != "tunnel" || def.TunnelProtocol != "vxlan" || def.TunnelPort != 8472 || def.AutoDirectNodeRoutes {
+		t.Errorf("defaults = %+v, want tunnel, vxlan, 8472, no direct routes", def)
+	}
+	if err := def.Validate(); err != nil {
+		t.Errorf("defaults invalid: %v", err)
+	}
+	for _, c := range []struct {
+		mod  func(*hostrouting.Config)
+		want string
+	}{
+		{func(c *hostrouting.Config) { c.TunnelProtocol = "geneve" }, "vxlan only"},
+		{func(c *hostrouting.Config) { c.RoutingMode = "bgp" }, "tunnel and native"},
+		{func(c *hostrouting.Config) { c.TunnelPort = 0 }, "--tunnel-port"},
+		{func(c *hostrouting.Config) { c.RoutingMode = "native" }, "needs --ipv4-native-routing-cidr"},
+		{func(c *hostrouting.Config) { c.IPv4NativeRoutingCIDR = "10.0.0.0" }, "must be an IPv4 CIDR"},
+	} {
+		cfg := def
+		c.mod(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one saying %q", cfg, err, c.want)
+		}
+	}
+	native := def
+	native.RoutingMode, native.IPv4NativeRoutingCIDR = "native", "10.0.0.0/8"
+	if err := native.Validate(); err != nil {
+		t.Errorf("native with a CIDR: %v", err)
+	}
+	native.IPv4NativeRoutingCIDR, native.EnableIPv4Masquerade = "", false
+	if err := native.Validate(); err != nil {
+		t.Errorf("native without masquerading needs no CIDR: %v", err)
+	}
+}

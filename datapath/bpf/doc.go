@@ -20,7 +20,12 @@
 // (cellium_lb4_services, cellium_lb4_backends, cellium_lb4_reverse_sk,
 // cellium_lb4_affinity, cellium_lb4_affinity_match),
 // with the Sock* struct types.
+//
+// LoadOverlay returns the collection spec of the tunnel device's programs
+// (bpf/overlay.c: cil_to_overlay on the egress and cil_from_overlay on the
+// ingress of cilium_vxlan), which share the global maps of LoadLxc.
 package bpf
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type ipcache_key -type ipcache_value -type endpoint_key -type endpoint_info -type policy_key -type policy_entry -type ct4_key -type ct_entry -type metrics_key -type metrics_value -type event Lxc ../../bpf/lxc.c -- -mcpu=v3 -Wall -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value -type lb4_affinity_key -type lb4_affinity_value -type lb4_affinity_match_key Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf Overlay ../../bpf/overlay.c -- -mcpu=v3 -Wall -Werror

@@ -143,6 +143,7 @@ type LxcPolicyKey struct {
 const (
 	LxcMapCelliumCt4               = "cellium_ct4"
 	LxcMapCelliumEvents            = "cellium_events"
+	LxcMapCelliumIdentities        = "cellium_identities"
 	LxcMapCelliumIpcache           = "cellium_ipcache"
 	LxcMapCelliumIpv4FragDatagrams = "cellium_ipv4_frag_datagrams"
 	LxcMapCelliumLxc               = "cellium_lxc"
@@ -214,6 +215,7 @@ type LxcProgramSpecs struct {
 type LxcMapSpecs struct {
 	CelliumCt4               *ebpf.MapSpec `ebpf:"cellium_ct4"`
 	CelliumEvents            *ebpf.MapSpec `ebpf:"cellium_events"`
+	CelliumIdentities        *ebpf.MapSpec `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.MapSpec `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.MapSpec `ebpf:"cellium_ipv4_frag_datagrams"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
@@ -257,6 +259,7 @@ func (o *LxcObjects) Close() error {
 type LxcMaps struct {
 	CelliumCt4               *ebpf.Map `ebpf:"cellium_ct4"`
 	CelliumEvents            *ebpf.Map `ebpf:"cellium_events"`
+	CelliumIdentities        *ebpf.Map `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.Map `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.Map `ebpf:"cellium_ipv4_frag_datagrams"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
@@ -269,6 +272,7 @@ func (m *LxcMaps) Close() error {
 	return _LxcClose(
 		m.CelliumCt4,
 		m.CelliumEvents,
+		m.CelliumIdentities,
 		m.CelliumIpcache,
 		m.CelliumIpv4FragDatagrams,
 		m.CelliumLxc,

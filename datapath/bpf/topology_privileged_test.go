@@ -50,23 +50,39 @@ func newNetns(tb testing.TB) ns.NetNS {
 type testNode struct {
 	ns   ns.NetNS
 	host link.Host
+	// router is the router IP on cellium_host, the pods' gateway.
+	router netip.Addr
 }
 
 func newTestNode(tb testing.TB) *testNode {
 	tb.Helper()
+	return newTestNodeWithRouter(tb, routerIP)
+}
+
+// newTestNodeWithRouter is newTestNode with router as the router IP, and
+// reverse-path filtering off (a node of the two-node tests receives
+// packets from remote pods).
+func newTestNodeWithRouter(tb testing.TB, router netip.Addr) *testNode {
+	tb.Helper()
 	n := newNetns(tb)
 	err := n.Do(func(ns.NetNS) error {
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0); err != nil {
-			return err
+		for _, f := range []string{"ipv4/ip_forward", "ipv4/conf/all/rp_filter", "ipv4/conf/default/rp_filter"} {
+			v := "1\n"
+			if f != "ipv4/ip_forward" {
+				v = "0\n"
+			}
+			if err := os.WriteFile("/proc/sys/net/"+f, []byte(v), 0); err != nil {
+				return err
+			}
 		}
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name = "cellium_host"
-		router := &netlink.Veth{LinkAttrs: attrs, PeerName: "cellium_net"}
-		if err := netlink.LinkAdd(router); err != nil {
+		dev := &netlink.Veth{LinkAttrs: attrs, PeerName: "cellium_net"}
+		if err := netlink.LinkAdd(dev); err != nil {
 			return fmt.Errorf("add router device: %w", err)
 		}
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: routerIP.AsSlice(), Mask: net.CIDRMask(32, 32)}}
-		if err := netlink.AddrAdd(router, addr); err != nil {
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: router.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+		if err := netlink.AddrAdd(dev, addr); err != nil {
 			return err
 		}
 		for _, name := range []string{"cellium_host", "cellium_net"} {
@@ -83,7 +99,7 @@ func newTestNode(tb testing.TB) *testNode {
 	if err != nil {
 		tb.Fatalf("set up node namespace: %v", err)
 	}
-	return &testNode{ns: n, host: link.Host{NetnsPath: n.Path()}}
+	return &testNode{ns: n, host: link.Host{NetnsPath: n.Path()}, router: router}
 }
 
 type testPod struct {
@@ -101,7 +117,7 @@ func (node *testNode) addPod(tb testing.TB, name string, ip netip.Addr) *testPod
 		ContainerID: fmt.Sprintf("cellium-bpf-test-%d-%s", os.Getpid(), name),
 		NetnsPath:   pn.Path(),
 		IPv4:        ip.AsSlice(),
-		Gateway:     routerIP.AsSlice(),
+		Gateway:     node.router.AsSlice(),
 	})
 	if err != nil {
 		tb.Fatalf("SetupEndpoint %s: %v", name, err)

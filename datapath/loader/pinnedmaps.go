@@ -45,6 +45,7 @@ func (p *PinnedMaps) Global() (map[string]*ebpf.Map, error) {
 		maps.EventsMapName:      m.Events,
 		maps.PolicyProgsMapName: m.PolicyProgs.Map(),
 		maps.FragMapName:        m.Frags,
+		maps.IdentitiesMapName:  m.Identities.Map(),
 	}, nil
 }
 

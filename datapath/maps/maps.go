@@ -26,6 +26,9 @@ const (
 	// FragMapName holds the ports of fragmented datagrams, from their
 	// first fragment, for the fragments after it.
 	FragMapName = bpf.LxcMapCelliumIpv4FragDatagrams
+	// IdentitiesMapName is the set of the cluster's security identities,
+	// against which the tunnel programs check a packet's VNI.
+	IdentitiesMapName = bpf.LxcMapCelliumIdentities
 	// PolicyMapName is the template map of the programs that the loader
 	// replaces with an endpoint's own policy map.
 	PolicyMapName = bpf.LxcMapCelliumPolicy
@@ -43,10 +46,12 @@ type Maps struct {
 	PolicyProgs *PolicyProgs
 	// Frags is the fragment tracking map (soft state of the programs).
 	Frags *ebpf.Map
+	// Identities is the set of known security identities (tunnel VNIs).
+	Identities *Identities
 }
 
 // globalNames are the global maps, pinned by name.
-var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName, FragMapName}
+var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName}
 
 // softState are the global maps whose contents the programs rebuild from
 // traffic: a pin of another layout (an upgrade changed it) is replaced by
@@ -119,13 +124,14 @@ func Open(dir string) (*Maps, error) {
 		Events:      opened[EventsMapName],
 		PolicyProgs: &PolicyProgs{m: opened[PolicyProgsMapName]},
 		Frags:       opened[FragMapName],
+		Identities:  &Identities{m: opened[IdentitiesMapName]},
 	}, nil
 }
 
 // Close closes the file descriptors; the pinned maps stay.
 func (m *Maps) Close() error {
 	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
-		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close(), m.Frags.Close())
+		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close(), m.Frags.Close(), m.Identities.m.Close())
 }
 
 // Replacements returns the maps to load an endpoint's programs with
@@ -140,8 +146,37 @@ func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
 		EventsMapName:      m.Events,
 		PolicyProgsMapName: m.PolicyProgs.m,
 		FragMapName:        m.Frags,
+		IdentitiesMapName:  m.Identities.m,
 		PolicyMapName:      policy.m,
 	}
+}
+
+// OverlayReplacements returns the maps to load the tunnel device's
+// programs (bpf.LoadOverlay) with: the global maps. The spec's policy map
+// template, which those programs never use, must be removed from the spec
+// before loading (LoadOverlaySpec does both).
+func (m *Maps) OverlayReplacements() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		IPCacheMapName:     m.IPCache.m,
+		EndpointsMapName:   m.Endpoints.m,
+		CT4MapName:         m.CT4.m,
+		MetricsMapName:     m.Metrics.m,
+		EventsMapName:      m.Events,
+		PolicyProgsMapName: m.PolicyProgs.m,
+		FragMapName:        m.Frags,
+		IdentitiesMapName:  m.Identities.m,
+	}
+}
+
+// LoadOverlaySpec returns the spec of the tunnel device's programs ready to
+// load with OverlayReplacements.
+func LoadOverlaySpec() (*ebpf.CollectionSpec, error) {
+	spec, err := bpf.LoadOverlay()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded overlay object: %w", err)
+	}
+	delete(spec.Maps, PolicyMapName)
+	return spec, nil
 }
 
 // NewEventReader returns a reader of the event ring buffer; decode its

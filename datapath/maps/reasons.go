@@ -12,7 +12,12 @@ const (
 	DropInvalid          uint8 = 134 // Invalid packet
 	DropCTInvalidHeader  uint8 = 135 // CT: Truncated or invalid header
 	DropUnknownL3        uint8 = 139 // Unsupported L3 protocol
+	DropNoTunnelKey      uint8 = 147 // Error retrieving tunnel key
+	DropUnknownTarget    uint8 = 150 // Unknown L3 target address
 	DropCTCreateFailed   uint8 = 155 // CT: Map insertion failed
+	DropNoTunnelEndpoint uint8 = 160 // No tunnel/encapsulation endpoint (datapath BUG!)
+	DropInvalidIdentity  uint8 = 171 // Invalid identity
+	DropUnknownSender    uint8 = 172 // Unknown sender
 	DropIsClusterIP      uint8 = 174 // Is a ClusterIP
 	DropFragNotFound     uint8 = 175 // First logical datagram fragment not found
 	DropPolicyDenyList   uint8 = 181 // Policy denied by denylist
@@ -36,11 +41,17 @@ var dropReasons = map[uint8]string{
 	142: "Unknown L4 protocol",
 	143: "Unknown ICMPv4 code",
 	144: "Unknown ICMPv4 type",
+	147: "Error retrieving tunnel key",
+	150: "Unknown L3 target address",
+	151: "Stale or unroutable IP",
 	155: "CT: Map insertion failed",
 	157: "IP fragmentation not supported",
+	160: "No tunnel/encapsulation endpoint (datapath BUG!)",
 	163: "Unknown connection tracking state",
 	174: "Is a ClusterIP",
 	166: "Unsupported L2 protocol",
+	171: "Invalid identity",
+	172: "Unknown sender",
 	175: "First logical datagram fragment not found",
 	181: "Policy denied by denylist",
 }

@@ -3,6 +3,8 @@ package routing
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"time"
 
 	"github.com/cilium/statedb"
 
@@ -22,6 +24,60 @@ type Tables struct {
 	Sysctls   statedb.RWTable[*routes.Sysctl]
 	// Masquerade is nil when masquerading is off.
 	Masquerade statedb.RWTable[*routes.Masquerade]
+	// Nodes are the cluster's nodes (their pod CIDRs and addresses); nil,
+	// or a nil Remote, for a node that routes to no other node.
+	Nodes statedb.Table[*nodes.Node]
+	// Remote is how the node reaches other nodes' pods.
+	Remote *RemoteConfig
+}
+
+// RemoteConfig is how the node reaches other nodes' pods.
+type RemoteConfig struct {
+	// Remote is the routing mode and its settings; TunnelMTU and
+	// SameSubnet are filled from the uplink the deriver detects.
+	routes.Remote
+	// Devices are the uplink devices the user named (--devices); empty:
+	// detect (DetectUplink).
+	Devices []string
+	// Netns is where the uplink is looked for (the node's namespace).
+	Netns Netns
+}
+
+// DefaultUplinkMTU is the uplink MTU assumed while the uplink cannot be
+// found (the deriver reports itself degraded meanwhile).
+const DefaultUplinkMTU = 1500
+
+// remote returns the routes, devices and masquerade exceptions for other
+// nodes, and the error of the uplink detection (the rest is derived with
+// DefaultUplinkMTU then).
+func (d *Deriver) remote(rtxn statedb.ReadTxn, local *nodes.LocalNode) (rs []*routes.Route, devs []*routes.Device, masq []*routes.Masquerade, watch <-chan struct{}, err error) {
+	if d.t.Remote == nil || d.t.Nodes == nil {
+		return nil, nil, nil, nil, nil
+	}
+	all, watch := d.t.Nodes.AllWatch(rtxn)
+	cfg := d.t.Remote.Remote
+	var nodeIP netip.Addr
+	localName := ""
+	if local != nil {
+		nodeIP, localName = local.InternalIP, local.Name
+	}
+	up, err := DetectUplink(d.t.Remote.Netns, d.t.Remote.Devices, nodeIP)
+	mtu := DefaultUplinkMTU
+	if err == nil && up.MTU > 0 {
+		mtu = up.MTU
+	}
+	cfg.TunnelMTU = mtu - routes.TunnelOverhead
+	cfg.SameSubnet = up.SameSubnet
+	seq := func(yield func(*nodes.Node) bool) {
+		for n := range all {
+			if !yield(n) {
+				return
+			}
+		}
+	}
+	rs, devs = routes.DeriveRemote(cfg, localName, seq)
+	masq = routes.DeriveMasqueradeExceptions(cfg, local, seq)
+	return rs, devs, masq, watch, err
 }
 
 func (t Tables) written() []statedb.TableMeta {
@@ -90,8 +146,15 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 				}
 			}
 		})
-		if err := d.write(rtxn, local, want); err != nil {
+		rs, devs, except, nodesWatch, uplinkErr := d.remote(rtxn, local)
+		want.Routes = append(want.Routes, rs...)
+		want.Devices = append(want.Devices, devs...)
+		var retry <-chan time.Time
+		if err := d.write(rtxn, local, want, except); err != nil {
 			health.Degraded("write desired host networking", err)
+		} else if uplinkErr != nil {
+			health.Degraded("detect the uplink (tunnel MTU assumes a 1500 uplink)", uplinkErr)
+			retry = time.After(uplinkRetry)
 		} else {
 			health.OK(fmt.Sprintf("%d routes, %d devices desired", len(want.Routes), len(want.Devices)))
 		}
@@ -101,11 +164,17 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		case <-epWatch:
 		case <-nodeWatch:
 		case <-initWatch:
+		case <-nodesWatch:
+		case <-retry:
 		}
 	}
 }
 
-func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want routes.Desired) error {
+// uplinkRetry is how soon the deriver looks for the uplink again when it
+// found none.
+const uplinkRetry = 5 * time.Second
+
+func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want routes.Desired, except []*routes.Masquerade) error {
 	tables := d.t.written()
 	wtxn := d.t.DB.WriteTxn(tables...)
 	defer wtxn.Abort()
@@ -119,7 +188,7 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want route
 		return fmt.Errorf("sysctls: %w", err)
 	}
 	if d.t.Masquerade != nil {
-		if _, err := routes.Sync(wtxn, d.t.Masquerade, routes.DeriveMasquerade(local), func(m *routes.Masquerade) reconciler.Status { return m.Status }); err != nil {
+		if _, err := routes.Sync(wtxn, d.t.Masquerade, append(routes.DeriveMasquerade(local), except...), func(m *routes.Masquerade) reconciler.Status { return m.Status }); err != nil {
 			return fmt.Errorf("masquerade: %w", err)
 		}
 	}

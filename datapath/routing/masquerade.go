@@ -24,7 +24,35 @@ const (
 	// masqTag prefixes the user data of each masquerade rule, followed by
 	// the source prefix: what Delete and Prune match on.
 	masqTag = "cellium-masquerade "
+	// exceptTag prefixes the user data of each exception rule (a
+	// destination never masqueraded), followed by the prefix.
+	exceptTag = "cellium-masquerade-except "
 )
+
+// tag is the user data of m's rule.
+func tag(m *routes.Masquerade) string {
+	if m.Except {
+		return exceptTag + m.Prefix.Masked().String()
+	}
+	return masqTag + m.Prefix.Masked().String()
+}
+
+// exceptRule is `ip daddr PREFIX return`: the destination is never
+// masqueraded. Exception rules go to the head of the chain.
+func exceptRule(m *routes.Masquerade) *nftables.Rule {
+	t, ch := nfObjects()
+	p := m.Prefix.Masked()
+	addr := p.Addr().As4()
+	return &nftables.Rule{
+		Table: t, Chain: ch, UserData: []byte(tag(m)),
+		Exprs: []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net.CIDRMask(p.Bits(), 32), Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
+			&expr.Verdict{Kind: expr.VerdictReturn},
+		},
+	}
+}
 
 // MasqueradeOps reconciles the masquerade table into nftables: per row,
 // in table ip cellium, chain postrouting (nat, srcnat priority):
@@ -104,12 +132,19 @@ func (o MasqueradeOps) Update(_ context.Context, _ statedb.ReadTxn, m *routes.Ma
 			return fmt.Errorf("list rules: %w", err)
 		}
 		want := masqRule(m)
+		if m.Except {
+			want = exceptRule(m)
+		}
 		for _, r := range rs {
 			if bytes.Equal(r.UserData, want.UserData) {
 				return nil
 			}
 		}
-		c.AddRule(want)
+		if m.Except {
+			c.InsertRule(want) // at the head: before every masquerade rule
+		} else {
+			c.AddRule(want)
+		}
 		return c.Flush()
 	})
 	if err != nil {
@@ -120,8 +155,8 @@ func (o MasqueradeOps) Update(_ context.Context, _ statedb.ReadTxn, m *routes.Ma
 
 // Delete implements reconciler.Operations: it removes the rule of m.
 func (o MasqueradeOps) Delete(_ context.Context, _ statedb.ReadTxn, m *routes.Masquerade) error {
-	tag := []byte(masqTag + m.Prefix.Masked().String())
-	err := o.deleteRules(func(ud []byte) bool { return bytes.Equal(ud, tag) })
+	t := []byte(tag(m))
+	err := o.deleteRules(func(ud []byte) bool { return bytes.Equal(ud, t) })
 	if err != nil {
 		return fmt.Errorf("delete masquerade %s: %w", m.Prefix, err)
 	}
@@ -133,7 +168,7 @@ func (o MasqueradeOps) Delete(_ context.Context, _ statedb.ReadTxn, m *routes.Ma
 func (o MasqueradeOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*routes.Masquerade, statedb.Revision]) error {
 	keep := map[string]bool{}
 	for m := range desired {
-		keep[masqTag+m.Prefix.Masked().String()] = true
+		keep[tag(m)] = true
 	}
 	return o.deleteRules(func(ud []byte) bool { return !keep[string(ud)] })
 }

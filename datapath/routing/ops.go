@@ -35,6 +35,13 @@ func (o RouteOps) route(h *netlink.Handle, r *routes.Route, needLink bool) (*net
 		Dst: &dst, Scope: netlink.SCOPE_LINK, Table: syscall.RT_TABLE_MAIN,
 		Protocol: netlink.RouteProtocol(routes.Protocol),
 	}
+	if r.Gateway.IsValid() {
+		// A direct route to another node's pod CIDR: the kernel finds
+		// the device that reaches the gateway.
+		nr.Scope = netlink.SCOPE_UNIVERSE
+		nr.Gw = r.Gateway.AsSlice()
+		return nr, nil
+	}
 	l, err := linkByName(h, r.Device)
 	if err != nil {
 		return nil, err
@@ -61,6 +68,9 @@ func (o RouteOps) update(h *netlink.Handle, r *routes.Route) error {
 		err = h.RouteReplace(nr)
 	}
 	if err != nil {
+		if r.Gateway.IsValid() {
+			return fmt.Errorf("route %s via %s: %w", r.Prefix, r.Gateway, err)
+		}
 		return fmt.Errorf("route %s dev %s: %w", r.Prefix, r.Device, err)
 	}
 	return nil
@@ -156,9 +166,9 @@ func (o RouteOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[
 		if err != nil {
 			return fmt.Errorf("list routes: %w", err)
 		}
-		want := map[netip.Prefix]string{}
+		want := map[netip.Prefix]*routes.Route{}
 		for r := range desired {
-			want[r.Prefix] = r.Device
+			want[r.Prefix] = r
 		}
 		var errs []error
 		for _, nr := range owned {
@@ -166,8 +176,12 @@ func (o RouteOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[
 				continue
 			}
 			p, ok := netipPrefix(nr.Dst)
-			if dev, desired := want[p]; ok && desired {
-				if l, err := h.LinkByIndex(nr.LinkIndex); err == nil && l.Attrs().Name == dev {
+			if r, desired := want[p]; ok && desired {
+				if r.Gateway.IsValid() {
+					if gw, gok := netip.AddrFromSlice(nr.Gw); gok && gw.Unmap() == r.Gateway {
+						continue
+					}
+				} else if l, err := h.LinkByIndex(nr.LinkIndex); err == nil && l.Attrs().Name == r.Device {
 					continue
 				}
 			}
@@ -195,6 +209,12 @@ type DeviceOps struct{ Netns Netns }
 
 // Update implements reconciler.Operations.
 func (o DeviceOps) Update(_ context.Context, _ statedb.ReadTxn, d *routes.Device) error {
+	if d.Kind == routes.KindVXLAN {
+		if err := o.Netns.handle(func(h *netlink.Handle) error { return updateVXLAN(h, d) }); err != nil {
+			return fmt.Errorf("device %s: %w", d.Name, err)
+		}
+		return nil
+	}
 	err := o.Netns.handle(func(h *netlink.Handle) error {
 		l, err := linkByName(h, d.Name)
 		if err != nil {
@@ -350,5 +370,67 @@ func (SysctlOps) Delete(context.Context, statedb.ReadTxn, *routes.Sysctl) error 
 
 // Prune implements reconciler.Operations; nothing to prune.
 func (SysctlOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*routes.Sysctl, statedb.Revision]) error {
+	return nil
+}
+
+// updateVXLAN makes d's VXLAN device: external (collect metadata) on UDP
+// d.Port, d.MTU, ARP off (the kernel never resolves a neighbour on it: the
+// programs set each packet's tunnel key), labelled as the agent's, up. A
+// device of that name with another port or not external is made again; a
+// device of another type, or a VXLAN device not labelled as the agent's,
+// is an error.
+func updateVXLAN(h *netlink.Handle, d *routes.Device) error {
+	l, err := linkByName(h, d.Name)
+	if err != nil {
+		return err
+	}
+	if l != nil {
+		vx, ok := l.(*netlink.Vxlan)
+		if !ok {
+			return fmt.Errorf("%s exists and is a %s, not a vxlan device: delete it or stop whatever made it", d.Name, l.Type())
+		}
+		if vx.Attrs().Alias != deviceAlias {
+			return fmt.Errorf("%s exists and was not made by cellium: delete it (ip link del %s) or stop whatever made it", d.Name, d.Name)
+		}
+		if !vx.FlowBased || vx.Port != d.Port {
+			if err := h.LinkDel(l); err != nil {
+				return fmt.Errorf("remove %s to make it again (port %d, external): %w", d.Name, d.Port, err)
+			}
+			l = nil
+		}
+	}
+	if l == nil {
+		vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: d.Name, MTU: d.MTU}, FlowBased: true, Port: d.Port}
+		if err := h.LinkAdd(vx); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EEXIST) {
+				return fmt.Errorf("create vxlan device %s on UDP port %d: %w (another VXLAN device uses the port: choose another --tunnel-port or remove it)", d.Name, d.Port, err)
+			}
+			return fmt.Errorf("create vxlan device %s on UDP port %d: %w", d.Name, d.Port, err)
+		}
+		if l, err = h.LinkByName(d.Name); err != nil {
+			return err
+		}
+	}
+	a := l.Attrs()
+	if a.Alias != deviceAlias {
+		if err := h.LinkSetAlias(l, deviceAlias); err != nil {
+			return fmt.Errorf("label %s: %w", d.Name, err)
+		}
+	}
+	if d.MTU > 0 && a.MTU != d.MTU {
+		if err := h.LinkSetMTU(l, d.MTU); err != nil {
+			return fmt.Errorf("set %s MTU %d: %w", d.Name, d.MTU, err)
+		}
+	}
+	if a.RawFlags&syscall.IFF_NOARP == 0 {
+		if err := h.LinkSetARPOff(l); err != nil {
+			return fmt.Errorf("set %s arp off: %w", d.Name, err)
+		}
+	}
+	if a.Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(l); err != nil {
+			return fmt.Errorf("set %s up: %w", d.Name, err)
+		}
+	}
 	return nil
 }

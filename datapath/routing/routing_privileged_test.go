@@ -65,12 +65,21 @@ type harness struct {
 	db        *statedb.DB
 	eps       statedb.RWTable[*endpoints.Endpoint]
 	local     statedb.RWTable[*nodes.LocalNode]
+	nodes     statedb.RWTable[*nodes.Node]
 	tables    Tables
 	epsInit   func(statedb.WriteTxn)
 	nodeNetns Netns
+	stop      func()
 }
 
 func startHarness(t testing.TB, node ns.NetNS, fullInterval time.Duration, masquerade ...bool) *harness {
+	t.Helper()
+	return startHarnessRemote(t, node, fullInterval, len(masquerade) > 0 && masquerade[0], nil)
+}
+
+// startHarnessRemote is startHarness with a nodes table and remote, how the
+// node reaches other nodes' pods (nil: it does not).
+func startHarnessRemote(t testing.TB, node ns.NetNS, fullInterval time.Duration, masquerade bool, remote *RemoteConfig) *harness {
 	t.Helper()
 	db := statedb.New()
 	must := func(err error) {
@@ -94,8 +103,13 @@ func startHarness(t testing.TB, node ns.NetNS, fullInterval time.Duration, masqu
 	h.epsInit = eps.RegisterInitializer(wtxn, "test")
 	wtxn.Commit()
 	h.tables = Tables{DB: db, Endpoints: eps, LocalNode: local, Routes: rt, Devices: dt, Sysctls: st}
+	if remote != nil {
+		h.nodes, err = nodes.NewNodesTable(db)
+		must(err)
+		h.tables.Nodes, h.tables.Remote = h.nodes, remote
+	}
 	var runs []func(context.Context, reconciler.Health)
-	if len(masquerade) > 0 && masquerade[0] {
+	if masquerade {
 		mt, err := routes.NewMasqueradeTable(db)
 		must(err)
 		h.tables.Masquerade = mt
@@ -126,7 +140,9 @@ func startHarness(t testing.TB, node ns.NetNS, fullInterval time.Duration, masqu
 		wg.Add(1)
 		go func() { defer wg.Done(); run(ctx, nopHealth{}) }()
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	var once sync.Once
+	h.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(h.stop)
 	return h
 }
 

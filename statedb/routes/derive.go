@@ -123,3 +123,119 @@ func DeriveMasquerade(local *nodes.LocalNode) []*Masquerade {
 	slices.SortFunc(out, func(a, b *Masquerade) int { return comparePrefix(a.Prefix, b.Prefix) })
 	return out
 }
+
+// Routing modes (--routing-mode), as in Cilium.
+const (
+	RoutingModeTunnel = "tunnel"
+	RoutingModeNative = "native"
+)
+
+// TunnelDevice is the name of the tunnel device, as in Cilium.
+const TunnelDevice = "cilium_vxlan"
+
+// TunnelOverhead is what VXLAN over IPv4 adds to a packet: outer IPv4
+// (20), UDP (8), VXLAN (8) and the inner Ethernet header (14).
+const TunnelOverhead = 50
+
+// Remote is how the node reaches other nodes' pods (the routing-mode
+// flags of daemon/hostrouting).
+type Remote struct {
+	// Mode is RoutingModeTunnel or RoutingModeNative.
+	Mode string
+	// TunnelPort is the VXLAN UDP port.
+	TunnelPort int
+	// TunnelMTU is cilium_vxlan's MTU (the uplink's minus TunnelOverhead);
+	// 0 leaves the kernel's default.
+	TunnelMTU int
+	// AutoDirectNodeRoutes routes each remote pod CIDR via its node's
+	// InternalIP in native mode, for nodes on the same L2 subnet.
+	AutoDirectNodeRoutes bool
+	// SameSubnet reports whether a node IP is on one of the node's own
+	// uplink subnets (directly reachable); nil: none is.
+	SameSubnet func(netip.Addr) bool
+	// NativeRoutingCIDR is the range the network routes natively, never
+	// masqueraded (--ipv4-native-routing-cidr); invalid for none.
+	NativeRoutingCIDR netip.Prefix
+}
+
+// DeriveRemote computes the routes and devices for other nodes' pods from
+// the nodes table's rows (the local node's own row is skipped):
+//   - tunnel mode: the tunnel device (KindVXLAN, external) and a route of
+//     every remote IPv4 pod CIDR into it;
+//   - native mode with AutoDirectNodeRoutes: a route of every remote IPv4
+//     pod CIDR via its node's InternalIP, for nodes SameSubnet accepts;
+//   - native mode without: nothing (the network routes pod CIDRs).
+//
+// The output is sorted.
+func DeriveRemote(cfg Remote, localName string, all iter.Seq[*nodes.Node]) ([]*Route, []*Device) {
+	var rs []*Route
+	var devs []*Device
+	tunnel := cfg.Mode == RoutingModeTunnel
+	if tunnel {
+		devs = append(devs, &Device{Name: TunnelDevice, Kind: KindVXLAN, Port: cfg.TunnelPort, MTU: cfg.TunnelMTU})
+	} else if !cfg.AutoDirectNodeRoutes {
+		return nil, nil
+	}
+	for n := range all {
+		if n.Local || n.Name == localName {
+			continue
+		}
+		ip, ok := n.Address(nodes.AddressInternalIP)
+		if !tunnel && (!ok || !ip.Is4() || cfg.SameSubnet == nil || !cfg.SameSubnet(ip)) {
+			continue
+		}
+		for _, p := range n.PodCIDRs {
+			if !p.Addr().Is4() {
+				continue
+			}
+			r := &Route{Prefix: p.Masked()}
+			if tunnel {
+				r.Device = TunnelDevice
+			} else {
+				r.Gateway = ip
+			}
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b *Route) int { return comparePrefix(a.Prefix, b.Prefix) })
+	rs = slices.CompactFunc(rs, func(a, b *Route) bool { return a.Prefix == b.Prefix })
+	return rs, devs
+}
+
+// DeriveMasqueradeExceptions are the destinations the node never
+// masquerades, beyond its own pod CIDRs: every other node's pod CIDRs and
+// addresses, and the native routing CIDR. Prefixes equal to a local pod
+// CIDR are left out (its masquerade rule already excludes them).
+func DeriveMasqueradeExceptions(cfg Remote, local *nodes.LocalNode, all iter.Seq[*nodes.Node]) []*Masquerade {
+	if local == nil {
+		return nil
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, p := range local.PodCIDRs {
+		seen[p.Masked()] = true
+	}
+	var out []*Masquerade
+	add := func(p netip.Prefix) {
+		if !p.IsValid() || !p.Addr().Is4() || seen[p.Masked()] {
+			return
+		}
+		seen[p.Masked()] = true
+		out = append(out, &Masquerade{Prefix: p.Masked(), Except: true})
+	}
+	add(cfg.NativeRoutingCIDR)
+	for n := range all {
+		if n.Local || n.Name == local.Name {
+			continue
+		}
+		for _, p := range n.PodCIDRs {
+			add(p)
+		}
+		for _, a := range n.Addresses {
+			if a.IP.Is4() {
+				add(netip.PrefixFrom(a.IP, 32))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *Masquerade) int { return comparePrefix(a.Prefix, b.Prefix) })
+	return out
+}

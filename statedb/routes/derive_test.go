@@ -126,3 +126,69 @@ func TestDeriveMasquerade(t *testing.T) {
 		t.Errorf("masquerade = %q, want %q", got, want)
 	}
 }
+
+func remoteNodes() []*nodes.Node {
+	n := func(name, ip string, cidrs ...string) *nodes.Node {
+		x := &nodes.Node{Name: name, Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: netip.MustParseAddr(ip)}}}
+		for _, c := range cidrs {
+			x.PodCIDRs = append(x.PodCIDRs, netip.MustParsePrefix(c))
+		}
+		return x
+	}
+	return []*nodes.Node{
+		n("self", "10.0.0.1", "10.200.1.0/24"),
+		n("b", "10.0.0.2", "10.200.2.0/24", "fd00::/120"),
+		n("c", "10.9.0.3", "10.200.3.0/24"),
+	}
+}
+
+func routeStrings(rs []*Route) []string {
+	var out []string
+	for _, r := range rs {
+		s := r.Prefix.String()
+		if r.Gateway.IsValid() {
+			s += " via " + r.Gateway.String()
+		} else {
+			s += " dev " + r.Device
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Tunnel mode: the tunnel device and every remote IPv4 pod CIDR into it;
+// native mode with direct routes: via the node IP, same subnet only;
+// native mode without: nothing.
+func TestDeriveRemote(t *testing.T) {
+	rs, devs := DeriveRemote(Remote{Mode: RoutingModeTunnel, TunnelPort: 8472, TunnelMTU: 1450}, "self", slices.Values(remoteNodes()))
+	if got, want := routeStrings(rs), []string{"10.200.2.0/24 dev cilium_vxlan", "10.200.3.0/24 dev cilium_vxlan"}; !slices.Equal(got, want) {
+		t.Errorf("tunnel routes = %q, want %q", got, want)
+	}
+	if len(devs) != 1 || devs[0].Name != TunnelDevice || devs[0].Kind != KindVXLAN || devs[0].Port != 8472 || devs[0].MTU != 1450 {
+		t.Errorf("tunnel devices = %+v", devs)
+	}
+	same := func(a netip.Addr) bool { return netip.MustParsePrefix("10.0.0.0/24").Contains(a) }
+	rs, devs = DeriveRemote(Remote{Mode: RoutingModeNative, AutoDirectNodeRoutes: true, SameSubnet: same}, "self", slices.Values(remoteNodes()))
+	if got, want := routeStrings(rs), []string{"10.200.2.0/24 via 10.0.0.2"}; !slices.Equal(got, want) || len(devs) != 0 {
+		t.Errorf("native routes = %q (devices %v), want %q and no device", got, devs, want)
+	}
+	if rs, devs := DeriveRemote(Remote{Mode: RoutingModeNative}, "self", slices.Values(remoteNodes())); rs != nil || devs != nil {
+		t.Errorf("native without direct routes: %v %v", rs, devs)
+	}
+}
+
+func TestDeriveMasqueradeExceptions(t *testing.T) {
+	local := &nodes.LocalNode{Name: "self", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.1.0/24")}}
+	got := DeriveMasqueradeExceptions(Remote{NativeRoutingCIDR: netip.MustParsePrefix("10.200.0.0/16")}, local, slices.Values(remoteNodes()))
+	var s []string
+	for _, m := range got {
+		if !m.Except {
+			t.Errorf("%s is not an exception", m.Prefix)
+		}
+		s = append(s, m.Prefix.String())
+	}
+	want := []string{"10.0.0.2/32", "10.9.0.3/32", "10.200.0.0/16", "10.200.2.0/24", "10.200.3.0/24"}
+	if !slices.Equal(s, want) {
+		t.Errorf("exceptions = %q, want %q", s, want)
+	}
+}

@@ -51,15 +51,21 @@ type Route struct {
 	// makes a veth re-created under the same name a change, so the route
 	// (which the kernel dropped with the old link) is put back at once.
 	DeviceIndex int `json:"device-index,omitempty"`
-	// EndpointID is the endpoint the route leads to.
+	// EndpointID is the endpoint the route leads to (0 for a route to
+	// another node's pod CIDR).
 	EndpointID uint16 `json:"endpoint-id"`
+	// Gateway, when valid, is the next hop (another node's InternalIP:
+	// native routing's direct route to its pod CIDR); Device is then empty
+	// and the kernel picks the device that reaches the gateway.
+	Gateway netip.Addr `json:"gateway,omitzero"`
 	// Status is the reconciliation status.
 	Status reconciler.Status `json:"status"`
 }
 
 // SameAs reports whether r and o differ at most in Status.
 func (r *Route) SameAs(o *Route) bool {
-	return r.Prefix == o.Prefix && r.Device == o.Device && r.DeviceIndex == o.DeviceIndex && r.EndpointID == o.EndpointID
+	return r.Prefix == o.Prefix && r.Device == o.Device && r.DeviceIndex == o.DeviceIndex && r.EndpointID == o.EndpointID &&
+		r.Gateway == o.Gateway
 }
 
 // WithStatus returns a copy of r with status s.
@@ -70,16 +76,38 @@ func (r *Route) WithStatus(s reconciler.Status) *Route {
 }
 
 // TableHeader implements statedb.TableWritable.
-func (*Route) TableHeader() []string { return []string{"Prefix", "Device", "Endpoint", "Status"} }
+func (*Route) TableHeader() []string {
+	return []string{"Prefix", "Device", "Gateway", "Endpoint", "Status"}
+}
 
 // TableRow implements statedb.TableWritable.
 func (r *Route) TableRow() []string {
-	return []string{r.Prefix.String(), r.Device, strconv.Itoa(int(r.EndpointID)), r.Status.String()}
+	gw := ""
+	if r.Gateway.IsValid() {
+		gw = r.Gateway.String()
+	}
+	return []string{r.Prefix.String(), r.Device, gw, strconv.Itoa(int(r.EndpointID)), r.Status.String()}
 }
 
+// Device kinds.
+const (
+	// KindVeth is a veth pair Name/Peer (cilium_host/cilium_net); the
+	// zero Kind.
+	KindVeth = ""
+	// KindVXLAN is a VXLAN device in external (collect-metadata) mode on
+	// UDP Port with MTU, ARP off: the tunnel device cilium_vxlan.
+	KindVXLAN = "vxlan"
+)
+
 // Device is one desired host device: a veth pair Name/Peer, both up, with
-// exactly Addrs on Name.
+// exactly Addrs on Name; or (Kind KindVXLAN) the tunnel device.
 type Device struct {
+	// Kind is KindVeth or KindVXLAN.
+	Kind string `json:"kind,omitempty"`
+	// Port is a VXLAN device's UDP port.
+	Port int `json:"port,omitempty"`
+	// MTU is a VXLAN device's MTU (0: the kernel's default).
+	MTU int `json:"mtu,omitempty"`
 	// Name is the device (cilium_host) and Peer its veth peer (cilium_net).
 	Name string `json:"name"`
 	Peer string `json:"peer"`
@@ -91,7 +119,8 @@ type Device struct {
 
 // SameAs reports whether d and o differ at most in Status.
 func (d *Device) SameAs(o *Device) bool {
-	return d.Name == o.Name && d.Peer == o.Peer && slices.Equal(d.Addrs, o.Addrs)
+	return d.Name == o.Name && d.Peer == o.Peer && slices.Equal(d.Addrs, o.Addrs) && d.Kind == o.Kind &&
+		d.Port == o.Port && d.MTU == o.MTU
 }
 
 // WithStatus returns a copy of d with status s.
@@ -102,7 +131,9 @@ func (d *Device) WithStatus(s reconciler.Status) *Device {
 }
 
 // TableHeader implements statedb.TableWritable.
-func (*Device) TableHeader() []string { return []string{"Name", "Peer", "Addresses", "Status"} }
+func (*Device) TableHeader() []string {
+	return []string{"Name", "Kind", "Peer", "Addresses", "Port", "MTU", "Status"}
+}
 
 // TableRow implements statedb.TableWritable.
 func (d *Device) TableRow() []string {
@@ -110,7 +141,17 @@ func (d *Device) TableRow() []string {
 	for i, a := range d.Addrs {
 		addrs[i] = a.String()
 	}
-	return []string{d.Name, d.Peer, strings.Join(addrs, ","), d.Status.String()}
+	kind, port, mtu := d.Kind, "", ""
+	if kind == KindVeth {
+		kind = "veth"
+	}
+	if d.Port != 0 {
+		port = strconv.Itoa(d.Port)
+	}
+	if d.MTU != 0 {
+		mtu = strconv.Itoa(d.MTU)
+	}
+	return []string{d.Name, kind, d.Peer, strings.Join(addrs, ","), port, mtu, d.Status.String()}
 }
 
 // Sysctl is one desired kernel setting of the node's network namespace.
@@ -205,13 +246,17 @@ type Masquerade struct {
 	Prefix netip.Prefix `json:"prefix"`
 	// ExceptDevice is the output device never masqueraded (cilium_host).
 	ExceptDevice string `json:"except-device"`
+	// Except marks a destination range that is never masqueraded (another
+	// node's pod CIDR or address, the native routing CIDR): its rule
+	// `ip daddr PREFIX return` comes before every masquerade rule.
+	Except bool `json:"except,omitempty"`
 	// Status is the reconciliation status.
 	Status reconciler.Status `json:"status"`
 }
 
 // SameAs reports whether m and o differ at most in Status.
 func (m *Masquerade) SameAs(o *Masquerade) bool {
-	return m.Prefix == o.Prefix && m.ExceptDevice == o.ExceptDevice
+	return m.Prefix == o.Prefix && m.ExceptDevice == o.ExceptDevice && m.Except == o.Except
 }
 
 // WithStatus returns a copy of m with status s.
@@ -222,11 +267,13 @@ func (m *Masquerade) WithStatus(s reconciler.Status) *Masquerade {
 }
 
 // TableHeader implements statedb.TableWritable.
-func (*Masquerade) TableHeader() []string { return []string{"Prefix", "ExceptDevice", "Status"} }
+func (*Masquerade) TableHeader() []string {
+	return []string{"Prefix", "ExceptDevice", "Except", "Status"}
+}
 
 // TableRow implements statedb.TableWritable.
 func (m *Masquerade) TableRow() []string {
-	return []string{m.Prefix.String(), m.ExceptDevice, m.Status.String()}
+	return []string{m.Prefix.String(), m.ExceptDevice, strconv.FormatBool(m.Except), m.Status.String()}
 }
 
 // MasqueradePrefixIndex keys masquerade rules by source prefix.

@@ -115,3 +115,41 @@ func TestPrivilegedBenchRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedCrossNodeBenchRuns runs a tiny cross-node bench: every
+// variant carries traffic (figures above zero), the four aims get a
+// verdict, and no namespace or bpffs mount is left behind. It asserts
+// nothing about speed.
+func TestPrivilegedCrossNodeBenchRuns(t *testing.T) {
+	privileged.Require(t)
+	for _, bin := range []string{"iperf3", "sockperf", "nsenter", "ss"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv(privileged.EnvVar) == "1" {
+				t.Fatalf("%s missing and %s=1: run make deps", bin, privileged.EnvVar)
+			}
+			t.Skipf("%s missing: run make deps", bin)
+		}
+	}
+	before := mounts(t)
+	var out bytes.Buffer
+	res, err := RunCrossNode(context.Background(), Config{Duration: time.Second, Rounds: 1}, &out)
+	if err != nil {
+		t.Fatalf("RunCrossNode: %v\n%s", err, out.String())
+	}
+	for _, v := range res.Variants {
+		if len(v.Bps) != 1 || v.Bps[0] <= 0 || len(v.RR) != 1 || v.RR[0] <= 0 {
+			t.Errorf("variant %s: %v bit/s, %v req/s", v.Name, v.Bps, v.RR)
+		}
+	}
+	if n := strings.Count(out.String(), "PASS ") + strings.Count(out.String(), "MISS "); n != 4 {
+		t.Errorf("%d aims with a verdict, want 4:\n%s", n, out.String())
+	}
+	// Only the run's own mounts (its bpffs folders are named
+	// cellium-benchxn-*): other packages' tests mount namespaces and
+	// bpffs meanwhile.
+	for _, l := range strings.Split(mounts(t), "\n") {
+		if strings.Contains(l, "cellium-benchxn-") && !strings.Contains(before, l) {
+			t.Errorf("left behind: %s", l)
+		}
+	}
+}

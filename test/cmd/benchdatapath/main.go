@@ -31,6 +31,9 @@ func main() {
 	flag.IntVar(&cfg.IPCachePrefixes, "ipcache-prefixes", 4000, "prefixes loaded into the ipcache besides the pods")
 	flag.IntVar(&cfg.PolicyEntries, "policy-entries", 500, "policy entries per pod besides the peer's allows")
 	flag.BoolVar(&cfg.Pin, "pin", false, "run the clients on CPU 0 and the servers on CPU 1 (taskset), the same for every variant")
+	crossNode := flag.Bool("cross-node", true, "also measure pod to pod across two nodes: cellium native and tunnel vs bare routes and the kernel's VXLAN")
+	crossOnly := flag.Bool("cross-node-only", false, "measure only the cross-node rows")
+	crossRounds := flag.Int("cross-node-rounds", 2, "rounds of the cross-node variants")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "benchdatapath: needs root (network namespaces, BPF); run it as root")
@@ -40,7 +43,15 @@ func main() {
 	// removed its namespaces: writes fail instead, and Run still cleans up.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	_, err := benchdatapath.Run(ctx, cfg, os.Stdout)
+	var err error
+	if !*crossOnly {
+		_, err = benchdatapath.Run(ctx, cfg, os.Stdout)
+	}
+	if err == nil && (*crossNode || *crossOnly) {
+		xcfg := cfg
+		xcfg.Rounds = *crossRounds
+		_, err = benchdatapath.RunCrossNode(ctx, xcfg, os.Stdout)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchdatapath:", err)

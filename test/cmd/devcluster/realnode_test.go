@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -43,7 +42,8 @@ func TestPrivilegedUpDownRealNode(t *testing.T) {
 		t.Fatalf("up: %v\n%s", err, out)
 	}
 	for _, want := range []string{"cellium installed from its chart", "web-1", "web-2", "db-1",
-		"exec ds/cellium-agent -c cellium-agent -- /usr/bin/cellium --host unix://" + filepath.Join(dir, "node", "agent", "cellium.sock") + " status",
+		// The chart sets CELLIUM_SOCK in the agent's container: no --host.
+		"exec ds/cellium-agent -c cellium-agent -- cellium status",
 		"exec web-1 -- demoapp --get http://10.236.", "logs web-2", "run hello", "make down",
 		"cluster DNS: CoreDNS v1.", "Service kube-dns 10.237.0.10", "exec web-1 -- demoapp --get http://db.demo:8080/"} {
 		if !strings.Contains(out, want) {
