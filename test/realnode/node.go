@@ -236,19 +236,10 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		n.agentCfg.Dir = filepath.Join(ns.RootDir(), "run", "cellium")
 	}
 	h.AgentSocket = n.agentCfg.SocketPath()
-	if h.Sysctls, err = readSysctls(KubeletSysctls); err != nil {
-		return nil, err
-	}
-	h.HadLogLinks = exists(containerLogLinks)
-	h.HadRunCtrd = exists(runContainerd)
-	h.HadVarCNI = exists(varLibCNI)
-	h.HadResults = cniResults()
-	h.HadDPSocket = exists(devicePluginSocket)
-	h.HadKubelet = map[string]bool{}
-	for _, d := range kubeletDefaultDirs {
-		h.HadKubelet[d] = exists(d)
-	}
 	h.AgentInPod = opts.Agent == ""
+	// The lock first: what was on the host before (sysctls, the kubelet's
+	// fixed directories) is read once the node before has restored it, not
+	// while another node (or a several-node cluster's mount points) has it.
 	if (opts.KubeProxy || h.AgentInPod) && h.Namespaces == nil {
 		// kube-proxy's tables and the host-routing agent are the
 		// machine's: one such node (or host-routing test) at a time.
@@ -266,6 +257,18 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		if err := WaitHostFree(ctx, opts.KubeProxy, h.AgentInPod, log); err != nil {
 			return nil, fmt.Errorf("start real node: %w", err)
 		}
+	}
+	if h.Sysctls, err = readSysctls(KubeletSysctls); err != nil {
+		return nil, err
+	}
+	h.HadLogLinks = exists(containerLogLinks)
+	h.HadRunCtrd = exists(runContainerd)
+	h.HadVarCNI = exists(varLibCNI)
+	h.HadResults = cniResults()
+	h.HadDPSocket = exists(devicePluginSocket)
+	h.HadKubelet = map[string]bool{}
+	for _, d := range kubeletDefaultDirs {
+		h.HadKubelet[d] = exists(d)
 	}
 	if h.AgentInPod && h.Namespaces == nil {
 		// The portmap plugin (cni.chainingMode=portmap) makes its nftables
