@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/test/harness"
 	"github.com/cellium/cellium/test/privileged"
 )
 
@@ -95,6 +97,12 @@ func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
 	}
 	if t.Failed() {
 		t.FailNow()
+	}
+	// Each node's agent has its own cgroup v2 subtree at the chart's
+	// cgroupRoot, and its socket load balancer's programs are attached
+	// there (not to the machine's cgroup v2 root).
+	for _, n := range c.Nodes {
+		checkNodeCgroup(t, n)
 	}
 
 	// Two pods, one per node.
@@ -227,4 +235,48 @@ func dumpNodes(t *testing.T, c *Cluster) {
 	}
 	out, err := exec.Command("ip", "route").CombinedOutput()
 	t.Logf("--- host: ip route (%v) ---\n%s", err, out)
+}
+
+// checkNodeCgroup checks that inside node n's mount namespace
+// AgentCgroupRoot is a cgroup2 mount of the node's own subtree (the
+// kubelet's cgroup root in the unified hierarchy), and that cgroup programs
+// (the agent's socket load balancer, cgroup_inet4_connect) are attached
+// to that subtree.
+func checkNodeCgroup(t *testing.T, n *Node) {
+	t.Helper()
+	pid, running, err := harness.ReadPidFile(filepath.Join(n.Dir, Containerd+".pid"))
+	if err != nil || !running {
+		t.Fatalf("node %s: containerd's pid: %d %v %v", n.Name, pid, running, err)
+	}
+	info, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for line := range strings.Lines(string(info)) {
+		f := strings.Fields(line)
+		// id parent major:minor root mountpoint options ... - fstype ...
+		sep := slices.Index(f, "-")
+		if len(f) < 5 || sep < 0 || sep+1 >= len(f) || f[4] != AgentCgroupRoot {
+			continue
+		}
+		found = true
+		if f[sep+1] != "cgroup2" || f[3] != n.host.CgroupRoot {
+			t.Errorf("node %s: %s is %s of %s, want cgroup2 of %s", n.Name, AgentCgroupRoot, f[sep+1], f[3], n.host.CgroupRoot)
+		}
+	}
+	if !found {
+		t.Errorf("node %s: nothing mounted at %s in its mount namespace", n.Name, AgentCgroupRoot)
+	}
+	sub := filepath.Join("/sys/fs/cgroup/unified", n.host.CgroupRoot)
+	eventually(t, 30*time.Second, "socket LB programs on "+sub, func() error {
+		out, err := exec.Command("bpftool", "cgroup", "show", sub).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("bpftool cgroup show %s: %w: %s", sub, err, out)
+		}
+		if !strings.Contains(string(out), "cgroup_inet4_connect") {
+			return fmt.Errorf("no cgroup_inet4_connect program on %s:\n%s", sub, out)
+		}
+		return nil
+	})
 }
