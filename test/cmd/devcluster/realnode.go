@@ -122,8 +122,12 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	}
 	try = append(try, "make down")
 	printTry(stdout, try)
-	fmt.Fprintf(stdout, "logs: %s/*.log (control plane), %s/node/*.log (node), %s/node/pod-logs (pods)\n",
-		relativeToWD(dir), relativeToWD(dir), relativeToWD(dir))
+	nodeDir := "node"
+	if nodes > 1 {
+		nodeDir = "node<i>" // one directory per node: node1, node2, ...
+	}
+	fmt.Fprintf(stdout, "logs: %s/*.log (control plane), %s/%s/*.log (node), %s/%s/pod-logs (pods)\n",
+		relativeToWD(dir), relativeToWD(dir), nodeDir, relativeToWD(dir), nodeDir)
 	return nil
 }
 
