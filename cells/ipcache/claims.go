@@ -131,6 +131,9 @@ func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool, tr trust
 	if nodeIP.IsValid() && local[nodeIP] {
 		return c, ""
 	}
+	if tr.isNodeHealthCEP(cep, nodeIP) {
+		return c, ""
+	}
 	id, why := tr.checkIdentity(cep)
 	if why != "" {
 		return c, why

@@ -3,6 +3,7 @@ package ipcache
 import (
 	"math"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/statedb"
 
@@ -112,6 +113,42 @@ func (tr trust) checkAddresses(cep *ciliumv2.CiliumEndpoint, nodeIP netip.Addr) 
 		}
 	}
 	return addrs, ""
+}
+
+// isNodeHealthCEP reports whether cep is the health endpoint of the node
+// it names: identity health (4) and no address but that node's health IP
+// (spec.health of its CiliumNode). Its agent publishes it as it publishes
+// every endpoint (kube-system/cilium-health-<node>); the node's CiliumNode
+// already gives that address health, so the CEP adds nothing, and it is
+// neither claimed nor refused (a reserved identity on any other address
+// still is).
+func (tr trust) isNodeHealthCEP(cep *ciliumv2.CiliumEndpoint, nodeIP netip.Addr) bool {
+	if cep.Status.Identity.ID != int64(identity.ReservedIdentityHealth) || !nodeIP.IsValid() {
+		return false
+	}
+	var health []netip.Addr
+	for n := range tr.nodes.List(tr.txn, nodes.NodeInternalIPIndex.Query(nodeIP)) {
+		if n.HealthIPv4.IsValid() {
+			health = append(health, n.HealthIPv4)
+		}
+	}
+	seen := false
+	for _, ap := range cep.Status.Networking.Addressing {
+		if ap == nil {
+			continue
+		}
+		for _, s := range []string{ap.IPV4, ap.IPV6} {
+			if s == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(s)
+			if err != nil || !slices.Contains(health, a.Unmap()) {
+				return false
+			}
+			seen = true
+		}
+	}
+	return seen
 }
 
 func inAny(cidrs []netip.Prefix, a netip.Addr) bool {

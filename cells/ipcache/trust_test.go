@@ -319,3 +319,30 @@ func TestCEPRefusalsReportedOnceSynced(t *testing.T) {
 		t.Fatalf("counted again: %+v", s)
 	}
 }
+
+// The health endpoint's CEP of another node (identity health on that
+// node's health IP, as every agent publishes it) is neither claimed nor
+// refused: the node's CiliumNode gives the address health. Identity health
+// on any other address of the node is still refused.
+func TestCEPOfNodeHealthEndpointNotRefused(t *testing.T) {
+	r, d := trustedCluster(t)
+	r.write(func(w statedb.WriteTxn) {
+		_, _, _ = r.nodes.Insert(w, &nodes.Node{Name: "n2", PodCIDRs: []netip.Prefix{pfx("10.2.0.0/24")}, HealthIPv4: addr("10.2.0.2"),
+			Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: addr("192.168.0.2")},
+				{Type: nodes.AddressCiliumInternalIP, IP: addr("10.2.0.1")}}})
+		_, _, _ = r.ceps.Insert(w, cep("kube-system", "cilium-health-n2", "192.168.0.2", int64(identity.ReservedIdentityHealth), "10.2.0.2"))
+		_, _, _ = r.ceps.Insert(w, cep("default", "evil", "192.168.0.2", int64(identity.ReservedIdentityHealth), "10.2.0.21"))
+	})
+	d.mustStep(t)
+	wantRow(t, r, "10.2.0.2/32", identity.ReservedIdentityHealth, "node n2")
+	wantNoRow(t, r, "10.2.0.21/32")
+	s := d.Trust()
+	if s.Refused[RefusedReservedIdentity] != 1 {
+		t.Errorf("%d CEPs refused for a reserved identity, want 1 (default/evil only)", s.Refused[RefusedReservedIdentity])
+	}
+	for _, rc := range d.RefusedCEPs() {
+		if strings.Contains(rc.CEP, "cilium-health") {
+			t.Errorf("the health endpoint's CEP is refused: %+v", rc)
+		}
+	}
+}
