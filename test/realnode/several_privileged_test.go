@@ -33,6 +33,20 @@ import (
 // connections to it while the other direction still works. Stop then
 // leaves nothing on the host (ClusterLeftovers).
 func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
+	testTwoNodes(t, "tunnel", nil)
+}
+
+// TestPrivilegedRealClusterTwoNodesNative is the same in native routing
+// mode: each node routes the other's pod CIDR via the other's address
+// (auto-direct-node-routes), no tunnel device.
+func TestPrivilegedRealClusterTwoNodesNative(t *testing.T) {
+	testTwoNodes(t, "native", []string{"routingMode=native", "autoDirectNodeRoutes=true",
+		"ipv4NativeRoutingCIDR=" + DefaultPodCIDR})
+}
+
+// testTwoNodes runs the two-node checks in routing mode mode, installed
+// with values.
+func testTwoNodes(t *testing.T, mode string, values []string) {
 	privileged.Require(t)
 	bins := nodeBinaries(t)
 	ctx := t.Context()
@@ -61,7 +75,7 @@ func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
 		_ = os.RemoveAll(dir)
 	})
 	began := time.Now()
-	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Logger: logger})
+	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Values: values, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +118,10 @@ func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
 	for _, n := range c.Nodes {
 		checkNodeCgroup(t, n)
 	}
+
+	// Each node reaches the other's pod CIDR the mode's way: into
+	// cilium_vxlan (tunnel), or via the other node's address (native).
+	checkRemoteRoutes(t, c, mode)
 
 	// Two pods, one per node.
 	const space = "twonodes"
@@ -201,6 +219,43 @@ func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
 	t.Logf("Stop took %s", time.Since(began).Round(time.Millisecond))
 	if left := ClusterLeftovers(dir); len(left) > 0 {
 		t.Fatalf("Stop left on the host:\n  %s", strings.Join(left, "\n  "))
+	}
+}
+
+// checkRemoteRoutes fails unless each node of c routes every other node's
+// pod CIDR as routing mode mode does, and has cilium_vxlan only in tunnel
+// mode.
+func checkRemoteRoutes(t *testing.T, c *Cluster, mode string) {
+	t.Helper()
+	// Up routed each node's pod CIDR on the host via the node's address.
+	if len(c.state.Routes) < len(c.Nodes) {
+		t.Fatalf("Up routed %d pod CIDRs on the host, want one per node (%d)", len(c.state.Routes), len(c.Nodes))
+	}
+	for _, n := range c.Nodes {
+		s := n.Namespaces()
+		for _, r := range c.state.Routes {
+			if r.Via == n.IP.String() {
+				continue
+			}
+			eventually(t, time.Minute, fmt.Sprintf("node %s's route to pod CIDR %s of node %s", n.Name, r.CIDR, r.Via), func() error {
+				out, err := exec.Command("ip", "-n", s.Name, "route", "show", r.CIDR).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("%v: %s", err, out)
+				}
+				want := "dev cilium_vxlan"
+				if mode == "native" {
+					want = "via " + r.Via
+				}
+				if route := strings.TrimSpace(string(out)); !strings.Contains(route, want) {
+					return fmt.Errorf("route %q, want one with %q", route, want)
+				}
+				return nil
+			})
+		}
+		err := exec.Command("ip", "-n", s.Name, "link", "show", "cilium_vxlan").Run()
+		if hasTunnel := err == nil; hasTunnel != (mode == "tunnel") {
+			t.Errorf("node %s: cilium_vxlan present %v in %s mode", n.Name, hasTunnel, mode)
+		}
 	}
 }
 
