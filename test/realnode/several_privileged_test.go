@@ -207,10 +207,15 @@ func testTwoNodes(t *testing.T, mode string, values []string) {
 		t.Fatalf("b no longer reaches a (no policy selects a): %v", err)
 	}
 
-	// Stop leaves nothing.
+	// Node 2 removed (its pods drained, its processes stopped, its Node
+	// and CiliumNode deleted: Node.Stop): node 1 keeps no route to its pod
+	// CIDR and no ipcache row of it (its address, pod CIDR, pods).
 	for _, n := range netnsOf {
 		_ = n.Close()
 	}
+	checkNodeRemoved(t, c, c.Nodes[1], c.Nodes[0])
+
+	// Stop leaves nothing.
 	stopped = true
 	began = time.Now()
 	if err := c.Stop(context.Background()); err != nil {
@@ -257,6 +262,70 @@ func checkRemoteRoutes(t *testing.T, c *Cluster, mode string) {
 			t.Errorf("node %s: cilium_vxlan present %v in %s mode", n.Name, hasTunnel, mode)
 		}
 	}
+}
+
+// checkNodeRemoved stops gone and fails unless, within a minute, other
+// has neither a route into gone's pod CIDR nor an ipcache row naming
+// gone's address (as its node, tunnel endpoint or remote-node address).
+func checkNodeRemoved(t *testing.T, c *Cluster, gone, other *Node) {
+	t.Helper()
+	var cidrs []string
+	for _, r := range c.state.Routes {
+		if r.Via == gone.IP.String() {
+			cidrs = append(cidrs, r.CIDR)
+		}
+	}
+	if len(cidrs) == 0 {
+		t.Fatalf("no pod CIDR of node %s on record", gone.Name)
+	}
+	cli, _ := filepath.Glob(filepath.Join(c.Dir, "images", "bin-*", "cellium"))
+	if len(cli) == 0 {
+		t.Fatal("no cellium CLI in the packed image's folder")
+	}
+	ipcacheList := func() (string, error) {
+		out, err := exec.Command(cli[0], "--host", "unix://"+other.AgentConfig().SocketPath(), "ipcache", "list").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("ipcache list: %v: %s", err, out)
+		}
+		return string(out), nil
+	}
+	// Before: other has rows of gone (so the check below is not empty).
+	before, err := ipcacheList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(strings.Split(before, "\n"), func(l string) bool { return slices.Contains(strings.Fields(l), gone.IP.String()) }) {
+		t.Fatalf("node %s has no ipcache row of node %s before it goes:\n%s", other.Name, gone.Name, before)
+	}
+	began := time.Now()
+	if err := gone.Stop(t.Context()); err != nil {
+		t.Fatalf("stop node %s: %v", gone.Name, err)
+	}
+	t.Logf("node %s stopped and deleted in %s", gone.Name, time.Since(began).Round(time.Millisecond))
+	s := other.Namespaces()
+	began = time.Now()
+	eventually(t, time.Minute, "node "+other.Name+" forgetting node "+gone.Name, func() error {
+		for _, cidr := range cidrs {
+			out, err := exec.Command("ip", "-n", s.Name, "route", "show", cidr).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			if r := strings.TrimSpace(string(out)); r != "" {
+				return fmt.Errorf("route left: %s", r)
+			}
+		}
+		out, err := ipcacheList()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if slices.Contains(strings.Fields(line), gone.IP.String()) || slices.ContainsFunc(cidrs, func(c string) bool { return strings.Contains(line, c) }) {
+				return fmt.Errorf("ipcache row left: %s", line)
+			}
+		}
+		return nil
+	})
+	t.Logf("node %s forgot node %s %s after it was deleted", other.Name, gone.Name, time.Since(began).Round(time.Millisecond))
 }
 
 // dumpNodes logs, for a failed test, each node's links and routes, the
