@@ -271,6 +271,17 @@ func TestResolveNodesRefusals(t *testing.T) {
 			},
 		},
 		cidrs: map[string]string{"a": "10.0.2.0/24", "b": "10.0.3.0/24"},
+	}, {
+		// The dev nodes and the soak's node run on a loopback address of
+		// the machine: the local node may; another node may not.
+		name:  "loopback: the local node's is its own",
+		local: "a",
+		cns: []*ciliumv2.CiliumNode{
+			cnAt("a", 10, "127.46.65.22", "", "10.0.1.0/24"),
+			cnAt("b", 10, "127.46.65.23", "", "10.0.2.0/24"),
+		},
+		want:  map[string][]ref{"b": {{Field: "spec.addresses[0]", Value: "127.46.65.23", Reason: nodes.RefusedMalformedAddress}}},
+		cidrs: map[string]string{"a": "10.0.1.0/24", "b": "10.0.2.0/24"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

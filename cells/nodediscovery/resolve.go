@@ -53,7 +53,7 @@ func resolveNodes(cns []*ciliumv2.CiliumNode, local string) []*nodes.Node {
 		mine := map[netip.Addr]bool{}
 		claimAddr := func(field, s string) (netip.Addr, bool) {
 			ip, err := netip.ParseAddr(s)
-			if err != nil || !usableNodeIP(ip) {
+			if err != nil || !usableNodeIP(ip, n.Local) {
 				refuse(field, s, nodes.RefusedMalformedAddress, "")
 				return netip.Addr{}, false
 			}
@@ -108,10 +108,13 @@ func resolveNodes(cns []*ciliumv2.CiliumNode, local string) []*nodes.Node {
 }
 
 // usableNodeIP reports whether a node may have ip as an address: not the
-// unspecified address, loopback, multicast or link-local, which would make
-// every node (or none) its owner.
-func usableNodeIP(ip netip.Addr) bool {
+// unspecified address, multicast or link-local, which would make every
+// node (or none) its owner, and not loopback unless it is the local
+// node's: another node's loopback address is every node's own, but a node
+// may run on a loopback address of its machine (the dev nodes of
+// make up NODE=dev, the soak's node).
+func usableNodeIP(ip netip.Addr, local bool) bool {
 	ip = ip.Unmap()
-	return ip.IsValid() && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsMulticast() &&
+	return ip.IsValid() && !ip.IsUnspecified() && (local || !ip.IsLoopback()) && !ip.IsMulticast() &&
 		!ip.IsLinkLocalUnicast() && !ip.IsLinkLocalMulticast() && !ip.IsInterfaceLocalMulticast()
 }
