@@ -141,6 +141,21 @@ type Event struct {
 	Ifindex uint32
 	// Length is the packet's length in bytes.
 	Length uint32
+	// TCPFlags are the TCP header's flags (FIN 0x01, SYN 0x02, RST 0x04,
+	// PSH 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80) when Protocol is 6.
+	TCPFlags uint8
+	// ICMPType and ICMPCode are the ICMP header's type and code when
+	// Protocol is 1.
+	ICMPType, ICMPCode uint8
+	// IsReply is true when conntrack saw the packet as a reply of a
+	// connection the other side opened; ReplyKnown says whether IsReply
+	// is meaningful (the datapath looked the packet up in conntrack).
+	IsReply, ReplyKnown bool
+	// OrigDstIP and OrigDstPort are the destination before a service
+	// translation (a ClusterIP and its port) when the datapath translated
+	// it; zero otherwise.
+	OrigDstIP   netip.Addr
+	OrigDstPort uint16
 }
 
 // Filter selects events for a subscriber. The zero Filter selects all.
