@@ -140,4 +140,3 @@ func TestCellBusyAddress(t *testing.T) {
 		t.Errorf("%v; want it to name --hubble-metrics-server", err)
 	}
 }
-
