@@ -1,11 +1,16 @@
 package metrics
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
+	"github.com/cilium/statedb"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/httpserve"
 	"github.com/cellium/cellium/cells/hubble"
@@ -18,16 +23,35 @@ var Cell = hive.Module("hubble-metrics", "Hubble flow metrics on --hubble-metric
 	// a bad list stops start-up.
 	hive.Config(DefaultConfig),
 	// The sink the flow producer feeds (a no-op when no server is set),
-	// and the metrics server's lifecycle.
+	// the metrics server's lifecycle, and the job that forgets the series
+	// of deleted pods (from the CiliumEndpoints table).
 	hive.Provide(newSink),
 )
+
+// Timing of the forgetting of deleted pods' series.
+const (
+	// forgetGrace is Hubble's: the series of a pod stay a minute after
+	// its CiliumEndpoint goes, so that the last counts are scraped.
+	forgetGrace = time.Minute
+	// forgetEvery is how often pods past their grace are forgotten.
+	forgetEvery = 10 * time.Second
+)
+
+// forgetTiming overrides forgetGrace and forgetEvery (tests).
+type forgetTiming struct{ grace, every time.Duration }
 
 // sinkParams is what newSink takes.
 type sinkParams struct {
 	hive.In
 	Config    Config
 	Lifecycle hive.Lifecycle
+	Jobs      hive.Jobs
 	Log       *slog.Logger
+	DB        *statedb.DB
+	// CEPs tell which pods went; without the table (a partial hive) the
+	// series of deleted pods stay.
+	CEPs   statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
+	Timing *forgetTiming                           `optional:"true"`
 }
 
 func newSink(p sinkParams) (hubble.SinkOut, error) {
@@ -55,5 +79,29 @@ func newSink(p sinkParams) (hubble.SinkOut, error) {
 		p.Log.Info("hubble metrics enabled", "metrics", strings.Join(names, ","), "address", ln.Addr().String())
 		return ln, nil
 	}, m.Handler(p.Config.EnableHubbleOpenMetrics), p.Log, nil))
+
+	if p.CEPs != nil {
+		timing := forgetTiming{grace: forgetGrace, every: forgetEvery}
+		if p.Timing != nil {
+			timing = *p.Timing
+		}
+		fg := NewForgetter(m, timing.grace)
+		p.Jobs.Add(
+			hive.ObserveTable("hubble-metrics-deleted-pods", p.DB, p.CEPs, func(_ context.Context, c statedb.Change[*ciliumv2.CiliumEndpoint]) error {
+				if c.Deleted {
+					fg.Deleted(c.Object.Namespace, c.Object.Name, time.Now())
+				} else {
+					fg.Exists(c.Object.Namespace, c.Object.Name)
+				}
+				return nil
+			}),
+			hive.Timer("hubble-metrics-forget-pods", func(context.Context) error {
+				if n := fg.Forget(time.Now()); n > 0 {
+					p.Log.Debug("forgot the hubble metrics series of deleted pods", "series", n)
+				}
+				return nil
+			}, timing.every),
+		)
+	}
 	return hubble.SinkOut{Sink: m}, nil
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -65,6 +66,7 @@ func lowerVerdict(v flowpb.Verdict) string {
 type handler interface {
 	process(f *flowpb.Flow)
 	collector() prometheus.Collector
+	forgetPod(namespace, name string) int
 }
 
 // base is what every handler has: its counter, its context and a buffer of
@@ -325,4 +327,27 @@ func newHandler(spec Spec) handler {
 		return newPortHandler(spec)
 	}
 	return nil
+}
+
+// forgetPod deletes the series whose context labels name the pod
+// namespace/name, as Hubble does when a pod goes: the source or destination
+// label of the pod context, and labelsContext's pod and namespace pairs.
+// It returns how many series went.
+func (b *base) forgetPod(namespace, name string) int {
+	o := &b.ctx.opts
+	n := 0
+	pod := namespace + "/" + name
+	if slices.Contains(o.Source, ContextPod) || slices.Contains(o.SourceEgress, ContextPod) || slices.Contains(o.SourceIngress, ContextPod) {
+		n += b.vec.DeletePartialMatch(prometheus.Labels{"source": pod})
+	}
+	if slices.Contains(o.Destination, ContextPod) || slices.Contains(o.DestinationEgress, ContextPod) || slices.Contains(o.DestinationIngress, ContextPod) {
+		n += b.vec.DeletePartialMatch(prometheus.Labels{"destination": pod})
+	}
+	if slices.Contains(o.Labels, "source_pod") && slices.Contains(o.Labels, "source_namespace") {
+		n += b.vec.DeletePartialMatch(prometheus.Labels{"source_namespace": namespace, "source_pod": name})
+	}
+	if slices.Contains(o.Labels, "destination_pod") && slices.Contains(o.Labels, "destination_namespace") {
+		n += b.vec.DeletePartialMatch(prometheus.Labels{"destination_namespace": namespace, "destination_pod": name})
+	}
+	return n
 }

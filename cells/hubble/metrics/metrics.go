@@ -97,6 +97,18 @@ func (m *Metrics) OnLost(l *flowpb.LostEvent) {
 	c.Add(float64(l.GetNumEventsLost()))
 }
 
+// ForgetPod deletes the series that name the pod namespace/name (through
+// the pod context or labelsContext's source_pod/destination_pod with their
+// namespace) from every metric, and returns how many went. The series of
+// other contexts (ip, identity, pod-name, ...) are kept.
+func (m *Metrics) ForgetPod(namespace, name string) int {
+	n := 0
+	for _, h := range m.handlers {
+		n += h.forgetPod(namespace, name)
+	}
+	return n
+}
+
 // Registry is the registry the metrics are in.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
