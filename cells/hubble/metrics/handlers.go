@@ -96,7 +96,14 @@ func (b *base) fillContext(f *flowpb.Flow) {
 	b.ctx.fill(b.vals[b.ctxAt:b.ctxAt+b.ctx.n], f)
 }
 
-func (b *base) inc() { b.vec.WithLabelValues(b.vals...).Inc() }
+// inc counts the flow in the series of vals. A label value Prometheus
+// refuses (not UTF-8) skips the count instead of panicking, as
+// WithLabelValues would.
+func (b *base) inc() {
+	if c, err := b.vec.GetMetricWithLabelValues(b.vals...); err == nil {
+		c.Inc()
+	}
+}
 
 // flowProtocol is Hubble's protocol label of a flow.
 func flowProtocol(f *flowpb.Flow) string {

@@ -177,6 +177,22 @@ func TestOnFlowDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// A label value that is not UTF-8 skips the count; it does not panic the
+// agent.
+func TestInvalidLabelValueIsSkipped(t *testing.T) {
+	m := newMetrics(t, "policy:sourceContext=pod-name")
+	bad := &flowpb.Flow{
+		Verdict: flowpb.Verdict_FORWARDED, EventType: &flowpb.CiliumEventType{Type: 5},
+		Source:           &flowpb.Endpoint{PodName: "bad\xff"},
+		TrafficDirection: flowpb.TrafficDirection_EGRESS,
+	}
+	m.OnFlow(bad)
+	m.OnFlow(verdictAllowed)
+	if n := testutil.CollectAndCount(m.Registry(), "hubble_policy_verdicts_total"); n != 1 {
+		t.Errorf("%d series, want 1 (the valid flow's)", n)
+	}
+}
+
 func BenchmarkOnFlow(b *testing.B) {
 	m := newMetrics(b, "flow:sourceContext=pod;destinationContext=pod drop:sourceContext=pod;destinationContext=pod "+
 		"policy:sourceContext=pod;destinationContext=pod tcp port-distribution")
