@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,11 +12,12 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
+
+	"github.com/cellium/cellium/test/harness"
 )
 
 // dashboardFile is the Grafana dashboard the chart ships, from this package.
@@ -180,38 +180,36 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	listen := freeAddr(t)
-	var out bytes.Buffer
-	cmd := exec.Command(bin,
-		"--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+listen,
-		"--log.level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
+	// The harness's runner: the server dies with the test binary too.
+	run, err := harness.Process{
+		Name: "prometheus",
+		Path: bin,
+		Args: []string{
+			"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+			"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+			"--web.listen-address=" + listen,
+			"--log.level=warn",
+		},
+		Dir:     dir,
+		LogFile: filepath.Join(dir, "prometheus.log"),
+	}.Start()
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		if err := run.Stop(10 * time.Second); err != nil {
+			t.Logf("stop prometheus: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("prometheus output:\n%s", out.String())
+			t.Logf("prometheus log:\n%s", run.LogTail(50))
 		}
 	})
 	base := "http://" + listen
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("prometheus exited: %v\n%s", err, out.String())
+		case <-run.Done():
+			t.Fatalf("prometheus exited: %v\n%s", run.Err(), run.LogTail(50))
 		default:
 		}
 		resp, err := http.Get(base + "/-/ready")
@@ -222,7 +220,7 @@ scrape_configs:
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready on %s after 30s:\n%s", listen, out.String())
+			t.Fatalf("prometheus not ready on %s after 30s:\n%s", listen, run.LogTail(50))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
