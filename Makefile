@@ -172,7 +172,7 @@ e2e-conformance-realnode: deps k8s-binaries node-binaries
 ## latency through the agent's cells and via the map alone; map reconciler throughput; the cross-node
 ## rows; node join and policy change across real agents (API server, operator); PASS/MISS per aim
 BENCH_DP_FLAGS ?=
-bench-datapath: deps
+bench-datapath: deps k8s-binaries
 	$(GO) run ./test/cmd/benchdatapath $(BENCH_DP_FLAGS)
 
 ## fuzz-datapath: the differential fuzzer of bpf/lxc.c (FuzzDatapath: the programs against
