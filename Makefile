@@ -169,9 +169,10 @@ e2e-conformance-realnode: deps k8s-binaries node-binaries
 
 ## bench-datapath: one report (root, ~3 min): throughput (iperf3) and request/response rate (sockperf)
 ## between two pods, bare veths vs cellium's programs with a policy, as ratios; policy-update-to-enforced
-## latency through the agent's cells and via the map alone; map reconciler throughput; PASS/MISS per aim
+## latency through the agent's cells and via the map alone; map reconciler throughput; the cross-node
+## rows; node join and policy change across real agents (API server, operator); PASS/MISS per aim
 BENCH_DP_FLAGS ?=
-bench-datapath: deps
+bench-datapath: deps k8s-binaries
 	$(GO) run ./test/cmd/benchdatapath $(BENCH_DP_FLAGS)
 
 ## fuzz-datapath: the differential fuzzer of bpf/lxc.c (FuzzDatapath: the programs against

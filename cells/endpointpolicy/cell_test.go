@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/statedb"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -287,5 +288,38 @@ func TestMarkPending(t *testing.T) {
 	}
 	if r2, _, _ := rows.Get(db.ReadTxn(), statepolicy.EndpointIDIndex.Query(2)); r2.PendingRevision != 0 {
 		t.Errorf("row of another identity marked: %+v", r2)
+	}
+}
+
+// TestCellStampsSeen: a row written for a policy change carries when the
+// cell took the change, after the write into the CNP table and before the
+// row is there (the bench measures from it).
+func TestCellStampsSeen(t *testing.T) {
+	f := startCell(t)
+	f.endpoint(t, 1, 1000, "a", map[string]string{"app": "web"})
+	f.waitPolicy(t, "a row for endpoint 1", 1, func(r *statepolicy.EndpointPolicyRow) error {
+		if r.Seen.IsZero() {
+			return fmt.Errorf("no seen time in %+v", r)
+		}
+		return nil
+	})
+	cnp := &ciliumv2.CiliumNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "in", Namespace: "a"},
+		Spec: &api.Rule{EndpointSelector: &api.EndpointSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []api.IngressRule{{IngressCommonRule: api.IngressCommonRule{
+				FromEndpoints: []api.EndpointSelector{{MatchLabels: map[string]string{"app": "cli"}}}}}}}}
+	before := time.Now()
+	txn := f.db.WriteTxn(f.cnps)
+	_, _, _ = f.cnps.Insert(txn, cnp)
+	txn.Commit()
+	var seen time.Time
+	f.waitPolicy(t, "endpoint 1 enforcing ingress", 1, func(r *statepolicy.EndpointPolicyRow) error {
+		if !r.Policy.Ingress.Enforcing {
+			return fmt.Errorf("policy:\n%s", r.Policy.Format())
+		}
+		seen = r.Seen
+		return nil
+	})
+	if after := time.Now(); seen.Before(before) || seen.After(after) {
+		t.Errorf("seen %s, want between the write %s and the row %s", seen, before, after)
 	}
 }

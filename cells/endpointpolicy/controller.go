@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +90,8 @@ func (c *controller) subscribe() error {
 
 // pending accumulates what a round of changes affects.
 type pending struct {
+	// seen is when the round that started this set of changes woke up.
+	seen    time.Time
 	all     bool
 	ids     map[identity.NumericIdentity]struct{}
 	touched map[uint16]struct{}
@@ -113,6 +116,9 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 	defer c.pods.Close()
 	pd := &pending{ids: map[identity.NumericIdentity]struct{}{}, touched: map[uint16]struct{}{}, deleted: map[uint16]struct{}{}}
 	for {
+		if pd.seen.IsZero() {
+			pd.seen = time.Now()
+		}
 		rtxn := c.p.DB.ReadTxn()
 		var watches []<-chan struct{}
 		watch := func(ch <-chan struct{}) { watches = append(watches, ch) }
@@ -345,7 +351,7 @@ func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
 		if exists && cur.Identity == ep.Identity && cur.PendingRevision == 0 && cur.Policy.Revision == pol.Revision && cur.Policy.Equal(pol) {
 			continue
 		}
-		_, _, _ = c.p.Policies.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: ep.ID, Identity: ep.Identity, Policy: pol})
+		_, _, _ = c.p.Policies.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: ep.ID, Identity: ep.Identity, Policy: pol, Seen: pd.seen})
 	}
 }
 

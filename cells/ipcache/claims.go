@@ -19,6 +19,8 @@ type claim struct {
 	id     identity.NumericIdentity
 	source ipcache.Source
 	hostIP netip.Addr
+	// bootID is the boot ID of the other node that claims (nodeClaims).
+	bootID string
 }
 
 // claims are an owner's statements, by prefix.
@@ -97,11 +99,13 @@ func (c claims) addPrefix(p netip.Prefix, cl claim) {
 func nodeClaims(n *nodes.Node) claims {
 	c := claims{}
 	hostIP, _ := n.Address(nodes.AddressInternalIP)
-	node := claim{id: identity.ReservedIdentityRemoteNode, source: ipcache.SourceRemoteNode, hostIP: hostIP}
-	health := claim{id: identity.ReservedIdentityHealth, source: ipcache.SourceHealth, hostIP: hostIP}
+	// A new boot ID changes every claim of another node: its rows are
+	// written again (the node rebooted and is treated as new).
+	node := claim{id: identity.ReservedIdentityRemoteNode, source: ipcache.SourceRemoteNode, hostIP: hostIP, bootID: n.BootID}
+	health := claim{id: identity.ReservedIdentityHealth, source: ipcache.SourceHealth, hostIP: hostIP, bootID: n.BootID}
 	if n.Local {
 		node = claim{id: identity.ReservedIdentityHost, source: ipcache.SourceHost}
-		health.hostIP = netip.Addr{}
+		health.hostIP, health.bootID = netip.Addr{}, ""
 	}
 	for _, a := range n.Addresses {
 		c.add(a.IP, node)
@@ -109,7 +113,7 @@ func nodeClaims(n *nodes.Node) claims {
 	c.add(n.HealthIPv4, health)
 	if !n.Local && hostIP.IsValid() {
 		for _, p := range n.PodCIDRs {
-			c.addPrefix(p, claim{id: identity.ReservedIdentityWorld, source: ipcache.SourceNodeCIDR, hostIP: hostIP})
+			c.addPrefix(p, claim{id: identity.ReservedIdentityWorld, source: ipcache.SourceNodeCIDR, hostIP: hostIP, bootID: n.BootID})
 		}
 	}
 	return c

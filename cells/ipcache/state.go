@@ -110,7 +110,7 @@ func (s *state) winner(p netip.Prefix) (*ipcache.Entry, bool) {
 		return nil, false
 	}
 	e := &ipcache.Entry{Prefix: p, Identity: best.id, Source: best.source, Owner: bestOwner, HostIP: best.hostIP,
-		ServiceFrontend: best.source == ipcache.SourceServiceFrontend}
+		ServiceFrontend: best.source == ipcache.SourceServiceFrontend, NodeBootID: best.bootID}
 	if best.source != ipcache.SourcePolicyCIDR {
 		// A policy CIDR that holds the prefix lost to a more precise
 		// source (the endpoint of a pod whose address an ipBlock names):

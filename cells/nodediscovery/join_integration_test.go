@@ -39,7 +39,8 @@ import (
 // behind. It logs how long a join takes from the create call to the rows
 // (the figure, not an assertion). A CiliumNode created later that claims
 // an older one's pod CIDR and InternalIP is refused those: the older keeps
-// its rows.
+// its rows. A node with a new boot ID (rebooted) has its rows written
+// again; another change of its CiliumNode does not.
 func TestIntegrationNodeJoinLeave(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test against kube-apiserver from test/harness; run without -short")
@@ -215,6 +216,75 @@ func TestIntegrationNodeJoinLeave(t *testing.T) {
 	}
 	if e, _, ok := ipc.Get(db.ReadTxn(), ipcachetable.PrefixIndex.Query(netip.MustParsePrefix("10.201.0.0/24"))); !ok || e.Owner != "node it-join-0" {
 		t.Errorf("10.201.0.0/24 = %+v, want it-join-0's", e)
+	}
+
+	// A node that rebooted (a new spec.bootID, as its agent writes it at
+	// start) is treated as new: its nodes row and every ipcache row it
+	// gives are written again, carrying the new boot ID (their map entries
+	// and, in the datapath, its routes follow). Another change of its
+	// CiliumNode does not rewrite them.
+	rebooted := netip.MustParseAddr("192.168.52.11")
+	revisions := func() map[string]statedb.Revision {
+		out := map[string]statedb.Revision{}
+		for e, rev := range ipc.All(db.ReadTxn()) {
+			if e.HostIP == rebooted {
+				out[e.Prefix.String()] = rev
+			}
+		}
+		return out
+	}
+	before := revisions()
+	if len(before) != 4 {
+		t.Fatalf("it-join-1's rows %v, want 4", before)
+	}
+	update := func(change func(*ciliumv2.CiliumNode)) {
+		t.Helper()
+		cn, err := cns.Get(ctx, "it-join-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(cn)
+		if _, err := cns.Update(ctx, cn, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(cn *ciliumv2.CiliumNode) { cn.Labels = map[string]string{"touched": "yes"} })
+	// A CiliumNode created after the label change: once its rows are
+	// there, the label change has been through the tables too.
+	cleanup("it-join-marker")
+	if _, err := cns.Create(ctx, &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "it-join-marker"},
+		Spec: ciliumv2.NodeSpec{Addresses: []ciliumv2.NodeAddress{{Type: ciliumv2.NodeInternalIP, IP: "192.168.53.1"}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRows("the marker node", netip.MustParseAddr("192.168.53.1"), map[string]string{"192.168.53.1/32": string(ipcachetable.SourceRemoteNode)})
+	if got := revisions(); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("a label change rewrote it-join-1's rows: revisions %v, before %v", got, before)
+	}
+	update(func(cn *ciliumv2.CiliumNode) { cn.Spec.BootID = "boot-2" })
+	eventually(t, "it-join-1 treated as new after its reboot", func() error {
+		n, _, ok := table.Get(db.ReadTxn(), nodes.NodeNameIndex.Query("it-join-1"))
+		if !ok || n.BootID != "boot-2" {
+			return fmt.Errorf("nodes row %+v", n)
+		}
+		for e, rev := range ipc.All(db.ReadTxn()) {
+			if e.HostIP != rebooted {
+				continue
+			}
+			if e.NodeBootID != "boot-2" || rev <= before[e.Prefix.String()] {
+				return fmt.Errorf("row %s (revision %d, before %d): boot ID %q", e.Prefix, rev, before[e.Prefix.String()], e.NodeBootID)
+			}
+		}
+		return nil
+	})
+	waitRows("it-join-1 after its reboot", rebooted, map[string]string{
+		"192.168.52.11/32": string(ipcachetable.SourceRemoteNode),
+		"10.201.1.1/32":    string(ipcachetable.SourceRemoteNode),
+		"10.201.1.9/32":    string(ipcachetable.SourceHealth),
+		"10.201.1.0/24":    string(ipcachetable.SourceNodeCIDR),
+	})
+	if err := cns.Delete(ctx, "it-join-marker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Leaving: every row of each node goes with its CiliumNode.

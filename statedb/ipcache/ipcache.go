@@ -117,6 +117,11 @@ type Entry struct {
 	// a pod sends to it has escaped the socket hooks, and the datapath
 	// drops it (174 "Is a ClusterIP") before conntrack and policy.
 	ServiceFrontend bool `json:"service-frontend,omitempty"`
+	// NodeBootID is the boot ID of the other node whose CiliumNode gave
+	// the row (its addresses, health IP and pod CIDRs): a node that
+	// rebooted (a new boot ID) is treated as new, its rows and map entries
+	// written again. Empty for every other row.
+	NodeBootID string `json:"node-boot-id,omitempty"`
 	// Status is the reconciliation status of the BPF map entry.
 	Status reconciler.Status `json:"status"`
 }
@@ -125,7 +130,7 @@ type Entry struct {
 func (e *Entry) SameAs(o *Entry) bool {
 	return e.Prefix == o.Prefix && e.Identity == o.Identity && e.Source == o.Source &&
 		e.Owner == o.Owner && e.HostIP == o.HostIP && e.CIDRIdentity == o.CIDRIdentity &&
-		e.ServiceFrontend == o.ServiceFrontend
+		e.ServiceFrontend == o.ServiceFrontend && e.NodeBootID == o.NodeBootID
 }
 
 // WithStatus returns a copy of e with status s.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
@@ -31,6 +32,11 @@ type EndpointPolicyRow struct {
 	// computation. The endpoint manager shows such an endpoint as
 	// waiting-to-regenerate.
 	PendingRevision uint64 `json:"pending-revision,omitempty"`
+	// Seen is when the policy cell took the change (of a policy, an
+	// identity, a pod or the endpoint) that this computation answers: its
+	// own clock, for measuring how long a change takes to reach the
+	// datapath (make bench-datapath). The zero time: unknown.
+	Seen time.Time `json:"seen,omitzero"`
 }
 
 // Computed reports whether the row holds the policy of identity id,

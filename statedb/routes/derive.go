@@ -188,7 +188,7 @@ func DeriveRemote(cfg Remote, localName string, all iter.Seq[*nodes.Node]) ([]*R
 			if !p.Addr().Is4() {
 				continue
 			}
-			r := &Route{Prefix: p.Masked()}
+			r := &Route{Prefix: p.Masked(), NodeBootID: n.BootID}
 			if tunnel {
 				r.Device = TunnelDevice
 			} else {

@@ -177,6 +177,29 @@ func TestDeriveRemote(t *testing.T) {
 	}
 }
 
+// TestDeriveRemoteRebootedNode: a node with a new boot ID (it rebooted)
+// gets a route that is not the same as before, so the reconciler writes
+// it again; the same boot ID gives the same route.
+func TestDeriveRemoteRebootedNode(t *testing.T) {
+	cfg := Remote{Mode: RoutingModeTunnel, TunnelPort: 8472, TunnelMTU: 1450}
+	node := func(boot string) []*nodes.Node {
+		return []*nodes.Node{{Name: "b", BootID: boot, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.2.0/24")},
+			Addresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: netip.MustParseAddr("10.0.0.2")}}}}
+	}
+	a, _ := DeriveRemote(cfg, "self", slices.Values(node("boot-1")))
+	again, _ := DeriveRemote(cfg, "self", slices.Values(node("boot-1")))
+	rebooted, _ := DeriveRemote(cfg, "self", slices.Values(node("boot-2")))
+	if len(a) != 1 || len(again) != 1 || len(rebooted) != 1 {
+		t.Fatalf("routes %v %v %v", a, again, rebooted)
+	}
+	if a[0].NodeBootID != "boot-1" || !a[0].SameAs(again[0]) {
+		t.Errorf("same boot ID: %+v vs %+v", a[0], again[0])
+	}
+	if a[0].SameAs(rebooted[0]) {
+		t.Errorf("a new boot ID gives the same route %+v: it would not be written again", rebooted[0])
+	}
+}
+
 func TestDeriveMasqueradeExceptions(t *testing.T) {
 	local := &nodes.LocalNode{Name: "self", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.1.0/24")}}
 	got := DeriveMasqueradeExceptions(Remote{NativeRoutingCIDR: netip.MustParsePrefix("10.200.0.0/16")}, local, slices.Values(remoteNodes()))

@@ -58,6 +58,10 @@ type Route struct {
 	// native routing's direct route to its pod CIDR); Device is then empty
 	// and the kernel picks the device that reaches the gateway.
 	Gateway netip.Addr `json:"gateway,omitzero"`
+	// NodeBootID is the boot ID of the other node whose pod CIDR the route
+	// leads to: a node that rebooted (a new boot ID) is treated as new,
+	// its route written again. Empty for the routes to endpoints.
+	NodeBootID string `json:"node-boot-id,omitempty"`
 	// Status is the reconciliation status.
 	Status reconciler.Status `json:"status"`
 }
@@ -65,7 +69,7 @@ type Route struct {
 // SameAs reports whether r and o differ at most in Status.
 func (r *Route) SameAs(o *Route) bool {
 	return r.Prefix == o.Prefix && r.Device == o.Device && r.DeviceIndex == o.DeviceIndex && r.EndpointID == o.EndpointID &&
-		r.Gateway == o.Gateway
+		r.Gateway == o.Gateway && r.NodeBootID == o.NodeBootID
 }
 
 // WithStatus returns a copy of r with status s.

@@ -153,3 +153,44 @@ func TestPrivilegedCrossNodeBenchRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedControlPlaneBenchRuns runs the control-plane rows at their
+// smallest (two agents, tunnel mode, two joins and two policy changes):
+// every row has its samples, both aims get a verdict, and no bridge,
+// route, namespace or bpffs mount of the run is left behind. It asserts
+// nothing about speed.
+func TestPrivilegedControlPlaneBenchRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server, etcd, the operator and two agents; run without -short")
+	}
+	privileged.Require(t)
+	before := mounts(t)
+	var out bytes.Buffer
+	res, err := RunControlPlane(t.Context(), ControlPlaneConfig{Nodes: 2, Joins: 2, PolicyChanges: 2, Modes: []string{"tunnel"}}, &out)
+	if err != nil {
+		t.Fatalf("RunControlPlane: %v\n%s", err, out.String())
+	}
+	if len(res.Modes) != 1 {
+		t.Fatalf("modes %+v", res.Modes)
+	}
+	m := res.Modes[0]
+	for name, d := range map[string][]time.Duration{"join": m.Join, "leave": m.Leave, "policy": m.Policy, "policy from the API": m.PolicyFromAPI} {
+		if len(d) != 2 || d[0] <= 0 || d[1] <= 0 {
+			t.Errorf("%s samples %v, want 2 above zero", name, d)
+		}
+	}
+	if n := strings.Count(out.String(), "PASS ") + strings.Count(out.String(), "MISS "); n != 2 {
+		t.Errorf("%d aims with a verdict, want 2:\n%s", n, out.String())
+	}
+	for _, l := range strings.Split(mounts(t), "\n") {
+		if strings.Contains(l, "cellium-bcp-") && !strings.Contains(before, l) {
+			t.Errorf("left behind: %s", l)
+		}
+	}
+	if out, _ := exec.Command("ip", "link", "show", cpBridge).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("bridge %s left behind: %s", cpBridge, out)
+	}
+	if out, _ := exec.Command("ip", "route", "show", cpRange.String()).CombinedOutput(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("route left behind: %s", out)
+	}
+}

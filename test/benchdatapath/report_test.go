@@ -3,6 +3,8 @@ package benchdatapath
 import (
 	"bytes"
 	"context"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +199,51 @@ func TestFmtDur(t *testing.T) {
 	} {
 		if got := fmtDur(d); got != want {
 			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestControlPlaneAims(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	r := ControlPlaneResult{Nodes: 2, Modes: []ControlPlaneMode{
+		{Mode: "tunnel", Join: ms(20, 30, 1900), Policy: ms(5, 10, 49)},
+		{Mode: "native", Join: ms(20, 2100), Policy: ms(5, 51)},
+		{Mode: "empty"},
+	}}
+	var got []bool
+	for _, a := range r.Aims() {
+		got = append(got, a.Met)
+	}
+	if want := []bool{true, true, false, false, false, false}; !slices.Equal(got, want) {
+		t.Errorf("verdicts %v, want %v", got, want)
+	}
+	var b bytes.Buffer
+	r.Write(&b)
+	for _, want := range []string{"PASS tunnel: node join programmed on all other nodes, p99", "MISS native: policy change enforced on every node, p99", "node leave"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestControlPlaneBadConfig(t *testing.T) {
+	for _, c := range []struct {
+		cfg  ControlPlaneConfig
+		want string
+	}{
+		{ControlPlaneConfig{Nodes: 1, Joins: 1, PolicyChanges: 1}, "at least 2"},
+		{ControlPlaneConfig{Nodes: 2, Joins: 0, PolicyChanges: 1}, "give 1 to 100"},
+		{ControlPlaneConfig{Nodes: 2, Joins: 1, PolicyChanges: 0}, "at least 1"},
+		{ControlPlaneConfig{Nodes: 2, Joins: 1, PolicyChanges: 1, Modes: []string{"geneve"}}, "tunnel and/or native"},
+	} {
+		if _, err := RunControlPlane(t.Context(), c.cfg, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one saying %q", c.cfg, err, c.want)
 		}
 	}
 }

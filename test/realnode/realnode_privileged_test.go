@@ -462,15 +462,24 @@ func httpGetIn(netns ns.NetNS, addr string) (string, error) {
 // and name).
 func taskPID(t *testing.T, node *Node, namespace, name string) int {
 	t.Helper()
+	return containerPID(t, node, namespace, name, "app")
+}
+
+// containerPID returns the host PID of the running task of container
+// of pod namespace/name.
+func containerPID(t *testing.T, node *Node, namespace, name, container string) int {
+	t.Helper()
 	out, err := node.Ctr(t.Context(), "containers", "ls", "--quiet",
-		`labels."io.kubernetes.container.name"==app,labels."io.kubernetes.pod.name"==`+name+
+		`labels."io.kubernetes.container.name"==`+container+`,labels."io.kubernetes.pod.name"==`+name+
 			`,labels."io.kubernetes.pod.namespace"==`+namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A restarted container leaves its exited predecessor: the running
+	// task is the one.
 	ids := strings.Fields(string(out))
-	if len(ids) != 1 {
-		t.Fatalf("containers named %s: %v", name, ids)
+	if len(ids) == 0 {
+		t.Fatalf("no container %s of pod %s/%s", container, namespace, name)
 	}
 	tasks, err := node.Ctr(t.Context(), "tasks", "ls")
 	if err != nil {
@@ -478,7 +487,7 @@ func taskPID(t *testing.T, node *Node, namespace, name string) int {
 	}
 	for line := range strings.Lines(string(tasks)) {
 		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == ids[0] {
+		if len(f) == 3 && slices.Contains(ids, f[0]) && f[2] == "RUNNING" {
 			pid, err := strconv.Atoi(f[1])
 			if err != nil {
 				t.Fatal(err)
@@ -486,7 +495,7 @@ func taskPID(t *testing.T, node *Node, namespace, name string) int {
 			return pid
 		}
 	}
-	t.Fatalf("no task of container %s:\n%s", ids[0], tasks)
+	t.Fatalf("no running task of containers %v:\n%s", ids, tasks)
 	return 0
 }
 

@@ -30,8 +30,10 @@ import (
 // default): both nodes are Ready with an agent pod Running on each; two
 // pods pinned (nodeName) to different nodes reach each other over TCP, and
 // a default-deny ingress NetworkPolicy selecting one stops the other's
-// connections to it while the other direction still works. Stop then
-// leaves nothing on the host (ClusterLeftovers).
+// connections to it while the other direction still works. The agent of
+// the second node is then killed (SIGKILL) under a TCP stream through that
+// node (checkAgentKill), and the node removed. Stop then leaves nothing on
+// the host (ClusterLeftovers).
 func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
 	testTwoNodes(t, "tunnel", nil)
 }
@@ -206,6 +208,11 @@ func testTwoNodes(t *testing.T, mode string, values []string) {
 	if err := reach("b", "a"); err != nil {
 		t.Fatalf("b no longer reaches a (no policy selects a): %v", err)
 	}
+
+	// Node 2's agent killed (SIGKILL) while a stream from b to a runs
+	// through node 2: the stream carries on, the deny on b holds while
+	// the agent is down, the kubelet brings the agent back.
+	checkAgentKill(t, c, c.Nodes[1], netnsOf, ips, "b", "a")
 
 	// Node 2 removed (its pods drained, its processes stopped, its Node
 	// and CiliumNode deleted: Node.Stop): node 1 keeps no route to its pod

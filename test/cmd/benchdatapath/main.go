@@ -2,8 +2,9 @@
 // root): throughput and request/response rate between two pods with and
 // without cellium's programs, the policy-update-to-enforced latency
 // (policy map written directly, and through the agent's cells), and the
-// map reconcilers' throughput, checked against the aims. See
-// test/benchdatapath.
+// map reconcilers' throughput, the cross-node rows, and the control
+// plane across real agents (node join, policy change on every node),
+// checked against the aims. See test/benchdatapath.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +36,16 @@ func main() {
 	crossNode := flag.Bool("cross-node", true, "also measure pod to pod across two nodes: cellium native and tunnel vs bare routes and the kernel's VXLAN")
 	crossOnly := flag.Bool("cross-node-only", false, "measure only the cross-node rows")
 	crossRounds := flag.Int("cross-node-rounds", 2, "rounds of the cross-node variants")
+	cp := benchdatapath.ControlPlaneConfig{}
+	controlPlane := flag.Bool("control-plane", true, "also time node joins and policy changes across real agents (API server, operator, one agent per node namespace)")
+	cpOnly := flag.Bool("control-plane-only", false, "measure only the control-plane rows")
+	flag.IntVar(&cp.Nodes, "control-plane-nodes", 2, "agents of the control-plane rows, each in a network namespace of its own")
+	flag.IntVar(&cp.Joins, "control-plane-joins", 20, "node joins timed per routing mode")
+	flag.IntVar(&cp.PolicyChanges, "control-plane-policy-changes", 20, "CNP changes timed per routing mode")
+	cpModes := flag.String("control-plane-modes", "tunnel,native", "routing modes of the control-plane rows, comma-separated")
+	flag.StringVar(&cp.BinDir, "bin-dir", "", "cellium-agent, cellium-operator and cellium-cni to run (make build's bin/); empty builds them")
 	flag.Parse()
+	cp.Modes = strings.Split(*cpModes, ",")
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "benchdatapath: needs root (network namespaces, BPF); run it as root")
 		os.Exit(1)
@@ -44,13 +55,17 @@ func main() {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	var err error
-	if !*crossOnly {
+	only := *crossOnly || *cpOnly
+	if !only {
 		_, err = benchdatapath.Run(ctx, cfg, os.Stdout)
 	}
-	if err == nil && (*crossNode || *crossOnly) {
+	if err == nil && (*crossNode && !only || *crossOnly) {
 		xcfg := cfg
 		xcfg.Rounds = *crossRounds
 		_, err = benchdatapath.RunCrossNode(ctx, xcfg, os.Stdout)
+	}
+	if err == nil && (*controlPlane && !only || *cpOnly) {
+		_, err = benchdatapath.RunControlPlane(ctx, cp, os.Stdout)
 	}
 	stop()
 	if err != nil {

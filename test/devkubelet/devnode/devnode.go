@@ -278,6 +278,12 @@ type AgentConfig struct {
 	// the agent's cluster must use a Service range nobody else on the
 	// machine uses.
 	SocketLB bool
+	// Netns, if set, is the network namespace (a path such as
+	// /proc/<pid>/ns/net or a pinned file) the agent runs in (nsenter
+	// --net): its host routing, devices and programs are then that
+	// namespace's, not the machine's. The mount namespace stays the
+	// machine's (socket, state and bpffs under Dir).
+	Netns string
 	// Detach lets the process outlive the caller (devcluster up).
 	Detach bool
 }
@@ -359,10 +365,14 @@ func (c AgentConfig) Process() (harness.Process, error) {
 			args = append(args, "--cgroup-root="+cg)
 		}
 	}
+	path, args := c.Binary, append(args, c.Args...)
+	if c.Netns != "" {
+		path, args = "nsenter", append([]string{"--net=" + c.Netns, "--", c.Binary}, args...)
+	}
 	return harness.Process{
 		Name:    Agent,
-		Path:    c.Binary,
-		Args:    append(args, c.Args...),
+		Path:    path,
+		Args:    args,
 		Env:     []string{"K8S_NODE_NAME=" + c.NodeName},
 		LogFile: filepath.Join(c.Dir, Agent+".log"),
 		PidFile: filepath.Join(c.Dir, Agent+".pid"),

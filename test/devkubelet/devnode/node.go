@@ -64,6 +64,10 @@ type NodeOptions struct {
 	HostRouting, BPF bool
 	// SocketLB is the agent's AgentConfig.SocketLB.
 	SocketLB bool
+	// Netns, if set, is the node's network namespace: the agent runs in
+	// it (AgentConfig.Netns) and the kubelet runs the CNI plugin in it
+	// (devkubelet.Config.PluginNetns).
+	Netns string
 }
 
 // Node is one node of a harness cluster run by this process: the agent
@@ -113,6 +117,7 @@ func NewNode(kubeconfig string, cs kubernetes.Interface, bins Binaries, opts Nod
 			HostRouting: opts.HostRouting,
 			BPF:         opts.BPF,
 			SocketLB:    opts.SocketLB,
+			Netns:       opts.Netns,
 		},
 		opts: opts,
 		cs:   cs,
@@ -255,6 +260,7 @@ func (n *Node) StartKubelet() error {
 		Workers:         n.opts.Workers,
 		Logger:          n.opts.Logger,
 		SandboxIDPrefix: n.opts.SandboxIDPrefix,
+		PluginNetns:     n.opts.Netns,
 	}, n.cs)
 	if err != nil {
 		return err
@@ -296,11 +302,12 @@ func (n *Node) Cleanup(ctx context.Context) error {
 	}
 	if n.Agent() != nil {
 		k, err := devkubelet.New(devkubelet.Config{
-			NodeName:   n.Name,
-			NodeIP:     n.IP,
-			CNIConfDir: n.agentCfg.CNIConfDir(),
-			CNIBinDirs: []string{n.CNIBinDir()},
-			StateDir:   n.KubeletStateDir(),
+			NodeName:    n.Name,
+			NodeIP:      n.IP,
+			CNIConfDir:  n.agentCfg.CNIConfDir(),
+			CNIBinDirs:  []string{n.CNIBinDir()},
+			StateDir:    n.KubeletStateDir(),
+			PluginNetns: n.opts.Netns,
 		}, n.cs)
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
