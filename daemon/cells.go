@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/endpointpolicy"
 	"github.com/cellium/cellium/cells/healthcheck"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hubble"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
@@ -53,6 +54,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// The datapath event hub and GET /v1/monitor; cellium-agent adds
 	// datapathmonitor.Cell, which fills the hub from the BPF ring buffer.
 	monitor.Cell,
+	// Hubble flows from the hub's events, enriched from the tables above,
+	// handed to every hubble.Sink (--enable-hubble).
+	hubble.Cell,
 )
 
 // Agent is the whole agent.
