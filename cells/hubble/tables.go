@@ -35,42 +35,57 @@ type Tables struct {
 	Policies   statedb.Table[*policy.EndpointPolicyRow]
 }
 
-// maxMemo bounds each cache of derived values: a full cache starts over.
-const maxMemo = 16384
+// maxCache bounds each cache: a full cache starts over.
+const maxCache = 16384
 
-// memo caches a value derived from an immutable table row, keyed by the
-// row's pointer (a changed object is a new row).
-type memo[K comparable, V any] struct {
-	mu sync.Mutex
-	m  map[K]V
+// revCache caches what was looked up or derived from one table, keyed
+// by the lookup, valid while the table's revision stays the same: any
+// change of the table empties it. Most flows repeat a few addresses and
+// identities, and tables change far less often than packets flow.
+type revCache[K comparable, V any] struct {
+	mu  sync.Mutex
+	rev uint64
+	m   map[K]V
 }
 
-func (c *memo[K, V]) get(k K, derive func() V) V {
+func (c *revCache[K, V]) get(rev uint64, k K, load func() V) V {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := c.m[k]; ok {
-		return v
+	if c.m != nil && c.rev == rev {
+		if v, ok := c.m[k]; ok {
+			return v
+		}
 	}
-	v := derive()
-	if c.m == nil || len(c.m) >= maxMemo {
-		c.m = make(map[K]V)
+	v := load()
+	if c.m == nil || c.rev != rev || len(c.m) >= maxCache {
+		c.m, c.rev = make(map[K]V), rev
 	}
 	c.m[k] = v
 	return v
+}
+
+// found is a lookup's result with whether there was one.
+type found[V any] struct {
+	v  V
+	ok bool
 }
 
 // tableSources implements the parser's Sources over Tables.
 type tableSources struct {
 	t Tables
 
-	workloads  memo[*corev1.Pod, []*flowpb.Workload]
-	identities memo[*ciliumv2.CiliumIdentity, []string]
-	services   memo[*lb.Frontend, *flowpb.Service]
+	endpoints  revCache[netip.Addr, found[*endpoints.Endpoint]]
+	workloads  revCache[[2]string, []*flowpb.Workload]
+	ipcache    revCache[netip.Addr, found[*ipcache.Entry]]
+	nodes      revCache[netip.Addr, found[string]]
+	identities revCache[identity.NumericIdentity, found[[]string]]
+	services   revCache[lb.L4Addr, found[*flowpb.Service]]
+	policies   revCache[uint16, found[*policy.EndpointPolicy]]
 
-	// prefix lengths present in the ipcache, at ipcRev
-	ipcMu   sync.Mutex
-	ipcRev  uint64
-	ipcLens []int
+	// The prefix lengths the ipcache has, longest first, at lensRev;
+	// used under ipcache's lock only.
+	lensRev uint64
+	lens    []int
 }
 
 // NewSources returns the parser's sources reading the tables t.
@@ -102,16 +117,21 @@ func NewSources(t Tables) parser.Sources {
 }
 
 func (s *tableSources) EndpointByIP(ip netip.Addr) (*endpoints.Endpoint, bool) {
-	ep, _, ok := s.t.Endpoints.Get(s.t.DB.ReadTxn(), endpoints.IPIndex.Query(ip))
-	return ep, ok
+	txn := s.t.DB.ReadTxn()
+	r := s.endpoints.get(s.t.Endpoints.Revision(txn), ip, func() found[*endpoints.Endpoint] {
+		ep, _, ok := s.t.Endpoints.Get(txn, endpoints.IPIndex.Query(ip))
+		return found[*endpoints.Endpoint]{ep, ok}
+	})
+	return r.v, r.ok
 }
 
 func (s *tableSources) PodWorkloads(namespace, name string) []*flowpb.Workload {
-	pod, _, ok := s.t.Pods.Get(s.t.DB.ReadTxn(), k8stables.NameIndex[*corev1.Pod]().Query(namespace+"/"+name))
-	if !ok {
-		return nil
-	}
-	return s.workloads.get(pod, func() []*flowpb.Workload {
+	txn := s.t.DB.ReadTxn()
+	return s.workloads.get(s.t.Pods.Revision(txn), [2]string{namespace, name}, func() []*flowpb.Workload {
+		pod, _, ok := s.t.Pods.Get(txn, k8stables.NameIndex[*corev1.Pod]().Query(namespace+"/"+name))
+		if !ok {
+			return nil
+		}
 		if w := parser.WorkloadOf(pod); w != nil {
 			return []*flowpb.Workload{w}
 		}
@@ -120,83 +140,97 @@ func (s *tableSources) PodWorkloads(namespace, name string) []*flowpb.Workload {
 }
 
 // LookupIP finds the longest prefix holding ip by looking each prefix
-// length the table has up, longest first.
+// length the table has up, longest first (a miss is world).
 func (s *tableSources) LookupIP(ip netip.Addr) (*ipcache.Entry, bool) {
 	txn := s.t.DB.ReadTxn()
-	for _, bits := range s.prefixLengths(txn, ip.BitLen()) {
-		p, err := ip.Prefix(bits)
-		if err != nil {
-			continue
-		}
-		if e, _, ok := s.t.IPCache.Get(txn, ipcache.PrefixIndex.Query(p)); ok {
-			return e, true
-		}
-	}
-	return nil, false
-}
-
-// prefixLengths returns the prefix lengths of the ipcache's rows up to
-// maxBits, longest first, recomputed when the table changed.
-func (s *tableSources) prefixLengths(txn statedb.ReadTxn, maxBits int) []int {
 	rev := s.t.IPCache.Revision(txn)
-	s.ipcMu.Lock()
-	defer s.ipcMu.Unlock()
-	if rev != s.ipcRev || s.ipcLens == nil {
-		var seen [129]bool
-		for e := range s.t.IPCache.All(txn) {
-			seen[e.Prefix.Bits()] = true
-		}
-		lens := make([]int, 0, 8)
-		for b := 128; b >= 0; b-- {
-			if seen[b] {
-				lens = append(lens, b)
+	r := s.ipcache.get(rev, ip, func() found[*ipcache.Entry] {
+		for _, bits := range s.prefixLengths(txn, rev) {
+			if bits > ip.BitLen() {
+				continue
+			}
+			p, err := ip.Prefix(bits)
+			if err != nil {
+				continue
+			}
+			if e, _, ok := s.t.IPCache.Get(txn, ipcache.PrefixIndex.Query(p)); ok {
+				return found[*ipcache.Entry]{e, true}
 			}
 		}
-		s.ipcRev, s.ipcLens = rev, lens
+		return found[*ipcache.Entry]{}
+	})
+	return r.v, r.ok
+}
+
+// prefixLengths returns the prefix lengths of the ipcache's rows, longest
+// first, recomputed when the table changed (called under the ipcache
+// cache's lock).
+func (s *tableSources) prefixLengths(txn statedb.ReadTxn, rev uint64) []int {
+	if s.lens != nil && s.lensRev == rev {
+		return s.lens
 	}
-	lens := s.ipcLens
-	for len(lens) > 0 && lens[0] > maxBits {
-		lens = lens[1:]
+	var seen [129]bool
+	for e := range s.t.IPCache.All(txn) {
+		seen[e.Prefix.Bits()] = true
 	}
+	lens := make([]int, 0, 8)
+	for b := 128; b >= 0; b-- {
+		if seen[b] {
+			lens = append(lens, b)
+		}
+	}
+	s.lens, s.lensRev = lens, rev
 	return lens
 }
 
 func (s *tableSources) NodeNameByIP(ip netip.Addr) (string, bool) {
-	n, _, ok := s.t.Nodes.Get(s.t.DB.ReadTxn(), nodes.NodeInternalIPIndex.Query(ip.Unmap()))
-	if !ok {
-		return "", false
-	}
-	return n.Name, true
+	txn := s.t.DB.ReadTxn()
+	r := s.nodes.get(s.t.Nodes.Revision(txn), ip, func() found[string] {
+		n, _, ok := s.t.Nodes.Get(txn, nodes.NodeInternalIPIndex.Query(ip.Unmap()))
+		if !ok {
+			return found[string]{}
+		}
+		return found[string]{n.Name, true}
+	})
+	return r.v, r.ok
 }
 
 func (s *tableSources) IdentityLabels(id identity.NumericIdentity) ([]string, bool) {
-	obj, _, ok := s.t.Identities.Get(s.t.DB.ReadTxn(), k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(strconv.FormatUint(uint64(id), 10)))
-	if !ok {
-		return nil, false
-	}
-	return s.identities.get(obj, func() []string {
-		return parser.SortedLabels(labels.FromMap(obj.SecurityLabels, ""))
-	}), true
+	txn := s.t.DB.ReadTxn()
+	r := s.identities.get(s.t.Identities.Revision(txn), id, func() found[[]string] {
+		obj, _, ok := s.t.Identities.Get(txn, k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(strconv.FormatUint(uint64(id), 10)))
+		if !ok {
+			return found[[]string]{}
+		}
+		return found[[]string]{parser.SortedLabels(labels.FromMap(obj.SecurityLabels, "")), true}
+	})
+	return r.v, r.ok
 }
 
 func (s *tableSources) ServiceByFrontend(addr lb.L4Addr) (*flowpb.Service, bool) {
-	fe, _, ok := s.t.Frontends.Get(s.t.DB.ReadTxn(), lb.FrontendAddressIndex.Query(addr))
-	if !ok {
-		return nil, false
-	}
-	return s.services.get(fe, func() *flowpb.Service {
-		ns, name, found := strings.Cut(fe.Service, "/")
-		if !found {
-			return &flowpb.Service{Name: fe.Service}
+	txn := s.t.DB.ReadTxn()
+	r := s.services.get(s.t.Frontends.Revision(txn), addr, func() found[*flowpb.Service] {
+		fe, _, ok := s.t.Frontends.Get(txn, lb.FrontendAddressIndex.Query(addr))
+		if !ok {
+			return found[*flowpb.Service]{}
 		}
-		return &flowpb.Service{Namespace: ns, Name: name}
-	}), true
+		ns, name, cut := strings.Cut(fe.Service, "/")
+		if !cut {
+			return found[*flowpb.Service]{&flowpb.Service{Name: fe.Service}, true}
+		}
+		return found[*flowpb.Service]{&flowpb.Service{Namespace: ns, Name: name}, true}
+	})
+	return r.v, r.ok
 }
 
 func (s *tableSources) EndpointPolicy(id uint16) (*policy.EndpointPolicy, bool) {
-	row, _, ok := s.t.Policies.Get(s.t.DB.ReadTxn(), policy.EndpointIDIndex.Query(id))
-	if !ok || row.Policy == nil {
-		return nil, false
-	}
-	return row.Policy, true
+	txn := s.t.DB.ReadTxn()
+	r := s.policies.get(s.t.Policies.Revision(txn), id, func() found[*policy.EndpointPolicy] {
+		row, _, ok := s.t.Policies.Get(txn, policy.EndpointIDIndex.Query(id))
+		if !ok || row.Policy == nil {
+			return found[*policy.EndpointPolicy]{}
+		}
+		return found[*policy.EndpointPolicy]{row.Policy, true}
+	})
+	return r.v, r.ok
 }

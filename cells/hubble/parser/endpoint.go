@@ -114,10 +114,7 @@ func (p *Parser) labelsOf(id identity.NumericIdentity) []string {
 			return l
 		}
 	}
-	if r, ok := identity.LookupReserved(id); ok {
-		return SortedLabels(r.Labels)
-	}
-	return nil
+	return p.reserved[id]
 }
 
 // SortedLabels returns labels as Hubble prints them, "source:key=value"

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/monitor"
 )
 
@@ -45,15 +46,25 @@ type Parser struct {
 	uuidMu  sync.Mutex
 	uuidRnd *bufio.Reader
 
-	nodes nodeExtensions
+	nodes    nodeExtensions
+	policies policyCache
+	reserved map[identity.NumericIdentity][]string // labels of the reserved identities
 }
+
+// emitter is shared by every flow: flows are immutable once made.
+var emitter = &flowpb.Emitter{Name: EmitterName}
 
 // New returns a parser naming nodeName as the node flows are captured on
 // and enriching from src.
 func New(nodeName string, src Sources) *Parser {
-	return &Parser{src: src, nodeName: nodeName, now: time.Now,
+	p := &Parser{src: src, nodeName: nodeName, now: time.Now,
 		// 16 bytes per UUID: one read of crypto/rand per 256 flows.
-		uuidRnd: bufio.NewReaderSize(rand.Reader, 16*256)}
+		uuidRnd:  bufio.NewReaderSize(rand.Reader, 16*256),
+		reserved: map[identity.NumericIdentity][]string{}}
+	for _, r := range identity.AllReserved() {
+		p.reserved[r.ID] = SortedLabels(r.Labels)
+	}
+	return p
 }
 
 // NodeName returns the node the parser names in flows.
@@ -76,7 +87,7 @@ func (p *Parser) Parse(ev *monitor.Event) (*flowpb.Flow, error) {
 	f := &flowpb.Flow{
 		Time:      timestamppb.New(ts),
 		Uuid:      p.newUUID(),
-		Emitter:   &flowpb.Emitter{Name: EmitterName},
+		Emitter:   emitter,
 		Type:      flowpb.FlowType_L3_L4,
 		NodeName:  p.nodeName,
 		EventType: &flowpb.CiliumEventType{Type: int32(ev.Type)},

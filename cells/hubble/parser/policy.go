@@ -2,6 +2,7 @@ package parser
 
 import (
 	"strings"
+	"sync"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 
@@ -80,7 +81,7 @@ func (p *Parser) provenance(f *flowpb.Flow, ev *monitor.Event) {
 			names = dp.EnforcedBy
 		}
 	}
-	rules := PolicyList(names, pol.Revision)
+	rules := p.policies.get(names, pol.Revision)
 	switch {
 	case f.Verdict == flowpb.Verdict_FORWARDED && dir == policy.Ingress:
 		f.IngressAllowedBy = rules
@@ -159,4 +160,39 @@ func PolicyOf(name string, revision uint64) *flowpb.Policy {
 		pol.Labels = append(pol.Labels, k8s+labels.PolicyLabelNamespace+"="+pol.Namespace)
 	}
 	return pol
+}
+
+// maxPolicyCache bounds the cache of converted rule lists.
+const maxPolicyCache = 4096
+
+// policyCache keeps the Policy messages of rule lists, keyed by the list
+// (the computed policy's slices are immutable: their address names them)
+// and the revision. The messages are shared by the flows.
+type policyCache struct {
+	mu sync.Mutex
+	m  map[policyKey][]*flowpb.Policy
+}
+
+type policyKey struct {
+	first    *string
+	n        int
+	revision uint64
+}
+
+func (c *policyCache) get(names []string, revision uint64) []*flowpb.Policy {
+	if len(names) == 0 {
+		return nil
+	}
+	k := policyKey{&names[0], len(names), revision}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.m[k]; ok {
+		return l
+	}
+	l := PolicyList(names, revision)
+	if c.m == nil || len(c.m) >= maxPolicyCache {
+		c.m = make(map[policyKey][]*flowpb.Policy)
+	}
+	c.m[k] = l
+	return l
 }
