@@ -95,6 +95,7 @@ func world() *fakes {
 	denyDB := policy.Entry{Key: policy.NewKey(remoteID, policy.Egress, policy.ProtoTCP, 5432, 16), Deny: true,
 		DerivedFrom: []string{"CiliumNetworkPolicy/demo/no-db", "CiliumNetworkPolicy/demo/no-db[1]"}}
 	allowAllEgress := policy.Entry{Key: policy.NewKey(0, policy.Egress, 0, 0, 0), DerivedFrom: []string{"CiliumClusterwideNetworkPolicy/egress-all"}}
+	ipBlock := policy.Entry{Key: policy.NewKey(cidrID, policy.Ingress, policy.ProtoTCP, 9000, 16), DerivedFrom: []string{"NetworkPolicy/demo/ipblock"}}
 	icmp := policy.Entry{Key: policy.NewKey(clientID, policy.Ingress, policy.ProtoICMP, 8, 16), DerivedFrom: []string{"NetworkPolicy/demo/ping"}}
 	return &fakes{
 		eps: map[netip.Addr]*endpoints.Endpoint{
@@ -105,7 +106,8 @@ func world() *fakes {
 		},
 		workloads: map[string][]*flowpb.Workload{"demo/web-1": {{Kind: "Deployment", Name: "web"}}},
 		ipc: []*ipcache.Entry{
-			{Prefix: netip.PrefixFrom(remoteIP, 32), Identity: remoteID, Source: ipcache.SourceCiliumEndpoint, Owner: "cep demo/db-0", HostIP: node2IP},
+			{Prefix: netip.PrefixFrom(remoteIP, 32), Identity: remoteID, Source: ipcache.SourceCiliumEndpoint, Owner: "cep demo/db-0", HostIP: node2IP,
+				CIDRIdentity: cidrID},
 			{Prefix: netip.PrefixFrom(node2IP, 32), Identity: identity.ReservedIdentityRemoteNode, Source: ipcache.SourceRemoteNode, Owner: "node node-2"},
 			{Prefix: netip.MustParsePrefix("10.0.2.0/24"), Identity: identity.ReservedIdentityWorld, Source: ipcache.SourceNodeCIDR, Owner: "node node-2", HostIP: node2IP},
 			{Prefix: netip.MustParsePrefix("172.16.0.0/16"), Identity: cidrID, Source: ipcache.SourcePolicyCIDR, Owner: "cidr 172.16.0.0/16"},
@@ -118,7 +120,7 @@ func world() *fakes {
 		svcs: map[lb.L4Addr]*flowpb.Service{{Addr: svcIP, Port: 80, Proto: lb.TCP}: {Name: "web", Namespace: "demo"}},
 		pols: map[uint16]*policy.EndpointPolicy{
 			12: {Revision: 7,
-				Ingress: policy.DirectionPolicy{Enforcing: true, Entries: sorted(allowWeb, icmp),
+				Ingress: policy.DirectionPolicy{Enforcing: true, Entries: sorted(allowWeb, icmp, ipBlock),
 					EnforcedBy: []string{"CiliumNetworkPolicy/demo/allow-web", "NetworkPolicy/demo/deny-all"}},
 				Egress: policy.DirectionPolicy{Entries: []policy.Entry{{Key: policy.NewKey(0, policy.Egress, 0, 0, 0)}}}},
 			13: {Revision: 7,

@@ -136,6 +136,15 @@ func TestParse(t *testing.T) {
 				"k8s:io.cilium.k8s.policy.derived-from=CiliumClusterwideNetworkPolicy", "k8s:io.cilium.k8s.policy.name=egress-all"}}}},
 		src: "node-1",
 	}, {
+		name: "a remote pod's address in an ipBlock: allowed by the CIDR identity's entry",
+		ev: monitor.Event{Type: monitor.TypePolicyVerdict, Verdict: monitor.VerdictAllow, Direction: monitor.DirectionIngress, EndpointID: 12,
+			SrcIdentity: uint32(remoteID), DstIdentity: uint32(webID), SrcIP: remoteIP, DstIP: webIP, SrcPort: 40010, DstPort: 9000, Protocol: 6},
+		want: &flowpb.Flow{Verdict: flowpb.Verdict_FORWARDED, IP: ip4("10.0.2.20", "10.0.1.10"), L4: tcp(40010, 9000, nil),
+			Source: dbEP(), Destination: webEP(), EventType: &flowpb.CiliumEventType{Type: 5},
+			IsReply: wrapperspb.Bool(false), TrafficDirection: flowpb.TrafficDirection_INGRESS, PolicyMatchType: PolicyMatchL3L4,
+			IngressAllowedBy: PolicyList([]string{"NetworkPolicy/demo/ipblock"}, 7)},
+		src: "node-2", dst: "node-1",
+	}, {
 		name: "ICMP echo allowed by type",
 		ev: monitor.Event{Type: monitor.TypePolicyVerdict, Verdict: monitor.VerdictAllow, Direction: monitor.DirectionIngress, EndpointID: 12,
 			SrcIdentity: uint32(clientID), DstIdentity: uint32(webID), SrcIP: clientIP, DstIP: webIP, Protocol: 1, ICMPType: 8},

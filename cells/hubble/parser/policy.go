@@ -1,6 +1,7 @@
 package parser
 
 import (
+	"net/netip"
 	"strings"
 	"sync"
 
@@ -43,11 +44,12 @@ func (p *Parser) provenance(f *flowpb.Flow, ev *monitor.Event) {
 		dir    policy.Direction
 		remote identity.NumericIdentity
 	)
+	var remoteIP netip.Addr
 	switch ev.Direction {
 	case monitor.DirectionIngress:
-		dir, remote = policy.Ingress, identity.NumericIdentity(f.GetSource().GetIdentity())
+		dir, remote, remoteIP = policy.Ingress, identity.NumericIdentity(f.GetSource().GetIdentity()), ev.SrcIP.Unmap()
 	case monitor.DirectionEgress:
-		dir, remote = policy.Egress, identity.NumericIdentity(f.GetDestination().GetIdentity())
+		dir, remote, remoteIP = policy.Egress, identity.NumericIdentity(f.GetDestination().GetIdentity()), ev.DstIP.Unmap()
 	default:
 		return
 	}
@@ -62,6 +64,20 @@ func (p *Parser) provenance(f *flowpb.Flow, ev *monitor.Event) {
 	}
 	dp := pol.Direction(dir)
 	allowed, entry, matched := dp.Decide(remote, ev.Protocol, port)
+	// Unless a deny entry of the remote's identity decided, the datapath
+	// also decides on the identity of the policy CIDR that holds the
+	// remote address (a pod address an ipBlock names): a deny there is
+	// final, an allow there allows what the identity did not.
+	if cidr := p.cidrIdentity(remoteIP); cidr != 0 && cidr != remote && !(matched && entry.Deny) {
+		ca, ce, cm := dp.Decide(cidr, ev.Protocol, port)
+		switch {
+		case cm && ce.Deny:
+			allowed, entry, matched = false, ce, true
+		case allowed:
+		case cm && ca:
+			allowed, entry, matched = true, ce, true
+		}
+	}
 	if ev.Type == monitor.TypePolicyVerdict && matched {
 		f.PolicyMatchType = MatchType(entry.Key)
 	}
@@ -92,6 +108,18 @@ func (p *Parser) provenance(f *flowpb.Flow, ev *monitor.Event) {
 	default:
 		f.EgressDeniedBy = rules
 	}
+}
+
+// cidrIdentity returns the identity of the policy CIDR that also holds
+// ip (ipcache.Entry.CIDRIdentity), 0 when none.
+func (p *Parser) cidrIdentity(ip netip.Addr) identity.NumericIdentity {
+	if p.src.IPCache == nil || !ip.IsValid() {
+		return 0
+	}
+	if row, ok := p.src.IPCache.LookupIP(ip); ok {
+		return row.CIDRIdentity
+	}
+	return 0
 }
 
 // MatchType returns the policy match type of a deciding entry: L3 when it
