@@ -3,6 +3,7 @@ package parser
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,5 +267,25 @@ func TestLostEvent(t *testing.T) {
 	if l.GetSource() != flowpb.LostEventSource_OBSERVER_EVENTS_QUEUE || l.GetNumEventsLost() != 7 ||
 		!l.GetFirst().AsTime().Equal(t0) || !l.GetLast().AsTime().Equal(t0.Add(time.Second)) {
 		t.Errorf("LostEvent: %v", l)
+	}
+}
+
+// A flow with its node extension marshals to JSON as Hubble's CLI prints
+// it (-o json): the Struct's type resolves from the global registry.
+func TestFlowJSON(t *testing.T) {
+	p := New("node-1", world().sources())
+	f, err := p.Parse(&monitor.Event{Type: monitor.TypeDrop, Reason: 133, Direction: monitor.DirectionEgress, EndpointID: 13,
+		SrcIP: clientIP, DstIP: remoteIP, SrcPort: 1, DstPort: 5432, Protocol: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := protojson.Marshal(f)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	for _, want := range []string{`"destination_node":"node-2"`, `"source_node":"node-1"`, `"podName":"db-0"`, `"POLICY_DENIED"`} {
+		if !strings.Contains(strings.ReplaceAll(string(b), " ", ""), want) {
+			t.Errorf("JSON lacks %s: %s", want, b)
+		}
 	}
 }
