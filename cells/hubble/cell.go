@@ -53,6 +53,7 @@ type params struct {
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
 	Policies   statedb.Table[*policy.EndpointPolicyRow]
 	Frontends  statedb.Table[*lb.Frontend] `optional:"true"`
+	K8sNodes   statedb.Table[*corev1.Node] `optional:"true"`
 }
 
 func register(p params) error {
@@ -64,7 +65,7 @@ func register(p params) error {
 		return err
 	}
 	src := NewSources(Tables{DB: p.DB, Endpoints: p.Endpoints, Pods: p.Pods, IPCache: p.IPCache, Nodes: p.Nodes,
-		Identities: p.Identities, Frontends: p.Frontends, Policies: p.Policies})
+		Identities: p.Identities, Frontends: p.Frontends, Policies: p.Policies, K8sNodes: p.K8sNodes})
 	prod := newProducer(p.Hub, parser.New(string(p.NodeName), src), p.Sinks, p.Config.queueSize(), m, p.Log)
 	// Subscribe when the hive starts, before the job's goroutine runs, so
 	// that no event published after start is missed.

@@ -57,17 +57,18 @@ func (s *chanSink) OnLost(l *flowpb.LostEvent) { s.lost <- l }
 // agent is the partial hive of a test: the real tables, the real ipcache
 // deriver, the real monitor hub and the hubble cell with a sink.
 type agent struct {
-	db    *statedb.DB
-	hub   *monitor.Hub
-	reg   *prometheus.Registry
-	eps   statedb.RWTable[*endpoints.Endpoint]
-	pods  statedb.RWTable[*corev1.Pod]
-	local statedb.RWTable[*nodes.LocalNode]
-	nodes statedb.RWTable[*nodes.Node]
-	ceps  statedb.RWTable[*ciliumv2.CiliumEndpoint]
-	ids   statedb.RWTable[*ciliumv2.CiliumIdentity]
-	pols  statedb.RWTable[*policy.EndpointPolicyRow]
-	ipc   statedb.Table[*ipcachetbl.Entry]
+	db       *statedb.DB
+	hub      *monitor.Hub
+	reg      *prometheus.Registry
+	eps      statedb.RWTable[*endpoints.Endpoint]
+	pods     statedb.RWTable[*corev1.Pod]
+	local    statedb.RWTable[*nodes.LocalNode]
+	nodes    statedb.RWTable[*nodes.Node]
+	ceps     statedb.RWTable[*ciliumv2.CiliumEndpoint]
+	ids      statedb.RWTable[*ciliumv2.CiliumIdentity]
+	pols     statedb.RWTable[*policy.EndpointPolicyRow]
+	k8sNodes statedb.RWTable[*corev1.Node]
+	ipc      statedb.Table[*ipcachetbl.Entry]
 }
 
 func startAgent(t *testing.T, args []string, sink Sink) *agent {
@@ -76,6 +77,7 @@ func startAgent(t *testing.T, args []string, sink Sink) *agent {
 	hivetest.Start(t, args,
 		hive.Provide(endpoints.NewTable, k8stables.NewPodsTable, nodes.NewLocalNodeTable, nodes.NewNodesTable,
 			k8stables.NewCiliumEndpointsTable, k8stables.NewCiliumIdentitiesTable, policy.NewCIDRTable, policy.NewTable,
+			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
 			statedb.RWTable[*endpoints.Endpoint].ToTable, statedb.RWTable[*corev1.Pod].ToTable,
 			statedb.RWTable[*nodes.LocalNode].ToTable, statedb.RWTable[*nodes.Node].ToTable,
 			statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable, statedb.RWTable[*ciliumv2.CiliumIdentity].ToTable,
@@ -88,7 +90,7 @@ func startAgent(t *testing.T, args []string, sink Sink) *agent {
 		Cell,
 		hivetest.Capture(&a.db), hivetest.Capture(&a.hub), hivetest.Capture(&a.eps), hivetest.Capture(&a.pods),
 		hivetest.Capture(&a.local), hivetest.Capture(&a.nodes), hivetest.Capture(&a.ceps), hivetest.Capture(&a.ids),
-		hivetest.Capture(&a.pols), hivetest.Capture(&a.ipc),
+		hivetest.Capture(&a.pols), hivetest.Capture(&a.ipc), hivetest.Capture(&a.k8sNodes),
 	)
 	return a
 }
@@ -111,7 +113,8 @@ func identityObj(id, app string) *ciliumv2.CiliumIdentity {
 func (a *agent) populate(t *testing.T) {
 	t.Helper()
 	ctl := true
-	w := a.db.WriteTxn(a.eps, a.pods, a.local, a.nodes, a.ceps, a.ids, a.pols)
+	w := a.db.WriteTxn(a.eps, a.pods, a.local, a.nodes, a.ceps, a.ids, a.pols, a.k8sNodes)
+	_, _, _ = a.k8sNodes.Insert(w, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "a"}}})
 	_, _, _ = a.local.Insert(w, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), RouterIP: addr("10.1.0.1"),
 		PodCIDRs: []netip.Prefix{pfx("10.1.0.0/24")}})
 	_, _, _ = a.nodes.Insert(w, &nodes.Node{Name: "n1", Local: true, PodCIDRs: []netip.Prefix{pfx("10.1.0.0/24")},
@@ -177,6 +180,9 @@ func TestCellFlowsFromTables(t *testing.T) {
 	f := nextFlow(t, sink)
 	if f.GetVerdict() != flowpb.Verdict_DROPPED || f.GetDropReasonDesc() != flowpb.DropReason_POLICY_DENIED || f.GetNodeName() != "n1" {
 		t.Errorf("drop flow: verdict %v reason %v node %q", f.GetVerdict(), f.GetDropReasonDesc(), f.GetNodeName())
+	}
+	if l := f.GetNodeLabels(); len(l) != 1 || l[0] != "zone=a" {
+		t.Errorf("node labels %v, want [zone=a]", l)
 	}
 	if s := f.GetSource(); s.GetPodName() != "client" || s.GetNamespace() != "demo" || s.GetID() != 13 || s.GetIdentity() != 2001 {
 		t.Errorf("source %v, want demo/client, endpoint 13, identity 2001", s)

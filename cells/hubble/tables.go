@@ -2,6 +2,7 @@ package hubble
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,8 @@ type Tables struct {
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
 	Frontends  statedb.Table[*lb.Frontend]
 	Policies   statedb.Table[*policy.EndpointPolicyRow]
+	// K8sNodes gives the node labels (Flow.node_labels).
+	K8sNodes statedb.Table[*corev1.Node]
 }
 
 // maxCache bounds each cache: a full cache starts over.
@@ -81,6 +84,7 @@ type tableSources struct {
 	identities revCache[identity.NumericIdentity, found[[]string]]
 	services   revCache[lb.L4Addr, found[*flowpb.Service]]
 	policies   revCache[uint16, found[*policy.EndpointPolicy]]
+	nodeLabels revCache[string, []string]
 
 	// The prefix lengths the ipcache has, longest first, at lensRev;
 	// used under ipcache's lock only.
@@ -112,6 +116,9 @@ func NewSources(t Tables) parser.Sources {
 	}
 	if t.Policies != nil {
 		src.Policies = s
+	}
+	if t.K8sNodes != nil {
+		src.NodeLabels = s
 	}
 	return src
 }
@@ -233,4 +240,20 @@ func (s *tableSources) EndpointPolicy(id uint16) (*policy.EndpointPolicy, bool) 
 		return found[*policy.EndpointPolicy]{row.Policy, true}
 	})
 	return r.v, r.ok
+}
+
+func (s *tableSources) NodeLabels(name string) []string {
+	txn := s.t.DB.ReadTxn()
+	return s.nodeLabels.get(s.t.K8sNodes.Revision(txn), name, func() []string {
+		n, _, ok := s.t.K8sNodes.Get(txn, k8stables.NameIndex[*corev1.Node]().Query(name))
+		if !ok || len(n.Labels) == 0 {
+			return nil
+		}
+		out := make([]string, 0, len(n.Labels))
+		for k, v := range n.Labels {
+			out = append(out, k+"="+v)
+		}
+		slices.Sort(out)
+		return out
+	})
 }

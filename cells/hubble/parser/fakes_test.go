@@ -61,8 +61,15 @@ func (f *fakes) EndpointPolicy(id uint16) (*policy.EndpointPolicy, bool) {
 	return p, ok
 }
 
+func (f *fakes) NodeLabels(name string) []string {
+	if name == "node-1" {
+		return []string{"kubernetes.io/hostname=node-1", "zone=a"}
+	}
+	return nil
+}
+
 func (f *fakes) sources() Sources {
-	return Sources{Endpoints: f, Workloads: f, IPCache: f, Nodes: f, Identities: f, Services: f, Policies: f}
+	return Sources{Endpoints: f, Workloads: f, IPCache: f, Nodes: f, Identities: f, Services: f, Policies: f, NodeLabels: f}
 }
 
 var (

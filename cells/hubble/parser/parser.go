@@ -100,6 +100,9 @@ func (p *Parser) Parse(ev *monitor.Event) (*flowpb.Flow, error) {
 		}
 	}
 	f.L4 = layer4(ev)
+	if p.src.NodeLabels != nil {
+		f.NodeLabels = p.src.NodeLabels.NodeLabels(p.nodeName)
+	}
 
 	switch ev.Type {
 	case monitor.TypeDrop:

@@ -228,6 +228,7 @@ func TestParse(t *testing.T) {
 			want.Emitter = &flowpb.Emitter{Name: "Hubble"}
 			want.Type = flowpb.FlowType_L3_L4
 			want.NodeName = "node-1"
+			want.NodeLabels = []string{"kubernetes.io/hostname=node-1", "zone=a"}
 			if tc.src != "" || tc.dst != "" {
 				ext := nodesExt(t, tc.src, tc.dst)
 				var gotExt structpb.Struct

@@ -61,6 +61,13 @@ type Policies interface {
 	EndpointPolicy(id uint16) (*policy.EndpointPolicy, bool)
 }
 
+// NodeLabels gives the labels of the node flows are captured on.
+type NodeLabels interface {
+	// NodeLabels returns the labels of the named node as "key=value",
+	// sorted. The result is shared: do not modify it.
+	NodeLabels(name string) []string
+}
+
 // Sources is what the parser enriches flows from. Every field may be nil:
 // what it would give is then left out of the flows.
 type Sources struct {
@@ -71,4 +78,5 @@ type Sources struct {
 	Identities Identities
 	Services   Services
 	Policies   Policies
+	NodeLabels NodeLabels
 }
