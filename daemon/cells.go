@@ -11,6 +11,7 @@ import (
 	"github.com/cellium/cellium/cells/healthcheck"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hubble"
+	hubblemetrics "github.com/cellium/cellium/cells/hubble/metrics"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
@@ -57,6 +58,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// Hubble flows from the hub's events, enriched from the tables above,
 	// handed to every hubble.Sink (--enable-hubble).
 	hubble.Cell,
+	// Hubble's flow metrics (hubble_*) on --hubble-metrics-server: a sink
+	// of the Hubble flow producer.
+	hubblemetrics.Cell,
 )
 
 // Agent is the whole agent.

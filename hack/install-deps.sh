@@ -5,8 +5,9 @@
 # runc, the OCI runtime containerd starts containers with on the real node;
 # nftables, for kube-proxy's nftables mode; netcat-openbsd, dnsutils, curl
 # and wget, which `make e2e-conformance` copies into the e2e images with
-# their libraries: the specs exec nc, dig, curl, wget in their pods) when
-# running as root with apt.
+# their libraries: the specs exec nc, dig, curl, wget in their pods;
+# prometheus, the server the Hubble dashboard test evaluates every panel's
+# PromQL with) when running as root with apt.
 # Go modules come from the module proxy through `go` itself.
 set -euo pipefail
 
@@ -24,6 +25,7 @@ command -v nc.openbsd >/dev/null 2>&1 || need+=(netcat-openbsd)
 command -v dig >/dev/null 2>&1 || need+=(dnsutils)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v wget >/dev/null 2>&1 || need+=(wget)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
@@ -37,3 +39,11 @@ echo "install-deps: installing ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# Debian's prometheus package enables a server on :9090 for every interface
+# where systemd runs; the tests start their own on loopback, so that one is
+# stopped and disabled again.
+if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1 &&
+	systemctl is-enabled prometheus >/dev/null 2>&1; then
+	echo "install-deps: disabling the prometheus service the package enabled (tests run their own on loopback)"
+	systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

@@ -1,6 +1,10 @@
 package e2enetpol
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"os"
 	"path/filepath"
 	"regexp"
@@ -246,5 +250,40 @@ func TestTrimReport(t *testing.T) {
 	}
 	if err := trimReport(filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Error("no error for a missing report")
+	}
+}
+
+func TestPlacement(t *testing.T) {
+	t0 := time.Now()
+	p := &Placement{seen: map[string]bool{}}
+	pod := func(uid, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	p.note(pod("a", ""))       // not bound yet: not counted
+	p.note(pod("a", "node-2")) // bound
+	p.note(pod("b", "node-1"))
+	p.note(pod("a", "node-3")) // the same pod again: its first binding stays
+	t1 := time.Now()
+	if got := p.Nodes(t0, t1); !slices.Equal(got, []string{"node-1", "node-2"}) {
+		t.Errorf("Nodes = %v, want [node-1 node-2]", got)
+	}
+	if got := p.Nodes(t1.Add(time.Second), t1.Add(2*time.Second)); got != nil {
+		t.Errorf("Nodes of a later spec = %v, want none", got)
+	}
+	if got := (*Placement)(nil).Nodes(t0, t1); got != nil {
+		t.Errorf("nil Placement: %v", got)
+	}
+
+	sum := Summary{Suite: "Netpol", RunTime: time.Minute, Results: []Result{
+		{Name: "a", Outcome: Passed, Nodes: []string{"node-1", "node-2"}},
+		{Name: "b", Outcome: Passed, Nodes: []string{"node-3"}},
+		{Name: "c", Outcome: Passed},
+	}}
+	var out strings.Builder
+	if err := sum.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "pods' nodes: 1 of the 2 specs that ran pods had them on two or more nodes (node-1, node-2, node-3)\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("summary:\n%s\nwant a line %q", out.String(), want)
 	}
 }

@@ -169,6 +169,9 @@ type Result struct {
 	// location, or the runner's: a timeout, no report) or was skipped.
 	Reason  string
 	RunTime time.Duration
+	// Nodes are the nodes the spec's pods ran on, when the run recorded
+	// them (Config.Placement).
+	Nodes []string
 }
 
 // Summary is the outcome of a run.
@@ -213,6 +216,10 @@ func (s Summary) Write(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped of %d specs in %s\n",
 		title, s.Count(Passed), s.Count(Failed), s.Count(Skipped), len(s.Results), s.RunTime.Round(time.Second))
+	if ran, spread, nodes := s.placement(); ran > 0 {
+		fmt.Fprintf(&b, "pods' nodes: %d of the %d specs that ran pods had them on two or more nodes (%s)\n",
+			spread, ran, strings.Join(nodes, ", "))
+	}
 	if f := s.Failures(); len(f) > 0 {
 		b.WriteString("failed:\n")
 		for _, r := range f {
@@ -238,6 +245,35 @@ func (s Summary) Write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// placement counts the specs that recorded their pods' nodes, those
+// whose pods ran on two or more nodes, and every node named.
+func (s Summary) placement() (ran, spread int, nodes []string) {
+	for _, r := range s.Results {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		ran++
+		if len(r.Nodes) > 1 {
+			spread++
+		}
+		for _, n := range r.Nodes {
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	return ran, spread, nodes
+}
+
+// onNodes is " (pods on a, b)" for a progress line, "" without nodes.
+func onNodes(nodes []string) string {
+	if len(nodes) == 0 {
+		return ""
+	}
+	return " (pods on " + strings.Join(nodes, ", ") + ")"
 }
 
 // firstLine is s up to its first line break, trimmed.

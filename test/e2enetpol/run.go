@@ -44,6 +44,9 @@ type Config struct {
 	ExtraArgs []string
 	// Progress receives a line per spec as the run goes; nil discards it.
 	Progress io.Writer
+	// Placement, when set, names the nodes each spec's pods ran on
+	// (Result.Nodes).
+	Placement *Placement
 }
 
 // args are e2e.test's arguments that run the specs focus selects (a dry
@@ -116,8 +119,10 @@ func Run(ctx context.Context, c Config, p Plan) (Summary, error) {
 			return sum, fmt.Errorf("run interrupted after %d of %d specs: %w", i, len(p.Run), context.Cause(ctx))
 		}
 		fmt.Fprintf(progress, "[%d/%d] %s\n", i+1, len(p.Run), spec.Name)
+		start := time.Now()
 		r := c.runSpec(ctx, i+1, spec)
-		fmt.Fprintf(progress, "        %s in %s\n", r.Outcome, r.RunTime.Round(time.Second))
+		r.Nodes = c.Placement.Nodes(start, time.Now())
+		fmt.Fprintf(progress, "        %s in %s%s\n", r.Outcome, r.RunTime.Round(time.Second), onNodes(r.Nodes))
 		if r.Outcome == Failed {
 			fmt.Fprintf(progress, "        %s\n", firstLine(r.Reason))
 		}

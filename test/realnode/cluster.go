@@ -498,16 +498,24 @@ func drainFrom(ctx context.Context, kubeconfig, node, socket string) error {
 	return DrainPodNetwork(ctx, cs, node, socket)
 }
 
-// ContainerdSocket returns the socket of the containerd of the node of
-// the cluster in dir (started by [Up], possibly by another process).
+// ContainerdSockets returns the containerd sockets of every node of the
+// cluster in dir (one for a one-node cluster), in start order.
 //
 // Errors: dir holds no cluster state.
-func ContainerdSocket(dir string) (string, error) {
+func ContainerdSockets(dir string) ([]string, error) {
 	st, err := readClusterState(dir)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return (&Node{Dir: st.NodeDir}).ContainerdSocket(), nil
+	dirs := st.NodeDirs
+	if len(dirs) == 0 {
+		dirs = []string{st.NodeDir}
+	}
+	sockets := make([]string, len(dirs))
+	for i, d := range dirs {
+		sockets[i] = (&Node{Dir: d}).ContainerdSocket()
+	}
+	return sockets, nil
 }
 
 // IsClusterDir reports whether dir holds the state of a Cluster (Up was

@@ -174,7 +174,8 @@ func newRunCmd() *cobra.Command {
 	var (
 		f                filterFlags
 		kubeconfig, dir  string
-		socket, ctr      string
+		socket           []string
+		ctr              string
 		specTimeout      time.Duration
 		realnode         bool
 		keep             bool
@@ -246,10 +247,11 @@ func newRunCmd() *cobra.Command {
 				if _, err := os.Stat(cfg.Kubeconfig); err != nil {
 					return fmt.Errorf("no cluster: %w (start one with `make up`, pass --kubeconfig, or use --realnode)", err)
 				}
-				if socket == "" {
-					socket = makeUpSocket(cfg.Kubeconfig)
+				sockets := socket
+				if len(sockets) == 0 {
+					sockets = makeUpSockets(cfg.Kubeconfig)
 				}
-				if socket != "" {
+				if len(sockets) > 0 {
 					if ctr == "" {
 						nb, _, err := harness.CachedNodeBinaries()
 						if err != nil {
@@ -257,12 +259,14 @@ func newRunCmd() *cobra.Command {
 						}
 						ctr = nb.Ctr
 					}
-					if err := e2enetpol.ImportImages(ctx, ctr, socket, archives(imgs)...); err != nil {
-						return err
+					for _, sock := range sockets {
+						if err := e2enetpol.ImportImages(ctx, ctr, sock, archives(imgs)...); err != nil {
+							return err
+						}
+						log.Info("imported the e2e images", "images", names(imgs), "containerd", sock)
 					}
-					log.Info("imported the e2e images", "images", names(imgs), "containerd", socket)
 				} else {
-					log.Warn("no --containerd-socket: the node must have the e2e images already", "images", names(imgs))
+					log.Warn("no --containerd-socket: the nodes must have the e2e images already", "images", names(imgs))
 				}
 			}
 			// What only the running cluster tells: whether it has a DNS
@@ -278,6 +282,11 @@ func newRunCmd() *cobra.Command {
 			}
 			fmt.Fprintf(out, "%d %s specs selected: %d to run, %d skipped\n", len(plan.Run)+len(plan.Skipped), filter.Suite.Title, len(plan.Run), len(plan.Skipped))
 
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			defer stopWatch()
+			if cfg.Placement, err = e2enetpol.WatchPlacement(watchCtx, cfg.Kubeconfig); err != nil {
+				return err
+			}
 			sum, runErr := e2enetpol.Run(ctx, cfg, plan)
 			fmt.Fprintln(out)
 			if err := sum.Write(out); err != nil {
@@ -296,7 +305,7 @@ func newRunCmd() *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", defaultKubeconfig, "admin kubeconfig of the cluster (make up writes .cellium-dev/kubeconfig)")
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for the image archives, the reports and logs (and with --realnode, the cluster); default .cellium-dev/e2e-<suite>")
-	cmd.Flags().StringVar(&socket, "containerd-socket", "", "import the e2e images into the containerd at this socket first (the node's; default: make up's node, when --kubeconfig is make up's)")
+	cmd.Flags().StringSliceVar(&socket, "containerd-socket", nil, "import the e2e images into the containerd at these sockets first (the nodes'; repeatable; default: every node of make up's cluster, when --kubeconfig is make up's)")
 	cmd.Flags().StringVar(&ctr, "ctr", "", "ctr binary for --containerd-socket (default: the cached one)")
 	cmd.Flags().DurationVar(&specTimeout, "spec-timeout", e2enetpol.DefaultSpecTimeout, "time limit of each spec")
 	cmd.Flags().BoolVar(&realnode, "realnode", false, "start a cluster of its own with a real node for the run (root), and stop it after")

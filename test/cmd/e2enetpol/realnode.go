@@ -73,17 +73,17 @@ func (rn *realNodeCluster) stop(keep bool) error {
 	return err
 }
 
-// makeUpSocket returns the containerd socket of the real node make up
+// makeUpSockets returns the containerd sockets of the real nodes make up
 // runs when the kubeconfig is that of a make up cluster (its directory is
-// a realnode cluster's), "" otherwise.
-func makeUpSocket(kubeconfig string) string {
+// a realnode cluster's), nil otherwise.
+func makeUpSockets(kubeconfig string) []string {
 	dir := filepath.Dir(kubeconfig)
 	if !realnode.IsClusterDir(dir) {
-		return ""
+		return nil
 	}
-	s, err := realnode.ContainerdSocket(dir)
+	s, err := realnode.ContainerdSockets(dir)
 	if err != nil {
-		return ""
+		return nil
 	}
 	return s
 }
