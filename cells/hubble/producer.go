@@ -16,9 +16,9 @@ import (
 // no new event arrives (Cilium's hubble-lost-event-send-interval).
 const LostCheckInterval = time.Second
 
-// Producer reads the monitor hub, turns each event into a flow and hands
+// producer reads the monitor hub, turns each event into a flow and hands
 // it to every sink in order. Lost events become one LostEvent per gap.
-type Producer struct {
+type producer struct {
 	hub     *monitor.Hub
 	parser  *parser.Parser
 	sinks   []Sink
@@ -31,16 +31,16 @@ type Producer struct {
 // newProducer returns a producer of flows from hub's events. queue is
 // the subscription's buffer (monitor.DefaultBuffer when <= 0). m may be
 // nil (no metrics).
-func newProducer(hub *monitor.Hub, p *parser.Parser, sinks []Sink, queue int, m *metrics, log *slog.Logger) *Producer {
+func newProducer(hub *monitor.Hub, p *parser.Parser, sinks []Sink, queue int, m *metrics, log *slog.Logger) *producer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Producer{hub: hub, parser: p, sinks: sinks, queue: queue, metrics: m, log: log}
+	return &producer{hub: hub, parser: p, sinks: sinks, queue: queue, metrics: m, log: log}
 }
 
 // Subscribe subscribes to the hub now, so that Run misses nothing
 // published from this point on (the cell does it when the hive starts).
-func (pr *Producer) Subscribe() {
+func (pr *producer) Subscribe() {
 	if pr.sub == nil {
 		pr.sub = pr.hub.Subscribe(monitor.Filter{}, pr.queue)
 	}
@@ -48,7 +48,7 @@ func (pr *Producer) Subscribe() {
 
 // Run produces flows until ctx ends or the hub closes; it subscribes
 // first unless Subscribe did, and unsubscribes when it returns.
-func (pr *Producer) Run(ctx context.Context, h hive.Health) error {
+func (pr *producer) Run(ctx context.Context, h hive.Health) error {
 	pr.Subscribe()
 	sub := pr.sub
 	defer sub.Close()
@@ -88,7 +88,7 @@ func (pr *Producer) Run(ctx context.Context, h hive.Health) error {
 	}
 }
 
-func (pr *Producer) handle(ev *monitor.Event) {
+func (pr *producer) handle(ev *monitor.Event) {
 	f, err := pr.parser.Parse(ev)
 	if err != nil {
 		pr.metrics.parseError()
@@ -99,7 +99,7 @@ func (pr *Producer) handle(ev *monitor.Event) {
 	pr.emit(f)
 }
 
-func (pr *Producer) emit(f *flowpb.Flow) {
+func (pr *producer) emit(f *flowpb.Flow) {
 	for _, s := range pr.sinks {
 		s.OnFlow(f)
 	}
