@@ -198,7 +198,7 @@ func (s *countSink) OnFlow(*flowpb.Flow) {
 
 func (s *countSink) OnLost(*flowpb.LostEvent) {}
 
-// BenchmarkProducer is the whole path of the cell: events published into
+// BenchmarkProducerThroughHub is the whole path of the cell: events published into
 // the monitor hub, read by the producer's goroutine, parsed, enriched and
 // handed to a sink. The publisher waits for room (a real datapath would
 // lose events instead).
