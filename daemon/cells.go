@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/endpointpolicy"
 	"github.com/cellium/cellium/cells/healthcheck"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hubble"
 	hubblemetrics "github.com/cellium/cellium/cells/hubble/metrics"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
@@ -54,6 +55,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// The datapath event hub and GET /v1/monitor; cellium-agent adds
 	// datapathmonitor.Cell, which fills the hub from the BPF ring buffer.
 	monitor.Cell,
+	// Hubble flows from the hub's events, enriched from the tables above,
+	// handed to every hubble.Sink (--enable-hubble).
+	hubble.Cell,
 	// Hubble's flow metrics (hubble_*) on --hubble-metrics-server: a sink
 	// of the Hubble flow producer.
 	hubblemetrics.Cell,

@@ -99,9 +99,24 @@ func (e *Engine) computeDirection(ep Endpoint, rules []*compiledRule, d statepol
 	if dp, ok := e.cache.get(key); ok {
 		return dp
 	}
-	dp := statepolicy.DirectionPolicy{Enforcing: true, Entries: e.computeEntries(ep, rules, d, defaultDeny)}
+	dp := statepolicy.DirectionPolicy{Enforcing: true, Entries: e.computeEntries(ep, rules, d, defaultDeny),
+		EnforcedBy: enforcedBy(rules, d)}
 	e.cache.put(key, dp)
 	return dp
+}
+
+// enforcedBy returns the names of the rules that take part in direction d
+// and switch it to default deny, sorted and unique: the rules a packet no
+// entry matches is denied by.
+func enforcedBy(rules []*compiledRule, d statepolicy.Direction) []string {
+	var out []string
+	for _, cr := range rules {
+		if len(cr.rule.entries(d)) > 0 && cr.rule.defaultDeny(d) {
+			out = append(out, cr.name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Clip(slices.Compact(out))
 }
 
 // The computation of a direction's entries works in three steps, to do

@@ -42,6 +42,14 @@ type DirectionPolicy struct {
 	Enforcing bool `json:"enforcing"`
 	// Entries are sorted by Key (Key.Compare) and unique per key.
 	Entries []Entry `json:"entries,omitempty"`
+	// EnforcedBy names the rules that make the direction deny by default:
+	// those that select the endpoint, take part in this direction and
+	// switch it to default deny, sorted and unique (as Entry.DerivedFrom
+	// names them). A packet no entry matches is dropped because of them,
+	// so they are the policies that denied it. Empty when the direction
+	// does not enforce, or enforces by the agent's
+	// --policy-enforcement=always alone.
+	EnforcedBy []string `json:"enforced-by,omitempty"`
 }
 
 // EndpointPolicy is the computed policy of one endpoint: its entries per
@@ -68,7 +76,7 @@ func (p *EndpointPolicy) Equal(o *EndpointPolicy) bool {
 }
 
 func (d *DirectionPolicy) equal(o *DirectionPolicy) bool {
-	return d.Enforcing == o.Enforcing && slices.EqualFunc(d.Entries, o.Entries, func(a, b Entry) bool {
+	return d.Enforcing == o.Enforcing && slices.Equal(d.EnforcedBy, o.EnforcedBy) && slices.EqualFunc(d.Entries, o.Entries, func(a, b Entry) bool {
 		return a.Key == b.Key && a.Deny == b.Deny && slices.Equal(a.DerivedFrom, b.DerivedFrom)
 	})
 }
