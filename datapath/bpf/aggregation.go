@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // Aggregation is a monitor aggregation level (MONITOR_AGGREGATION,
@@ -134,4 +136,41 @@ func reportFlags(f uint8) uint8 {
 		return DefaultReportFlags
 	}
 	return f
+}
+
+// Monitor is what the agent's monitor flags give the programs: the
+// aggregation level, the report interval and the report TCP flags
+// (--monitor-aggregation, --monitor-aggregation-interval,
+// --monitor-aggregation-flags).
+type Monitor struct {
+	Aggregation    Aggregation
+	ReportInterval time.Duration
+	// ReportFlags: 0 is DefaultReportFlags.
+	ReportFlags uint8
+}
+
+// DefaultMonitor is the flags' defaults.
+var DefaultMonitor = Monitor{Aggregation: DefaultAggregation, ReportInterval: DefaultReportInterval, ReportFlags: DefaultReportFlags}
+
+// ApplyOverlay sets the overlay programs' TRACE_ENABLED (trace),
+// MONITOR_AGGREGATION and MONITOR_REPORT_FLAGS in spec, a spec of
+// LoadOverlay, before it is loaded.
+func (m Monitor) ApplyOverlay(spec *ebpf.CollectionSpec, trace bool) error {
+	for _, v := range []struct {
+		name  string
+		value any
+	}{
+		{OverlayVarTRACE_ENABLED, boolByte(trace)},
+		{OverlayVarMONITOR_AGGREGATION, uint8(m.Aggregation)},
+		{OverlayVarMONITOR_REPORT_FLAGS, reportFlags(m.ReportFlags)},
+	} {
+		vs, ok := spec.Variables[v.name]
+		if !ok {
+			return fmt.Errorf("BPF object has no constant %s", v.name)
+		}
+		if err := vs.Set(v.value); err != nil {
+			return fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	return nil
 }
