@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/cellium/cellium/statedb/identity"
+	hub "github.com/cellium/cellium/statedb/monitor"
 )
 
 // EventType is the kind of an event: Cilium's monitor message types.
@@ -211,24 +212,9 @@ func (e Event) String() string {
 	return out
 }
 
-// tcpFlagNames are the TCP flags from bit 0 up, as Hubble names them.
-var tcpFlagNames = [8]string{"FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"}
-
 // TCPFlagsString returns the set flags of a TCP header's flags byte,
 // "SYN, ACK" (Hubble's order: FIN first), or "" for none.
-func TCPFlagsString(f uint8) string {
-	var out string
-	for i, name := range tcpFlagNames {
-		if f&(1<<i) == 0 {
-			continue
-		}
-		if out != "" {
-			out += ", "
-		}
-		out += name
-	}
-	return out
-}
+func TCPFlagsString(f uint8) string { return hub.TCPFlagsString(f) }
 
 func hostPort(a netip.Addr, port uint16) string {
 	if !a.IsValid() {

@@ -173,3 +173,22 @@ func (f Filter) Match(ev *Event) bool {
 	}
 	return len(f.EndpointIDs) == 0 || slices.Contains(f.EndpointIDs, ev.EndpointID)
 }
+
+// tcpFlagNames are the TCP flags from bit 0 up, as Hubble names them.
+var tcpFlagNames = [8]string{"FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"}
+
+// TCPFlagsString returns the flags set in a TCP header's flags byte, FIN
+// first: "SYN, ACK"; "" for none.
+func TCPFlagsString(f uint8) string {
+	var b strings.Builder
+	for i, name := range tcpFlagNames {
+		if f&(1<<i) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(name)
+	}
+	return b.String()
+}
