@@ -440,7 +440,7 @@ static __always_inline __u8 ct_report(struct ct_entry *ct, const struct pkt *p, 
 	__u32 now_s = (__u32)(now / NSEC_PER_SEC);
 	__u8 flags = p->tcp_flags & MONITOR_REPORT_FLAGS;
 
-	if (MONITOR_AGGREGATION < MONITOR_AGG_MEDIUM)
+	if (!TRACE_ENABLED || MONITOR_AGGREGATION < MONITOR_AGG_MEDIUM)
 		return 1;
 	if (reply) {
 		if (!(flags & ~ct->rx_flags_seen) && now_s - ct->last_rx_report < MONITOR_REPORT_INTERVAL)
