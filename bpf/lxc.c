@@ -26,6 +26,12 @@ volatile const __u64 ENDPOINT_MAC = 0;
 volatile const __u32 ENDPOINT_IPV4 = 0;
 volatile const __u8 POLICY_AUDIT_MODE = 0;
 volatile const __u8 TRACE_ENABLED = 0;
+/* --monitor-aggregation (MONITOR_AGG_*, abi.h), --monitor-aggregation-interval
+ * in seconds, --monitor-aggregation-flags as a mask of TCP flags: which
+ * passed packets are traced when TRACE_ENABLED (see trace()). */
+volatile const __u8 MONITOR_AGGREGATION = 0;
+volatile const __u32 MONITOR_REPORT_INTERVAL = 5;
+volatile const __u8 MONITOR_REPORT_FLAGS = 0x07; /* FIN, SYN, RST */
 
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
@@ -93,10 +99,17 @@ struct pkt {
 	__u8 short_reason; /* drop reason when still short after a pull */
 	__u8 icmp_type;
 	__u8 frag;         /* FRAG_* */
-	__u16 pad;
+	__u8 icmp_code;
+	__u8 ev_flags;     /* EVENT_F_REPLY* of the events */
 	__u32 src_identity;
 	__u32 dst_identity;
 	struct inner inner;
+	/* The destination before the socket load balancer translated it,
+	 * 0 for none (sock_orig_dst). */
+	__be32 orig_daddr;
+	__be16 orig_dport;
+	__u8 monitor;      /* conntrack has news of this packet: trace it */
+	__u8 pad;
 };
 
 static __always_inline int icmp_is_error(__u8 type)
@@ -242,6 +255,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		/* The policy sees the ICMP type where other protocols have
 		 * the destination port (as the policy engine stores it). */
 		p->icmp_type = l4[0];
+		p->icmp_code = l4[1];
 		p->policy_dport = bpf_htons((__u16)l4[0]);
 		/* Echo request and reply carry the same id: as source port of
 		 * the request and destination port of the reply, so a reply's
@@ -369,8 +383,35 @@ static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p, __u
 	e->dport = p->dport;
 	e->ifindex = ENDPOINT_IFINDEX;
 	e->orig_len = skb->len;
+	e->version = EVENT_VERSION;
+	e->tcp_flags = p->tcp_flags;
+	if (p->proto == IPPROTO_ICMP) {
+		e->icmp_type = p->icmp_type;
+		e->icmp_code = p->icmp_code;
+	}
+	e->flags = p->ev_flags;
+	if (p->orig_daddr) {
+		e->flags |= EVENT_F_ORIG_DST;
+		e->orig_daddr = p->orig_daddr;
+		e->orig_dport = p->orig_dport;
+	}
 	e->ktime_ns = ktime_get_ns();
 	ringbuf_submit(e, 0);
+}
+
+/* trace sends a trace event of a passed packet at observation point obs,
+ * as --monitor-aggregation allows: at LOWEST and above not at a point
+ * where the packet arrives (from-endpoint), at MEDIUM and above only when
+ * conntrack has news of the packet (p->monitor, ct_report). */
+static __always_inline void trace(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u8 obs)
+{
+	if (!TRACE_ENABLED)
+		return;
+	if (MONITOR_AGGREGATION >= MONITOR_AGG_LOWEST && obs == TRACE_FROM_LXC)
+		return;
+	if (MONITOR_AGGREGATION >= MONITOR_AGG_MEDIUM && !p->monitor)
+		return;
+	emit(skb, p, EVENT_TRACE, obs, dir, 0);
 }
 
 static __always_inline int drop(struct __sk_buff *skb, const struct pkt *p, __u8 reason, __u8 dir)
@@ -383,9 +424,67 @@ static __always_inline int drop(struct __sk_buff *skb, const struct pkt *p, __u8
 static __always_inline int pass(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u8 obs)
 {
 	count(skb->len, REASON_FORWARDED, dir);
-	if (TRACE_ENABLED)
-		emit(skb, p, EVENT_TRACE, obs, dir, 0);
+	trace(skb, p, dir, obs);
 	return TC_ACT_OK;
+}
+
+/* ct_report decides whether a packet of a live entry is news for the
+ * monitor at MEDIUM aggregation and above, and records that it was: a
+ * report TCP flag (MONITOR_REPORT_FLAGS) its direction has not traced
+ * yet, or MONITOR_REPORT_INTERVAL seconds since its direction's last
+ * trace (an entry's first reply is always news: its last_rx_report is 0).
+ * Two CPUs racing on one entry may both report: a few duplicate traces,
+ * never a lost first one. */
+static __always_inline __u8 ct_report(struct ct_entry *ct, const struct pkt *p, __u64 now, int reply)
+{
+	__u32 now_s = (__u32)(now / NSEC_PER_SEC);
+	__u8 flags = p->tcp_flags & MONITOR_REPORT_FLAGS;
+
+	if (!TRACE_ENABLED || MONITOR_AGGREGATION < MONITOR_AGG_MEDIUM)
+		return 1;
+	if (reply) {
+		if (!(flags & ~ct->rx_flags_seen) && now_s - ct->last_rx_report < MONITOR_REPORT_INTERVAL)
+			return 0;
+		ct->rx_flags_seen |= flags;
+		ct->last_rx_report = now_s;
+		return 1;
+	}
+	if (!(flags & ~ct->tx_flags_seen) && now_s - ct->last_tx_report < MONITOR_REPORT_INTERVAL)
+		return 0;
+	ct->tx_flags_seen |= flags;
+	ct->last_tx_report = now_s;
+	return 1;
+}
+
+/* sock_orig_dst sets p->orig_daddr/orig_dport to the Service frontend
+ * (ClusterIP:port) the packet's socket connected or sent to, when the
+ * socket load balancer translated it to this packet's destination: its
+ * cellium_lb4_reverse_sk entry (socket cookie, backend -> frontend), read
+ * through slot 0 of cellium_lb4_reverse_sk_ref while the socket load
+ * balancer is on. A packet without a socket (the host stack orphans what
+ * it forwards) or of another protocol has none. */
+static __always_inline void sock_orig_dst(struct __sk_buff *skb, struct pkt *p)
+{
+	struct sock_xlate_key key = {};
+	struct sock_xlate_value *v;
+	__u32 zero = 0;
+	void *inner;
+
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return;
+	inner = map_lookup_elem(&cellium_lb4_reverse_sk_ref, &zero);
+	if (!inner)
+		return;
+	key.cookie = get_socket_cookie(skb);
+	if (!key.cookie)
+		return;
+	key.address = p->daddr;
+	key.port = p->dport;
+	v = map_lookup_elem(inner, &key);
+	if (!v || v->proto != p->proto)
+		return;
+	p->orig_daddr = v->address;
+	p->orig_dport = v->port;
 }
 
 static __always_inline __u64 ct_lifetime(__u8 proto, __u16 flags)
@@ -628,14 +727,14 @@ static __always_inline int reply_allowed(struct ct_entry *ct, const struct pkt *
  * entries, untranslated packets to a Service frontend (egress), then the
  * policy; only a packet the policy allowed that may open a connection
  * makes an entry. */
-static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32 local_src,
+static __always_inline int handle(struct __sk_buff *skb, struct pkt *pp, const int egress, __u32 local_src,
 				  const int from_stack, int *reply_via_stack)
 {
 	const __u8 dir = egress ? METRIC_EGRESS : METRIC_INGRESS;
 	const __u8 obs = egress ? TRACE_FROM_LXC : TRACE_TO_LXC;
 	const __u8 pol_dir = egress ? POLICY_EGRESS : POLICY_INGRESS;
 	const __u16 via_stack = from_stack ? CT_F_VIA_STACK : 0;
-	struct pkt p = {};
+	struct pkt *p = pp;
 	struct ct4_key key = { .endpoint = ENDPOINT_ID };
 	struct ct_entry *ct;
 	int ret, allow_all, established;
@@ -643,21 +742,21 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	__u8 ipc_flags = 0;
 	__u64 now;
 
-	ret = parse_pkt(skb, &p);
+	ret = parse_pkt(skb, p);
 	if (egress && (ret == PARSE_IPV4 || ret == PARSE_ARP)) {
-		int bad = validate_source(skb, &p, ret);
+		int bad = validate_source(skb, p, ret);
 
 		if (bad)
-			return drop(skb, &p, bad, dir);
+			return drop(skb, p, bad, dir);
 	}
 	if (ret == PARSE_ARP)
-		return pass(skb, &p, dir, obs);
+		return pass(skb, p, dir, obs);
 	if (ret != PARSE_IPV4)
-		return drop(skb, &p, ret, dir);
-	if (p.frag) {
-		ret = frag_ports(&p);
+		return drop(skb, p, ret, dir);
+	if (p->frag) {
+		ret = frag_ports(p);
 		if (ret)
-			return drop(skb, &p, ret, dir);
+			return drop(skb, p, ret, dir);
 	}
 
 	now = ktime_get_ns();
@@ -666,36 +765,36 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	 * passes without a policy lookup of its own, and without an ipcache
 	 * lookup: the remote's identity (for the trace event only) is the
 	 * one its entry recorded. */
-	key.saddr = p.daddr;
-	key.daddr = p.saddr;
-	key.sport = p.dport;
-	key.dport = p.sport;
-	key.proto = p.proto;
+	key.saddr = p->daddr;
+	key.daddr = p->saddr;
+	key.sport = p->dport;
+	key.dport = p->sport;
+	key.proto = p->proto;
 	key.dir = egress ? CT_DIR_INGRESS : CT_DIR_EGRESS;
 	ct = map_lookup_elem(&cellium_ct4, &key);
 	if (ct && ct->expires > now) {
-		if (TRACE_ENABLED) {
-			p.src_identity = egress ? SECURITY_IDENTITY : ct->src_identity;
-			p.dst_identity = egress ? ct->src_identity : SECURITY_IDENTITY;
-		}
-		ret = reply_allowed(ct, &p, egress, local_src, now);
+		p->src_identity = egress ? SECURITY_IDENTITY : ct->src_identity;
+		p->dst_identity = egress ? ct->src_identity : SECURITY_IDENTITY;
+		p->ev_flags = EVENT_F_REPLY | EVENT_F_REPLY_KNOWN;
+		ret = reply_allowed(ct, p, egress, local_src, now);
 		if (ret)
-			return drop(skb, &p, ret, dir);
+			return drop(skb, p, ret, dir);
 		if (egress && (ct->flags & CT_F_VIA_STACK))
 			*reply_via_stack = 1;
-		ct_update(ct, &p, now, 1, 0);
-		return pass(skb, &p, dir, obs);
+		ct_update(ct, p, now, 1, 0);
+		p->monitor = ct_report(ct, p, now, 1);
+		return pass(skb, p, dir, obs);
 	}
 
 	/* An ICMP error about a live connection of this endpoint passes
 	 * (fragmentation needed keeps path MTU discovery working), whatever
 	 * the policy says of ICMP, and changes no entry. */
-	if (p.proto == IPPROTO_ICMP && icmp_is_error(p.icmp_type) && ct_related(&p, egress, now))
-		return pass(skb, &p, dir, obs);
+	if (p->proto == IPPROTO_ICMP && icmp_is_error(p->icmp_type) && ct_related(p, egress, now))
+		return pass(skb, p, dir, obs);
 
-	remote_id = remote_identity4(egress ? p.daddr : p.saddr, egress ? 0 : local_src, 0, &cidr_id, &ipc_flags);
-	p.src_identity = egress ? SECURITY_IDENTITY : remote_id;
-	p.dst_identity = egress ? remote_id : SECURITY_IDENTITY;
+	remote_id = remote_identity4(egress ? p->daddr : p->saddr, egress ? 0 : local_src, 0, &cidr_id, &ipc_flags);
+	p->src_identity = egress ? SECURITY_IDENTITY : remote_id;
+	p->dst_identity = egress ? remote_id : SECURITY_IDENTITY;
 
 	/* A Service frontend address (a ClusterIP) as the destination of a
 	 * packet the pod sends: the socket load balancer translates every
@@ -707,25 +806,34 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	 * lookup every non-reply packet makes anyway; replies (above) never
 	 * go to a Service address. */
 	if (egress && (ipc_flags & IPCACHE_F_SERVICE))
-		return drop(skb, &p, DROP_IS_CLUSTER_IP, dir);
+		return drop(skb, p, DROP_IS_CLUSTER_IP, dir);
 
-	key.saddr = p.saddr;
-	key.daddr = p.daddr;
-	key.sport = p.sport;
-	key.dport = p.dport;
+	key.saddr = p->saddr;
+	key.daddr = p->daddr;
+	key.sport = p->sport;
+	key.dport = p->dport;
 	key.dir = egress ? CT_DIR_EGRESS : CT_DIR_INGRESS;
 	ct = map_lookup_elem(&cellium_ct4, &key);
 	established = ct && ct->expires > now;
 	/* A new SYN on a closing tuple starts a new connection. */
 	if (established && (ct->flags & CT_F_CLOSING) &&
-	    (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+	    (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
 		established = 0;
+	p->ev_flags = EVENT_F_REPLY_KNOWN;
+	/* The Service the connection's socket asked for: looked up once,
+	 * for its first packet, and kept in the entry. */
+	if (established) {
+		p->orig_daddr = ct->orig_daddr;
+		p->orig_dport = ct->orig_dport;
+	} else {
+		sock_orig_dst(skb, p);
+	}
 
 	/* Packets of an established connection in its own direction are
 	 * checked again, so a policy update that no longer allows it stops
 	 * it (bpf/README.md). A denied one keeps its entry, which the
 	 * replies' re-check then denies too. */
-	ret = policy_verdict(remote_id, pol_dir, p.proto, p.policy_dport, &allow_all);
+	ret = policy_verdict(remote_id, pol_dir, p->proto, p->policy_dport, &allow_all);
 	/* A same-node source's identity came without the ipcache: look its
 	 * address up for the identity of a policy CIDR holding it, whose deny
 	 * must win over an allow of the identity (and whose allow may let
@@ -734,50 +842,57 @@ static __always_inline int handle(struct __sk_buff *skb, const int egress, __u32
 	 * allowed, so a CIDR deny added while such a connection runs stops
 	 * its new connections, not it (bpf/README.md). */
 	if (!egress && local_src && (!established || ret == DROP_POLICY))
-		ipcache_identity4(p.saddr, &cidr_id, &ipc_flags);
+		ipcache_identity4(p->saddr, &cidr_id, &ipc_flags);
 	if (cidr_id && cidr_id != remote_id && ret != DROP_POLICY_DENY)
-		ret = cidr_verdict(ret, cidr_id, pol_dir, p.proto, p.policy_dport, &allow_all);
+		ret = cidr_verdict(ret, cidr_id, pol_dir, p->proto, p->policy_dport, &allow_all);
 	if (established) {
 		if (ret && !POLICY_AUDIT_MODE)
-			return drop(skb, &p, ret, dir);
-		ct_update(ct, &p, now, 0, via_stack);
+			return drop(skb, p, ret, dir);
+		ct_update(ct, p, now, 0, via_stack);
 		ct->checked = now;
 		if (ct->flags & (CT_F_DENIED | CT_F_DENYLIST))
 			ct->flags &= ~(CT_F_DENIED | CT_F_DENYLIST);
-		return pass(skb, &p, dir, obs);
+		p->monitor = ct_report(ct, p, now, 0);
+		return pass(skb, p, dir, obs);
 	}
 
 	if (ret) {
 		if (POLICY_AUDIT_MODE) {
-			emit(skb, &p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_AUDIT);
+			emit(skb, p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_AUDIT);
 		} else {
-			emit(skb, &p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_DENIED);
-			return drop(skb, &p, ret, dir);
+			emit(skb, p, EVENT_POLICY_VERDICT, ret, dir, VERDICT_DENIED);
+			return drop(skb, p, ret, dir);
 		}
 	}
-	if (!opens_connection(&p))
-		return pass(skb, &p, dir, obs);
+	if (!opens_connection(p))
+		return pass(skb, p, dir, obs);
 	if (!ret && !allow_all)
-		emit(skb, &p, EVENT_POLICY_VERDICT, 0, dir, VERDICT_ALLOWED);
+		emit(skb, p, EVENT_POLICY_VERDICT, 0, dir, VERDICT_ALLOWED);
 
 	{
 		struct ct_entry entry = {
 			.tx_packets = 1,
 			.src_identity = remote_id,
 			.flags = via_stack,
-			.policy_dport = p.policy_dport,
+			.policy_dport = p->policy_dport,
 			.checked = now,
+			.last_tx_report = (__u32)(now / NSEC_PER_SEC),
+			.tx_flags_seen = p->tcp_flags & MONITOR_REPORT_FLAGS,
+			.orig_dport = p->orig_dport,
+			.orig_daddr = p->orig_daddr,
 		};
 
-		if (p.proto == IPPROTO_TCP)
+		if (p->proto == IPPROTO_TCP)
 			entry.flags |= CT_F_SYN;
 		if (ret)
 			entry.flags |= CT_F_AUDIT;
-		entry.expires = now + ct_lifetime(p.proto, entry.flags);
+		entry.expires = now + ct_lifetime(p->proto, entry.flags);
 		if (map_update_elem(&cellium_ct4, &key, &entry, BPF_ANY) < 0)
-			return drop(skb, &p, DROP_CT_CREATE_FAILED, dir);
+			return drop(skb, p, DROP_CT_CREATE_FAILED, dir);
 	}
-	return pass(skb, &p, dir, obs);
+	/* A connection's first packet is always news. */
+	p->monitor = 1;
+	return pass(skb, p, dir, obs);
 }
 
 /* skb->cb slot carrying the source endpoint's identity into the
@@ -820,12 +935,18 @@ static __always_inline int redirect_local(struct __sk_buff *skb)
 SEC("tcx/ingress")
 int cil_from_container(struct __sk_buff *skb)
 {
+	struct pkt p = {};
 	int reply_via_stack = 0;
-	int ret = handle(skb, 1, 0, 0, &reply_via_stack);
+	int ret = handle(skb, &p, 1, 0, 0, &reply_via_stack);
 
-	if (ret != TC_ACT_OK || reply_via_stack)
+	if (ret != TC_ACT_OK)
 		return ret;
-	return redirect_local(skb);
+	if (!reply_via_stack)
+		redirect_local(skb);
+	/* No other endpoint's program took it (a tail call does not
+	 * return): the packet goes to the host stack. */
+	trace(skb, &p, METRIC_EGRESS, TRACE_TO_STACK);
+	return TC_ACT_OK;
 }
 
 /* cil_lxc_policy is this endpoint's ingress policy for packets from
@@ -841,6 +962,7 @@ int cil_lxc_policy(struct __sk_buff *skb)
 {
 	struct endpoint_key key = { .family = CELLIUM_AF_INET };
 	struct endpoint_info *info;
+	struct pkt p = {};
 	void *data, *data_end;
 	__u16 old_word, new_word;
 	__u32 csum;
@@ -863,7 +985,7 @@ int cil_lxc_policy(struct __sk_buff *skb)
 	if (!info || info->lxc_id != ENDPOINT_ID || info->ifindex != ENDPOINT_IFINDEX)
 		return TC_ACT_OK;
 
-	ret = handle(skb, 0, skb->cb[CB_SRC_IDENTITY], 0, &unused);
+	ret = handle(skb, &p, 0, skb->cb[CB_SRC_IDENTITY], 0, &unused);
 	if (ret != TC_ACT_OK)
 		return ret;
 
@@ -892,9 +1014,10 @@ int cil_lxc_policy(struct __sk_buff *skb)
 SEC("tcx/egress")
 int cil_to_container(struct __sk_buff *skb)
 {
+	struct pkt p = {};
 	int unused = 0;
 
-	return handle(skb, 0, 0, 1, &unused);
+	return handle(skb, &p, 0, 0, 1, &unused);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -21,6 +21,10 @@
 #include "include/metrics.h"
 
 volatile const __u8 TRACE_ENABLED = 0;
+/* --monitor-aggregation (MONITOR_AGG_*, abi.h) and the TCP flags that
+ * are news at MEDIUM and above (--monitor-aggregation-flags). */
+volatile const __u8 MONITOR_AGGREGATION = 0;
+volatile const __u8 MONITOR_REPORT_FLAGS = 0x07; /* FIN, SYN, RST */
 
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
@@ -40,14 +44,19 @@ struct opkt {
 	__be16 dport;
 	__u8 proto;
 	__u8 family;
-	__u16 pad;
+	__u8 tcp_flags;
+	__u8 pad;
+	__u8 icmp_type;
+	__u8 icmp_code;
+	__u16 pad2;
 	__u32 src_identity;
 	__u32 dst_identity;
 };
 
-/* parse_inner reads the inner IPv4 header (and the ports of TCP and UDP
- * when they are in the linear area, for events only). It returns 0 or a
- * drop reason. */
+/* parse_inner reads the inner IPv4 header (and, for events only, the
+ * ports and flags of TCP, the ports of UDP and the type and code of ICMP
+ * when they are in the linear area and the packet is not a later
+ * fragment). It returns 0 or a drop reason. */
 static __always_inline int parse_inner(struct __sk_buff *skb, struct opkt *p)
 {
 	void *data = (void *)(long)skb->data;
@@ -75,9 +84,18 @@ static __always_inline int parse_inner(struct __sk_buff *skb, struct opkt *p)
 	p->saddr = *(__be32 *)(ip + 12);
 	p->daddr = *(__be32 *)(ip + 16);
 	l4 = ip + ihl;
+	/* A later fragment's first bytes are data, not a header. */
+	if (bpf_ntohs(*(__be16 *)(ip + 6)) & 0x1fff)
+		return 0;
 	if ((p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && (void *)(l4 + 4) <= data_end) {
 		p->sport = *(__be16 *)l4;
 		p->dport = *(__be16 *)(l4 + 2);
+	}
+	if (p->proto == IPPROTO_TCP && (void *)(l4 + 14) <= data_end)
+		p->tcp_flags = l4[13];
+	if (p->proto == IPPROTO_ICMP && (void *)(l4 + 2) <= data_end) {
+		p->icmp_type = l4[0];
+		p->icmp_code = l4[1];
 	}
 	return 0;
 }
@@ -114,8 +132,29 @@ static __always_inline void emit(struct __sk_buff *skb, const struct opkt *p, __
 	e->dport = p->dport;
 	e->ifindex = skb->ifindex;
 	e->orig_len = skb->len;
+	e->version = EVENT_VERSION;
+	e->tcp_flags = p->tcp_flags;
+	e->icmp_type = p->icmp_type;
+	e->icmp_code = p->icmp_code;
+	/* No conntrack here: EVENT_F_REPLY_KNOWN stays clear. */
 	e->ktime_ns = ktime_get_ns();
 	ringbuf_submit(e, 0);
+}
+
+/* trace sends a trace event of a passed packet at obs as
+ * --monitor-aggregation allows: at LOWEST and above not where a packet
+ * arrives (from-overlay); at MEDIUM and above, with no conntrack here,
+ * only a TCP packet carrying a report flag (a connection's SYN, FIN,
+ * RST), so to-overlay shows connections open and close. */
+static __always_inline void trace(struct __sk_buff *skb, const struct opkt *p, __u8 dir, __u8 obs)
+{
+	if (!TRACE_ENABLED)
+		return;
+	if (MONITOR_AGGREGATION >= MONITOR_AGG_LOWEST && obs == TRACE_FROM_OVERLAY)
+		return;
+	if (MONITOR_AGGREGATION >= MONITOR_AGG_MEDIUM && !(p->tcp_flags & MONITOR_REPORT_FLAGS))
+		return;
+	emit(skb, p, EVENT_TRACE, obs, dir);
 }
 
 static __always_inline int drop(struct __sk_buff *skb, const struct opkt *p, __u8 reason, __u8 dir)
@@ -128,8 +167,7 @@ static __always_inline int drop(struct __sk_buff *skb, const struct opkt *p, __u
 static __always_inline int pass(struct __sk_buff *skb, const struct opkt *p, __u8 dir, __u8 obs)
 {
 	count(skb->len, REASON_FORWARDED, dir);
-	if (TRACE_ENABLED)
-		emit(skb, p, EVENT_TRACE, obs, dir);
+	trace(skb, p, dir, obs);
 	return TC_ACT_OK;
 }
 
@@ -233,8 +271,7 @@ int cil_from_overlay(struct __sk_buff *skb)
 	if (info) {
 		p.dst_identity = info->sec_identity;
 		count(skb->len, REASON_FORWARDED, METRIC_INGRESS);
-		if (TRACE_ENABLED)
-			emit(skb, &p, EVENT_TRACE, TRACE_FROM_OVERLAY, METRIC_INGRESS);
+		trace(skb, &p, METRIC_INGRESS, TRACE_FROM_OVERLAY);
 		skb->cb[CB_SRC_IDENTITY] = src_id;
 		tail_call(skb, &cellium_policy_progs, info->lxc_id);
 		skb->cb[CB_SRC_IDENTITY] = 0;

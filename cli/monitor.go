@@ -239,8 +239,25 @@ func toEndpoint(ev *models.MonitorEvent) uint16 {
 }
 
 // connectionSummary is Cilium's "10.0.0.2:43210 -> 10.0.0.3:80 tcp" (or
-// "10.0.0.2 -> 10.0.0.3 icmp" without ports).
+// "10.0.0.2 -> 10.0.0.3 icmp" without ports), then what the event knows
+// besides: the TCP flags ("tcp SYN, ACK"), the ICMP type and code ("icmp
+// type 8 code 0"), and the Service a socket asked for ("service
+// 10.96.0.10:80").
 func connectionSummary(ev *models.MonitorEvent) string {
+	s := connection(ev)
+	switch {
+	case ev.TCPFlags != "":
+		s += " " + ev.TCPFlags
+	case ev.ICMPType != nil && ev.ICMPCode != nil:
+		s += fmt.Sprintf(" type %d code %d", *ev.ICMPType, *ev.ICMPCode)
+	}
+	if ev.OrigDstIP != "" {
+		s += " service " + net.JoinHostPort(ev.OrigDstIP, strconv.Itoa(int(ev.OrigDstPort)))
+	}
+	return s
+}
+
+func connection(ev *models.MonitorEvent) string {
 	switch {
 	case ev.SrcIP == "" && ev.DstIP == "":
 		return "[unknown]"

@@ -222,3 +222,23 @@ func waitSubscribers(t *testing.T, h *hub.Hub, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestMonitorLineNewFields: a line shows the TCP flags, the ICMP type and
+// code and the Service a socket asked for after the connection.
+func TestMonitorLineNewFields(t *testing.T) {
+	typ, code := uint8(8), uint8(0)
+	for _, c := range []struct {
+		ev   models.MonitorEvent
+		want string
+	}{
+		{models.MonitorEvent{Type: models.MonitorTypeTrace, ObservationPointCode: 3, SrcIP: "10.0.0.2", DstIP: "10.0.0.3",
+			SrcPort: 43210, DstPort: 8080, Protocol: "tcp", TCPFlags: "SYN", OrigDstIP: "10.96.0.10", OrigDstPort: 80},
+			"10.0.0.2:43210 -> 10.0.0.3:8080 tcp SYN service 10.96.0.10:80\n"},
+		{models.MonitorEvent{Type: models.MonitorTypeDrop, SrcIP: "10.0.0.2", DstIP: "10.0.0.3", Protocol: "icmp",
+			ICMPType: &typ, ICMPCode: &code}, "10.0.0.2 -> 10.0.0.3 icmp type 8 code 0\n"},
+	} {
+		if got := formatMonitorEvent(&c.ev, false); !strings.HasSuffix(got, c.want) {
+			t.Errorf("line %q, want it to end in %q", got, c.want)
+		}
+	}
+}

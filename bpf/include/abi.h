@@ -68,6 +68,29 @@
 #define TRACE_FROM_LXC 5
 #define TRACE_FROM_OVERLAY 9
 
+/* struct event.version: the layout of the record (datapath/maps
+ * DecodeEvent). 0 is version 1 (72 bytes, before the field existed: its
+ * byte was padding, always zero); 2 adds tcp_flags, icmp_type, icmp_code,
+ * flags and the original destination (80 bytes). */
+#define EVENT_VERSION 2
+
+/* struct event.flags. */
+#define EVENT_F_REPLY (1 << 0)       /* conntrack saw a reply */
+#define EVENT_F_REPLY_KNOWN (1 << 1) /* conntrack was consulted: EVENT_F_REPLY is meaningful */
+#define EVENT_F_ORIG_DST (1 << 2)    /* orig_daddr/orig_dport hold the destination before translation */
+
+/* MONITOR_AGGREGATION levels, Cilium's numbers (--monitor-aggregation):
+ * at LOWEST and above the traces of packets arriving at an observation
+ * point (from-endpoint, from-overlay) are not sent; at MEDIUM and above a
+ * packet of a connection is traced only when its conntrack entry has news
+ * (the first packet each way, a report TCP flag seen for the first time
+ * in its direction, or MONITOR_REPORT_INTERVAL since the last report). */
+#define MONITOR_AGG_NONE 0
+#define MONITOR_AGG_LOWEST 1
+#define MONITOR_AGG_LOW 2
+#define MONITOR_AGG_MEDIUM 3
+#define MONITOR_AGG_MAX 4
+
 /* struct event.verdict of policy verdict events. */
 #define VERDICT_ALLOWED 1
 #define VERDICT_DENIED 2

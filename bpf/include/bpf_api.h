@@ -26,6 +26,7 @@ typedef __u32 __be32;
 /* BTF map definitions, the layout libbpf and cilium/ebpf read. */
 #define __uint(name, val) int (*name)[val]
 #define __type(name, val) typeof(val) *name
+#define __array(name, val) typeof(val) *name[]
 
 /* Map types and flags (include/uapi/linux/bpf.h). */
 #define BPF_MAP_TYPE_HASH 1
@@ -33,6 +34,7 @@ typedef __u32 __be32;
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_LRU_HASH 9
 #define BPF_MAP_TYPE_LPM_TRIE 11
+#define BPF_MAP_TYPE_ARRAY_OF_MAPS 12
 #define BPF_MAP_TYPE_RINGBUF 27
 #define BPF_F_NO_PREALLOC (1U << 0)
 #define LIBBPF_PIN_NONE 0

@@ -87,6 +87,17 @@ struct ct_entry {
 	__u16 flags;       /* CT_F_* */
 	__be16 policy_dport; /* the port (ICMP: type) the policy saw */
 	__u64 checked;     /* ktime_get_ns of the last policy check */
+	/* Monitor aggregation: ktime seconds of the last trace of each
+	 * direction and the report TCP flags each direction has traced. */
+	__u32 last_tx_report;
+	__u32 last_rx_report;
+	__u8 tx_flags_seen;
+	__u8 rx_flags_seen;
+	/* The destination before the socket load balancer translated it
+	 * (a ClusterIP and port), when the packet that made the entry was
+	 * sent by a socket it translated; 0: none. */
+	__be16 orig_dport;
+	__be32 orig_daddr;
 };
 
 /* cellium_ipv4_frag_datagrams: the L4 ports of a fragmented datagram,
@@ -118,7 +129,8 @@ struct metrics_value {
 	__u64 bytes;
 };
 
-/* cellium_events records. */
+/* cellium_events records, layout EVENT_VERSION (abi.h). Bytes 0-71 are
+ * version 1's layout unchanged; version is its former padding. */
 struct event {
 	__u8 type;
 	__u8 reason;
@@ -135,7 +147,32 @@ struct event {
 	__be16 dport;
 	__u32 ifindex;
 	__u32 orig_len;
+	__u8 version;   /* EVENT_VERSION */
+	__u8 tcp_flags; /* TCP: the header's flags; 0 for a later fragment */
+	__u8 icmp_type; /* ICMP: type (a later fragment: its first's) */
+	__u8 icmp_code; /* ICMP: code (0 for a later fragment) */
 	__u64 ktime_ns;
+	__u8 flags;     /* EVENT_F_* */
+	__u8 pad;
+	__be16 orig_dport;
+	__be32 orig_daddr;
+};
+
+/* The key and value of the socket load balancer's cellium_lb4_reverse_sk
+ * (lb.h: struct lb4_reverse_sk_key, lb4_reverse_sk_value, same layout),
+ * read here through cellium_lb4_reverse_sk_ref. */
+struct sock_xlate_key {
+	__u64 cookie;
+	__be32 address;
+	__be16 port;
+	__u16 pad;
+};
+
+struct sock_xlate_value {
+	__be32 address;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
 };
 
 /* Puts struct event into the object's BTF, where bpf2go finds it (the
@@ -227,5 +264,24 @@ struct {
 	__uint(max_entries, 256 * 1024);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_events SEC(".maps");
+
+/* cellium_lb4_reverse_sk_ref: slot 0 holds the socket load balancer's
+ * cellium_lb4_reverse_sk while it is on (datapath/maps OpenLB puts it
+ * there, UnpinLB takes it out), so the veth programs can name the
+ * ClusterIP a socket asked for (its cookie and backend -> frontend)
+ * without the programs holding, or the node allocating, that map when the
+ * socket load balancer is off (Documentation/concepts/service-flows.md). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_LRU_HASH);
+		__uint(key_size, sizeof(struct sock_xlate_key));
+		__uint(value_size, sizeof(struct sock_xlate_value));
+		__uint(max_entries, 262144);
+	});
+} cellium_lb4_reverse_sk_ref SEC(".maps");
 
 #endif /* CELLIUM_MAPS_H */

@@ -142,6 +142,20 @@ func Model(ev *hub.Event) models.MonitorEvent {
 	if ev.DstIP.IsValid() {
 		m.DstIP = ev.DstIP.String()
 	}
+	switch ev.Protocol {
+	case 6:
+		m.TCPFlags = hub.TCPFlagsString(ev.TCPFlags)
+	case 1:
+		typ, code := ev.ICMPType, ev.ICMPCode
+		m.ICMPType, m.ICMPCode = &typ, &code
+	}
+	if ev.ReplyKnown {
+		reply := ev.IsReply
+		m.IsReply = &reply
+	}
+	if ev.OrigDstIP.IsValid() {
+		m.OrigDstIP, m.OrigDstPort = ev.OrigDstIP.String(), ev.OrigDstPort
+	}
 	switch ev.Type {
 	case hub.TypeDrop:
 		m.ReasonCode, m.Reason = ev.Reason, ev.ReasonName

@@ -18,6 +18,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
+	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
 	"github.com/cellium/cellium/datapath/maps"
@@ -99,15 +100,56 @@ type Config struct {
 	// PolicyAuditMode loads the programs so that policy verdicts are
 	// logged and nothing is dropped by policy (Cilium's flag).
 	PolicyAuditMode bool
+	// MonitorAggregation is the level of aggregation of trace events
+	// (Cilium's --monitor-aggregation): none, lowest, low, medium,
+	// maximum (or 0 to 4).
+	MonitorAggregation string
+	// MonitorAggregationInterval is how long a connection's direction
+	// goes untraced at medium and above.
+	MonitorAggregationInterval time.Duration
+	// MonitorAggregationFlags are the TCP flags whose first appearance
+	// in a direction of a connection is traced at medium and above.
+	MonitorAggregationFlags []string
 }
 
-// DefaultConfig enforces policy.
-var DefaultConfig = Config{}
+// DefaultConfig enforces policy and aggregates traces at medium, the
+// level Cilium's Helm chart sets (Documentation/operations/monitor.md).
+var DefaultConfig = Config{
+	MonitorAggregation:         bpf.DefaultAggregation.String(),
+	MonitorAggregationInterval: bpf.DefaultReportInterval,
+	MonitorAggregationFlags:    []string{"syn", "fin", "rst"},
+}
 
-// Flags registers --policy-audit-mode.
+// Flags registers --policy-audit-mode and the monitor aggregation flags.
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Bool("policy-audit-mode", def.PolicyAuditMode,
 		"Log policy verdicts (audit) instead of dropping the packets policy denies")
+	fs.String("monitor-aggregation", def.MonitorAggregation,
+		"Level of monitor aggregation for traces from the datapath: none, lowest, low, medium, maximum "+
+			"(drops and policy verdicts are never aggregated)")
+	fs.Duration("monitor-aggregation-interval", def.MonitorAggregationInterval,
+		"Monitor report interval when monitor aggregation is medium or higher")
+	fs.StringSlice("monitor-aggregation-flags", def.MonitorAggregationFlags,
+		"TCP flags that trigger monitor reports when monitor aggregation is medium or higher")
+}
+
+// Monitor parses the monitor aggregation flags.
+//
+// Errors: the flag and value that is not valid, and what is.
+func (c Config) Monitor() (bpf.Monitor, error) {
+	agg, err := bpf.ParseAggregation(c.MonitorAggregation)
+	if err != nil {
+		return bpf.Monitor{}, fmt.Errorf("--monitor-aggregation: %w", err)
+	}
+	if c.MonitorAggregationInterval < time.Second {
+		return bpf.Monitor{}, fmt.Errorf("--monitor-aggregation-interval=%s: the datapath counts whole seconds, use 1s or more",
+			c.MonitorAggregationInterval)
+	}
+	flags, err := bpf.ParseReportFlags(c.MonitorAggregationFlags)
+	if err != nil {
+		return bpf.Monitor{}, err
+	}
+	return bpf.Monitor{Aggregation: agg, ReportInterval: c.MonitorAggregationInterval, ReportFlags: flags}, nil
 }
 
 type params struct {
@@ -131,12 +173,16 @@ type params struct {
 func register(p params, n loader.Netns, src Sources) error {
 	layout := loader.Layout{Root: p.BPF.BPFRoot}
 	t := loader.Tables{DB: p.DB, Endpoints: p.Endpoints, Programs: p.Programs}
+	mon, err := p.Config.Monitor()
+	if err != nil {
+		return err
+	}
 	d := loader.NewDeriver(t, p.Config.PolicyAuditMode)
 	var maps ClosableMaps
 	if src.OpenMaps != nil {
 		maps = src.OpenMaps(layout.Dir())
 	}
-	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec}
+	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec, Monitor: mon}
 	if maps != nil {
 		opsCfg.Maps = maps
 	}
@@ -168,7 +214,7 @@ func register(p params, n loader.Netns, src Sources) error {
 			}),
 	)
 	if p.Devices != nil {
-		o := &loader.Overlay{Layout: layout, Netns: n}
+		o := &loader.Overlay{Layout: layout, Netns: n, Trace: true, Monitor: mon}
 		p.Jobs.Add(hive.Service("attach-overlay", nil, func(ctx context.Context, h hive.Health) {
 			runOverlay(ctx, h, p.DB, p.Devices, o)
 		}))

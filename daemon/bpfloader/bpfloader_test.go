@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/cellium/cellium/daemon/bpfloader"
 	"github.com/cellium/cellium/daemon/hostlinks"
 	"github.com/cellium/cellium/daemon/hostrouting"
+	"github.com/cellium/cellium/datapath/bpf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,6 +42,8 @@ func TestAgentGraphWithLoader(t *testing.T) {
 		"--enable-bpf-datapath=true (default true)",
 		"--bpf-root=/sys/fs/bpf (default /sys/fs/bpf)",
 		"--policy-audit-mode=false (default false)",
+		"--monitor-aggregation=medium (default medium)",
+		"--monitor-aggregation-interval=5s (default 5s)",
 		"⇦ statedb.Table[*bpfprog.Program]",
 		"statedb.Table[*bpfprog.Program] (optional)", // the endpoint manager and cep-sync
 	} {
@@ -69,5 +73,37 @@ func TestEmptyBPFRootRefused(t *testing.T) {
 	_, err := run(t, "hive", "--bpf-root=")
 	if err == nil || !strings.Contains(err.Error(), "--bpf-root") {
 		t.Fatalf("hive with --bpf-root= : %v, want an error naming --bpf-root", err)
+	}
+}
+
+// TestMonitorFlags: the aggregation flags parse into what the programs
+// get, with Cilium's defaults; a bad value is refused naming the flag.
+func TestMonitorFlags(t *testing.T) {
+	m, err := bpfloader.DefaultConfig.Monitor()
+	if err != nil || m != bpf.DefaultMonitor {
+		t.Errorf("defaults: %+v, %v; want %+v", m, err, bpf.DefaultMonitor)
+	}
+	c := bpfloader.DefaultConfig
+	c.MonitorAggregation, c.MonitorAggregationInterval, c.MonitorAggregationFlags = "none", 10*time.Second, []string{"all"}
+	if m, err = c.Monitor(); err != nil || m != (bpf.Monitor{Aggregation: bpf.AggregationNone, ReportInterval: 10 * time.Second, ReportFlags: 0xff}) {
+		t.Errorf("none/10s/all: %+v, %v", m, err)
+	}
+	for _, bad := range []struct {
+		mod  func(*bpfloader.Config)
+		want string
+	}{
+		{func(c *bpfloader.Config) { c.MonitorAggregation = "high" }, "--monitor-aggregation"},
+		{func(c *bpfloader.Config) { c.MonitorAggregationInterval = 100 * time.Millisecond }, "--monitor-aggregation-interval"},
+		{func(c *bpfloader.Config) { c.MonitorAggregationFlags = []string{"syn", "bogus"} }, "--monitor-aggregation-flags"},
+	} {
+		c := bpfloader.DefaultConfig
+		bad.mod(&c)
+		if _, err := c.Monitor(); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c, err, bad.want)
+		}
+	}
+	// The agent refuses to start with one.
+	if _, err := run(t, "--monitor-aggregation=high", "hive"); err == nil || !strings.Contains(err.Error(), "monitor aggregation level") {
+		t.Errorf("agent with --monitor-aggregation=high: %v", err)
 	}
 }

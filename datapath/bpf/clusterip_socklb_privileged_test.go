@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/socklb"
 	"github.com/cellium/cellium/statedb/identity"
@@ -93,7 +94,8 @@ func TestPrivilegedProgramClusterIPSocketLB(t *testing.T) {
 	if err := polB.BatchUpdate([]policy.Entry{allowAllIngress, allowAllEgress}); err != nil {
 		t.Fatal(err)
 	}
-	node.attach(t, a, loadEndpoint(t, m, polA, endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC, IPv4: a.ip}))
+	node.attach(t, a, loadEndpoint(t, m, polA, endpointConfig{ID: epA, Identity: idA, IfIndex: uint32(a.res.HostIfIndex), MAC: a.res.PodMAC, IPv4: a.ip,
+		Trace: true, Aggregation: bpf.AggregationMedium}))
 	node.attach(t, b, loadEndpoint(t, m, polB, endpointConfig{ID: epB, Identity: idB, IfIndex: uint32(b.res.HostIfIndex), MAC: b.res.PodMAC, IPv4: b.ip}))
 	b.serveEcho(t, 8080)
 
@@ -139,10 +141,48 @@ func TestPrivilegedProgramClusterIPSocketLB(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "peer "+vip.String() {
 		t.Fatalf("client in the socket LB's cgroup to %s: %v\n%s", vip, err, out)
 	}
-	for _, e := range events.drain(t) {
+	// The events of a's side of the connection name the ClusterIP it
+	// asked for (cellium_lb4_reverse_sk through
+	// cellium_lb4_reverse_sk_ref, kept in the conntrack entry): the
+	// policy verdict and the to-stack trace of the SYN, and the FIN's
+	// trace, which comes from the entry. Its replies do not (their
+	// destination was never translated).
+	time.Sleep(300 * time.Millisecond)
+	evs := events.drain(t)
+	for _, e := range evs {
 		if e.Type == maps.EventDrop {
 			t.Errorf("a drop on the translated connection: %v", e)
 		}
+	}
+	for _, c := range []struct {
+		what  string
+		match func(maps.Event) bool
+	}{
+		{"a's policy verdict", func(e maps.Event) bool {
+			return e.Type == maps.EventPolicyVerdict && e.EndpointID == epA && e.Dst == b.ip
+		}},
+		{"a's SYN to-stack", func(e maps.Event) bool {
+			return e.Type == maps.EventTrace && e.EndpointID == epA && e.Reason == maps.TraceToStack && e.Dst == b.ip &&
+				e.TCPFlags&bpf.TCPFlagSYN != 0
+		}},
+		{"a's FIN to-stack", func(e maps.Event) bool {
+			return e.Type == maps.EventTrace && e.EndpointID == epA && e.Reason == maps.TraceToStack && e.Dst == b.ip &&
+				e.TCPFlags&bpf.TCPFlagFIN != 0
+		}},
+	} {
+		e, ok := findEvent(evs, c.match)
+		if !ok {
+			t.Errorf("%s: no event; saw:\n%s", c.what, eventList(evs))
+			continue
+		}
+		if got := netip.AddrPortFrom(e.OrigDst, e.OrigDstPort); got != vip {
+			t.Errorf("%s: %v: original destination %s, want the ClusterIP %s", c.what, e, got, vip)
+		}
+	}
+	if e, ok := findEvent(evs, func(e maps.Event) bool {
+		return e.EndpointID == epA && e.Src == b.ip && e.OrigDst.IsValid()
+	}); ok {
+		t.Errorf("a reply carries an original destination: %v", e)
 	}
 
 	// The hooks missed these: 174.

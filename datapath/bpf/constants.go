@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -28,8 +29,20 @@ type EndpointConstants struct {
 	// AuditMode reports policy denials as audit verdicts and drops
 	// nothing for policy (POLICY_AUDIT_MODE).
 	AuditMode bool
-	// Trace emits a trace event for every passed packet (TRACE_ENABLED).
+	// Trace emits trace events of passed packets (TRACE_ENABLED), as
+	// many as Aggregation allows.
 	Trace bool
+	// Aggregation is the monitor aggregation level (MONITOR_AGGREGATION,
+	// --monitor-aggregation): AggregationNone traces every passed packet.
+	Aggregation Aggregation
+	// ReportInterval is how long a connection's direction goes without a
+	// trace at AggregationMedium and above (MONITOR_REPORT_INTERVAL,
+	// whole seconds; 0 is 5 s, Cilium's default).
+	ReportInterval time.Duration
+	// ReportFlags are the TCP flags whose first appearance in a
+	// direction of a connection is traced at AggregationMedium and above
+	// (MONITOR_REPORT_FLAGS; 0 is DefaultReportFlags).
+	ReportFlags uint8
 }
 
 // Apply sets the constants in spec, a spec from LoadLxc, before it is
@@ -54,6 +67,9 @@ func (c EndpointConstants) Apply(spec *ebpf.CollectionSpec) error {
 		{LxcVarENDPOINT_IPV4, ip4},
 		{LxcVarPOLICY_AUDIT_MODE, boolByte(c.AuditMode)},
 		{LxcVarTRACE_ENABLED, boolByte(c.Trace)},
+		{LxcVarMONITOR_AGGREGATION, uint8(c.Aggregation)},
+		{LxcVarMONITOR_REPORT_INTERVAL, reportSeconds(c.ReportInterval)},
+		{LxcVarMONITOR_REPORT_FLAGS, reportFlags(c.ReportFlags)},
 	} {
 		vs, ok := spec.Variables[v.name]
 		if !ok {

@@ -56,6 +56,8 @@ type endpointConfig struct {
 	IPv4     netip.Addr
 	Audit    bool
 	Trace    bool
+	// Aggregation is MONITOR_AGGREGATION (none unless set).
+	Aggregation bpf.Aggregation
 }
 
 // loadEndpoint loads the programs for one endpoint with its constants and
@@ -69,7 +71,7 @@ func loadEndpoint(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, c endpointCon
 	}
 	consts := bpf.EndpointConstants{
 		EndpointID: c.ID, Identity: uint32(c.Identity), IfIndex: c.IfIndex, MAC: c.MAC, IPv4: c.IPv4,
-		AuditMode: c.Audit, Trace: c.Trace,
+		AuditMode: c.Audit, Trace: c.Trace, Aggregation: c.Aggregation,
 	}
 	if err := consts.Apply(spec); err != nil {
 		tb.Fatal(err)

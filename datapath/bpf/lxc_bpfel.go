@@ -25,14 +25,20 @@ type LxcCt4Key struct {
 }
 
 type LxcCtEntry struct {
-	_           structs.HostLayout
-	Expires     uint64
-	TxPackets   uint64
-	RxPackets   uint64
-	SrcIdentity uint32
-	Flags       uint16
-	PolicyDport uint16
-	Checked     uint64
+	_            structs.HostLayout
+	Expires      uint64
+	TxPackets    uint64
+	RxPackets    uint64
+	SrcIdentity  uint32
+	Flags        uint16
+	PolicyDport  uint16
+	Checked      uint64
+	LastTxReport uint32
+	LastRxReport uint32
+	TxFlagsSeen  uint8
+	RxFlagsSeen  uint8
+	OrigDport    uint16
+	OrigDaddr    uint32
 }
 
 type LxcEndpointInfo struct {
@@ -69,8 +75,15 @@ type LxcEvent struct {
 	Dport       uint16
 	Ifindex     uint32
 	OrigLen     uint32
-	_           [4]byte
+	Version     uint8
+	TcpFlags    uint8
+	IcmpType    uint8
+	IcmpCode    uint8
 	KtimeNs     uint64
+	Flags       uint8
+	Pad         uint8
+	OrigDport   uint16
+	OrigDaddr   uint32
 }
 
 type LxcIpcacheKey struct {
@@ -146,6 +159,7 @@ const (
 	LxcMapCelliumIdentities        = "cellium_identities"
 	LxcMapCelliumIpcache           = "cellium_ipcache"
 	LxcMapCelliumIpv4FragDatagrams = "cellium_ipv4_frag_datagrams"
+	LxcMapCelliumLb4ReverseSkRef   = "cellium_lb4_reverse_sk_ref"
 	LxcMapCelliumLxc               = "cellium_lxc"
 	LxcMapCelliumMetrics           = "cellium_metrics"
 	LxcMapCelliumPolicy            = "cellium_policy"
@@ -157,6 +171,9 @@ const (
 	LxcVarENDPOINT_IFINDEX         = "ENDPOINT_IFINDEX"
 	LxcVarENDPOINT_IPV4            = "ENDPOINT_IPV4"
 	LxcVarENDPOINT_MAC             = "ENDPOINT_MAC"
+	LxcVarMONITOR_AGGREGATION      = "MONITOR_AGGREGATION"
+	LxcVarMONITOR_REPORT_FLAGS     = "MONITOR_REPORT_FLAGS"
+	LxcVarMONITOR_REPORT_INTERVAL  = "MONITOR_REPORT_INTERVAL"
 	LxcVarPOLICY_AUDIT_MODE        = "POLICY_AUDIT_MODE"
 	LxcVarSECURITY_IDENTITY        = "SECURITY_IDENTITY"
 	LxcVarTRACE_ENABLED            = "TRACE_ENABLED"
@@ -218,6 +235,7 @@ type LxcMapSpecs struct {
 	CelliumIdentities        *ebpf.MapSpec `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.MapSpec `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.MapSpec `ebpf:"cellium_ipv4_frag_datagrams"`
+	CelliumLb4ReverseSkRef   *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
 	CelliumPolicy            *ebpf.MapSpec `ebpf:"cellium_policy"`
@@ -228,13 +246,16 @@ type LxcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LxcVariableSpecs struct {
-	ENDPOINT_ID       *ebpf.VariableSpec `ebpf:"ENDPOINT_ID"`
-	ENDPOINT_IFINDEX  *ebpf.VariableSpec `ebpf:"ENDPOINT_IFINDEX"`
-	ENDPOINT_IPV4     *ebpf.VariableSpec `ebpf:"ENDPOINT_IPV4"`
-	ENDPOINT_MAC      *ebpf.VariableSpec `ebpf:"ENDPOINT_MAC"`
-	POLICY_AUDIT_MODE *ebpf.VariableSpec `ebpf:"POLICY_AUDIT_MODE"`
-	SECURITY_IDENTITY *ebpf.VariableSpec `ebpf:"SECURITY_IDENTITY"`
-	TRACE_ENABLED     *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
+	ENDPOINT_ID             *ebpf.VariableSpec `ebpf:"ENDPOINT_ID"`
+	ENDPOINT_IFINDEX        *ebpf.VariableSpec `ebpf:"ENDPOINT_IFINDEX"`
+	ENDPOINT_IPV4           *ebpf.VariableSpec `ebpf:"ENDPOINT_IPV4"`
+	ENDPOINT_MAC            *ebpf.VariableSpec `ebpf:"ENDPOINT_MAC"`
+	MONITOR_AGGREGATION     *ebpf.VariableSpec `ebpf:"MONITOR_AGGREGATION"`
+	MONITOR_REPORT_FLAGS    *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_FLAGS"`
+	MONITOR_REPORT_INTERVAL *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_INTERVAL"`
+	POLICY_AUDIT_MODE       *ebpf.VariableSpec `ebpf:"POLICY_AUDIT_MODE"`
+	SECURITY_IDENTITY       *ebpf.VariableSpec `ebpf:"SECURITY_IDENTITY"`
+	TRACE_ENABLED           *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
 }
 
 // LxcObjects contains all objects after they have been loaded into the kernel.
@@ -262,6 +283,7 @@ type LxcMaps struct {
 	CelliumIdentities        *ebpf.Map `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.Map `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.Map `ebpf:"cellium_ipv4_frag_datagrams"`
+	CelliumLb4ReverseSkRef   *ebpf.Map `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
 	CelliumPolicy            *ebpf.Map `ebpf:"cellium_policy"`
@@ -275,6 +297,7 @@ func (m *LxcMaps) Close() error {
 		m.CelliumIdentities,
 		m.CelliumIpcache,
 		m.CelliumIpv4FragDatagrams,
+		m.CelliumLb4ReverseSkRef,
 		m.CelliumLxc,
 		m.CelliumMetrics,
 		m.CelliumPolicy,
@@ -286,13 +309,16 @@ func (m *LxcMaps) Close() error {
 //
 // It can be passed to LoadLxcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LxcVariables struct {
-	ENDPOINT_ID       *ebpf.Variable `ebpf:"ENDPOINT_ID"`
-	ENDPOINT_IFINDEX  *ebpf.Variable `ebpf:"ENDPOINT_IFINDEX"`
-	ENDPOINT_IPV4     *ebpf.Variable `ebpf:"ENDPOINT_IPV4"`
-	ENDPOINT_MAC      *ebpf.Variable `ebpf:"ENDPOINT_MAC"`
-	POLICY_AUDIT_MODE *ebpf.Variable `ebpf:"POLICY_AUDIT_MODE"`
-	SECURITY_IDENTITY *ebpf.Variable `ebpf:"SECURITY_IDENTITY"`
-	TRACE_ENABLED     *ebpf.Variable `ebpf:"TRACE_ENABLED"`
+	ENDPOINT_ID             *ebpf.Variable `ebpf:"ENDPOINT_ID"`
+	ENDPOINT_IFINDEX        *ebpf.Variable `ebpf:"ENDPOINT_IFINDEX"`
+	ENDPOINT_IPV4           *ebpf.Variable `ebpf:"ENDPOINT_IPV4"`
+	ENDPOINT_MAC            *ebpf.Variable `ebpf:"ENDPOINT_MAC"`
+	MONITOR_AGGREGATION     *ebpf.Variable `ebpf:"MONITOR_AGGREGATION"`
+	MONITOR_REPORT_FLAGS    *ebpf.Variable `ebpf:"MONITOR_REPORT_FLAGS"`
+	MONITOR_REPORT_INTERVAL *ebpf.Variable `ebpf:"MONITOR_REPORT_INTERVAL"`
+	POLICY_AUDIT_MODE       *ebpf.Variable `ebpf:"POLICY_AUDIT_MODE"`
+	SECURITY_IDENTITY       *ebpf.Variable `ebpf:"SECURITY_IDENTITY"`
+	TRACE_ENABLED           *ebpf.Variable `ebpf:"TRACE_ENABLED"`
 }
 
 // LxcPrograms contains all programs after they have been loaded into the kernel.

@@ -25,14 +25,20 @@ type OverlayCt4Key struct {
 }
 
 type OverlayCtEntry struct {
-	_           structs.HostLayout
-	Expires     uint64
-	TxPackets   uint64
-	RxPackets   uint64
-	SrcIdentity uint32
-	Flags       uint16
-	PolicyDport uint16
-	Checked     uint64
+	_            structs.HostLayout
+	Expires      uint64
+	TxPackets    uint64
+	RxPackets    uint64
+	SrcIdentity  uint32
+	Flags        uint16
+	PolicyDport  uint16
+	Checked      uint64
+	LastTxReport uint32
+	LastRxReport uint32
+	TxFlagsSeen  uint8
+	RxFlagsSeen  uint8
+	OrigDport    uint16
+	OrigDaddr    uint32
 }
 
 type OverlayEndpointInfo struct {
@@ -125,12 +131,15 @@ const (
 	OverlayMapCelliumIdentities        = "cellium_identities"
 	OverlayMapCelliumIpcache           = "cellium_ipcache"
 	OverlayMapCelliumIpv4FragDatagrams = "cellium_ipv4_frag_datagrams"
+	OverlayMapCelliumLb4ReverseSkRef   = "cellium_lb4_reverse_sk_ref"
 	OverlayMapCelliumLxc               = "cellium_lxc"
 	OverlayMapCelliumMetrics           = "cellium_metrics"
 	OverlayMapCelliumPolicy            = "cellium_policy"
 	OverlayMapCelliumPolicyProgs       = "cellium_policy_progs"
 	OverlayProgCilFromOverlay          = "cil_from_overlay"
 	OverlayProgCilToOverlay            = "cil_to_overlay"
+	OverlayVarMONITOR_AGGREGATION      = "MONITOR_AGGREGATION"
+	OverlayVarMONITOR_REPORT_FLAGS     = "MONITOR_REPORT_FLAGS"
 	OverlayVarTRACE_ENABLED            = "TRACE_ENABLED"
 )
 
@@ -189,6 +198,7 @@ type OverlayMapSpecs struct {
 	CelliumIdentities        *ebpf.MapSpec `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.MapSpec `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.MapSpec `ebpf:"cellium_ipv4_frag_datagrams"`
+	CelliumLb4ReverseSkRef   *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
 	CelliumPolicy            *ebpf.MapSpec `ebpf:"cellium_policy"`
@@ -199,7 +209,9 @@ type OverlayMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OverlayVariableSpecs struct {
-	TRACE_ENABLED *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
+	MONITOR_AGGREGATION  *ebpf.VariableSpec `ebpf:"MONITOR_AGGREGATION"`
+	MONITOR_REPORT_FLAGS *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_FLAGS"`
+	TRACE_ENABLED        *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
 }
 
 // OverlayObjects contains all objects after they have been loaded into the kernel.
@@ -227,6 +239,7 @@ type OverlayMaps struct {
 	CelliumIdentities        *ebpf.Map `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.Map `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.Map `ebpf:"cellium_ipv4_frag_datagrams"`
+	CelliumLb4ReverseSkRef   *ebpf.Map `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
 	CelliumPolicy            *ebpf.Map `ebpf:"cellium_policy"`
@@ -240,6 +253,7 @@ func (m *OverlayMaps) Close() error {
 		m.CelliumIdentities,
 		m.CelliumIpcache,
 		m.CelliumIpv4FragDatagrams,
+		m.CelliumLb4ReverseSkRef,
 		m.CelliumLxc,
 		m.CelliumMetrics,
 		m.CelliumPolicy,
@@ -251,7 +265,9 @@ func (m *OverlayMaps) Close() error {
 //
 // It can be passed to LoadOverlayObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OverlayVariables struct {
-	TRACE_ENABLED *ebpf.Variable `ebpf:"TRACE_ENABLED"`
+	MONITOR_AGGREGATION  *ebpf.Variable `ebpf:"MONITOR_AGGREGATION"`
+	MONITOR_REPORT_FLAGS *ebpf.Variable `ebpf:"MONITOR_REPORT_FLAGS"`
+	TRACE_ENABLED        *ebpf.Variable `ebpf:"TRACE_ENABLED"`
 }
 
 // OverlayPrograms contains all programs after they have been loaded into the kernel.

@@ -53,6 +53,9 @@ type xnode struct {
 	root    string // the bpffs (the agent's --bpf-root)
 	events  *eventReader
 	seen    []maps.Event
+	// overlayMonitor, when set, loads the tunnel device's programs with
+	// traces on at its aggregation (else traces off).
+	overlayMonitor *bpf.Monitor
 }
 
 // blackholeRange routes prefix to a blackhole in the root namespace until
@@ -220,7 +223,11 @@ func (x *xnode) addTunnel(tb testing.TB, remote ...*xnode) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := spec.Variables[bpf.OverlayVarTRACE_ENABLED].Set(uint8(0)); err != nil {
+	mon := bpf.Monitor{}
+	if x.overlayMonitor != nil {
+		mon = *x.overlayMonitor
+	}
+	if err := mon.ApplyOverlay(spec, x.overlayMonitor != nil); err != nil {
 		tb.Fatal(err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: x.m.OverlayReplacements()})
@@ -351,10 +358,17 @@ func newTwoNodes(t *testing.T, tunnel bool) *twoNodes {
 // newTwoNodesWith is newTwoNodes; with agentParts the tunnel is made by
 // the agent's routing operations and loader instead of by hand.
 func newTwoNodesWith(t *testing.T, tunnel, agentParts bool) *twoNodes {
+	return newTwoNodesMonitor(t, tunnel, agentParts, nil)
+}
+
+// newTwoNodesMonitor is newTwoNodesWith with the tunnel programs tracing
+// at mon's aggregation (nil: no traces).
+func newTwoNodesMonitor(t *testing.T, tunnel, agentParts bool, mon *bpf.Monitor) *twoNodes {
 	t.Helper()
 	blackholeRange(t, overlayRange)
 	tn := &twoNodes{wire: newWire(t)}
 	tn.n1, tn.n2 = newXNode(t, tn.wire, 1), newXNode(t, tn.wire, 2)
+	tn.n1.overlayMonitor, tn.n2.overlayMonitor = mon, mon
 	tn.n1.knowNode(t, tn.n2)
 	tn.n2.knowNode(t, tn.n1)
 	tn.a = tn.n1.localPod(t, "xa", netip.MustParseAddr("10.78.1.10"), xidA, xepA, []policy.Entry{allowAllEgress, allowAllIngress})
@@ -614,4 +628,102 @@ func sendVXLAN(tb testing.TB, from ns.NetNS, dst netip.Addr, vni uint32, frame [
 	if err != nil {
 		tb.Fatalf("send VXLAN packet to %s: %v", dst, err)
 	}
+}
+
+// TestPrivilegedOverlayTraces: the tunnel device's programs trace with the
+// packet's TCP flags and ICMP type. At aggregation none, a TCP connection
+// from a (node 1) to b (node 2) shows its SYN at to-overlay on node 1 and
+// at from-overlay on node 2, an echo request its ICMP type 8 at both;
+// nothing there claims to know the reply direction (no conntrack). At
+// medium, from-overlay is never traced and to-overlay only for TCP
+// packets with a report flag (SYN, FIN, RST), not for the data and ACKs
+// between them.
+func TestPrivilegedOverlayTraces(t *testing.T) {
+	privileged.Require(t)
+	bWeb := netip.AddrPortFrom(netip.MustParseAddr("10.78.2.10"), xport)
+	overlayTraces := func(evs []maps.Event) (to, from []maps.Event) {
+		for _, e := range evs {
+			if e.Type != maps.EventTrace {
+				continue
+			}
+			switch e.Reason {
+			case maps.TraceToOverlay:
+				to = append(to, e)
+			case maps.TraceFromOverlay:
+				from = append(from, e)
+			}
+		}
+		return to, from
+	}
+	settle := func(x *xnode) []maps.Event {
+		var out []maps.Event
+		for {
+			time.Sleep(200 * time.Millisecond)
+			evs := x.events.drain(t)
+			if len(evs) == 0 {
+				return out
+			}
+			out = append(out, evs...)
+		}
+	}
+	t.Run("none", func(t *testing.T) {
+		tn := newTwoNodesMonitor(t, true, false, &bpf.Monitor{Aggregation: bpf.AggregationNone})
+		if err := tn.a.tcpEcho(bWeb); err != nil {
+			t.Fatal(err)
+		}
+		to, _ := overlayTraces(settle(tn.n1))
+		_, from := overlayTraces(settle(tn.n2))
+		isSYN := func(e maps.Event) bool {
+			return e.Proto == 6 && e.Dst == tn.b.ip && e.TCPFlags == bpf.TCPFlagSYN && !e.ReplyKnown
+		}
+		if _, ok := findEvent(to, isSYN); !ok {
+			t.Errorf("no to-overlay trace of the SYN on node 1:\n%s", eventList(to))
+		}
+		if _, ok := findEvent(from, isSYN); !ok {
+			t.Errorf("no from-overlay trace of the SYN on node 2:\n%s", eventList(from))
+		}
+		if err := privileged.Ping(tn.a.ns, tn.b.ip); err != nil {
+			t.Fatal(err)
+		}
+		to, _ = overlayTraces(settle(tn.n1))
+		if _, ok := findEvent(to, func(e maps.Event) bool { return e.Proto == 1 && e.ICMPType == 8 && e.ICMPCode == 0 }); !ok {
+			t.Errorf("no to-overlay trace of the echo request with ICMP type 8:\n%s", eventList(to))
+		}
+	})
+	t.Run("medium", func(t *testing.T) {
+		tn := newTwoNodesMonitor(t, true, false, &bpf.Monitor{Aggregation: bpf.AggregationMedium})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := tn.a.dial(ctx, bWeb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if err := roundTrip(c, fmt.Sprintf("message %d", i)); err != nil {
+				c.Close()
+				t.Fatal(err)
+			}
+		}
+		c.Close()
+		to, from := overlayTraces(settle(tn.n1))
+		to2, from2 := overlayTraces(settle(tn.n2))
+		to, from = append(to, to2...), append(from, from2...)
+		if len(from) != 0 {
+			t.Errorf("from-overlay traces at medium:\n%s", eventList(from))
+		}
+		syn := 0
+		for _, e := range to {
+			if e.TCPFlags&bpf.DefaultReportFlags == 0 {
+				t.Errorf("to-overlay trace of a packet without SYN, FIN or RST at medium: %v", e)
+			}
+			if e.TCPFlags&bpf.TCPFlagSYN != 0 {
+				syn++
+			}
+		}
+		// The SYN from a, the SYN-ACK from b.
+		if syn < 2 {
+			t.Errorf("%d to-overlay traces with SYN, want the SYN and the SYN-ACK:\n%s", syn, eventList(to))
+		}
+		t.Logf("medium: %d to-overlay traces for a connection of 10 round trips", len(to))
+	})
 }

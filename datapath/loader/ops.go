@@ -76,6 +76,9 @@ type OpsConfig struct {
 	// Maps gives the shared maps. Nil only for collections that declare
 	// no policy map and no global map (tests).
 	Maps Maps
+	// Monitor is the monitor aggregation the programs trace with (the
+	// zero value traces every packet).
+	Monitor bpf.Monitor
 }
 
 // hook is one attachment point of one program.
@@ -204,6 +207,8 @@ func (o *Ops) load(p *bpfprog.Program, ifindex int) (*ebpf.Collection, error) {
 	consts := bpf.EndpointConstants{
 		EndpointID: p.EndpointID, Identity: uint32(p.Identity), IfIndex: uint32(ifindex),
 		MAC: mac, IPv4: p.IPv4, AuditMode: p.AuditMode,
+		Trace: true, Aggregation: o.cfg.Monitor.Aggregation, ReportInterval: o.cfg.Monitor.ReportInterval,
+		ReportFlags: o.cfg.Monitor.ReportFlags,
 	}
 	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)

@@ -36,8 +36,11 @@ var overlayHooks = []struct {
 type Overlay struct {
 	Layout Layout
 	Netns  Netns
-	// Trace emits a trace event for every packet the programs pass.
+	// Trace emits trace events of the packets the programs pass, as
+	// Monitor's aggregation allows.
 	Trace bool
+	// Monitor is the monitor aggregation (the zero value: none).
+	Monitor bpf.Monitor
 
 	mu     sync.Mutex
 	loaded bool // this process has attached its own programs
@@ -105,12 +108,8 @@ func (o *Overlay) load() (*ebpf.Collection, error) {
 	if err != nil {
 		return nil, err
 	}
-	var trace uint8
-	if o.Trace {
-		trace = 1
-	}
-	if err := spec.Variables[bpf.OverlayVarTRACE_ENABLED].Set(trace); err != nil {
-		return nil, fmt.Errorf("set TRACE_ENABLED: %w", err)
+	if err := o.Monitor.ApplyOverlay(spec, o.Trace); err != nil {
+		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.OverlayReplacements()})
 	if err != nil {

@@ -46,6 +46,8 @@ func (p *PinnedMaps) Global() (map[string]*ebpf.Map, error) {
 		maps.PolicyProgsMapName: m.PolicyProgs.Map(),
 		maps.FragMapName:        m.Frags,
 		maps.IdentitiesMapName:  m.Identities.Map(),
+
+		maps.SockXlateRefMapName: m.SockXlateRef,
 	}, nil
 }
 

@@ -29,7 +29,8 @@ const (
 
 	// Offsets of the constants in .rodata.
 	offID, offAudit, offTrace, offIdentity, offIfindex, offIPv4, offMAC = 0, 2, 3, 4, 8, 12, 16
-	rodataSize                                                          = 24
+	offAggregation, offReportFlags, offReportInterval                   = 24, 25, 28
+	rodataSize                                                          = 32
 )
 
 func rodataVar(name string, off uint32, size int) *ebpf.VariableSpec {
@@ -87,6 +88,10 @@ func testSpec() (*ebpf.CollectionSpec, error) {
 			bpf.LxcVarENDPOINT_IFINDEX:  rodataVar(bpf.LxcVarENDPOINT_IFINDEX, offIfindex, 4),
 			bpf.LxcVarENDPOINT_MAC:      rodataVar(bpf.LxcVarENDPOINT_MAC, offMAC, 8),
 			bpf.LxcVarENDPOINT_IPV4:     rodataVar(bpf.LxcVarENDPOINT_IPV4, offIPv4, 4),
+
+			bpf.LxcVarMONITOR_AGGREGATION:     rodataVar(bpf.LxcVarMONITOR_AGGREGATION, offAggregation, 1),
+			bpf.LxcVarMONITOR_REPORT_FLAGS:    rodataVar(bpf.LxcVarMONITOR_REPORT_FLAGS, offReportFlags, 1),
+			bpf.LxcVarMONITOR_REPORT_INTERVAL: rodataVar(bpf.LxcVarMONITOR_REPORT_INTERVAL, offReportInterval, 4),
 		},
 		Programs: map[string]*ebpf.ProgramSpec{
 			ProgFromContainer: pass(ProgFromContainer, ebpf.AttachTCXIngress, true),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -27,7 +28,7 @@ func TestStructSizes(t *testing.T) {
 		{"policy_key", unsafe.Sizeof(bpf.LxcPolicyKey{}), 12},
 		{"policy_entry", unsafe.Sizeof(bpf.LxcPolicyEntry{}), 8},
 		{"ct4_key", unsafe.Sizeof(bpf.LxcCt4Key{}), 16},
-		{"ct_entry", unsafe.Sizeof(bpf.LxcCtEntry{}), 40},
+		{"ct_entry", unsafe.Sizeof(bpf.LxcCtEntry{}), 56},
 		{"metrics_key", unsafe.Sizeof(bpf.LxcMetricsKey{}), 4},
 		{"metrics_value", unsafe.Sizeof(bpf.LxcMetricsValue{}), 16},
 		{"event", unsafe.Sizeof(bpf.LxcEvent{}), EventSize},
@@ -171,8 +172,10 @@ func TestEndpointAndCTKeys(t *testing.T) {
 	}
 }
 
+// TestDecodeEvent decodes a version 1 record (72 bytes, what programs
+// loaded by an older agent still write).
 func TestDecodeEvent(t *testing.T) {
-	b := make([]byte, EventSize)
+	b := make([]byte, EventSizeV1)
 	b[0], b[1], b[2], b[3] = 1, 133, 2, 0
 	binary.LittleEndian.PutUint16(b[4:], 42)
 	b[6], b[7] = 6, FamilyIPv4
@@ -193,7 +196,7 @@ func TestDecodeEvent(t *testing.T) {
 		Type: EventDrop, Reason: DropPolicy, Dir: DirEgress, EndpointID: 42, Proto: 6,
 		Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
 		SrcIdentity: 1000, DstIdentity: 2, SrcPort: 40000, DstPort: 80,
-		IfIndex: 7, OrigLen: 74, KtimeNs: 123456789,
+		IfIndex: 7, OrigLen: 74, KtimeNs: 123456789, Version: 1,
 	}
 	if e != want {
 		t.Errorf("decoded %+v\nwant    %+v", e, want)
@@ -201,8 +204,74 @@ func TestDecodeEvent(t *testing.T) {
 	if s, w := e.String(), "drop (Policy denied) egress ep 42 10.0.0.1:40000 (1000) -> 10.0.0.2:80 (2) tcp"; s != w {
 		t.Errorf("String() = %q, want %q", s, w)
 	}
-	if _, err := DecodeEvent(b[:EventSize-1]); !errors.Is(err, ErrShortEvent) {
+	if _, err := DecodeEvent(b[:EventSizeV1-1]); !errors.Is(err, ErrShortEvent) {
 		t.Errorf("short record: %v", err)
+	}
+}
+
+// TestDecodeEventV2 decodes the fields of version 2: TCP flags, ICMP type
+// and code, the reply flags and the original destination.
+func TestDecodeEventV2(t *testing.T) {
+	base := func() []byte {
+		b := make([]byte, EventSize)
+		b[0], b[1], b[2] = byte(EventTrace), TraceToStack, byte(DirEgress)
+		binary.LittleEndian.PutUint16(b[4:], 42)
+		b[6], b[7] = 6, FamilyIPv4
+		copy(b[16:], []byte{10, 0, 0, 1})
+		copy(b[32:], []byte{10, 0, 0, 2})
+		binary.BigEndian.PutUint16(b[48:], 40000)
+		binary.BigEndian.PutUint16(b[50:], 8080)
+		b[60] = EventVersion
+		return b
+	}
+	b := base()
+	b[61] = 0x12                                 // SYN, ACK
+	b[72] = eventFlagReply | eventFlagReplyKnown // a reply
+	b[72] |= eventFlagOrigDst                    // translated from
+	binary.BigEndian.PutUint16(b[74:], 80)       // 10.96.0.10:80
+	copy(b[76:], []byte{10, 96, 0, 10})
+	e, err := DecodeEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Version != 2 || e.TCPFlags != 0x12 || !e.IsReply || !e.ReplyKnown ||
+		e.OrigDst != netip.MustParseAddr("10.96.0.10") || e.OrigDstPort != 80 {
+		t.Errorf("decoded %+v", e)
+	}
+	if s, w := e.String(), "trace to-stack egress ep 42 10.0.0.1:40000 (0) -> 10.0.0.2:8080 (0) tcp SYN, ACK reply service 10.96.0.10:80"; s != w {
+		t.Errorf("String() = %q, want %q", s, w)
+	}
+
+	// ICMP: type and code; no reply flags known; no original
+	// destination without its flag, whatever the bytes say.
+	b = base()
+	b[6] = 1
+	b[62], b[63] = 3, 4
+	copy(b[76:], []byte{10, 96, 0, 10})
+	if e, err = DecodeEvent(b); err != nil {
+		t.Fatal(err)
+	}
+	if e.ICMPType != 3 || e.ICMPCode != 4 || e.ReplyKnown || e.IsReply || e.OrigDst.IsValid() {
+		t.Errorf("decoded %+v", e)
+	}
+	if s := e.String(); !strings.HasSuffix(s, "icmp type 3 code 4") {
+		t.Errorf("String() = %q, want the ICMP type and code at the end", s)
+	}
+
+	if _, err := DecodeEvent(b[:EventSize-1]); !errors.Is(err, ErrShortEvent) {
+		t.Errorf("short version 2 record: %v", err)
+	}
+	b[60] = 9
+	if _, err := DecodeEvent(b); !errors.Is(err, ErrEventVersion) {
+		t.Errorf("version 9: %v, want ErrEventVersion", err)
+	}
+}
+
+func TestTCPFlagsString(t *testing.T) {
+	for f, want := range map[uint8]string{0: "", 0x02: "SYN", 0x12: "SYN, ACK", 0x11: "FIN, ACK", 0xff: "FIN, SYN, RST, PSH, ACK, URG, ECE, CWR"} {
+		if got := TCPFlagsString(f); got != want {
+			t.Errorf("TCPFlagsString(%#x) = %q, want %q", f, got, want)
+		}
 	}
 }
 

@@ -10,3 +10,7 @@ var ErrInvalidKey = errors.New("invalid map key")
 // ErrShortEvent is returned by DecodeEvent for a record shorter than an
 // event.
 var ErrShortEvent = errors.New("event record too short")
+
+// ErrEventVersion is returned by DecodeEvent for a record of a layout
+// version this build does not know.
+var ErrEventVersion = errors.New("unknown event record version")

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/cellium/cellium/statedb/identity"
+	hub "github.com/cellium/cellium/statedb/monitor"
 )
 
 // EventType is the kind of an event: Cilium's monitor message types.
@@ -55,8 +56,25 @@ func (v Verdict) String() string {
 	return ""
 }
 
-// EventSize is the size of one ring buffer record (struct event).
-const EventSize = 72
+// EventSize is the size of one ring buffer record (struct event) of
+// EventVersion; EventSizeV1 the size of a version 1 record, which
+// DecodeEvent still reads (its programs may run while a newer agent
+// reads the ring buffer, until they are reloaded).
+const (
+	EventSize   = 80
+	EventSizeV1 = 72
+)
+
+// EventVersion is the record layout the programs write (EVENT_VERSION);
+// a version 1 record has 0 in its place.
+const EventVersion = 2
+
+// struct event.flags (EVENT_F_*).
+const (
+	eventFlagReply      = 1 << 0
+	eventFlagReplyKnown = 1 << 1
+	eventFlagOrigDst    = 1 << 2
+)
 
 // Event is one datapath event (struct event), decoded.
 type Event struct {
@@ -83,12 +101,43 @@ type Event struct {
 	OrigLen uint32
 	// KtimeNs is the CLOCK_MONOTONIC time of the event.
 	KtimeNs uint64
+	// Version is the record's layout: 1 or EventVersion.
+	Version uint8
+	// TCPFlags are the TCP header's flags (0 for a later fragment,
+	// whose header is in its first).
+	TCPFlags uint8
+	// ICMPType and ICMPCode are the ICMP header's (a later fragment: the
+	// type its first fragment recorded, code 0).
+	ICMPType, ICMPCode uint8
+	// IsReply: conntrack found the packet to be a reply; ReplyKnown: it
+	// was looked up (IsReply means something).
+	IsReply, ReplyKnown bool
+	// OrigDst is the destination before the socket load balancer
+	// translated it (a ClusterIP and port); invalid when it did not.
+	OrigDst     netip.Addr
+	OrigDstPort uint16
 }
 
-// DecodeEvent decodes one record read from the event ring buffer.
+// DecodeEvent decodes one record read from the event ring buffer, of
+// version 1 (72 bytes) or EventVersion (80 bytes).
+//
+// Errors: ErrShortEvent when b is shorter than its version's layout;
+// ErrEventVersion when the version is one this build does not know (a
+// newer datapath: upgrade the agent).
 func DecodeEvent(b []byte) (Event, error) {
-	if len(b) < EventSize {
-		return Event{}, fmt.Errorf("%w: %d bytes, want %d", ErrShortEvent, len(b), EventSize)
+	if len(b) < EventSizeV1 {
+		return Event{}, fmt.Errorf("%w: %d bytes, want at least %d", ErrShortEvent, len(b), EventSizeV1)
+	}
+	version := b[60]
+	switch version {
+	case 0:
+		version = 1
+	case EventVersion:
+		if len(b) < EventSize {
+			return Event{}, fmt.Errorf("%w: %d bytes, want %d for version %d", ErrShortEvent, len(b), EventSize, version)
+		}
+	default:
+		return Event{}, fmt.Errorf("%w: version %d, this agent reads 1 and %d", ErrEventVersion, version, EventVersion)
 	}
 	le := binary.LittleEndian
 	e := Event{
@@ -105,6 +154,17 @@ func DecodeEvent(b []byte) (Event, error) {
 		IfIndex:     le.Uint32(b[52:]),
 		OrigLen:     le.Uint32(b[56:]),
 		KtimeNs:     le.Uint64(b[64:]),
+		Version:     version,
+	}
+	if version >= 2 {
+		e.TCPFlags, e.ICMPType, e.ICMPCode = b[61], b[62], b[63]
+		flags := b[72]
+		e.IsReply = flags&eventFlagReply != 0
+		e.ReplyKnown = flags&eventFlagReplyKnown != 0
+		if flags&eventFlagOrigDst != 0 {
+			e.OrigDst = netip.AddrFrom4([4]byte(b[76:80]))
+			e.OrigDstPort = binary.BigEndian.Uint16(b[74:])
+		}
 	}
 	switch b[7] {
 	case FamilyIPv4:
@@ -135,9 +195,26 @@ func (e Event) String() string {
 	default:
 		what = e.Type.String()
 	}
-	return fmt.Sprintf("%s %s ep %d %s (%d) -> %s (%d) %s", what, e.Dir, e.EndpointID,
+	out := fmt.Sprintf("%s %s ep %d %s (%d) -> %s (%d) %s", what, e.Dir, e.EndpointID,
 		hostPort(e.Src, e.SrcPort), e.SrcIdentity, hostPort(e.Dst, e.DstPort), e.DstIdentity, protoName(e.Proto))
+	switch {
+	case e.Proto == 6 && e.TCPFlags != 0:
+		out += " " + TCPFlagsString(e.TCPFlags)
+	case e.Proto == 1 && e.Version >= 2:
+		out += fmt.Sprintf(" type %d code %d", e.ICMPType, e.ICMPCode)
+	}
+	if e.ReplyKnown && e.IsReply {
+		out += " reply"
+	}
+	if e.OrigDst.IsValid() {
+		out += " service " + netip.AddrPortFrom(e.OrigDst, e.OrigDstPort).String()
+	}
+	return out
 }
+
+// TCPFlagsString returns the set flags of a TCP header's flags byte,
+// "SYN, ACK" (Hubble's order: FIN first), or "" for none.
+func TCPFlagsString(f uint8) string { return hub.TCPFlagsString(f) }
 
 func hostPort(a netip.Addr, port uint16) string {
 	if !a.IsValid() {

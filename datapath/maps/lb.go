@@ -107,6 +107,10 @@ func OpenLB(dir string) (*LBMaps, error) {
 		}
 		opened[name] = m
 	}
+	if err := linkReverseSK(dir, opened[LB4ReverseSKMapName]); err != nil {
+		closeMaps(opened)
+		return nil, err
+	}
 	return &LBMaps{Services: &LB4Services{m: opened[LB4ServicesMapName]},
 		Backends: &LB4Backends{m: opened[LB4BackendsMapName]}, ReverseSK: opened[LB4ReverseSKMapName],
 		Affinity: &LB4Affinity{m: opened[LB4AffinityMapName]}, AffinityMatch: &LB4AffinityMatch{m: opened[LB4AffinityMatchMapName]}}, nil
@@ -136,10 +140,59 @@ func (m *LBMaps) Replacements() map[string]*ebpf.Map {
 	}
 }
 
-// UnpinLB removes the pins of the socket load balancer's maps in dir;
-// missing pins are not an error.
+// linkReverseSK puts reverse, the socket load balancer's
+// cellium_lb4_reverse_sk, into slot 0 of cellium_lb4_reverse_sk_ref in
+// dir (creating and pinning it when the veth programs' loader has not
+// yet), where the veth programs find it to name the Service of a
+// connection (bpf/include/maps.h).
+func linkReverseSK(dir string, reverse *ebpf.Map) error {
+	ref, err := openSockXlateRef(dir)
+	if err != nil {
+		return err
+	}
+	defer ref.Close()
+	if err := ref.Put(uint32(0), reverse); err != nil {
+		return fmt.Errorf("put %s into %s: %w", LB4ReverseSKMapName, SockXlateRefMapName, err)
+	}
+	return nil
+}
+
+// openSockXlateRef opens cellium_lb4_reverse_sk_ref pinned in dir,
+// creating it if it is missing or of another layout.
+func openSockXlateRef(dir string) (*ebpf.Map, error) {
+	specs, err := globalSpecs()
+	if err != nil {
+		return nil, err
+	}
+	ms := specs[SockXlateRefMapName]
+	m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	if errors.Is(err, os.ErrExist) {
+		m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		if rerr := os.Remove(filepath.Join(dir, SockXlateRefMapName)); rerr == nil {
+			m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open map %s in %s: %w", SockXlateRefMapName, dir, err)
+	}
+	return m, nil
+}
+
+// UnpinLB removes the pins of the socket load balancer's maps in dir and
+// takes cellium_lb4_reverse_sk out of cellium_lb4_reverse_sk_ref; missing
+// pins are not an error.
 func UnpinLB(dir string) error {
 	var errs []error
+	if ref, err := ebpf.LoadPinnedMap(filepath.Join(dir, SockXlateRefMapName), nil); err == nil {
+		if err := ref.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("empty %s: %w", SockXlateRefMapName, err))
+		}
+		ref.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("open %s: %w", SockXlateRefMapName, err))
+	}
 	for _, name := range lbNames {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))

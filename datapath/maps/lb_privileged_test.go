@@ -107,6 +107,21 @@ func TestPrivilegedLBMaps(t *testing.T) {
 	if _, err := m.Services.Lookup(maps.ServiceSlot{Frontend: fe}); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("slot 0 after delete: %v", err)
 	}
+	// The veth programs' reference to the reverse map: slot 0 of
+	// cellium_lb4_reverse_sk_ref holds it while the maps are open.
+	ref, err := ebpf.LoadPinnedMap(filepath.Join(dir, maps.SockXlateRefMapName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	var innerID ebpf.MapID
+	if err := ref.Lookup(uint32(0), &innerID); err != nil {
+		t.Errorf("%s slot 0 after OpenLB: %v", maps.SockXlateRefMapName, err)
+	} else if info, err := m.ReverseSK.Info(); err != nil {
+		t.Error(err)
+	} else if id, _ := info.ID(); id != innerID {
+		t.Errorf("%s slot 0 holds map %d, want the reverse map %d", maps.SockXlateRefMapName, innerID, id)
+	}
 	if err := maps.UnpinLB(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +130,8 @@ func TestPrivilegedLBMaps(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
 			t.Errorf("%s still pinned (%v)", name, err)
 		}
+	}
+	if err := ref.Lookup(uint32(0), &innerID); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("%s slot 0 after UnpinLB: %v, want empty", maps.SockXlateRefMapName, err)
 	}
 }

@@ -32,6 +32,10 @@ const (
 	// PolicyMapName is the template map of the programs that the loader
 	// replaces with an endpoint's own policy map.
 	PolicyMapName = bpf.LxcMapCelliumPolicy
+	// SockXlateRefMapName holds, in slot 0, the socket load balancer's
+	// cellium_lb4_reverse_sk while it is on (OpenLB, UnpinLB): the veth
+	// programs read the ClusterIP a socket asked for from it.
+	SockXlateRefMapName = bpf.LxcMapCelliumLb4ReverseSkRef
 )
 
 // Maps are the global maps, open. Close them when done; the pins stay.
@@ -48,15 +52,17 @@ type Maps struct {
 	Frags *ebpf.Map
 	// Identities is the set of known security identities (tunnel VNIs).
 	Identities *Identities
+	// SockXlateRef is cellium_lb4_reverse_sk_ref (SockXlateRefMapName).
+	SockXlateRef *ebpf.Map
 }
 
 // globalNames are the global maps, pinned by name.
-var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName}
+var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName, SockXlateRefMapName}
 
 // softState are the global maps whose contents the programs rebuild from
 // traffic: a pin of another layout (an upgrade changed it) is replaced by
 // a new map instead of failing, at the cost of its entries.
-var softState = map[string]bool{CT4MapName: true, FragMapName: true}
+var softState = map[string]bool{CT4MapName: true, FragMapName: true, SockXlateRefMapName: true}
 
 // globalSpecs returns the specs of the global maps, pinned by name.
 func globalSpecs() (map[string]*ebpf.MapSpec, error) {
@@ -125,13 +131,16 @@ func Open(dir string) (*Maps, error) {
 		PolicyProgs: &PolicyProgs{m: opened[PolicyProgsMapName]},
 		Frags:       opened[FragMapName],
 		Identities:  &Identities{m: opened[IdentitiesMapName]},
+
+		SockXlateRef: opened[SockXlateRefMapName],
 	}, nil
 }
 
 // Close closes the file descriptors; the pinned maps stay.
 func (m *Maps) Close() error {
 	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
-		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close(), m.Frags.Close(), m.Identities.m.Close())
+		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close(), m.Frags.Close(), m.Identities.m.Close(),
+		m.SockXlateRef.Close())
 }
 
 // Replacements returns the maps to load an endpoint's programs with
@@ -148,6 +157,8 @@ func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
 		FragMapName:        m.Frags,
 		IdentitiesMapName:  m.Identities.m,
 		PolicyMapName:      policy.m,
+
+		SockXlateRefMapName: m.SockXlateRef,
 	}
 }
 
@@ -176,6 +187,8 @@ func LoadOverlaySpec() (*ebpf.CollectionSpec, error) {
 		return nil, fmt.Errorf("load embedded overlay object: %w", err)
 	}
 	delete(spec.Maps, PolicyMapName)
+	// maps.h declares it for the veth programs; the overlay's never read it.
+	delete(spec.Maps, SockXlateRefMapName)
 	return spec, nil
 }
 

@@ -74,21 +74,23 @@ const (
 	TraceToStack   uint8 = 3
 	TraceToOverlay uint8 = 4
 	TraceFromLxc   uint8 = 5
+	// TraceFromOverlay is a decapsulated packet on the tunnel device.
+	TraceFromOverlay uint8 = 9
 )
 
 var traceObsPoints = map[uint8]string{
-	TraceToLxc:     "to-endpoint",
-	TraceToProxy:   "to-proxy",
-	TraceToHost:    "to-host",
-	TraceToStack:   "to-stack",
-	TraceToOverlay: "to-overlay",
-	TraceFromLxc:   "from-endpoint",
-	6:              "from-proxy",
-	7:              "from-host",
-	8:              "from-stack",
-	9:              "from-overlay",
-	10:             "from-network",
-	11:             "to-network",
+	TraceToLxc:       "to-endpoint",
+	TraceToProxy:     "to-proxy",
+	TraceToHost:      "to-host",
+	TraceToStack:     "to-stack",
+	TraceToOverlay:   "to-overlay",
+	TraceFromLxc:     "from-endpoint",
+	6:                "from-proxy",
+	7:                "from-host",
+	8:                "from-stack",
+	TraceFromOverlay: "from-overlay",
+	10:               "from-network",
+	11:               "to-network",
 }
 
 // TraceObsPointName returns Cilium's name of a trace observation point

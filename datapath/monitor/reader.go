@@ -83,6 +83,13 @@ func Convert(e maps.Event, ts time.Time) hub.Event {
 		Protocol:    e.Proto,
 		Ifindex:     e.IfIndex,
 		Length:      e.OrigLen,
+		TCPFlags:    e.TCPFlags,
+		ICMPType:    e.ICMPType,
+		ICMPCode:    e.ICMPCode,
+		IsReply:     e.IsReply,
+		ReplyKnown:  e.ReplyKnown,
+		OrigDstIP:   e.OrigDst,
+		OrigDstPort: e.OrigDstPort,
 	}
 	switch e.Type {
 	case maps.EventDrop:

@@ -124,3 +124,36 @@ func TestKtimeToWall(t *testing.T) {
 		t.Errorf("KtimeToWall(now-1s) = %v, %v before now", got, d)
 	}
 }
+
+// TestConvertNewFields: a version 2 record's TCP flags, ICMP type and
+// code, reply direction and original destination reach the hub's event.
+func TestConvertNewFields(t *testing.T) {
+	b := record(4, 3, 2, 0, 1234, 6, "10.0.0.2", "10.0.0.3", 5678, 1234, 43210, 8080)
+	b[60] = maps.EventVersion
+	b[61] = 0x12        // SYN, ACK
+	b[72] = 1<<0 | 1<<1 // reply, known
+	b[72] |= 1 << 2     // with the original destination
+	binary.BigEndian.PutUint16(b[74:], 80)
+	copy(b[76:], []byte{10, 96, 0, 10})
+	e, err := maps.DecodeEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Convert(e, t0)
+	if got.TCPFlags != 0x12 || !got.IsReply || !got.ReplyKnown || got.OrigDstIP != netip.MustParseAddr("10.96.0.10") ||
+		got.OrigDstPort != 80 || got.ReasonName != "to-stack" {
+		t.Errorf("converted %+v", got)
+	}
+
+	b = record(1, 133, 1, 0, 1234, 1, "10.0.0.2", "10.0.0.3", 5678, 1234, 0, 0)
+	b[60] = maps.EventVersion
+	b[62], b[63] = 8, 0
+	b[72] = 1 << 1 // known, not a reply
+	if e, err = maps.DecodeEvent(b); err != nil {
+		t.Fatal(err)
+	}
+	got = Convert(e, t0)
+	if got.ICMPType != 8 || got.ICMPCode != 0 || got.IsReply || !got.ReplyKnown || got.OrigDstIP.IsValid() {
+		t.Errorf("converted %+v", got)
+	}
+}

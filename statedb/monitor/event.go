@@ -142,18 +142,24 @@ type Event struct {
 	// Length is the packet's length in bytes.
 	Length uint32
 	// TCPFlags are the TCP header's flags (FIN 0x01, SYN 0x02, RST 0x04,
-	// PSH 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80) when Protocol is 6.
+	// PSH 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80) when Protocol is 6;
+	// 0 for an IP fragment after the first (it has no TCP header).
 	TCPFlags uint8
 	// ICMPType and ICMPCode are the ICMP header's type and code when
-	// Protocol is 1.
+	// Protocol is 1 (a fragment after the first: its first fragment's
+	// type, code 0).
 	ICMPType, ICMPCode uint8
 	// IsReply is true when conntrack saw the packet as a reply of a
 	// connection the other side opened; ReplyKnown says whether IsReply
-	// is meaningful (the datapath looked the packet up in conntrack).
+	// is meaningful (the datapath looked the packet up in conntrack: not
+	// for drops before conntrack, ICMP errors passed as related, nor the
+	// tunnel device's programs).
 	IsReply, ReplyKnown bool
 	// OrigDstIP and OrigDstPort are the destination before a service
-	// translation (a ClusterIP and its port) when the datapath translated
-	// it; zero otherwise.
+	// translation (a ClusterIP and its port) when the socket load
+	// balancer translated it: on the events of the connection's own
+	// direction that the client's veth programs send
+	// (Documentation/concepts/service-flows.md); zero otherwise.
 	OrigDstIP   netip.Addr
 	OrigDstPort uint16
 }
@@ -172,4 +178,23 @@ func (f Filter) Match(ev *Event) bool {
 		return false
 	}
 	return len(f.EndpointIDs) == 0 || slices.Contains(f.EndpointIDs, ev.EndpointID)
+}
+
+// tcpFlagNames are the TCP flags from bit 0 up, as Hubble names them.
+var tcpFlagNames = [8]string{"FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"}
+
+// TCPFlagsString returns the flags set in a TCP header's flags byte, FIN
+// first: "SYN, ACK"; "" for none.
+func TCPFlagsString(f uint8) string {
+	var b strings.Builder
+	for i, name := range tcpFlagNames {
+		if f&(1<<i) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(name)
+	}
+	return b.String()
 }

@@ -51,6 +51,18 @@ type MonitorEvent struct {
 	Ifindex uint32 `json:"ifindex,omitempty"`
 	// Length is the packet's length in bytes.
 	Length uint32 `json:"length,omitempty"`
+	// TCPFlags are a TCP packet's flags, FIN first: "SYN, ACK".
+	TCPFlags string `json:"tcp-flags,omitempty"`
+	// ICMPType and ICMPCode are an ICMP packet's type and code.
+	ICMPType *uint8 `json:"icmp-type,omitempty"`
+	ICMPCode *uint8 `json:"icmp-code,omitempty"`
+	// IsReply says whether conntrack saw the packet as a reply; absent
+	// when the datapath did not look it up.
+	IsReply *bool `json:"is-reply,omitempty"`
+	// OrigDstIP and OrigDstPort are the destination before the socket
+	// load balancer translated it: the Service's ClusterIP and port.
+	OrigDstIP   string `json:"orig-dst-ip,omitempty"`
+	OrigDstPort uint16 `json:"orig-dst-port,omitempty"`
 	// Lost, for type lost, counts the events this reader missed since the
 	// previous lost record.
 	Lost uint64 `json:"lost,omitempty"`
