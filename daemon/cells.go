@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/endpointpolicy"
 	"github.com/cellium/cellium/cells/healthcheck"
 	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hubble/observer"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
@@ -53,6 +54,10 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// The datapath event hub and GET /v1/monitor; cellium-agent adds
 	// datapathmonitor.Cell, which fills the hub from the BPF ring buffer.
 	monitor.Cell,
+	// Hubble's ring buffer of flows and its Observer and Peer gRPC services
+	// (hubble.sock, --hubble-listen-address): the upstream hubble CLI and
+	// hubble-relay read flows from it.
+	observer.Cell,
 )
 
 // Agent is the whole agent.
