@@ -46,7 +46,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func flowN(i int) *flowpb.Flow { return &flowpb.Flow{Uuid: string(rune('a' + i%26)), DropReason: uint32(i)} }
+func flowN(i int) *flowpb.Flow {
+	return &flowpb.Flow{Uuid: string(rune('a' + i%26)), DropReason: uint32(i)}
+}
 
 func TestRingKeepsTheLastCapEvents(t *testing.T) {
 	r, err := NewRing(7)
