@@ -118,7 +118,7 @@ var (
 )
 
 // demoFlow is the i-th of a realistic mix, at time t: web-1 to db-0 on
-// TCP 5432 allowed by policy (a policy verdict, then traces), web-1 to
+// TCP 5432 allowed by policy (a policy verdict, then traces), db-0 to
 // CoreDNS on UDP 53, and web-1 to db-0 on TCP 6379 denied by policy
 // (dropped).
 func demoFlow(i int, t time.Time) *flowpb.Flow {
@@ -151,8 +151,8 @@ func demoFlow(i int, t time.Time) *flowpb.Flow {
 	case 2: // DNS to CoreDNS through the kube-dns Service
 		f.Verdict = flowpb.Verdict_FORWARDED
 		f.EventType = &flowpb.CiliumEventType{Type: 4}
-		f.Source, f.Destination = web1, coredns
-		f.IP = &flowpb.IP{Source: "10.244.1.5", Destination: "10.244.0.3", IpVersion: flowpb.IPVersion_IPv4}
+		f.Source, f.Destination = db0, coredns
+		f.IP = &flowpb.IP{Source: "10.244.1.9", Destination: "10.244.0.3", IpVersion: flowpb.IPVersion_IPv4}
 		f.L4 = &flowpb.Layer4{Protocol: &flowpb.Layer4_UDP{UDP: &flowpb.UDP{SourcePort: uint32(50000 + i), DestinationPort: 53}}}
 		f.DestinationService = &flowpb.Service{Name: "kube-dns", Namespace: "kube-system"}
 		f.TraceObservationPoint = flowpb.TraceObservationPoint_FROM_ENDPOINT
