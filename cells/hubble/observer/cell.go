@@ -64,6 +64,10 @@ type ServersParams struct {
 	Log       *slog.Logger
 }
 
+// observerHealthName is the Observer's name in gRPC's health service,
+// Hubble's.
+const observerHealthName = "hubble.server.Observer"
+
 // stopGrace bounds a graceful stop of the gRPC servers.
 const stopGrace = 5 * time.Second
 
@@ -72,11 +76,15 @@ func registerServers(p ServersParams) {
 	var wg sync.WaitGroup
 	obs := NewServer(p.Ring, FullNodeName(string(p.NodeName), string(p.Cluster)), Version(), p.Log)
 	peers := NewPeerServer(p.DB, p.Nodes, string(p.Cluster), p.Config.peerPort(), !p.Config.HubbleDisableTLS)
+	// hubble status asks the health service about the Observer by this
+	// name.
+	healthSvc := health.NewServer()
+	healthSvc.SetServingStatus(observerHealthName, healthpb.HealthCheckResponse_SERVING)
 	newServer := func(opts ...grpc.ServerOption) *grpc.Server {
 		s := grpc.NewServer(opts...)
 		observerpb.RegisterObserverServer(s, obs)
 		peerpb.RegisterPeerServer(s, peers)
-		healthpb.RegisterHealthServer(s, health.NewServer())
+		healthpb.RegisterHealthServer(s, healthSvc)
 		return s
 	}
 	serve := func(s *grpc.Server, ln net.Listener) {
@@ -88,6 +96,7 @@ func registerServers(p ServersParams) {
 		})
 	}
 	stopAll := func() {
+		healthSvc.Shutdown()
 		obs.Shutdown()
 		peers.Shutdown()
 		for _, s := range servers {

@@ -139,6 +139,7 @@ func demoFlow(i int, t time.Time) *flowpb.Flow {
 		f.L4 = &flowpb.Layer4{Protocol: &flowpb.Layer4_TCP{TCP: &flowpb.TCP{SourcePort: uint32(40000 + i), DestinationPort: 5432, Flags: &flowpb.TCPFlags{SYN: true}}}}
 		f.TrafficDirection = flowpb.TrafficDirection_INGRESS
 		f.PolicyMatchType = 2 // L3-L4
+		f.Summary = "TCP Flags: SYN"
 		f.IngressAllowedBy = []*flowpb.Policy{{Name: "db-allow-web", Namespace: "demo", Kind: "CiliumNetworkPolicy"}}
 	case 1: // established traffic: trace to the endpoint
 		f.Verdict = flowpb.Verdict_FORWARDED
@@ -148,6 +149,7 @@ func demoFlow(i int, t time.Time) *flowpb.Flow {
 		f.L4 = &flowpb.Layer4{Protocol: &flowpb.Layer4_TCP{TCP: &flowpb.TCP{SourcePort: uint32(40000 + i - 1), DestinationPort: 5432, Flags: &flowpb.TCPFlags{ACK: true, PSH: true}}}}
 		f.TraceObservationPoint = flowpb.TraceObservationPoint_TO_ENDPOINT
 		f.TrafficDirection = flowpb.TrafficDirection_INGRESS
+		f.Summary = "TCP Flags: ACK, PSH"
 	case 2: // DNS to CoreDNS through the kube-dns Service
 		f.Verdict = flowpb.Verdict_FORWARDED
 		f.EventType = &flowpb.CiliumEventType{Type: 4}
@@ -156,11 +158,13 @@ func demoFlow(i int, t time.Time) *flowpb.Flow {
 		f.L4 = &flowpb.Layer4{Protocol: &flowpb.Layer4_UDP{UDP: &flowpb.UDP{SourcePort: uint32(50000 + i), DestinationPort: 53}}}
 		f.DestinationService = &flowpb.Service{Name: "kube-dns", Namespace: "kube-system"}
 		f.TraceObservationPoint = flowpb.TraceObservationPoint_FROM_ENDPOINT
+		f.Summary = "UDP"
 		f.TrafficDirection = flowpb.TrafficDirection_EGRESS
 	case 3: // denied by policy
 		f.Verdict = flowpb.Verdict_DROPPED
 		f.DropReason = 133
 		f.DropReasonDesc = flowpb.DropReason_POLICY_DENIED
+		f.Summary = "TCP Flags: SYN"
 		f.EventType = &flowpb.CiliumEventType{Type: 1, SubType: 133}
 		f.Source, f.Destination = web1, db0
 		f.IP = &flowpb.IP{Source: "10.244.1.5", Destination: "10.244.1.9", IpVersion: flowpb.IPVersion_IPv4}

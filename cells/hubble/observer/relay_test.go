@@ -78,10 +78,18 @@ func TestHubbleRelay(t *testing.T) {
 	}
 	t.Logf("hubble list nodes:\n%s", out)
 
-	out, err = run("status")
-	if err != nil || !strings.Contains(out, "Connected Nodes: 1/1") {
-		t.Fatalf("hubble status through the relay: %v\n%s", err, out)
+	// The relay reports itself healthy at its next probe of its peers.
+	for {
+		out, err = run("status")
+		if err == nil && strings.Contains(out, "Connected Nodes: 1/1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hubble status through the relay: %v\n%s", err, out)
+		}
+		time.Sleep(time.Second)
 	}
+	t.Logf("hubble status:\n%s", out)
 	out, err = run("observe", "--last", "10", "--verdict", "DROPPED", "-o", "json")
 	if err != nil {
 		t.Fatalf("hubble observe through the relay: %v\n%s", err, out)
