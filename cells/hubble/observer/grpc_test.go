@@ -11,12 +11,22 @@ import (
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 	peerpb "github.com/cilium/cilium/api/v1/peer"
+	"github.com/cilium/statedb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/hubble"
+	"github.com/cellium/cellium/cells/hubble/observer"
+	"github.com/cellium/cellium/cells/identity"
+	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 func TestGetFlowsNumberFirstSinceUntil(t *testing.T) {
@@ -270,4 +280,65 @@ func uuids(fs []*flowpb.Flow) []string {
 		out[i] = f.GetUuid()
 	}
 	return out
+}
+
+// Stopping the agent ends open follow and Notify streams at once (a
+// graceful stop does not wait for followers that never end) and removes
+// the socket; goleak (TestMain) checks nothing is left running.
+func TestStopEndsFollowers(t *testing.T) {
+	dir := t.TempDir()
+	sock := dir + "/hubble.sock"
+	var in hubble.SinksIn
+	a := &agent{socket: sock}
+	h := hivetest.New(t, []string{"--hubble-socket-path=" + sock},
+		hive.Provide(
+			func() agentapi.Config { return agentapi.Config{SocketPath: dir + "/cellium.sock"} },
+			func() k8s.NodeName { return "node-1" },
+			func() identity.ClusterName { return "default" },
+			nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
+		),
+		observer.Cell, hivetest.Capture(&in), hivetest.Capture(&a.db), hivetest.Capture(&a.nodes))
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.sinks = in.Sinks
+	a.OnFlow(demoFlow(0, time.Now()))
+	a.addNode(t, "node-1", "10.0.0.1")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	flows, err := observerpb.NewObserverClient(conn).GetFlows(ctx, &observerpb.GetFlowsRequest{Follow: true, Number: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers, err := peerpb.NewPeerClient(conn).Notify(ctx, &peerpb.NotifyRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both streams are served: each has sent its first message.
+	if _, err := flows.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peers.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := h.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("stop took %s with followers open", d)
+	}
+	if _, err := flows.Recv(); err == nil {
+		t.Fatal("the follow stream is still open after stop")
+	}
+	if _, err := peers.Recv(); err == nil {
+		t.Fatal("the Notify stream is still open after stop")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("the socket is still there after stop: %v", err)
+	}
 }
