@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-hubble bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-hubble bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
 
 all: build
 
@@ -51,8 +51,14 @@ containerd-binaries:
 coredns-binary:
 	nice -n 19 $(GO) run ./test/cmd/devcluster build-node --only coredns
 
+## hubble-binaries: the upstream hubble CLI and hubble-relay (tools/hubble, the
+## github.com/cilium/cilium version it requires) into the cache: the clients
+## of the Hubble API tests (~10 minutes the first time, cached after)
+hubble-binaries:
+	nice -n 19 $(GO) run ./test/cmd/devcluster build-hubble
+
 ## test: vet, then every test (integration tests use the real apiserver)
-test: deps k8s-binaries vet
+test: deps k8s-binaries hubble-binaries vet
 	$(GO) test $(TEST_FLAGS) ./...
 
 ## test-realnode: the real node (kubelet, containerd, runc, kube-proxy) smoke

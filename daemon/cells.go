@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hubble"
 	hubblemetrics "github.com/cellium/cellium/cells/hubble/metrics"
+	"github.com/cellium/cellium/cells/hubble/observer"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
@@ -61,6 +62,10 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// Hubble's flow metrics (hubble_*) on --hubble-metrics-server: a sink
 	// of the Hubble flow producer.
 	hubblemetrics.Cell,
+	// Hubble's ring buffer of flows and its Observer and Peer gRPC services
+	// (hubble.sock, --hubble-listen-address): the upstream hubble CLI and
+	// hubble-relay read flows from it.
+	observer.Cell,
 )
 
 // Agent is the whole agent.

@@ -52,7 +52,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd(), newBuildKubectlCmd())
+	root.AddCommand(newUpCmd(), newDownCmd(), newStatusCmd(), newBuildCmd(), newBuildNodeCmd(), newBuildKubectlCmd(), newBuildHubbleCmd())
 	return root
 }
 
@@ -469,6 +469,23 @@ func newBuildNodeCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&only, "only", "", "build one group only: "+strings.Join(harness.NodeGroups, ", "))
 	return cmd
+}
+
+func newBuildHubbleCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build-hubble",
+		Short: "Build the upstream hubble CLI and hubble-relay (tools/hubble) into the cache if missing (~10 minutes the first time)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bins, err := harness.EnsureHubble(cmd.Context(), logger(cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), bins.Hubble)
+			fmt.Fprintln(cmd.OutOrStdout(), bins.Relay)
+			return nil
+		},
+	}
 }
 
 func newBuildKubectlCmd() *cobra.Command {
