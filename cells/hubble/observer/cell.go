@@ -53,7 +53,10 @@ func newRing(c Config) (ringOut, error) {
 // ServersParams is what registerServers needs.
 type ServersParams struct {
 	hive.In
-	Config    Config
+	Config Config
+	// Hubble says whether the agent makes flows at all (--enable-hubble):
+	// without them there is nothing to serve.
+	Hubble    hubble.Config
 	API       agentapi.Config
 	Ring      *Ring
 	NodeName  k8s.NodeName
@@ -72,6 +75,10 @@ const observerHealthName = "hubble.server.Observer"
 const stopGrace = 5 * time.Second
 
 func registerServers(p ServersParams) {
+	if !p.Hubble.EnableHubble {
+		p.Log.Info("Hubble is off (--enable-hubble=false): no Observer or Peer service")
+		return
+	}
 	var servers []*grpc.Server
 	var wg sync.WaitGroup
 	obs := NewServer(p.Ring, FullNodeName(string(p.NodeName), string(p.Cluster)), Version(), p.Log)

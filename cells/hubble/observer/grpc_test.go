@@ -297,7 +297,7 @@ func TestStopEndsFollowers(t *testing.T) {
 			func() identity.ClusterName { return "default" },
 			nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
 		),
-		observer.Cell, hivetest.Capture(&in), hivetest.Capture(&a.db), hivetest.Capture(&a.nodes))
+		hive.Config(hubble.DefaultConfig), observer.Cell, hivetest.Capture(&in), hivetest.Capture(&a.db), hivetest.Capture(&a.nodes))
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

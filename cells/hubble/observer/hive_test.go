@@ -62,7 +62,7 @@ func startAgent(t *testing.T, args ...string) *agent {
 			func() identity.ClusterName { return "default" },
 			nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
 		),
-		observer.Cell,
+		hive.Config(hubble.DefaultConfig), observer.Cell,
 		hivetest.Capture(&in), hivetest.Capture(&a.db), hivetest.Capture(&a.nodes),
 	)
 	a.sinks = in.Sinks

@@ -100,6 +100,7 @@ func (p *Parser) Parse(ev *monitor.Event) (*flowpb.Flow, error) {
 		}
 	}
 	f.L4 = layer4(ev)
+	f.Summary = summary(ev) //nolint:staticcheck // deprecated in the proto, still what the hubble CLI's compact output prints
 	if p.src.NodeLabels != nil {
 		f.NodeLabels = p.src.NodeLabels.NodeLabels(p.nodeName)
 	}
@@ -269,4 +270,33 @@ func iface(ifindex uint32, eps ...*endpoints.Endpoint) *flowpb.NetworkInterface 
 		}
 	}
 	return ni
+}
+
+// icmpTypeNames are the ICMPv4 types a summary names.
+var icmpTypeNames = map[uint8]string{
+	0: "EchoReply", 3: "DestinationUnreachable", 5: "Redirect", 8: "EchoRequest", 11: "TimeExceeded",
+}
+
+// summary is the flow's one-line description, which the hubble CLI's
+// compact output prints at the end of a line: "TCP Flags: SYN, ACK",
+// "UDP", "ICMPv4 EchoRequest".
+func summary(ev *monitor.Event) string {
+	switch ev.Protocol {
+	case 6:
+		if ev.TCPFlags == 0 {
+			return "TCP"
+		}
+		return "TCP Flags: " + monitor.TCPFlagsString(ev.TCPFlags)
+	case 17:
+		return "UDP"
+	case 1:
+		if name, ok := icmpTypeNames[ev.ICMPType]; ok {
+			return "ICMPv4 " + name
+		}
+		return fmt.Sprintf("ICMPv4 type %d code %d", ev.ICMPType, ev.ICMPCode)
+	}
+	if ev.SrcIP.Is6() {
+		return "IPv6"
+	}
+	return "IPv4"
 }

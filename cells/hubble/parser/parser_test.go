@@ -239,6 +239,7 @@ func TestParse(t *testing.T) {
 				t.Errorf("extensions: got %v, want none", got.GetExtensions())
 			}
 			got.Extensions = nil
+			got.Summary = "" //nolint:staticcheck // TestSummary checks it
 			if !proto.Equal(got, want) {
 				t.Errorf("flow differs:\n got %s\nwant %s", protojson.Format(got), protojson.Format(want))
 			}
@@ -287,6 +288,24 @@ func TestFlowJSON(t *testing.T) {
 	for _, want := range []string{`"destination_node":"node-2"`, `"source_node":"node-1"`, `"podName":"db-0"`, `"POLICY_DENIED"`} {
 		if !strings.Contains(strings.ReplaceAll(string(b), " ", ""), want) {
 			t.Errorf("JSON lacks %s: %s", want, b)
+		}
+	}
+}
+
+func TestSummary(t *testing.T) {
+	for _, tc := range []struct {
+		ev   monitor.Event
+		want string
+	}{
+		{monitor.Event{Protocol: 6, TCPFlags: 0x12}, "TCP Flags: SYN, ACK"},
+		{monitor.Event{Protocol: 6}, "TCP"},
+		{monitor.Event{Protocol: 17}, "UDP"},
+		{monitor.Event{Protocol: 1, ICMPType: 8}, "ICMPv4 EchoRequest"},
+		{monitor.Event{Protocol: 1, ICMPType: 13, ICMPCode: 0}, "ICMPv4 type 13 code 0"},
+		{monitor.Event{Protocol: 47}, "IPv4"},
+	} {
+		if got := summary(&tc.ev); got != tc.want {
+			t.Errorf("summary(%+v) = %q, want %q", tc.ev, got, tc.want)
 		}
 	}
 }
