@@ -115,25 +115,24 @@ func (s *Server) GetNamespaces(context.Context, *observerpb.GetNamespacesRequest
 // agent events in the ring, so the stream is empty (and, with follow,
 // stays open until the client leaves).
 func (s *Server) GetAgentEvents(req *observerpb.GetAgentEventsRequest, stream observerpb.Observer_GetAgentEventsServer) error {
-	if req.GetFirst() && req.GetFollow() {
-		return status.Error(codes.InvalidArgument, "first cannot be specified with follow")
-	}
-	if req.GetFollow() {
-		ctx, release := s.streamContext(stream.Context())
-		defer release()
-		<-ctx.Done()
-	}
-	return nil
+	return s.emptyEvents(stream.Context(), req.GetFirst(), req.GetFollow())
 }
 
 // GetDebugEvents implements observer.ObserverServer: as GetAgentEvents,
 // cellium records no debug events.
 func (s *Server) GetDebugEvents(req *observerpb.GetDebugEventsRequest, stream observerpb.Observer_GetDebugEventsServer) error {
-	if req.GetFirst() && req.GetFollow() {
+	return s.emptyEvents(stream.Context(), req.GetFirst(), req.GetFollow())
+}
+
+// emptyEvents answers a request for events cellium does not record: none,
+// and with follow, a stream that stays open until the client leaves or the
+// server stops.
+func (s *Server) emptyEvents(ctx context.Context, first, follow bool) error {
+	if first && follow {
 		return status.Error(codes.InvalidArgument, "first cannot be specified with follow")
 	}
-	if req.GetFollow() {
-		ctx, release := s.streamContext(stream.Context())
+	if follow {
+		ctx, release := s.streamContext(ctx)
 		defer release()
 		<-ctx.Done()
 	}
