@@ -13,6 +13,7 @@ import (
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/operatorapi"
 	"github.com/cellium/cellium/cells/policyvalidator"
+	"github.com/cellium/cellium/cells/servicemap"
 )
 
 // Infrastructure is the operator's client, metrics, health API and CRDs.
@@ -41,4 +42,10 @@ var ControlPlane = hive.Module("operator-controlplane", "Operator control plane"
 )
 
 // Operator is the whole operator.
-var Operator = hive.Module("operator", "Cellium Operator", Infrastructure, ControlPlane)
+var Operator = hive.Module("operator", "Cellium Operator",
+	Infrastructure,
+	ControlPlane,
+	// The Hubble service map page, on every replica (read-only, not
+	// leader-only); off unless --hubble-service-map-listen-address.
+	servicemap.Cell,
+)

@@ -49,3 +49,25 @@ func TestInvalidFlagValueNamesFlag(t *testing.T) {
 		t.Errorf("want an error naming --leader-election-lease-duration, got %v", err)
 	}
 }
+
+// The service map is in the operator, off by default, and refuses to start
+// without a flow source.
+func TestServiceMapFlags(t *testing.T) {
+	out, err := run(t, "hive", "--leader-election=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Ⓜ️ hubble-service-map (Live service map of Hubble flows in the browser):",
+		`--hubble-service-map-listen-address="" (default "")`,
+		`--hubble-relay-address="" (default "")`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("operator hive output lacks %q", want)
+		}
+	}
+	_, err = run(t, "hive", "--hubble-service-map-listen-address=localhost:12000")
+	if err == nil || !strings.Contains(err.Error(), "give --hubble-relay-address") {
+		t.Errorf("want an error asking for --hubble-relay-address, got %v", err)
+	}
+}

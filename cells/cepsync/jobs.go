@@ -2,6 +2,7 @@ package cepsync
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/cellium/cellium/statedb/nodes"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // FullInterval is how often every CEP is checked again (recreating one
@@ -52,12 +54,12 @@ func registerJobs(p jobsParams) error {
 		p.Log.Info("CiliumEndpoint synchronization disabled (--disable-endpoint-crd)")
 		return nil
 	}
-	nodeIP := func() string { ip, _ := localNodeIP(p.DB.ReadTxn(), p.LocalNode, p.Node); return ip }
+	nodeIP := func() string { ip, _ := nodes.LocalInternalIP(p.DB.ReadTxn(), p.LocalNode, string(p.Node)); return ip }
 	txn := p.DB.WriteTxn(p.Desired)
 	initDone := p.Desired.RegisterInitializer(txn, "endpoints")
 	txn.Commit()
 
-	d := &deriver{p: p, initDone: initDone}
+	d := &deriver{p: p, init: tables.NewInitGate(initDone)}
 	// Its job is "reconcile-cilium-endpoints".
 	_, err := reconcilejob.New(p.Reconcile, reconciler.Config[*DesiredCEP]{
 		Name:      "cilium-endpoints",
@@ -84,22 +86,12 @@ func registerJobs(p jobsParams) error {
 	return nil
 }
 
-// localNodeIP is the node's InternalIP from the local-node table ("" while
-// unknown) and a channel closed when the row changes.
-func localNodeIP(txn statedb.ReadTxn, t statedb.Table[*nodes.LocalNode], name k8s.NodeName) (string, <-chan struct{}) {
-	n, _, watch, found := t.GetWatch(txn, nodes.LocalNodeNameIndex.Query(string(name)))
-	if !found || !n.InternalIP.IsValid() {
-		return "", watch
-	}
-	return n.InternalIP.String(), watch
-}
-
 // deriver turns endpoints into desired CEPs. It re-derives an endpoint's
 // CEP when the endpoint, its pod's labels, its computed policy or the node
 // IP change.
 type deriver struct {
 	p        jobsParams
-	initDone func(statedb.WriteTxn)
+	init     tables.InitGate
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	pods     statedb.ChangeIterator[*corev1.Pod]
 	policies statedb.ChangeIterator[*statepolicy.EndpointPolicyRow]
@@ -124,10 +116,12 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 	defer d.pods.Close()
 	defer d.policies.Close()
 	lastNodeIP := ""
+	// What a failed write leaves in touched and deleted is retried on the
+	// next change.
+	touched := map[uint16]bool{}
+	deleted := map[string]uint16{}
 	for {
 		rtxn := d.p.DB.ReadTxn()
-		touched := map[uint16]bool{}
-		deleted := map[string]uint16{}
 		epChanges, epWatch := d.eps.Next(rtxn)
 		for c := range epChanges {
 			if c.Deleted {
@@ -146,15 +140,21 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 		for c := range polChanges {
 			touched[c.Object.EndpointID] = true
 		}
-		ip, nodeWatch := localNodeIP(rtxn, d.p.LocalNode, d.p.Node)
+		ip, nodeWatch := nodes.LocalInternalIP(rtxn, d.p.LocalNode, string(d.p.Node))
 		if ip != lastNodeIP {
 			lastNodeIP = ip
 			for ep := range d.p.Endpoints.All(rtxn) {
 				touched[ep.ID] = true
 			}
 		}
-		d.apply(rtxn, touched, deleted, lastNodeIP)
-		h.OK("in sync")
+		if err := d.apply(rtxn, touched, deleted, lastNodeIP); err != nil {
+			d.p.Log.Error("Writing the desired CEPs failed", "error", err)
+			h.Degraded("write the desired CEPs", err)
+		} else {
+			touched = map[uint16]bool{}
+			deleted = map[string]uint16{}
+			h.OK("in sync")
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -167,14 +167,31 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 }
 
 // apply writes the desired rows of the touched endpoints and removes the
-// rows of deleted ones. Unchanged rows are not rewritten.
-func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted map[string]uint16, nodeIP string) {
+// rows of deleted ones. Unchanged rows are not rewritten. A failed write
+// aborts the transaction and is returned.
+func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted map[string]uint16, nodeIP string) error {
 	txn := d.p.DB.WriteTxn(d.p.Desired)
-	defer txn.Commit()
+	if err := d.write(rtxn, txn, touched, deleted, nodeIP); err != nil {
+		txn.Abort()
+		return err
+	}
+	if d.init.Closed() {
+		if ok, _ := d.p.Endpoints.Initialized(rtxn); ok {
+			d.init.Open(txn)
+		}
+	}
+	txn.Commit()
+	return nil
+}
+
+// write is apply's part in txn.
+func (d *deriver) write(rtxn statedb.ReadTxn, txn statedb.WriteTxn, touched map[uint16]bool, deleted map[string]uint16, nodeIP string) error {
 	for key, id := range deleted {
 		cur, _, ok := d.p.Desired.Get(txn, DesiredKeyIndex.Query(key))
 		if ok && cur.EndpointID == id {
-			_, _, _ = d.p.Desired.Delete(txn, cur)
+			if _, _, err := d.p.Desired.Delete(txn, cur); err != nil {
+				return fmt.Errorf("delete desired CEP %s: %w", key, err)
+			}
 		}
 	}
 	for id := range touched {
@@ -187,21 +204,20 @@ func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted m
 		switch {
 		case want == nil:
 			if exists && cur.EndpointID == ep.ID && ep.State != ciliumv2.EndpointStateRestoring {
-				_, _, _ = d.p.Desired.Delete(txn, cur)
+				if _, _, err := d.p.Desired.Delete(txn, cur); err != nil {
+					return fmt.Errorf("delete desired CEP %s: %w", ep.CEPKey(), err)
+				}
 			}
 		case exists && cur.sameAs(want) && cur.Reconcile.Kind != reconciler.StatusPendingDelete:
 			// Identical: no write, no API call.
 		default:
 			want.Reconcile = reconciler.Pending()
-			_, _, _ = d.p.Desired.Insert(txn, want)
+			if _, _, err := d.p.Desired.Insert(txn, want); err != nil {
+				return fmt.Errorf("insert desired CEP %s: %w", ep.CEPKey(), err)
+			}
 		}
 	}
-	if d.initDone != nil {
-		if ok, _ := d.p.Endpoints.Initialized(rtxn); ok {
-			d.initDone(txn)
-			d.initDone = nil
-		}
-	}
+	return nil
 }
 
 // desired is the CEP of ep, or nil when it should have none (yet): no

@@ -31,6 +31,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 // countingIdentities gives every label set identity 70000.
@@ -83,6 +84,7 @@ func TestDoctorOverRealCells(t *testing.T) {
 			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
 			k8stables.NewNamespacesTable, statedb.RWTable[*corev1.Namespace].ToTable,
 			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumNodesTable, statedb.RWTable[*ciliumv2.CiliumNode].ToTable,
 			k8s.DisabledClientset,
 			func() k8s.NodeName { return nodeName },

@@ -28,7 +28,6 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
-	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -55,7 +54,8 @@ type Params struct {
 	Links    LinkLister                              `optional:"true"`
 	Pods     statedb.Table[*corev1.Pod]              `optional:"true"`
 	CEPs     statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
-	Nodes    statedb.Table[*corev1.Node]             `optional:"true"`
+	// LocalNode is nodediscovery's table: this node's InternalIP.
+	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
 	// CEPSync tells whether this agent writes CiliumEndpoints at all.
 	CEPSync cepsync.Config `optional:"true"`
 	// Programs is the eBPF loader's table (absent with the loader off).
@@ -191,17 +191,17 @@ func (d *Doctor) ceps(txn statedb.ReadTxn, f *Facts) {
 		d.skip(f, "CiliumEndpoints: this agent does not write them (--disable-endpoint-crd)")
 		return
 	}
-	if d.p.CEPs == nil || d.p.Nodes == nil {
-		d.skip(f, "CiliumEndpoints: no CiliumEndpoints or nodes table in this agent")
+	if d.p.CEPs == nil || d.p.LocalNode == nil {
+		d.skip(f, "CiliumEndpoints: no CiliumEndpoints or local-node table in this agent")
 		return
 	}
 	if ok, _ := d.p.CEPs.Initialized(txn); !ok {
 		d.skip(f, "CiliumEndpoints: the CiliumEndpoints table is not synced with the API server yet")
 		return
 	}
-	nodeIP := k8stables.NodeIP(txn, d.p.Nodes, string(d.p.Node))
+	nodeIP, _ := nodes.LocalInternalIP(txn, d.p.LocalNode, string(d.p.Node))
 	if nodeIP == "" {
-		d.skip(f, "CiliumEndpoints: node %q has no InternalIP in the nodes table yet, so this node's CiliumEndpoints cannot be told apart", d.p.Node)
+		d.skip(f, "CiliumEndpoints: node %q has no InternalIP in the local-node table yet, so this node's CiliumEndpoints cannot be told apart", d.p.Node)
 		return
 	}
 	for cep := range d.p.CEPs.All(txn) {

@@ -33,6 +33,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 const (
@@ -120,6 +121,7 @@ func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 			endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable,
 			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
 			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			func() k8s.NodeName { return nodeName },
 			func() ipam.Lister { return e.ipam },
@@ -128,15 +130,16 @@ func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 		doctor.Cell,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, eps statedb.RWTable[*endpoints.Endpoint], pods statedb.RWTable[*corev1.Pod],
-			nodes statedb.RWTable[*corev1.Node], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]) error {
+			local statedb.RWTable[*nodes.LocalNode], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]) error {
 			ids, err := statedb.NewTable(db, identitycell.AllocationsTable, identityRowIndex)
 			if err != nil {
 				return err
 			}
 			e.db, e.eps, e.pods, e.ceps, e.ids = db, eps, pods, ceps, ids
-			txn := db.WriteTxn(nodes)
-			nodes.Insert(txn, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-				Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}}})
+			txn := db.WriteTxn(local)
+			if _, _, err := local.Insert(txn, &nodes.LocalNode{Name: nodeName, InternalIP: netip.MustParseAddr(nodeIP)}); err != nil {
+				return err
+			}
 			txn.Commit()
 			return nil
 		}),

@@ -5,27 +5,27 @@ import (
 	"net/netip"
 
 	"github.com/cilium/statedb"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/nodes"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
 type apiParams struct {
-	Manager  *Manager
-	DB       *statedb.DB
-	Nodes    statedb.Table[*corev1.Node]
-	Policies statedb.Table[*statepolicy.EndpointPolicyRow]
+	Manager   *Manager
+	DB        *statedb.DB
+	LocalNode statedb.Table[*nodes.LocalNode]
+	Policies  statedb.Table[*statepolicy.EndpointPolicyRow]
 }
 
 // model renders an endpoint as the API returns it; its Status is what
 // the CEP carries, policy included (from the policy engine's table).
 func (p apiParams) model(ep *endpoints.Endpoint) models.Endpoint {
 	txn := p.DB.ReadTxn()
-	st := ep.Status(p.Manager.NodeIP(txn, p.Nodes))
+	st := ep.Status(p.Manager.NodeIP(txn, p.LocalNode))
 	st.Policy = statepolicy.EndpointStatus(txn, p.Policies, ep.ID, ep.Identity)
 	st.Health.Bpf = bpfprog.Health(txn, p.Manager.programs, ep)
 	out := models.Endpoint{ID: int64(ep.ID), Status: statusModel(st)}
@@ -64,8 +64,8 @@ func (p apiParams) id(w http.ResponseWriter, r *http.Request) (uint16, bool) {
 	return uint16(n), ok
 }
 
-func apiHandlers(m *Manager, db *statedb.DB, nodes statedb.Table[*corev1.Node], policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
-	p := apiParams{Manager: m, DB: db, Nodes: nodes, Policies: policies}
+func apiHandlers(m *Manager, db *statedb.DB, local statedb.Table[*nodes.LocalNode], policies statedb.Table[*statepolicy.EndpointPolicyRow]) agentapi.HandlersOut {
+	p := apiParams{Manager: m, DB: db, LocalNode: local, Policies: policies}
 	return agentapi.HandlersOut{Handlers: []agentapi.Handler{
 		{Pattern: "PUT /endpoint", Handler: func(w http.ResponseWriter, r *http.Request) {
 			var req models.EndpointChangeRequest

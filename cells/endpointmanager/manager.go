@@ -27,6 +27,7 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/mapstate"
+	"github.com/cellium/cellium/statedb/nodes"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/tables"
 )
@@ -649,7 +650,8 @@ func (m *Manager) List() []*endpoints.Endpoint {
 	return out
 }
 
-// NodeIP is this node's InternalIP from its Node object, or "".
-func (m *Manager) NodeIP(txn statedb.ReadTxn, nodes statedb.Table[*corev1.Node]) string {
-	return k8stables.NodeIP(txn, nodes, string(m.node))
+// NodeIP is this node's InternalIP from the local-node table, or "".
+func (m *Manager) NodeIP(txn statedb.ReadTxn, local statedb.Table[*nodes.LocalNode]) string {
+	ip, _ := nodes.LocalInternalIP(txn, local, string(m.node))
+	return ip
 }

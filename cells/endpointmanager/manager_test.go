@@ -40,6 +40,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/nodes"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
 )
 
@@ -300,6 +301,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
 			k8stables.NewNamespacesTable, statedb.RWTable[*corev1.Namespace].ToTable,
 			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			k8s.DisabledClientset,
 			func() ipam.Allocator { return e.ipam },
@@ -933,6 +935,7 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
 			k8stables.NewNamespacesTable, statedb.RWTable[*corev1.Namespace].ToTable,
 			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumNodesTable, statedb.RWTable[*ciliumv2.CiliumNode].ToTable,
 			k8s.DisabledClientset,
 			func() identitycell.Allocator {

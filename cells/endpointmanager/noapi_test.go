@@ -28,6 +28,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 // restoringIdentities is an allocator without its API server: only the
@@ -87,6 +88,7 @@ func TestBootWithoutAPIServer(t *testing.T) {
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },
 			func() k8s.NodeName { return "node-a" },
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 		),
 		endpointpolicytest.New().Cell(),
 		endpointmanager.Cell,

@@ -29,6 +29,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -102,6 +103,7 @@ func startWithPrograms(t *testing.T, seed func(txn statedb.WriteTxn, pods stated
 			k8stables.NewPodsTable, statedb.RWTable[*corev1.Pod].ToTable,
 			k8stables.NewNamespacesTable, statedb.RWTable[*corev1.Namespace].ToTable,
 			k8stables.NewNodesTable, statedb.RWTable[*corev1.Node].ToTable,
+			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			k8s.DisabledClientset,
 			func() ipam.Allocator { return e.ipam },

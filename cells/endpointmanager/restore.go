@@ -323,7 +323,9 @@ func (m *Manager) rebuildPlaceholder(ph *endpoints.Endpoint) *endpoints.Endpoint
 		}
 		msg := cur.Log[len(cur.Log)-1].Message
 		if i := strings.Index(msg, ". If the pod"); i >= 0 && !strings.Contains(msg, "; not rebuilt: ") {
-			_, _, _ = m.table.Insert(txn, cur.WithFailure(msg[:i]+"; not rebuilt: "+why+msg[i:], m.now()))
+			if _, _, err := m.table.Insert(txn, cur.WithFailure(msg[:i]+"; not rebuilt: "+why+msg[i:], m.now())); err != nil {
+				m.log.Warn("record why an endpoint was not rebuilt", "endpoint", ph.ID, "error", err)
+			}
 		}
 		m.log.Warn("endpoint with an unreadable state file not rebuilt; its ID stays reserved", "endpoint", ph.ID, "reason", why)
 		return nil

@@ -2,6 +2,7 @@ package endpointpolicy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -115,13 +116,14 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 	defer c.eps.Close()
 	defer c.pods.Close()
 	pd := &pending{ids: map[identity.NumericIdentity]struct{}{}, touched: map[uint16]struct{}{}, deleted: map[uint16]struct{}{}}
+	ws := statedb.NewWatchSet()
 	for {
 		if pd.seen.IsZero() {
 			pd.seen = time.Now()
 		}
 		rtxn := c.p.DB.ReadTxn()
-		var watches []<-chan struct{}
-		watch := func(ch <-chan struct{}) { watches = append(watches, ch) }
+		ws.Clear()
+		watch := func(ch <-chan struct{}) { ws.Add(ch) }
 
 		npCh, w := c.nps.Next(rtxn)
 		watch(w)
@@ -231,41 +233,21 @@ func (c *controller) run(ctx context.Context, h hive.Health) {
 			}
 		}
 		if ready {
-			c.apply(rtxn, pd)
-			pd = &pending{ids: map[identity.NumericIdentity]struct{}{}, touched: map[uint16]struct{}{}, deleted: map[uint16]struct{}{}}
-			h.OK("in sync")
+			if err := c.apply(rtxn, pd); err != nil {
+				// Keep pd: the next change retries what it holds.
+				c.p.Log.Error("Writing the endpoint policy tables failed", "error", err)
+				h.Degraded("write the endpoint policy tables", err)
+			} else {
+				pd = &pending{ids: map[identity.NumericIdentity]struct{}{}, touched: map[uint16]struct{}{}, deleted: map[uint16]struct{}{}}
+				h.OK("in sync")
+			}
 		} else {
 			pd.all = true
 			h.OK("waiting for the policy and identity tables")
 		}
-		if !waitAny(ctx, watches) {
-			return
+		if _, err := ws.Wait(ctx, 0); err != nil {
+			return // ctx ended
 		}
-	}
-}
-
-// waitAny blocks until one of the channels closes (true) or ctx ends.
-func waitAny(ctx context.Context, chs []<-chan struct{}) bool {
-	done := make(chan struct{})
-	defer close(done)
-	woke := make(chan struct{}, 1)
-	for _, ch := range chs {
-		go func() {
-			select {
-			case <-ch:
-				select {
-				case woke <- struct{}{}:
-				default:
-				}
-			case <-done:
-			}
-		}()
-	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-woke:
-		return true
 	}
 }
 
@@ -308,8 +290,9 @@ func (c *controller) report(src policy.Source, rules []*policy.Rule, err error) 
 // changed. It does so in two commits: first it marks the rows of the
 // endpoints a repository change affects as pending (the endpoint manager
 // shows those endpoints as waiting-to-regenerate), then it writes the
-// recomputed rows, which clears the marks.
-func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
+// recomputed rows, which clears the marks. A failed write aborts its
+// transaction and is returned.
+func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) error {
 	var todo []*endpoints.Endpoint
 	for ep := range c.p.Endpoints.All(rtxn) {
 		_, touched := pd.touched[ep.ID]
@@ -318,32 +301,52 @@ func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
 			todo = append(todo, ep)
 		}
 	}
-	c.markPending(todo)
+	if err := c.markPending(todo); err != nil {
+		return err
+	}
 	txn := c.p.DB.WriteTxn(c.p.Policies, c.p.CIDRs)
-	defer txn.Commit()
+	if err := c.writeRows(txn, pd, todo); err != nil {
+		txn.Abort()
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// writeRows writes, in txn, the CIDR identities and the policy rows of the
+// endpoints in todo and removes the rows of deleted endpoints.
+func (c *controller) writeRows(txn statedb.WriteTxn, pd *pending, todo []*endpoints.Endpoint) error {
 	// The CIDR identities first: the datapath must know a prefix's identity
 	// before an entry allows or denies it.
 	want := c.p.Engine.CIDRIdentities()
 	for row := range c.p.CIDRs.All(txn) {
 		if id, ok := want[row.Prefix]; !ok || id != row.Identity {
-			_, _, _ = c.p.CIDRs.Delete(txn, row)
+			if _, _, err := c.p.CIDRs.Delete(txn, row); err != nil {
+				return fmt.Errorf("delete CIDR identity %s: %w", row.Prefix, err)
+			}
 		}
 	}
 	for p, id := range want {
 		if cur, _, ok := c.p.CIDRs.Get(txn, statepolicy.CIDRPrefixIndex.Query(p)); !ok || cur.Identity != id {
-			_, _, _ = c.p.CIDRs.Insert(txn, &statepolicy.CIDRIdentity{Prefix: p, Identity: id})
+			if _, _, err := c.p.CIDRs.Insert(txn, &statepolicy.CIDRIdentity{Prefix: p, Identity: id}); err != nil {
+				return fmt.Errorf("insert CIDR identity %s: %w", p, err)
+			}
 		}
 	}
 	for id := range pd.deleted {
 		if row, _, ok := c.p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(id)); ok {
-			_, _, _ = c.p.Policies.Delete(txn, row)
+			if _, _, err := c.p.Policies.Delete(txn, row); err != nil {
+				return fmt.Errorf("delete policy of endpoint %d: %w", id, err)
+			}
 		}
 	}
 	for _, ep := range todo {
 		cur, _, exists := c.p.Policies.Get(txn, statepolicy.EndpointIDIndex.Query(ep.ID))
 		if ep.Identity == identity.InvalidIdentity {
 			if exists {
-				_, _, _ = c.p.Policies.Delete(txn, cur)
+				if _, _, err := c.p.Policies.Delete(txn, cur); err != nil {
+					return fmt.Errorf("delete policy of endpoint %d: %w", ep.ID, err)
+				}
 			}
 			continue
 		}
@@ -351,16 +354,20 @@ func (c *controller) apply(rtxn statedb.ReadTxn, pd *pending) {
 		if exists && cur.Identity == ep.Identity && cur.PendingRevision == 0 && cur.Policy.Revision == pol.Revision && cur.Policy.Equal(pol) {
 			continue
 		}
-		_, _, _ = c.p.Policies.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: ep.ID, Identity: ep.Identity, Policy: pol, Seen: pd.seen})
+		if _, _, err := c.p.Policies.Insert(txn, &statepolicy.EndpointPolicyRow{EndpointID: ep.ID, Identity: ep.Identity, Policy: pol, Seen: pd.seen}); err != nil {
+			return fmt.Errorf("insert policy of endpoint %d: %w", ep.ID, err)
+		}
 	}
+	return nil
 }
 
 // markPending marks, in a commit of its own, the rows of the endpoints in
 // todo whose policy was computed at an older repository revision than the
 // current one: a rule change affects them and their new policy is about to
 // be computed. Rows for another identity need no mark (the endpoint
-// manager already sees them as stale).
-func (c *controller) markPending(todo []*endpoints.Endpoint) {
+// manager already sees them as stale). A failed write aborts the
+// transaction and is returned.
+func (c *controller) markPending(todo []*endpoints.Endpoint) error {
 	rev := c.p.Engine.Revision()
 	// This job is the table's only writer: a snapshot stays accurate.
 	rtxn := c.p.DB.ReadTxn()
@@ -373,11 +380,15 @@ func (c *controller) markPending(todo []*endpoints.Endpoint) {
 		if txn == nil {
 			txn = c.p.DB.WriteTxn(c.p.Policies)
 		}
-		_, _, _ = c.p.Policies.Insert(txn, cur.WithPending(rev))
+		if _, _, err := c.p.Policies.Insert(txn, cur.WithPending(rev)); err != nil {
+			txn.Abort()
+			return fmt.Errorf("mark the policy of endpoint %d pending: %w", ep.ID, err)
+		}
 	}
 	if txn != nil {
 		txn.Commit()
 	}
+	return nil
 }
 
 func protoNumber(s string) uint8 {

@@ -188,22 +188,29 @@ func (p *NodeProber) desired(txn statedb.ReadTxn) (map[string]*health.NodePath, 
 // sync makes the table's rows the desired paths: rows of paths gone, or
 // whose address or boot ID changed, are dropped (a rebooted node is a new
 // node); new paths get an unprobed row. It returns the keys that are new.
-func (p *NodeProber) sync(want map[string]*health.NodePath) (fresh []string) {
+// A failed write aborts the transaction and is returned.
+func (p *NodeProber) sync(want map[string]*health.NodePath) (fresh []string, err error) {
 	wtxn := p.db.WriteTxn(p.paths)
-	defer wtxn.Commit()
 	for cur := range p.paths.All(wtxn) {
 		w, ok := want[cur.Key()]
 		if !ok || w.IP != cur.IP || w.BootID != cur.BootID {
-			_, _, _ = p.paths.Delete(wtxn, cur)
+			if _, _, err := p.paths.Delete(wtxn, cur); err != nil {
+				wtxn.Abort()
+				return nil, fmt.Errorf("delete node path %s: %w", cur.Key(), err)
+			}
 		}
 	}
 	for k, w := range want {
 		if _, _, ok := p.paths.Get(wtxn, health.NodePathIndex.Query(k)); !ok {
-			_, _, _ = p.paths.Insert(wtxn, w)
+			if _, _, err := p.paths.Insert(wtxn, w); err != nil {
+				wtxn.Abort()
+				return nil, fmt.Errorf("insert node path %s: %w", k, err)
+			}
 			fresh = append(fresh, k)
 		}
 	}
-	return fresh
+	wtxn.Commit()
+	return fresh, nil
 }
 
 // Run probes until ctx ends.
@@ -211,7 +218,10 @@ func (p *NodeProber) Run(ctx context.Context, h hive.Health) {
 	var lastRound time.Time
 	for {
 		want, watch := p.desired(p.db.ReadTxn())
-		due := p.sync(want)
+		due, err := p.sync(want)
+		if err != nil {
+			h.Degraded("record the node paths", err)
+		}
 		if lastRound.IsZero() || p.opts.Now().Sub(lastRound) >= p.opts.Interval {
 			due = due[:0]
 			for k := range want {
@@ -220,11 +230,15 @@ func (p *NodeProber) Run(ctx context.Context, h hive.Health) {
 			lastRound = p.opts.Now()
 		}
 		if len(due) > 0 {
-			p.probe(ctx, want, due)
+			err := p.probe(ctx, want, due)
 			if ctx.Err() != nil {
 				return
 			}
-			h.OK(p.summary())
+			if err != nil {
+				h.Degraded("record the node probes", err)
+			} else {
+				h.OK(p.summary())
+			}
 		}
 		wait := time.NewTimer(p.opts.Interval - p.opts.Now().Sub(lastRound))
 		select {
@@ -239,8 +253,9 @@ func (p *NodeProber) Run(ctx context.Context, h hive.Health) {
 }
 
 // probe probes the due paths at once and records the results in the rows
-// that still stand for them.
-func (p *NodeProber) probe(ctx context.Context, want map[string]*health.NodePath, due []string) {
+// that still stand for them. A failed write aborts the transaction and is
+// returned.
+func (p *NodeProber) probe(ctx context.Context, want map[string]*health.NodePath, due []string) error {
 	type result struct {
 		key string
 		d   time.Duration
@@ -266,7 +281,7 @@ func (p *NodeProber) probe(ctx context.Context, want map[string]*health.NodePath
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
 	wtxn := p.db.WriteTxn(p.paths)
 	for _, r := range results {
@@ -284,9 +299,13 @@ func (p *NodeProber) probe(ctx context.Context, want map[string]*health.NodePath
 				p.metrics.latency.WithLabelValues(p.metrics.cluster, p.metrics.node, row.Type, "primary", row.Protocol).Observe(r.d.Seconds())
 			}
 		}
-		_, _, _ = p.paths.Insert(wtxn, &row)
+		if _, _, err := p.paths.Insert(wtxn, &row); err != nil {
+			wtxn.Abort()
+			return fmt.Errorf("insert node path %s: %w", r.key, err)
+		}
 	}
 	wtxn.Commit()
+	return nil
 }
 
 // summary is the prober's health message: how many nodes answer on every

@@ -109,11 +109,14 @@ func (p *Prober) Run(ctx context.Context, h hive.Health) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.write(row)
+			err := p.write(row)
 			last, lastProbe = t, p.now()
-			if row.Reachable {
+			switch {
+			case err != nil:
+				h.Degraded("record the health endpoint's probe", err)
+			case row.Reachable:
 				h.OK(fmt.Sprintf("health endpoint %s reachable in %s", t.ip, row.Latency.Round(time.Microsecond)))
-			} else {
+			default:
 				// Not degraded: the agent works without it; status
 				// shows the reason.
 				h.OK("health endpoint unreachable: " + row.Error)
@@ -252,8 +255,12 @@ func (p *Prober) checkRoute(t target) error {
 }
 
 // write stores row.
-func (p *Prober) write(row *health.Probe) {
+func (p *Prober) write(row *health.Probe) error {
 	wtxn := p.db.WriteTxn(p.probes)
-	_, _, _ = p.probes.Insert(wtxn, row)
+	if _, _, err := p.probes.Insert(wtxn, row); err != nil {
+		wtxn.Abort()
+		return fmt.Errorf("insert the probe of %s: %w", row.Name, err)
+	}
 	wtxn.Commit()
+	return nil
 }

@@ -15,7 +15,17 @@ import (
 // printer writes the cell tree shown by the `hive` command.
 type printer struct {
 	w        io.Writer
-	disabled bool // inside a Feature that is switched off
+	disabled bool               // inside a Feature that is switched off
+	rec      *inventoryRecorder // collects Hive.Inventory when not nil
+}
+
+// record returns the inventory entry of module when an inventory is being
+// collected and the cells are in the graph, nil otherwise.
+func (p *printer) record(module *moduleInfo) *ModuleInventory {
+	if p.rec == nil || p.disabled {
+		return nil
+	}
+	return p.rec.module(module)
 }
 
 func (p *printer) line(indent int, format string, args ...any) {
@@ -74,6 +84,7 @@ func indentOf(m *moduleInfo) int {
 func (m *module) describe(p *printer, b *builder, parent *moduleInfo) {
 	scope := m.scope(parent)
 	p.line(indentOf(parent), "Ⓜ️ %s (%s):", m.id, m.title)
+	p.record(scope)
 	for _, c := range m.cells {
 		c.describe(p, b, scope)
 	}
@@ -95,11 +106,16 @@ func (pr *provider) describe(p *printer, _ *builder, module *moduleInfo) {
 		}
 		p.line(in, "🚧%s %s (%s):", lock, funcName(ctor), funcLocation(ctor))
 		t := reflect.TypeOf(ctor)
-		if ins := funcInputs(t); len(ins) > 0 {
+		ins, outs := funcInputs(t), funcOutputs(t)
+		if len(ins) > 0 {
 			p.line(in+4, "⇨ %s", strings.Join(ins, ", "))
 		}
-		if outs := funcOutputs(t); len(outs) > 0 {
+		if len(outs) > 0 {
 			p.line(in+4, "⇦ %s", strings.Join(outs, ", "))
+		}
+		if r := p.record(module); r != nil {
+			r.Uses = append(r.Uses, ins...)
+			r.Provides = append(r.Provides, outs...)
 		}
 	}
 }
@@ -108,8 +124,12 @@ func (iv *invoker) describe(p *printer, _ *builder, module *moduleInfo) {
 	in := indentOf(module)
 	for _, fn := range iv.funcs {
 		p.line(in, "🛠️ %s (%s)", funcName(fn), funcLocation(fn))
-		if ins := funcInputs(reflect.TypeOf(fn)); len(ins) > 0 {
+		ins := funcInputs(reflect.TypeOf(fn))
+		if len(ins) > 0 {
 			p.line(in+4, "⇨ %s", strings.Join(ins, ", "))
+		}
+		if r := p.record(module); r != nil {
+			r.Uses = append(r.Uses, ins...)
 		}
 	}
 }
@@ -135,9 +155,12 @@ func (f *feature) describe(p *printer, b *builder, module *moduleInfo) {
 		state = "disabled: the cells below are not in the graph"
 	}
 	p.line(indentOf(module), "🚩 --%s=%t (default %t): %s", f.flag, on, f.def, state)
+	wasDisabled := p.disabled
+	p.disabled = p.disabled || !on
 	for _, c := range f.cells {
 		c.describe(p, b, module)
 	}
+	p.disabled = wasDisabled
 }
 
 func flagValue(f *pflag.Flag) string {

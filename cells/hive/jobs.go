@@ -32,6 +32,26 @@ type preparer interface {
 	prepare() error
 }
 
+// describedJob is a job with a line saying what it does (DescribeJob).
+type describedJob struct {
+	Job
+	detail string
+}
+
+// DescribeJob returns job with detail attached: the hive's inventory
+// (Hive.Inventory) lists it beside the job's name, e.g. the table and the
+// target of a reconciler.
+func DescribeJob(job Job, detail string) Job {
+	return describedJob{Job: job, detail: detail}
+}
+
+func (d describedJob) prepare() error {
+	if p, ok := d.Job.(preparer); ok {
+		return p.prepare()
+	}
+	return nil
+}
+
 type scopedJobs struct {
 	lc     Lifecycle
 	health Health
@@ -47,8 +67,13 @@ func (j scopedJobs) Add(jobs ...Job) {
 		name := "job-" + job.jobName()
 		h := j.health.Scope(name)
 		log := j.log.With("job", job.jobName())
+		detail := ""
+		if d, ok := job.(describedJob); ok {
+			detail = d.detail
+		}
 		j.lc.Append(Hook{
-			Name: name,
+			Name:   name,
+			Detail: detail,
 			OnStart: func(context.Context) error {
 				if p, ok := job.(preparer); ok {
 					if err := p.prepare(); err != nil {

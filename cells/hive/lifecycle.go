@@ -29,6 +29,9 @@ type Hook struct {
 	OnStop func(ctx context.Context) error
 	// Timeout bounds each of OnStart and OnStop; 0 means DefaultHookTimeout.
 	Timeout time.Duration
+	// Detail says what the hook runs, for the hive's inventory (e.g. a
+	// reconciler's table and target); may be empty.
+	Detail string
 }
 
 // Lifecycle registers hooks of the enclosing module.
@@ -42,6 +45,7 @@ type Lifecycle interface {
 type HookInfo struct {
 	Module        string        `json:"module"`
 	Name          string        `json:"name"`
+	Detail        string        `json:"detail,omitempty"`
 	HasStart      bool          `json:"hasStart"`
 	HasStop       bool          `json:"hasStop"`
 	StartDuration time.Duration `json:"startDuration,omitempty"`
@@ -97,7 +101,7 @@ func (s scopedLifecycle) Append(h Hook) {
 	}
 	l.mu.Lock()
 	idx := len(l.hooks)
-	l.hooks = append(l.hooks, HookInfo{Module: s.module, Name: h.Name, HasStart: h.OnStart != nil, HasStop: h.OnStop != nil})
+	l.hooks = append(l.hooks, HookInfo{Module: s.module, Name: h.Name, Detail: h.Detail, HasStart: h.OnStart != nil, HasStop: h.OnStop != nil})
 	l.mu.Unlock()
 
 	log := l.log.With("module", s.module, "hook", h.Name)

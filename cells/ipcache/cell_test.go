@@ -192,37 +192,43 @@ func TestCellServiceFrontends(t *testing.T) {
 				hivetest.Capture(&ipc),
 			)
 			vip := pfx("10.96.0.10/32")
-			// waitEndpoint waits for the row of endpoint 3 with identity
-			// id: written in the same transaction as the frontend
-			// change, it proves the deriver has seen that change.
-			waitEndpoint := func(id uint32) statedb.ReadTxn {
+			// waitFor waits until the ipcache holds endpoint 3 with
+			// identity id and the VIP's row is as want says (nil: no
+			// row). One commit writes the endpoint and the frontend, but
+			// the deriver may write their rows in two steps, so the
+			// endpoint's row alone does not prove the frontend was seen.
+			waitFor := func(id uint32, want func(e *ipcache.Entry, ok bool) bool) (*ipcache.Entry, bool) {
 				t.Helper()
 				timeout := time.After(10 * time.Second)
 				for {
 					txn := db.ReadTxn()
 					_, watch := ipc.AllWatch(txn)
-					if e, _, ok := ipc.Get(txn, ipcache.PrefixIndex.Query(pfx("10.1.0.3/32"))); ok && uint32(e.Identity) == id {
-						return txn
+					ep, _, epOK := ipc.Get(txn, ipcache.PrefixIndex.Query(pfx("10.1.0.3/32")))
+					e, _, ok := ipc.Get(txn, ipcache.PrefixIndex.Query(vip))
+					if epOK && uint32(ep.Identity) == id && want(e, ok) {
+						return e, ok
 					}
 					select {
 					case <-watch:
 					case <-timeout:
-						t.Fatalf("endpoint 3 with identity %d not derived within 10s", id)
+						return e, ok
 					}
 				}
 			}
+			guarded := func(e *ipcache.Entry, ok bool) bool {
+				return ok && e.ServiceFrontend && e.Identity == 2 && e.Source == ipcache.SourceServiceFrontend
+			}
+			absent := func(_ *ipcache.Entry, ok bool) bool { return !ok }
 			wtxn := db.WriteTxn(eps, local, fes)
 			_, _, _ = local.Insert(wtxn, &nodes.LocalNode{Name: "n1", InternalIP: addr("192.168.0.1"), RouterIP: addr("10.1.0.1")})
 			_, _, _ = eps.Insert(wtxn, &endpoints.Endpoint{ID: 3, IPv4: addr("10.1.0.3"), Identity: 4242})
 			_, _, _ = fes.Insert(wtxn, &lb.Frontend{Address: lb.L4Addr{Addr: vip.Addr(), Port: 53, Proto: lb.UDP}, Service: "kube-system/kube-dns"})
 			wtxn.Commit()
-			txn := waitEndpoint(4242)
-			e, _, ok := ipc.Get(txn, ipcache.PrefixIndex.Query(vip))
 			if c.wantGuard {
-				if !ok || !e.ServiceFrontend || e.Identity != 2 || e.Source != ipcache.SourceServiceFrontend {
+				if e, ok := waitFor(4242, guarded); !guarded(e, ok) {
 					t.Fatalf("%s: %+v, %v; want a world row marked ServiceFrontend", vip, e, ok)
 				}
-			} else if ok {
+			} else if e, ok := waitFor(4242, absent); ok {
 				t.Fatalf("%s: %+v with the socket LB %s, want no row", vip, *e, c.name)
 			}
 
@@ -230,8 +236,7 @@ func TestCellServiceFrontends(t *testing.T) {
 			_, _, _ = fes.Delete(wtxn, &lb.Frontend{Address: lb.L4Addr{Addr: vip.Addr(), Port: 53, Proto: lb.UDP}})
 			_, _, _ = eps.Insert(wtxn, &endpoints.Endpoint{ID: 3, IPv4: addr("10.1.0.3"), Identity: 4243})
 			wtxn.Commit()
-			txn = waitEndpoint(4243)
-			if e, _, ok := ipc.Get(txn, ipcache.PrefixIndex.Query(vip)); ok {
+			if e, ok := waitFor(4243, absent); ok {
 				t.Errorf("%s after its frontend's removal: %+v, want no row", vip, *e)
 			}
 		})

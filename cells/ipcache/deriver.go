@@ -54,9 +54,9 @@ func (t Tables) inputs() []statedb.TableMeta {
 // claims of the one object that changed and rewrites only the prefixes
 // whose winner changed.
 type Deriver struct {
-	t        Tables
-	st       *state
-	initDone func(statedb.WriteTxn)
+	t    Tables
+	st   *state
+	init tables.InitGate
 
 	eps   statedb.ChangeIterator[*endpoints.Endpoint]
 	local statedb.ChangeIterator[*nodes.LocalNode]
@@ -106,8 +106,8 @@ func NewDeriver(t Tables, log *slog.Logger) *Deriver {
 	}
 	wtxn := t.DB.WriteTxn(t.IPCache)
 	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{}, deferred: map[netip.Prefix]struct{}{},
-		initDone: t.IPCache.RegisterInitializer(wtxn, "ipcache-sources"),
-		nodeIPs:  map[string][]netip.Addr{}, refused: map[string]refusal{}, refusedBy: map[Refusal]int{}, conflicts: map[netip.Prefix]struct{}{},
+		init:    tables.NewInitGate(t.IPCache.RegisterInitializer(wtxn, "ipcache-sources")),
+		nodeIPs: map[string][]netip.Addr{}, refused: map[string]refusal{}, refusedBy: map[Refusal]int{}, conflicts: map[netip.Prefix]struct{}{},
 		stats: newTrustStats(), log: log}
 	wtxn.Commit()
 	return d
@@ -340,7 +340,7 @@ func (d *Deriver) step() (watches, error) {
 		}
 	}
 
-	if d.initDone != nil {
+	if d.init.Closed() {
 		w.init = d.initWatch(rtxn)
 	}
 	if !d.synced && d.initWatch(rtxn) == nil {
@@ -482,7 +482,7 @@ func (d *Deriver) ready(rtxn statedb.ReadTxn) bool {
 // and deleting the row would delete the map entry that pods of the last
 // run rely on. Initialization decides about those prefixes again.
 func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{}) error {
-	initNow := d.initDone != nil && d.ready(rtxn)
+	initNow := d.init.Closed() && d.ready(rtxn)
 	if len(touched) == 0 && !initNow {
 		return nil
 	}
@@ -502,7 +502,7 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{})
 			if _, _, err := d.t.IPCache.Insert(wtxn, want.WithStatus(reconciler.Pending())); err != nil {
 				return fmt.Errorf("insert %s: %w", p, err)
 			}
-		case found && !pendingDelete && d.initDone != nil && !initNow:
+		case found && !pendingDelete && d.init.Closed() && !initNow:
 			d.deferred[p] = struct{}{}
 		case found && !pendingDelete:
 			if _, _, err := d.t.IPCache.Delete(wtxn, cur); err != nil {
@@ -511,8 +511,7 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{})
 		}
 	}
 	if initNow {
-		d.initDone(wtxn)
-		d.initDone = nil
+		d.init.Open(wtxn)
 	}
 	wtxn.Commit()
 	return nil

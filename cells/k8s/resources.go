@@ -8,7 +8,10 @@ import (
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
@@ -106,7 +109,12 @@ func (s *tableStore[T]) upsert(obj any) error {
 	if !ok {
 		return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), obj)
 	}
-	o.SetManagedFields(nil)
+	// Written only when there is something to drop: a fake clientset's
+	// watch hands out the very object its tracker keeps (and reads for
+	// every Get), so an unconditional write races with it.
+	if len(o.GetManagedFields()) > 0 {
+		o.SetManagedFields(nil)
+	}
 	txn := s.db.WriteTxn(s.table)
 	defer txn.Abort()
 	if _, _, err := s.table.Insert(txn, o); err != nil {
@@ -175,67 +183,117 @@ var (
 	LocalPodsCell = resource("pods", "Pods of this node", k8stables.NewPodsTable,
 		func(node NodeName) listWatch {
 			return func(cs Clientset) cache.ListerWatcher {
-				return cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "", fields.OneTermEqualSelector("spec.nodeName", string(node)))
+				pods := cs.CoreV1().Pods("")
+				return typedLW(pods.List, pods.Watch, fields.OneTermEqualSelector("spec.nodeName", string(node)))
 			}
 		})
 	// AllPodsCell mirrors every pod of the cluster (operator).
 	AllPodsCell = resource("pods", "Pods of all nodes", k8stables.NewPodsTable,
 		func() listWatch {
 			return func(cs Clientset) cache.ListerWatcher {
-				return cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "", fields.Everything())
+				pods := cs.CoreV1().Pods("")
+				return typedLW(pods.List, pods.Watch, fields.Everything())
 			}
 		})
 	// NamespacesCell mirrors namespaces.
 	NamespacesCell = resource("namespaces", "Namespaces", k8stables.NewNamespacesTable,
-		func() listWatch { return coreLW("namespaces") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.CoreV1().Namespaces()
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// NodesCell mirrors nodes.
 	NodesCell = resource("nodes", "Nodes", k8stables.NewNodesTable,
-		func() listWatch { return coreLW("nodes") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.CoreV1().Nodes()
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// NetworkPoliciesCell mirrors Kubernetes NetworkPolicies.
 	NetworkPoliciesCell = resource("network-policies", "Kubernetes NetworkPolicies", k8stables.NewNetworkPoliciesTable,
 		func() listWatch {
 			return func(cs Clientset) cache.ListerWatcher {
-				return cache.NewListWatchFromClient(cs.NetworkingV1().RESTClient(), "networkpolicies", "", fields.Everything())
+				c := cs.NetworkingV1().NetworkPolicies("")
+				return typedLW(c.List, c.Watch, fields.Everything())
 			}
 		})
 	// CNPsCell mirrors CiliumNetworkPolicies.
 	CNPsCell = resource("cnps", "CiliumNetworkPolicies", k8stables.NewCNPsTable,
-		func() listWatch { return ciliumLW("ciliumnetworkpolicies") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.Cilium().CiliumV2().CiliumNetworkPolicies("")
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// CCNPsCell mirrors CiliumClusterwideNetworkPolicies.
 	CCNPsCell = resource("ccnps", "CiliumClusterwideNetworkPolicies", k8stables.NewCCNPsTable,
-		func() listWatch { return ciliumLW("ciliumclusterwidenetworkpolicies") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.Cilium().CiliumV2().CiliumClusterwideNetworkPolicies()
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// CiliumEndpointsCell mirrors CiliumEndpoints.
 	CiliumEndpointsCell = resource("cilium-endpoints", "CiliumEndpoints", k8stables.NewCiliumEndpointsTable,
-		func() listWatch { return ciliumLW("ciliumendpoints") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.Cilium().CiliumV2().CiliumEndpoints("")
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// CiliumNodesCell mirrors CiliumNodes.
 	CiliumNodesCell = resource("cilium-nodes", "CiliumNodes", k8stables.NewCiliumNodesTable,
-		func() listWatch { return ciliumLW("ciliumnodes") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.Cilium().CiliumV2().CiliumNodes()
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// ServicesCell mirrors Services (the socket load balancer's
 	// frontends).
 	ServicesCell = resource("services", "Services", k8stables.NewServicesTable,
-		func() listWatch { return coreLW("services") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.CoreV1().Services("")
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// EndpointSlicesCell mirrors discovery.k8s.io/v1 EndpointSlices (the
 	// socket load balancer's backends).
 	EndpointSlicesCell = resource("endpoint-slices", "EndpointSlices", k8stables.NewEndpointSlicesTable,
 		func() listWatch {
 			return func(cs Clientset) cache.ListerWatcher {
-				return cache.NewListWatchFromClient(cs.DiscoveryV1().RESTClient(), "endpointslices", "", fields.Everything())
+				c := cs.DiscoveryV1().EndpointSlices("")
+				return typedLW(c.List, c.Watch, fields.Everything())
 			}
 		})
 	// CiliumIdentitiesCell mirrors CiliumIdentities.
 	CiliumIdentitiesCell = resource("cilium-identities", "CiliumIdentities", k8stables.NewCiliumIdentitiesTable,
-		func() listWatch { return ciliumLW("ciliumidentities") })
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.Cilium().CiliumV2().CiliumIdentities()
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 )
 
-func coreLW(resource string) listWatch {
-	return func(cs Clientset) cache.ListerWatcher {
-		return cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), resource, "", fields.Everything())
-	}
-}
-
-func ciliumLW(resource string) listWatch {
-	return func(cs Clientset) cache.ListerWatcher {
-		return cache.NewListWatchFromClient(cs.Cilium().CiliumV2().RESTClient(), resource, "", fields.Everything())
+// typedLW lists and watches through a typed client's List and Watch
+// (which the fake clientsets of tests implement too), with the field
+// selector sel.
+func typedLW[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), sel fields.Selector,
+) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel.String()
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel.String()
+			return watchFn(ctx, o)
+		},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	api "github.com/cellium/cellium/api/policy"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // TestDeriverSleepsWhenIdle: a step returns only channels that are still
@@ -37,7 +38,7 @@ func TestDeriverSleepsWhenIdle(t *testing.T) {
 	initDone := desired.RegisterInitializer(txn, "policies")
 	txn.Commit()
 
-	d := &deriver{p: params{DB: db, Desired: desired, CNPs: cnps, CCNPs: ccnps}, initDone: initDone}
+	d := &deriver{p: params{DB: db, Desired: desired, CNPs: cnps, CCNPs: ccnps}, init: tables.NewInitGate(initDone)}
 	if err := d.subscribe(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,10 @@ func TestDeriverSleepsWhenIdle(t *testing.T) {
 		t.Helper()
 		var w [3]<-chan struct{}
 		for range 10 {
-			w = d.step()
+			var err error
+			if w, err = d.step(); err != nil {
+				t.Fatalf("%s: step: %v", what, err)
+			}
 			if !anyClosed(w) {
 				return w
 			}

@@ -2,6 +2,7 @@ package policyvalidator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -55,7 +56,7 @@ func register(p params) leaderelection.LeaderJobsOut {
 	txn := p.DB.WriteTxn(p.Desired)
 	initDone := p.Desired.RegisterInitializer(txn, "policies")
 	txn.Commit()
-	d := &deriver{p: p, initDone: initDone}
+	d := &deriver{p: p, init: tables.NewInitGate(initDone)}
 	p.Jobs.Add(hive.Service("derive-policy-conditions", d.subscribe, d.run))
 
 	cilium := p.Clientset.Cilium().CiliumV2()
@@ -101,10 +102,10 @@ func desiredCCNP(ccnp *ciliumv2.CiliumClusterwideNetworkPolicy, opts policy.Pars
 
 // deriver turns the policy tables into desired conditions.
 type deriver struct {
-	p        params
-	initDone func(statedb.WriteTxn)
-	cnps     statedb.ChangeIterator[*ciliumv2.CiliumNetworkPolicy]
-	ccnps    statedb.ChangeIterator[*ciliumv2.CiliumClusterwideNetworkPolicy]
+	p     params
+	init  tables.InitGate
+	cnps  statedb.ChangeIterator[*ciliumv2.CiliumNetworkPolicy]
+	ccnps statedb.ChangeIterator[*ciliumv2.CiliumClusterwideNetworkPolicy]
 }
 
 func (d *deriver) subscribe() error {
@@ -122,8 +123,13 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 	defer d.cnps.Close()
 	defer d.ccnps.Close()
 	for {
-		watches := d.step()
-		h.OK("in sync")
+		watches, err := d.step()
+		if err != nil {
+			d.p.Log.Error("Writing the desired policy conditions failed", "error", err)
+			h.Degraded("write the desired policy conditions", err)
+		} else {
+			h.OK("in sync")
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -137,42 +143,53 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 // step writes the desired rows of the CNPs and CCNPs changed since the last
 // step and returns the channels to wait on before the next: the two change
 // streams and, until both tables are initialized, the initialization watch
-// (nil afterwards: its closed channel would spin the loop).
-func (d *deriver) step() [3]<-chan struct{} {
+// (nil afterwards: its closed channel would spin the loop). Rows that fail
+// to be written are skipped and their errors returned; the others are
+// committed.
+func (d *deriver) step() ([3]<-chan struct{}, error) {
 	// The cluster name only scopes selectors; validity does not depend on it.
 	opts := policy.ParseOptions{}
 	rtxn := d.p.DB.ReadTxn()
 	txn := d.p.DB.WriteTxn(d.p.Desired)
 	defer txn.Commit()
+	var errs []error
 	cnpCh, cnpWatch := d.cnps.Next(rtxn)
 	for c := range cnpCh {
-		d.apply(txn, desiredCNP(c.Object, opts), c.Deleted)
+		if err := d.apply(txn, desiredCNP(c.Object, opts), c.Deleted); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	ccnpCh, ccnpWatch := d.ccnps.Next(rtxn)
 	for c := range ccnpCh {
-		d.apply(txn, desiredCCNP(c.Object, opts), c.Deleted)
+		if err := d.apply(txn, desiredCCNP(c.Object, opts), c.Deleted); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	initWatch := tables.InitWatch(rtxn, d.p.CNPs, d.p.CCNPs)
-	if d.initDone != nil && initWatch == nil {
-		d.initDone(txn)
-		d.initDone = nil
+	if d.init.Closed() && initWatch == nil {
+		d.init.Open(txn)
 	}
-	return [3]<-chan struct{}{cnpWatch, ccnpWatch, initWatch}
+	return [3]<-chan struct{}{cnpWatch, ccnpWatch, initWatch}, errors.Join(errs...)
 }
 
 // apply writes want (or deletes its row) unless nothing changes.
-func (d *deriver) apply(txn statedb.WriteTxn, want *PolicyConditions, deleted bool) {
+func (d *deriver) apply(txn statedb.WriteTxn, want *PolicyConditions, deleted bool) error {
 	cur, _, exists := d.p.Desired.Get(txn, KeyIndex.Query(want.Key()))
 	switch {
 	case deleted:
 		if exists && cur.UID == want.UID {
-			_, _, _ = d.p.Desired.Delete(txn, cur)
+			if _, _, err := d.p.Desired.Delete(txn, cur); err != nil {
+				return fmt.Errorf("delete the desired conditions of %s: %w", want.Key(), err)
+			}
 		}
 	case exists && cur.sameAs(want):
 	default:
 		want.Reconcile = reconciler.Pending()
-		_, _, _ = d.p.Desired.Insert(txn, want)
+		if _, _, err := d.p.Desired.Insert(txn, want); err != nil {
+			return fmt.Errorf("insert the desired conditions of %s: %w", want.Key(), err)
+		}
 	}
+	return nil
 }
 
 // target writes the conditions into the policies' status subresource.

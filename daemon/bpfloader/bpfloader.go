@@ -197,7 +197,7 @@ func register(p params, n loader.Netns, src Sources) error {
 		hive.Service("derive-bpf-programs", nil, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }),
 		// Like reconcilejob.Job, and the maps are closed once it stopped
 		// (the pins stay: the programs keep running without the agent).
-		hive.Service("reconcile-"+bpfprog.TableName,
+		hive.DescribeJob(hive.Service("reconcile-"+bpfprog.TableName,
 			func() error {
 				if err := layout.MountBPFFS(); err != nil {
 					return err
@@ -211,7 +211,7 @@ func register(p params, n loader.Netns, src Sources) error {
 						h.Degraded("close maps", err)
 					}
 				}
-			}),
+			}), r.Describe()),
 	)
 	if p.Devices != nil {
 		o := &loader.Overlay{Layout: layout, Netns: n, Trace: true, Monitor: mon}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/daemon"
 	"github.com/cellium/cellium/daemon/bpfdatapath"
 	"github.com/cellium/cellium/daemon/datapathmonitor"
@@ -15,8 +16,13 @@ import (
 	"github.com/cellium/cellium/daemon/nodeinit"
 )
 
+// agentCells are the agent's cells: the control plane and the datapath.
+func agentCells() []hive.Cell {
+	return []hive.Cell{daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfdatapath.Cell, datapathmonitor.Cell}
+}
+
 func main() {
-	cmd := daemon.NewCommand(daemon.Agent, hostlinks.Cell, hostrouting.Cell, healthendpoint.Cell, bpfdatapath.Cell, datapathmonitor.Cell)
+	cmd := daemon.NewCommand(agentCells()...)
 	// The DaemonSet's init containers (the image has no shell).
 	cmd.AddCommand(nodeinit.Commands()...)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {

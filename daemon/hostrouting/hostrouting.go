@@ -143,8 +143,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// remote is the routing package's configuration for the flags, acting on n.
-func (c Config) remote(n routing.Netns) *routing.RemoteConfig {
+// Remote is the routing package's configuration for the flags, acting on
+// n (the uplink detected there).
+func (c Config) Remote(n routing.Netns) *routing.RemoteConfig {
 	r := &routing.RemoteConfig{
 		Remote:  routes.Remote{Mode: c.RoutingMode, TunnelPort: c.TunnelPort, AutoDirectNodeRoutes: c.AutoDirectNodeRoutes},
 		Devices: c.Devices, Netns: n,
@@ -173,7 +174,7 @@ type params struct {
 func register(p params, n routing.Netns) error {
 	t := routing.Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode,
 		Routes: p.Routes, Devices: p.Devices, Sysctls: p.Sysctls,
-		Nodes: p.Nodes, Remote: p.Config.remote(n)}
+		Nodes: p.Nodes, Remote: p.Config.Remote(n)}
 	if p.Config.EnableIPv4Masquerade {
 		t.Masquerade = p.Masquerade
 	}

@@ -17,14 +17,15 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/socklb"
 )
 
 // InstallCNIPlugin copies the file src into dir under the same base name,
-// atomically: it is written to a temporary file in dir, synced, made
-// executable and renamed over the old one, so that the container runtime
-// never runs half a plugin. A regular file there with the same content and
+// atomically with statedir.WriteFile (a temporary file in dir, synced,
+// made executable and renamed over the old one), so that the container
+// runtime never runs half a plugin. A regular file there with the same content and
 // mode 0755 is left alone (installed false): a plugin the runtime may be
 // running is not replaced for nothing. dir is created if missing.
 //
@@ -41,23 +42,7 @@ func InstallCNIPlugin(src, dir string) (dst string, installed bool, err error) {
 	if sameFile(dst, data) {
 		return dst, false, nil
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(src)+".tmp-")
-	if err != nil {
-		return "", false, fmt.Errorf("install CNI plugin: %w", err)
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o755)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	err = errors.Join(err, tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
+	if err := statedir.WriteFile(dst, data, 0o755); err != nil {
 		return "", false, fmt.Errorf("install CNI plugin %s into %s: %w", src, dir, err)
 	}
 	return dst, true, nil

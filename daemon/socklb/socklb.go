@@ -66,23 +66,72 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Cell is the socket load balancer, under --enable-bpf-datapath.
-var Cell = hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs translated at connect and sendmsg",
-	// --bpf-lb-sock, --cgroup-root.
-	hive.Config(DefaultConfig),
-	// The derived tables: rows written by the deriver here, statuses by
-	// the reconcilers here.
-	hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
-	// Anyone reads them (cellium statedb lb-frontends).
-	hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable),
-	// Whether the frontends are translated: the ipcache cell marks their
-	// addresses only then, so the datapath drops untranslated packets to
-	// them (174 "Is a ClusterIP").
-	hive.Provide(func(c Config) lb.SocketLB { return lb.SocketLB{Enabled: c.EnableSocketLB} }),
-	// Services in, maps and cgroup programs out; or, when off, the
-	// programs detached.
-	hive.Invoke(register),
-)
+// Cell is the socket load balancer, under --enable-bpf-datapath: the
+// pinned maps of datapath/maps and the programs of datapath/socklb.
+var Cell = NewCell(OpenPinned)
+
+// Targets are the maps the reconcilers write.
+type Targets struct {
+	Services      lbsync.ServicesMap
+	Backends      lbsync.BackendsMap
+	AffinityMatch lbsync.AffinityMatchMap
+	// Close releases the maps (they and the programs stay); may be nil.
+	Close func() error
+}
+
+// Opener opens the maps and attaches the programs that read them. It runs
+// in the hive's start, only with --bpf-lb-sock.
+type Opener func(c Config, bpf bpfconfig.Config) (Targets, error)
+
+// OpenPinned opens (creating and pinning when missing) the socket LB maps
+// in the agent's pin directory and attaches the cgroup programs to
+// --cgroup-root, mounting bpffs and cgroup2 where they are missing.
+func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
+	pinDir := bpf.PinDir()
+	// bpffs at --bpf-root (not at the pin directory: a mount there
+	// would hide under the loader's mount of the root).
+	if err := maps.EnsureBPFFS(bpf.BPFRoot); err != nil {
+		return Targets{}, err
+	}
+	if err := os.MkdirAll(pinDir, 0o700); err != nil {
+		return Targets{}, fmt.Errorf("create %s: %w", pinDir, err)
+	}
+	if _, err := socklb.EnsureCgroup2(c.CgroupRoot); err != nil {
+		return Targets{}, fmt.Errorf("%w (pass --cgroup-root=<a cgroup2 mount>, or --bpf-lb-sock=false)", err)
+	}
+	m, err := maps.OpenLB(pinDir)
+	if err != nil {
+		return Targets{}, fmt.Errorf("open the socket LB maps in %s: %w", pinDir, err)
+	}
+	if err := socklb.Attach(m, c.CgroupRoot, filepath.Join(pinDir, LinkSubdir)); err != nil {
+		_ = m.Close()
+		return Targets{}, fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", c.CgroupRoot, err)
+	}
+	return Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
+		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, Close: m.Close}, nil
+}
+
+// NewCell is the socket load balancer writing the maps open gives (the
+// agent's: OpenPinned; the control-plane script tests give in-memory
+// maps).
+func NewCell(open Opener) hive.Cell {
+	return hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs translated at connect and sendmsg",
+		// --bpf-lb-sock, --cgroup-root.
+		hive.Config(DefaultConfig),
+		// The derived tables: rows written by the deriver here, statuses by
+		// the reconcilers here.
+		hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
+		// Anyone reads them (cellium statedb lb-frontends).
+		hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable),
+		// Whether the frontends are translated: the ipcache cell marks their
+		// addresses only then, so the datapath drops untranslated packets to
+		// them (174 "Is a ClusterIP").
+		hive.Provide(func(c Config) lb.SocketLB { return lb.SocketLB{Enabled: c.EnableSocketLB} }),
+		// Services in, maps and cgroup programs out; or, when off, the
+		// programs detached.
+		hive.Invoke(func(p params) error { return register(p, open) }),
+	)
+}
 
 type params struct {
 	hive.In
@@ -98,7 +147,7 @@ type params struct {
 	Reconcile reconcilejob.Params
 }
 
-func register(p params) error {
+func register(p params, open Opener) error {
 	pinDir := p.BPF.PinDir()
 	linkDir := filepath.Join(pinDir, LinkSubdir)
 	if !p.Config.EnableSocketLB {
@@ -112,39 +161,23 @@ func register(p params) error {
 		return nil
 	}
 	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends}
-	var m *maps.LBMaps
-	services := lazyServices{func() *maps.LB4Services { return m.Services }}
-	backends := lazyBackends{func() *maps.LB4Backends { return m.Backends }}
-	match := lazyMatch{func() *maps.LB4AffinityMatch { return m.AffinityMatch }}
+	var m Targets
+	services := lazyServices{func() lbsync.ServicesMap { return m.Services }}
+	backends := lazyBackends{func() lbsync.BackendsMap { return m.Backends }}
+	match := lazyMatch{func() lbsync.AffinityMatchMap { return m.AffinityMatch }}
 	d := lbsync.NewDeriver(t, func() (map[lb.L4Addr]uint32, error) { return lbsync.RestoreIDs(backends) })
 	// The maps open and the programs attach in the start hook, before
 	// any reconciler runs.
 	p.Lifecycle.Append(hive.Hook{
 		OnStart: func(context.Context) error {
-			// bpffs at --bpf-root (not at the pin directory: a mount there
-			// would hide under the loader's mount of the root).
-			if err := maps.EnsureBPFFS(p.BPF.BPFRoot); err != nil {
-				return err
-			}
-			if err := os.MkdirAll(pinDir, 0o700); err != nil {
-				return fmt.Errorf("create %s: %w", pinDir, err)
-			}
-			if _, err := socklb.EnsureCgroup2(p.Config.CgroupRoot); err != nil {
-				return fmt.Errorf("%w (pass --cgroup-root=<a cgroup2 mount>, or --bpf-lb-sock=false)", err)
-			}
 			var err error
-			if m, err = maps.OpenLB(pinDir); err != nil {
-				return fmt.Errorf("open the socket LB maps in %s: %w", pinDir, err)
-			}
-			if err := socklb.Attach(m, p.Config.CgroupRoot, linkDir); err != nil {
-				return fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", p.Config.CgroupRoot, err)
-			}
-			return nil
+			m, err = open(p.Config, p.BPF)
+			return err
 		},
 		OnStop: func(context.Context) error {
 			// The links stay pinned: translation goes on while the agent
 			// restarts.
-			if m != nil {
+			if m.Close != nil {
 				return m.Close()
 			}
 			return nil
@@ -164,34 +197,29 @@ func register(p params) error {
 	return nil
 }
 
-// lazyServices and lazyBackends forward to the maps once the start hook
-// has opened them.
-type lazyServices struct{ get func() *maps.LB4Services }
+// lazyServices, lazyBackends and lazyMatch forward to the maps once the
+// start hook has opened them.
+type lazyServices struct{ get func() lbsync.ServicesMap }
 
-func (l lazyServices) pinned() lbsync.PinnedServices { return lbsync.PinnedServices{M: l.get()} }
 func (l lazyServices) Update(k []maps.ServiceSlot, v []maps.ServiceValue) error {
-	return l.pinned().Update(k, v)
+	return l.get().Update(k, v)
 }
-func (l lazyServices) Delete(k []maps.ServiceSlot) error { return l.pinned().Delete(k) }
+func (l lazyServices) Delete(k []maps.ServiceSlot) error { return l.get().Delete(k) }
 func (l lazyServices) Lookup(k maps.ServiceSlot) (maps.ServiceValue, bool, error) {
-	return l.pinned().Lookup(k)
+	return l.get().Lookup(k)
 }
-func (l lazyServices) Dump() (map[maps.ServiceSlot]maps.ServiceValue, error) {
-	return l.pinned().Dump()
+func (l lazyServices) Dump() (map[maps.ServiceSlot]maps.ServiceValue, error) { return l.get().Dump() }
+
+type lazyBackends struct{ get func() lbsync.BackendsMap }
+
+func (l lazyBackends) Update(ids []uint32, a []lb.L4Addr) error { return l.get().Update(ids, a) }
+func (l lazyBackends) Delete(ids []uint32) error                { return l.get().Delete(ids) }
+func (l lazyBackends) Dump() (map[uint32]lb.L4Addr, error)      { return l.get().Dump() }
+
+type lazyMatch struct {
+	get func() lbsync.AffinityMatchMap
 }
 
-type lazyBackends struct{ get func() *maps.LB4Backends }
-
-func (l lazyBackends) pinned() lbsync.PinnedBackends            { return lbsync.PinnedBackends{M: l.get()} }
-func (l lazyBackends) Update(ids []uint32, a []lb.L4Addr) error { return l.pinned().Update(ids, a) }
-func (l lazyBackends) Delete(ids []uint32) error                { return l.pinned().Delete(ids) }
-func (l lazyBackends) Dump() (map[uint32]lb.L4Addr, error)      { return l.pinned().Dump() }
-
-type lazyMatch struct{ get func() *maps.LB4AffinityMatch }
-
-func (l lazyMatch) pinned() lbsync.PinnedAffinityMatch {
-	return lbsync.PinnedAffinityMatch{M: l.get()}
-}
-func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.pinned().Update(k) }
-func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.pinned().Delete(k) }
-func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.pinned().Dump() }
+func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.get().Update(k) }
+func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.get().Delete(k) }
+func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.get().Dump() }

@@ -134,11 +134,13 @@ func (o *Ops) record(n *health.Netns, inode uint64) error {
 	}
 	for cur := range o.interfaces.All(wtxn) {
 		if cur.HostIfName != row.HostIfName {
-			_, _, _ = o.interfaces.Delete(wtxn, cur)
+			if _, _, err := o.interfaces.Delete(wtxn, cur); err != nil {
+				return fmt.Errorf("delete health interface %s: %w", cur.HostIfName, err)
+			}
 		}
 	}
 	if _, _, err := o.interfaces.Insert(wtxn, row); err != nil {
-		return err
+		return fmt.Errorf("insert health interface %s: %w", row.HostIfName, err)
 	}
 	wtxn.Commit()
 	return nil
@@ -151,9 +153,14 @@ func (o *Ops) Delete(ctx context.Context, _ statedb.ReadTxn, n *health.Netns) er
 	defer o.mu.Unlock()
 	o.stopLocked()
 	wtxn := o.db.WriteTxn(o.interfaces)
-	_, _, _ = o.interfaces.Delete(wtxn, &health.Interface{HostIfName: n.HostIfName})
-	wtxn.Commit()
-	return errors.Join(o.host.RemoveEndpoint(ctx, n.HostIfName, n.NetnsPath), removeNetns(n.NetnsPath))
+	var rowErr error
+	if _, _, err := o.interfaces.Delete(wtxn, &health.Interface{HostIfName: n.HostIfName}); err != nil {
+		wtxn.Abort()
+		rowErr = fmt.Errorf("delete health interface %s: %w", n.HostIfName, err)
+	} else {
+		wtxn.Commit()
+	}
+	return errors.Join(rowErr, o.host.RemoveEndpoint(ctx, n.HostIfName, n.NetnsPath), removeNetns(n.NetnsPath))
 }
 
 // Prune does nothing: the only namespace Ops makes is the desired one, and

@@ -43,6 +43,7 @@ func (p *PinnedMaps) Global() (map[string]*ebpf.Map, error) {
 		maps.CT4MapName:         m.CT4.Map(),
 		maps.MetricsMapName:     m.Metrics.Map(),
 		maps.EventsMapName:      m.Events,
+		maps.EventsLostMapName:  m.EventsLost.Map(),
 		maps.PolicyProgsMapName: m.PolicyProgs.Map(),
 		maps.FragMapName:        m.Frags,
 		maps.IdentitiesMapName:  m.Identities.Map(),

@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/routes"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Tables are the tables the deriver reads and writes.
@@ -34,10 +35,10 @@ type Tables struct {
 //     the row goes with the endpoint. A new version of a row keeps the
 //     Realized revision of the previous one: it is what the map holds.
 type Deriver struct {
-	t        Tables
-	eps      statedb.ChangeIterator[*endpoints.Endpoint]
-	pols     statedb.ChangeIterator[*policy.EndpointPolicyRow]
-	initDone []func(statedb.WriteTxn)
+	t    Tables
+	eps  statedb.ChangeIterator[*endpoints.Endpoint]
+	pols statedb.ChangeIterator[*policy.EndpointPolicyRow]
+	init tables.InitGate
 }
 
 // NewDeriver registers the deriver as the initializer of the two tables:
@@ -45,10 +46,10 @@ type Deriver struct {
 // endpoint-policies tables are. It starts nothing.
 func NewDeriver(t Tables) *Deriver {
 	wtxn := t.DB.WriteTxn(t.LXC, t.PolicyMap)
-	d := &Deriver{t: t, initDone: []func(statedb.WriteTxn){
+	d := &Deriver{t: t, init: tables.NewInitGate(
 		t.LXC.RegisterInitializer(wtxn, "endpoints"),
 		t.PolicyMap.RegisterInitializer(wtxn, "endpoint-policies"),
-	}}
+	)}
 	wtxn.Commit()
 	return d
 }
@@ -116,7 +117,7 @@ func (d *Deriver) step() (epW, polW, initW <-chan struct{}, err error) {
 		touched[ch.Object.EndpointID] = struct{}{}
 	}
 	initNow := false
-	if d.initDone != nil {
+	if d.init.Closed() {
 		epInit, w1 := d.t.Endpoints.Initialized(rtxn)
 		polInit, w2 := d.t.Policies.Initialized(rtxn)
 		switch {
@@ -145,10 +146,7 @@ func (d *Deriver) step() (epW, polW, initW <-chan struct{}, err error) {
 		}
 	}
 	if initNow {
-		for _, f := range d.initDone {
-			f(wtxn)
-		}
-		d.initDone = nil
+		d.init.Open(wtxn)
 	}
 	wtxn.Commit()
 	return epW, polW, initW, nil

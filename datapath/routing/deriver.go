@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/routes"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Tables are the tables the deriver reads and writes.
@@ -41,6 +42,9 @@ type RemoteConfig struct {
 	Devices []string
 	// Netns is where the uplink is looked for (the node's namespace).
 	Netns Netns
+	// Uplink, when set, is the uplink, and nothing is detected (the
+	// control-plane script tests give a fixed one).
+	Uplink *Uplink
 }
 
 // DefaultUplinkMTU is the uplink MTU assumed while the uplink cannot be
@@ -61,7 +65,12 @@ func (d *Deriver) remote(rtxn statedb.ReadTxn, local *nodes.LocalNode) (rs []*ro
 	if local != nil {
 		nodeIP, localName = local.InternalIP, local.Name
 	}
-	up, err := DetectUplink(d.t.Remote.Netns, d.t.Remote.Devices, nodeIP)
+	var up Uplink
+	if d.t.Remote.Uplink != nil {
+		up = *d.t.Remote.Uplink
+	} else {
+		up, err = DetectUplink(d.t.Remote.Netns, d.t.Remote.Devices, nodeIP)
+	}
 	mtu := DefaultUplinkMTU
 	if err == nil && up.MTU > 0 {
 		mtu = up.MTU
@@ -93,8 +102,8 @@ func (t Tables) written() []statedb.TableMeta {
 // NewDeriver before the hive starts (it registers as the initializer of the
 // three tables), then Run it.
 type Deriver struct {
-	t        Tables
-	initDone []func(statedb.WriteTxn)
+	t    Tables
+	init tables.InitGate
 }
 
 // NewDeriver registers the deriver as the initializer of the desired
@@ -103,15 +112,14 @@ type Deriver struct {
 // router IP, so that an agent restart never removes cilium_host or a
 // route before it knows what is desired.
 func NewDeriver(t Tables) *Deriver {
-	tables := t.written()
-	wtxn := t.DB.WriteTxn(tables...)
-	d := &Deriver{t: t, initDone: []func(statedb.WriteTxn){
+	wtxn := t.DB.WriteTxn(t.written()...)
+	d := &Deriver{t: t, init: tables.NewInitGate(
 		t.Routes.RegisterInitializer(wtxn, "host-routing"),
 		t.Devices.RegisterInitializer(wtxn, "host-routing"),
 		t.Sysctls.RegisterInitializer(wtxn, "host-routing"),
-	}}
+	)}
 	if t.Masquerade != nil {
-		d.initDone = append(d.initDone, t.Masquerade.RegisterInitializer(wtxn, "host-routing"))
+		d.init.Add(t.Masquerade.RegisterInitializer(wtxn, "host-routing"))
 	}
 	wtxn.Commit()
 	return d
@@ -134,7 +142,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		eps, epWatch := d.t.Endpoints.AllWatch(rtxn)
 		local, nodeWatch := localNode(rtxn, d.t.LocalNode)
 		var initWatch <-chan struct{}
-		if d.initDone != nil {
+		if d.init.Closed() {
 			if ok, w := d.t.Endpoints.Initialized(rtxn); !ok {
 				initWatch = w // wake up when the restore is done
 			}
@@ -192,12 +200,9 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, local *nodes.LocalNode, want route
 			return fmt.Errorf("masquerade: %w", err)
 		}
 	}
-	if d.initDone != nil && local != nil && local.RouterIP.IsValid() {
+	if d.init.Closed() && local != nil && local.RouterIP.IsValid() {
 		if ok, _ := d.t.Endpoints.Initialized(rtxn); ok {
-			for _, f := range d.initDone {
-				f(wtxn)
-			}
-			d.initDone = nil
+			d.init.Open(wtxn)
 		}
 	}
 	wtxn.Commit()

@@ -86,14 +86,8 @@ var EndpointIDIndex = statedb.Index[*Program, uint16]{
 	Name:       "endpoint-id",
 	FromObject: func(p *Program) index.KeySet { return index.NewKeySet(index.Uint16(p.EndpointID)) },
 	FromKey:    index.Uint16,
-	FromString: func(s string) (index.Key, error) {
-		n, err := strconv.ParseUint(s, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint ID %q: %w", s, err)
-		}
-		return index.Uint16(uint16(n)), nil
-	},
-	Unique: true,
+	FromString: index.Uint16String,
+	Unique:     true,
 }
 
 // NewTable creates the bpf-programs table.

@@ -6,7 +6,6 @@
 package endpoints
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -246,14 +245,8 @@ var (
 		Name:       "id",
 		FromObject: func(e *Endpoint) index.KeySet { return index.NewKeySet(index.Uint16(e.ID)) },
 		FromKey:    index.Uint16,
-		FromString: func(s string) (index.Key, error) {
-			n, err := strconv.ParseUint(s, 10, 16)
-			if err != nil {
-				return nil, fmt.Errorf("endpoint ID %q: %w", s, err)
-			}
-			return index.Uint16(uint16(n)), nil
-		},
-		Unique: true,
+		FromString: index.Uint16String,
+		Unique:     true,
 	}
 	// ContainerIndex finds an endpoint by container ID.
 	ContainerIndex = statedb.Index[*Endpoint, string]{

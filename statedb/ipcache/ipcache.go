@@ -162,14 +162,8 @@ var PrefixIndex = statedb.Index[*Entry, netip.Prefix]{
 	Name:       "prefix",
 	FromObject: func(e *Entry) index.KeySet { return index.NewKeySet(index.NetIPPrefix(e.Prefix)) },
 	FromKey:    index.NetIPPrefix,
-	FromString: func(s string) (index.Key, error) {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("prefix %q: %w", s, err)
-		}
-		return index.NetIPPrefix(p), nil
-	},
-	Unique: true,
+	FromString: index.NetIPPrefixString,
+	Unique:     true,
 }
 
 // SourceIndex indexes the rows by their source.

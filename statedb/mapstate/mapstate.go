@@ -148,14 +148,8 @@ var PolicyEndpointIndex = statedb.Index[*PolicyMap, uint16]{
 	Name:       "endpoint",
 	FromObject: func(p *PolicyMap) index.KeySet { return index.NewKeySet(index.Uint16(p.EndpointID)) },
 	FromKey:    index.Uint16,
-	FromString: func(s string) (index.Key, error) {
-		n, err := strconv.ParseUint(s, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint ID %q: %w", s, err)
-		}
-		return index.Uint16(uint16(n)), nil
-	},
-	Unique: true,
+	FromString: index.Uint16String,
+	Unique:     true,
 }
 
 // NewPoliciesTable creates and registers the policy maps table.

@@ -16,8 +16,9 @@ type Hub struct {
 	subs   map[*Subscription]struct{}
 	closed bool
 
-	published atomic.Uint64
-	lost      atomic.Uint64
+	published  atomic.Uint64
+	lost       atomic.Uint64
+	sourceLost atomic.Uint64
 }
 
 // NewHub returns a hub without subscribers.
@@ -48,6 +49,15 @@ func (h *Hub) Publish(ev Event) {
 		}
 	}
 }
+
+// PublishLost counts n events the source lost before it could publish
+// them (the datapath's ring buffer was full); readers learn of them from
+// SourceLost. It never blocks.
+func (h *Hub) PublishLost(n uint64) { h.sourceLost.Add(n) }
+
+// SourceLost returns how many events the source reported lost with
+// PublishLost, since the hub was made.
+func (h *Hub) SourceLost() uint64 { return h.sourceLost.Load() }
 
 // Subscribe registers a reader of the events f selects, with room for
 // buffer events (DefaultBuffer when buffer <= 0). The caller must read
@@ -94,6 +104,9 @@ type Stats struct {
 	Lost uint64
 	// Subscribers is the number of open subscriptions.
 	Subscribers int
+	// SourceLost counts the events lost before they reached the hub
+	// (PublishLost).
+	SourceLost uint64
 }
 
 // Stats returns the hub's counters.
@@ -101,7 +114,7 @@ func (h *Hub) Stats() Stats {
 	h.mu.RLock()
 	n := len(h.subs)
 	h.mu.RUnlock()
-	return Stats{Published: h.published.Load(), Lost: h.lost.Load(), Subscribers: n}
+	return Stats{Published: h.published.Load(), Lost: h.lost.Load(), Subscribers: n, SourceLost: h.sourceLost.Load()}
 }
 
 // Subscription is one reader of a Hub.
@@ -138,4 +151,14 @@ type Publisher interface {
 	Publish(Event)
 }
 
-var _ Publisher = (*Hub)(nil)
+// LostPublisher is what a producer of events needs of the hub to report
+// events it lost before publishing them.
+type LostPublisher interface {
+	// PublishLost counts n events lost at the source.
+	PublishLost(n uint64)
+}
+
+var (
+	_ Publisher     = (*Hub)(nil)
+	_ LostPublisher = (*Hub)(nil)
+)

@@ -253,3 +253,16 @@ func TestParseType(t *testing.T) {
 		t.Errorf("ParseType(capture) error = %v", err)
 	}
 }
+
+// Losses at the source are counted by the hub, apart from the events its
+// subscribers lost, and never block.
+func TestHubPublishLost(t *testing.T) {
+	h := NewHub()
+	s := h.Subscribe(Filter{}, 1)
+	defer s.Close()
+	h.PublishLost(3)
+	h.PublishLost(4)
+	if h.SourceLost() != 7 || h.Stats().SourceLost != 7 || h.Stats().Lost != 0 || s.Lost() != 0 {
+		t.Fatalf("SourceLost %d, stats %+v, subscription lost %d; want 7 at the source only", h.SourceLost(), h.Stats(), s.Lost())
+	}
+}

@@ -89,6 +89,17 @@ func (n *LocalNode) TableRow() []string {
 		addrString(n.HealthIPv4), n.BootID, n.Status.String()}
 }
 
+// LocalInternalIP returns the InternalIP of the node named name from the
+// local-node table ("" while unknown) and a channel closed when that row
+// changes. Readers outside nodediscovery learn the node's IP this way.
+func LocalInternalIP(txn statedb.ReadTxn, t statedb.Table[*LocalNode], name string) (string, <-chan struct{}) {
+	n, _, watch, found := t.GetWatch(txn, LocalNodeNameIndex.Query(name))
+	if !found || !n.InternalIP.IsValid() {
+		return "", watch
+	}
+	return n.InternalIP.String(), watch
+}
+
 // LocalNodeNameIndex is the primary index of the local-node table.
 var LocalNodeNameIndex = statedb.Index[*LocalNode, string]{
 	Name:       "name",

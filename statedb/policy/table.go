@@ -80,14 +80,8 @@ var EndpointIDIndex = statedb.Index[*EndpointPolicyRow, uint16]{
 	Name:       "id",
 	FromObject: func(r *EndpointPolicyRow) index.KeySet { return index.NewKeySet(index.Uint16(r.EndpointID)) },
 	FromKey:    index.Uint16,
-	FromString: func(s string) (index.Key, error) {
-		n, err := strconv.ParseUint(s, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint ID %q: %w", s, err)
-		}
-		return index.Uint16(uint16(n)), nil
-	},
-	Unique: true,
+	FromString: index.Uint16String,
+	Unique:     true,
 }
 
 // NewTable creates and registers the desired endpoint policy table.
@@ -124,14 +118,8 @@ var CIDRPrefixIndex = statedb.Index[*CIDRIdentity, netip.Prefix]{
 	Name:       "prefix",
 	FromObject: func(c *CIDRIdentity) index.KeySet { return index.NewKeySet(index.NetIPPrefix(c.Prefix)) },
 	FromKey:    index.NetIPPrefix,
-	FromString: func(s string) (index.Key, error) {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("prefix %q: %w", s, err)
-		}
-		return index.NetIPPrefix(p), nil
-	},
-	Unique: true,
+	FromString: index.NetIPPrefixString,
+	Unique:     true,
 }
 
 // NewCIDRTable creates and registers the CIDR identity table.

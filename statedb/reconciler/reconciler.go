@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -41,6 +43,23 @@ func New[Obj any](db *statedb.DB, cfg Config[Obj]) (*Reconciler[Obj], error) {
 	r := &Reconciler[Obj]{cfg: cfg, db: db, retries: map[string]*retryItem[Obj]{}}
 	r.batch, _ = cfg.Operations.(BatchOperations[Obj])
 	return r, nil
+}
+
+// Describe names what r reconciles for introspection, "table → target":
+// the target is its Operations' String() when it has one, its Go type
+// otherwise.
+func (r *Reconciler[Obj]) Describe() string {
+	table := "?"
+	if r.cfg.Table != nil {
+		table = r.cfg.Table.Name()
+	}
+	var target string
+	if s, ok := r.cfg.Operations.(fmt.Stringer); ok {
+		target = s.String()
+	} else {
+		target = strings.TrimPrefix(reflect.TypeOf(r.cfg.Operations).String(), "*")
+	}
+	return table + " → " + target
 }
 
 // Subscribe starts following the table's changes; every object in the

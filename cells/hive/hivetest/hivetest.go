@@ -6,6 +6,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cellium/cellium/cells/hive"
@@ -61,3 +64,58 @@ func Capture[T any](dst *T) hive.Cell {
 
 // Discard is a logger that drops everything.
 func Discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// UpdateDocsEnv is the environment variable that makes CheckDocSection
+// rewrite the section instead of failing: CELLIUM_UPDATE_DOCS=1.
+const UpdateDocsEnv = "CELLIUM_UPDATE_DOCS"
+
+// CheckDocSection fails the test when the generated section name of the
+// Markdown file path (the lines between "<!-- BEGIN generated: name -->"
+// and "<!-- END generated: name -->") differs from content, and says how
+// to regenerate it; with UpdateDocsEnv=1 it rewrites the section instead.
+func CheckDocSection(t testing.TB, path, name, content string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	begin, end := "<!-- BEGIN generated: "+name+" -->\n", "<!-- END generated: "+name+" -->"
+	doc := string(raw)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no section %q: add the lines %q and %q where it belongs", path, name, strings.TrimSpace(begin), end)
+	}
+	cur := doc[i+len(begin) : j]
+	if cur == content {
+		return
+	}
+	if os.Getenv(UpdateDocsEnv) == "1" {
+		updated := doc[:i+len(begin)] + content + doc[j:]
+		if err := os.WriteFile(path, []byte(updated), 0o644); err != nil {
+			t.Fatalf("update %s: %v", path, err)
+		}
+		t.Logf("updated section %q of %s", name, path)
+		return
+	}
+	t.Errorf("section %q of %s is stale; regenerate it with %s=1 go test -run '%s' ./%s\n--- in the file:\n%s\n--- generated:\n%s",
+		name, path, UpdateDocsEnv, t.Name(), callerPackageDir(), cur, content)
+}
+
+// callerPackageDir is the test's package directory relative to the
+// repository root (the working directory of a go test is its package).
+func callerPackageDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "..."
+	}
+	dir := wd
+	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			if rel, err := filepath.Rel(d, wd); err == nil {
+				dir = rel
+			}
+			break
+		}
+	}
+	return dir
+}

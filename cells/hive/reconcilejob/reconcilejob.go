@@ -44,9 +44,10 @@ func New[Obj any](p Params, cfg reconciler.Config[Obj], check func() error) (*re
 // Job returns the job that runs r, named "reconcile-" + name: it
 // subscribes to the table in the hive's start (after check, when not nil),
 // so that no object written once the hive started is missed, then runs r
-// until stop with the job's health as the reconciler's.
+// until stop with the job's health as the reconciler's. The hive's
+// inventory lists it with r.Describe().
 func Job[Obj any](name string, r *reconciler.Reconciler[Obj], check func() error) hive.Job {
-	return hive.Service("reconcile-"+name,
+	return hive.DescribeJob(hive.Service("reconcile-"+name,
 		func() error {
 			if check != nil {
 				if err := check(); err != nil {
@@ -55,5 +56,6 @@ func Job[Obj any](name string, r *reconciler.Reconciler[Obj], check func() error
 			}
 			return r.Subscribe()
 		},
-		func(ctx context.Context, h hive.Health) { r.Run(ctx, h) })
+		func(ctx context.Context, h hive.Health) { r.Run(ctx, h) }),
+		r.Describe())
 }

@@ -53,7 +53,9 @@ func Mirror[T k8stables.Object, L runtime.Object](t testing.TB, db *statedb.DB, 
 	}
 	write(func(txn statedb.WriteTxn) {
 		for _, o := range objs {
-			_, _, _ = table.Insert(txn, o)
+			if _, _, err := table.Insert(txn, o); err != nil {
+				t.Errorf("insert into %s: %v", table.Name(), err)
+			}
 		}
 	})
 	var wg sync.WaitGroup
@@ -71,10 +73,14 @@ func Mirror[T k8stables.Object, L runtime.Object](t testing.TB, db *statedb.DB, 
 				continue
 			}
 			write(func(txn statedb.WriteTxn) {
+				var err error
 				if ev.Type == watch.Deleted {
-					_, _, _ = table.Delete(txn, o)
+					_, _, err = table.Delete(txn, o)
 				} else {
-					_, _, _ = table.Insert(txn, o)
+					_, _, err = table.Insert(txn, o)
+				}
+				if err != nil {
+					t.Errorf("%s %s: %v", ev.Type, table.Name(), err)
 				}
 			})
 		}
