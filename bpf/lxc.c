@@ -365,8 +365,10 @@ static __always_inline void emit(struct __sk_buff *skb, const struct pkt *p, __u
 {
 	struct event *e = ringbuf_reserve(&cellium_events, sizeof(*e), 0);
 
-	if (!e)
+	if (!e) {
+		events_lost();
 		return;
+	}
 	__builtin_memset(e, 0, sizeof(*e));
 	e->type = type;
 	e->reason = reason;

@@ -116,8 +116,10 @@ static __always_inline void emit(struct __sk_buff *skb, const struct opkt *p, __
 {
 	struct event *e = ringbuf_reserve(&cellium_events, sizeof(*e), 0);
 
-	if (!e)
+	if (!e) {
+		events_lost();
 		return;
+	}
 	__builtin_memset(e, 0, sizeof(*e));
 	e->type = type;
 	e->reason = reason;
@@ -143,16 +145,21 @@ static __always_inline void emit(struct __sk_buff *skb, const struct opkt *p, __
 
 /* trace sends a trace event of a passed packet at obs as
  * --monitor-aggregation allows: at LOWEST and above not where a packet
- * arrives (from-overlay); at MEDIUM and above, with no conntrack here,
- * only a TCP packet carrying a report flag (a connection's SYN, FIN,
- * RST), so to-overlay shows connections open and close. */
+ * arrives (from-overlay); at MEDIUM and above, with no conntrack here to
+ * tell a flag seen for the first time, only a TCP packet carrying one of
+ * the report flags that open or close a connection (SYN, FIN, RST), so
+ * to-overlay shows connections open and close. Report flags such as ACK
+ * or PSH (--monitor-aggregation-flags=all, the chart's default) would
+ * trace every packet: Hubble's own flows to hubble-relay cross the tunnel,
+ * and each traced packet would make more of them. */
+#define OVERLAY_NEWS_FLAGS 0x07 /* FIN, SYN, RST */
 static __always_inline void trace(struct __sk_buff *skb, const struct opkt *p, __u8 dir, __u8 obs)
 {
 	if (!TRACE_ENABLED)
 		return;
 	if (MONITOR_AGGREGATION >= MONITOR_AGG_LOWEST && obs == TRACE_FROM_OVERLAY)
 		return;
-	if (MONITOR_AGGREGATION >= MONITOR_AGG_MEDIUM && !(p->tcp_flags & MONITOR_REPORT_FLAGS))
+	if (MONITOR_AGGREGATION >= MONITOR_AGG_MEDIUM && !(p->tcp_flags & MONITOR_REPORT_FLAGS & OVERLAY_NEWS_FLAGS))
 		return;
 	emit(skb, p, EVENT_TRACE, obs, dir);
 }

@@ -265,6 +265,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_events SEC(".maps");
 
+/* cellium_events_lost counts, per CPU, the events the programs could not
+ * put into cellium_events because it was full (the reader fell behind):
+ * the agent reports them as Hubble LostEvents of source
+ * PERF_EVENT_RING_BUFFER. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_events_lost SEC(".maps");
+
+/* events_lost counts one event that did not fit into cellium_events. */
+static __always_inline void events_lost(void)
+{
+	__u32 key = 0;
+	__u64 *n = map_lookup_elem(&cellium_events_lost, &key);
+
+	if (n)
+		*n += 1;
+}
+
 /* cellium_lb4_reverse_sk_ref: slot 0 holds the socket load balancer's
  * cellium_lb4_reverse_sk while it is on (datapath/maps OpenLB puts it
  * there, UnpinLB takes it out), so the veth programs can name the

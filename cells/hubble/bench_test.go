@@ -206,7 +206,7 @@ func BenchmarkProducerThroughHub(b *testing.B) {
 	hub := monitor.NewHub()
 	defer hub.Close()
 	sink := &countSink{want: b.N, done: make(chan struct{})}
-	pr := newProducer(hub, parser.New("node-0", NewSources(benchTables(b))), []Sink{sink}, 4096, nil, nil)
+	pr := newProducer(hub, parser.New("node-0", NewSources(benchTables(b))), []Sink{sink}, 4096, DefaultLostEventSendInterval, nil, nil)
 	pr.Subscribe()
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

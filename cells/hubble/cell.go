@@ -23,7 +23,7 @@ import (
 // Cell produces Hubble flows from the monitor hub's datapath events for
 // every Sink provided into the "hubble-sinks" group.
 var Cell = hive.Module("hubble", "Hubble flows from datapath events",
-	// --enable-hubble, --hubble-event-queue-size.
+	// --enable-hubble, --hubble-event-queue-size, --hubble-lost-event-send-interval.
 	hive.Config(DefaultConfig),
 	// Job "hubble-flows": subscribe to the hub, parse, enrich, hand to the sinks;
 	// cellium_hubble_* counters.
@@ -66,7 +66,7 @@ func register(p params) error {
 	}
 	src := NewSources(Tables{DB: p.DB, Endpoints: p.Endpoints, Pods: p.Pods, IPCache: p.IPCache, Nodes: p.Nodes,
 		Identities: p.Identities, Frontends: p.Frontends, Policies: p.Policies, K8sNodes: p.K8sNodes})
-	prod := newProducer(p.Hub, parser.New(string(p.NodeName), src), p.Sinks, p.Config.queueSize(), m, p.Log)
+	prod := newProducer(p.Hub, parser.New(string(p.NodeName), src), p.Sinks, p.Config.queueSize(), p.Config.HubbleLostEventSendInterval, m, p.Log)
 	// Subscribe when the hive starts, before the job's goroutine runs, so
 	// that no event published after start is missed.
 	p.Lifecycle.Append(hive.Hook{Name: "hubble-subscribe",

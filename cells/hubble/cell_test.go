@@ -273,8 +273,17 @@ func TestCellLostEvents(t *testing.T) {
 	nextFlow(t, sink)
 	mfs, _ := a.reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() == "cellium_hubble_lost_events_total" && mf.GetMetric()[0].GetCounter().GetValue() != 8 {
-			t.Errorf("cellium_hubble_lost_events_total = %v, want 8", mf.GetMetric()[0].GetCounter().GetValue())
+		if mf.GetName() != "cellium_hubble_lost_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			want := 0.0
+			if m.GetLabel()[0].GetValue() == "observer_events_queue" {
+				want = 8
+			}
+			if m.GetCounter().GetValue() != want {
+				t.Errorf("cellium_hubble_lost_events_total{source=%q} = %v, want %v", m.GetLabel()[0].GetValue(), m.GetCounter().GetValue(), want)
+			}
 		}
 	}
 }

@@ -2,6 +2,9 @@ package hubble
 
 import (
 	"fmt"
+	"strings"
+
+	flowpb "github.com/cilium/cilium/api/v1/flow"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,7 +17,9 @@ type metrics struct {
 	flows       *prometheus.CounterVec
 	byType      map[monitor.Type]prometheus.Counter
 	parseErrors prometheus.Counter
-	lostEvents  prometheus.Counter
+	lostEvents  *prometheus.CounterVec
+	lostQueue   prometheus.Counter
+	lostSource  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,12 +32,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cellium_hubble_parse_errors_total",
 			Help: "Datapath events that could not be turned into flows",
 		}),
-		lostEvents: prometheus.NewCounter(prometheus.CounterOpts{
+		lostEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellium_hubble_lost_events_total",
-			Help: "Datapath events lost before they became flows (the flow producer's queue overflowed)",
-		}),
+			Help: "Datapath events lost before they became flows, by where (Hubble's LostEvent source, lower case): the flow producer's queue or the datapath's ring buffer",
+		}, []string{"source"}),
 		byType: map[monitor.Type]prometheus.Counter{},
 	}
+	m.lostQueue = m.lostEvents.WithLabelValues(strings.ToLower(flowpb.LostEventSource_OBSERVER_EVENTS_QUEUE.String()))
+	m.lostSource = m.lostEvents.WithLabelValues(strings.ToLower(flowpb.LostEventSource_PERF_EVENT_RING_BUFFER.String()))
 	for _, t := range monitor.Types {
 		m.byType[t] = m.flows.WithLabelValues(t.String())
 	}
@@ -62,8 +69,16 @@ func (m *metrics) parseError() {
 	}
 }
 
+// lost counts n events lost in the producer's queue.
 func (m *metrics) lost(n uint64) {
 	if m != nil {
-		m.lostEvents.Add(float64(n))
+		m.lostQueue.Add(float64(n))
+	}
+}
+
+// lostAtSource counts n events lost in the datapath's ring buffer.
+func (m *metrics) lostAtSource(n uint64) {
+	if m != nil {
+		m.lostSource.Add(float64(n))
 	}
 }

@@ -43,6 +43,12 @@ const (
 // they exist: the loader creates them with the first endpoint's programs.
 const PollInterval = 2 * time.Second
 
+// LostPollInterval is how often the cell reads the datapath's count of
+// events the ring buffer had no room for and reports the new ones to the
+// hub (Hubble turns them into LostEvents of source
+// PERF_EVENT_RING_BUFFER).
+const LostPollInterval = 250 * time.Millisecond
+
 // Locator says where the datapath's maps are pinned, or that the BPF
 // datapath is off (on false).
 type Locator func(hive.FlagValues) (dir string, on bool)
@@ -125,11 +131,46 @@ func run(ctx context.Context, h hive.Health, dir string, pub hub.Publisher, curr
 	stop := context.AfterFunc(ctx, func() { _ = rd.Close() })
 	defer stop()
 	h.OK("reading " + filepath.Join(dir, maps.EventsMapName))
+	if lp, ok := pub.(hub.LostPublisher); ok {
+		done := make(chan struct{})
+		polled := make(chan struct{})
+		defer func() { close(done); <-polled }()
+		go func() {
+			defer close(polled)
+			pollLost(m.EventsLost, lp, done)
+		}()
+	}
 	if err := monitor.NewReader(rd, pub).Run(); err != nil {
 		h.Degraded("read datapath events", err)
 		<-ctx.Done()
 	}
 	_ = rd.Close()
+}
+
+// pollLost reports the growth of the datapath's lost-event count to lp
+// every LostPollInterval until done is closed. What was counted before
+// it started (an earlier agent's losses, in the pinned map) is not
+// reported.
+func pollLost(l *maps.EventsLost, lp hub.LostPublisher, done <-chan struct{}) {
+	last, err := l.Read()
+	if err != nil {
+		return
+	}
+	t := time.NewTicker(LostPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		n, err := l.Read()
+		if err != nil || n <= last {
+			continue
+		}
+		lp.PublishLost(n - last)
+		last = n
+	}
 }
 
 // open waits until the loader has pinned the events map in dir and opens

@@ -156,6 +156,7 @@ type LxcPolicyKey struct {
 const (
 	LxcMapCelliumCt4               = "cellium_ct4"
 	LxcMapCelliumEvents            = "cellium_events"
+	LxcMapCelliumEventsLost        = "cellium_events_lost"
 	LxcMapCelliumIdentities        = "cellium_identities"
 	LxcMapCelliumIpcache           = "cellium_ipcache"
 	LxcMapCelliumIpv4FragDatagrams = "cellium_ipv4_frag_datagrams"
@@ -232,6 +233,7 @@ type LxcProgramSpecs struct {
 type LxcMapSpecs struct {
 	CelliumCt4               *ebpf.MapSpec `ebpf:"cellium_ct4"`
 	CelliumEvents            *ebpf.MapSpec `ebpf:"cellium_events"`
+	CelliumEventsLost        *ebpf.MapSpec `ebpf:"cellium_events_lost"`
 	CelliumIdentities        *ebpf.MapSpec `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.MapSpec `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.MapSpec `ebpf:"cellium_ipv4_frag_datagrams"`
@@ -280,6 +282,7 @@ func (o *LxcObjects) Close() error {
 type LxcMaps struct {
 	CelliumCt4               *ebpf.Map `ebpf:"cellium_ct4"`
 	CelliumEvents            *ebpf.Map `ebpf:"cellium_events"`
+	CelliumEventsLost        *ebpf.Map `ebpf:"cellium_events_lost"`
 	CelliumIdentities        *ebpf.Map `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.Map `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.Map `ebpf:"cellium_ipv4_frag_datagrams"`
@@ -294,6 +297,7 @@ func (m *LxcMaps) Close() error {
 	return _LxcClose(
 		m.CelliumCt4,
 		m.CelliumEvents,
+		m.CelliumEventsLost,
 		m.CelliumIdentities,
 		m.CelliumIpcache,
 		m.CelliumIpv4FragDatagrams,

@@ -128,6 +128,7 @@ type OverlayPolicyKey struct {
 const (
 	OverlayMapCelliumCt4               = "cellium_ct4"
 	OverlayMapCelliumEvents            = "cellium_events"
+	OverlayMapCelliumEventsLost        = "cellium_events_lost"
 	OverlayMapCelliumIdentities        = "cellium_identities"
 	OverlayMapCelliumIpcache           = "cellium_ipcache"
 	OverlayMapCelliumIpv4FragDatagrams = "cellium_ipv4_frag_datagrams"
@@ -195,6 +196,7 @@ type OverlayProgramSpecs struct {
 type OverlayMapSpecs struct {
 	CelliumCt4               *ebpf.MapSpec `ebpf:"cellium_ct4"`
 	CelliumEvents            *ebpf.MapSpec `ebpf:"cellium_events"`
+	CelliumEventsLost        *ebpf.MapSpec `ebpf:"cellium_events_lost"`
 	CelliumIdentities        *ebpf.MapSpec `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.MapSpec `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.MapSpec `ebpf:"cellium_ipv4_frag_datagrams"`
@@ -236,6 +238,7 @@ func (o *OverlayObjects) Close() error {
 type OverlayMaps struct {
 	CelliumCt4               *ebpf.Map `ebpf:"cellium_ct4"`
 	CelliumEvents            *ebpf.Map `ebpf:"cellium_events"`
+	CelliumEventsLost        *ebpf.Map `ebpf:"cellium_events_lost"`
 	CelliumIdentities        *ebpf.Map `ebpf:"cellium_identities"`
 	CelliumIpcache           *ebpf.Map `ebpf:"cellium_ipcache"`
 	CelliumIpv4FragDatagrams *ebpf.Map `ebpf:"cellium_ipv4_frag_datagrams"`
@@ -250,6 +253,7 @@ func (m *OverlayMaps) Close() error {
 	return _OverlayClose(
 		m.CelliumCt4,
 		m.CelliumEvents,
+		m.CelliumEventsLost,
 		m.CelliumIdentities,
 		m.CelliumIpcache,
 		m.CelliumIpv4FragDatagrams,

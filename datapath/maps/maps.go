@@ -20,6 +20,9 @@ const (
 	CT4MapName       = bpf.LxcMapCelliumCt4     // IPv4 conntrack
 	MetricsMapName   = bpf.LxcMapCelliumMetrics // per-reason counters
 	EventsMapName    = bpf.LxcMapCelliumEvents  // ring buffer of events
+	// EventsLostMapName counts, per CPU, the events that did not fit
+	// into the ring buffer.
+	EventsLostMapName = bpf.LxcMapCelliumEventsLost
 	// PolicyProgsMapName is the prog array of the endpoints'
 	// cil_lxc_policy programs, by endpoint ID (same-node redirect).
 	PolicyProgsMapName = bpf.LxcMapCelliumPolicyProgs
@@ -46,6 +49,8 @@ type Maps struct {
 	Metrics   *Metrics
 	// Events is the ring buffer; read it with NewEventReader.
 	Events *ebpf.Map
+	// EventsLost counts the events the ring buffer had no room for.
+	EventsLost *EventsLost
 	// PolicyProgs holds each endpoint's cil_lxc_policy program.
 	PolicyProgs *PolicyProgs
 	// Frags is the fragment tracking map (soft state of the programs).
@@ -57,7 +62,7 @@ type Maps struct {
 }
 
 // globalNames are the global maps, pinned by name.
-var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName, SockXlateRefMapName}
+var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, EventsLostMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName, SockXlateRefMapName}
 
 // softState are the global maps whose contents the programs rebuild from
 // traffic: a pin of another layout (an upgrade changed it) is replaced by
@@ -128,6 +133,7 @@ func Open(dir string) (*Maps, error) {
 		CT4:         &CT4{m: opened[CT4MapName]},
 		Metrics:     &Metrics{m: opened[MetricsMapName]},
 		Events:      opened[EventsMapName],
+		EventsLost:  &EventsLost{m: opened[EventsLostMapName]},
 		PolicyProgs: &PolicyProgs{m: opened[PolicyProgsMapName]},
 		Frags:       opened[FragMapName],
 		Identities:  &Identities{m: opened[IdentitiesMapName]},
@@ -139,7 +145,7 @@ func Open(dir string) (*Maps, error) {
 // Close closes the file descriptors; the pinned maps stay.
 func (m *Maps) Close() error {
 	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
-		m.Metrics.m.Close(), m.Events.Close(), m.PolicyProgs.m.Close(), m.Frags.Close(), m.Identities.m.Close(),
+		m.Metrics.m.Close(), m.Events.Close(), m.EventsLost.m.Close(), m.PolicyProgs.m.Close(), m.Frags.Close(), m.Identities.m.Close(),
 		m.SockXlateRef.Close())
 }
 
@@ -153,6 +159,7 @@ func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
 		CT4MapName:         m.CT4.m,
 		MetricsMapName:     m.Metrics.m,
 		EventsMapName:      m.Events,
+		EventsLostMapName:  m.EventsLost.m,
 		PolicyProgsMapName: m.PolicyProgs.m,
 		FragMapName:        m.Frags,
 		IdentitiesMapName:  m.Identities.m,
@@ -173,6 +180,7 @@ func (m *Maps) OverlayReplacements() map[string]*ebpf.Map {
 		CT4MapName:         m.CT4.m,
 		MetricsMapName:     m.Metrics.m,
 		EventsMapName:      m.Events,
+		EventsLostMapName:  m.EventsLost.m,
 		PolicyProgsMapName: m.PolicyProgs.m,
 		FragMapName:        m.Frags,
 		IdentitiesMapName:  m.Identities.m,

@@ -24,6 +24,28 @@ func BenchmarkRingWrite(b *testing.B) {
 	}
 }
 
+// BenchmarkRingWriteDistinct is BenchmarkRingWrite with a different flow
+// in each write, as in the agent (a slot never holds the flow written).
+func BenchmarkRingWriteDistinct(b *testing.B) {
+	r, err := observer.NewRing(observer.DefaultConfig.HubbleEventBufferCapacity)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// 5000 flows: no slot of the 4096 gets the flow it held.
+	flows := make([]*flowpb.Flow, 5000)
+	for i := range flows {
+		flows[i] = demoFlow(i, time.Now())
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.Write(flows[i])
+		if i++; i == len(flows) {
+			i = 0
+		}
+	}
+}
+
 // BenchmarkRingWriteWithFollower writes while a reader follows the ring,
 // as when hubble observe --follow runs.
 func BenchmarkRingWriteWithFollower(b *testing.B) {

@@ -81,7 +81,8 @@ func registerServers(p ServersParams) {
 	}
 	var servers []*grpc.Server
 	var wg sync.WaitGroup
-	obs := NewServer(p.Ring, FullNodeName(string(p.NodeName), string(p.Cluster)), Version(), p.Log)
+	obs := NewServer(p.Ring, FullNodeName(string(p.NodeName), string(p.Cluster)), Version(), p.Log,
+		WithLostEventSendInterval(p.Hubble.HubbleLostEventSendInterval))
 	peers := NewPeerServer(p.DB, p.Nodes, string(p.Cluster), p.Config.peerPort(), !p.Config.HubbleDisableTLS)
 	// hubble status asks the health service about the Observer by this
 	// name.

@@ -33,15 +33,27 @@ func (e *event) time() time.Time {
 	return time.Time{}
 }
 
+// slot holds one event of the ring. The writer fills it in place, so
+// that keeping a flow allocates nothing: tag is 0 while the slot is being
+// written and seq+1 of the event it holds after, and a reader trusts the
+// pointers it loaded only when it sees the same tag before and after
+// loading them (a sequence lock on atomics).
+type slot struct {
+	tag  atomic.Uint64
+	flow atomic.Pointer[flowpb.Flow]
+	lost atomic.Pointer[flowpb.LostEvent]
+}
+
 // Ring keeps the last Cap() events written to it. It has one writer
 // (Write, WriteLost: the flow producer's goroutine) and any number of
-// readers; writing takes no lock and never waits for a reader.
+// readers; writing takes no lock, allocates nothing and never waits for a
+// reader.
 //
 // The ring has Cap()+1 slots, a power of two: the extra slot is the one
 // being overwritten, so every event a reader can reach is complete.
 type Ring struct {
 	mask  uint64
-	slots []atomic.Pointer[event]
+	slots []slot
 	// next is the sequence number the next write gets; events
 	// [next-Cap(), next) are readable.
 	next atomic.Uint64
@@ -73,7 +85,7 @@ func NewRing(capacity int) (*Ring, error) {
 		return nil, fmt.Errorf("ring capacity: %w", err)
 	}
 	size := uint64(1) << bits.Len(uint(capacity)) // capacity+1
-	return &Ring{mask: size - 1, slots: make([]atomic.Pointer[event], size)}, nil
+	return &Ring{mask: size - 1, slots: make([]slot, size)}, nil
 }
 
 // Cap is how many events the ring keeps.
@@ -91,16 +103,25 @@ func (r *Ring) SeenFlows() uint64 { return r.flows.Load() }
 // Write appends a flow. Only one goroutine may write.
 func (r *Ring) Write(f *flowpb.Flow) {
 	r.flows.Add(1)
-	r.put(&event{flow: f})
+	r.put(f, nil)
 }
 
 // WriteLost appends a lost event. Only one goroutine may write.
-func (r *Ring) WriteLost(l *flowpb.LostEvent) { r.put(&event{lost: l}) }
+func (r *Ring) WriteLost(l *flowpb.LostEvent) { r.put(nil, l) }
 
-func (r *Ring) put(e *event) {
+func (r *Ring) put(f *flowpb.Flow, l *flowpb.LostEvent) {
 	seq := r.next.Load()
-	e.seq = seq
-	r.slots[seq&r.mask].Store(e)
+	sl := &r.slots[seq&r.mask]
+	sl.tag.Store(0) // readers of the event it held see it go
+	// A store is a locked instruction, a load is not: skip the stores
+	// that change nothing (lost is nil in nearly every slot).
+	if sl.flow.Load() != f {
+		sl.flow.Store(f)
+	}
+	if sl.lost.Load() != l {
+		sl.lost.Store(l)
+	}
+	sl.tag.Store(seq + 1)
 	r.next.Store(seq + 1)
 	if ch := r.wake.Swap(nil); ch != nil {
 		close(*ch)
@@ -122,18 +143,21 @@ func (r *Ring) oldest() uint64 {
 	return n - r.mask
 }
 
-// at returns the event with sequence number seq, or nil and the oldest
-// sequence number still readable when seq was overwritten (or is not
-// written yet: then nil and seq).
-func (r *Ring) at(seq uint64) (*event, uint64) {
+// at returns the event with sequence number seq and true; or false and
+// the oldest sequence number still readable when seq was overwritten (or
+// is not written yet: then false and seq).
+func (r *Ring) at(seq uint64) (event, bool, uint64) {
 	if seq >= r.next.Load() {
-		return nil, seq
+		return event{}, false, seq
 	}
-	e := r.slots[seq&r.mask].Load()
-	if e != nil && e.seq == seq {
-		return e, seq
+	sl := &r.slots[seq&r.mask]
+	if sl.tag.Load() == seq+1 {
+		e := event{seq: seq, flow: sl.flow.Load(), lost: sl.lost.Load()}
+		if sl.tag.Load() == seq+1 {
+			return e, true, seq
+		}
 	}
-	return nil, max(r.oldest(), seq+1)
+	return event{}, false, max(r.oldest(), seq+1)
 }
 
 // waitCh returns a channel closed by the next write.
@@ -158,6 +182,7 @@ func (r *Ring) waitCh() chan struct{} {
 type Reader struct {
 	ring *Ring
 	next uint64
+	cur  event // what Next returned last
 }
 
 // NewReader returns a reader whose first event is the one with sequence
@@ -168,13 +193,14 @@ func (r *Ring) NewReader(seq uint64) *Reader {
 
 // Next returns the next event and how many events the reader lost
 // (overwritten before it read them) just before it. ok is false when
-// there is no event yet.
+// there is no event yet. The event is valid until the next call.
 func (rd *Reader) Next() (e *event, lost uint64, ok bool) {
 	for {
-		e, next := rd.ring.at(rd.next)
-		if e != nil {
+		ev, ok, next := rd.ring.at(rd.next)
+		if ok {
 			rd.next++
-			return e, lost, true
+			rd.cur = ev
+			return &rd.cur, lost, true
 		}
 		if next == rd.next { // nothing written yet
 			return nil, lost, false

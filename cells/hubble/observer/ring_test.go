@@ -128,6 +128,56 @@ func TestRingConcurrentFollower(t *testing.T) {
 	t.Logf("follower read %d, lost %d of %d", read, lostSum, total)
 }
 
+// Readers that read slots while the writer overwrites them (a ring of 7
+// lapped again and again) only ever get the event written with the
+// sequence number they were given, flow or lost event: the slots are
+// filled in place, and a reader must never see half of a write.
+func TestRingReadersNeverSeeTornSlots(t *testing.T) {
+	r, _ := NewRing(7)
+	const total = 300000
+	flows := make([]*flowpb.Flow, 64)
+	lost := make([]*flowpb.LostEvent, 64)
+	for i := range flows {
+		flows[i], lost[i] = flowN(i), &flowpb.LostEvent{NumEventsLost: uint64(i)}
+	}
+	// Every third event is a lost event: seq%3 == 2.
+	write := func(seq int) {
+		if seq%3 == 2 {
+			r.WriteLost(lost[seq%64])
+		} else {
+			r.Write(flows[seq%64])
+		}
+	}
+	var wg sync.WaitGroup
+	var checked [3]uint64
+	for k := range 3 {
+		wg.Go(func() {
+			for r.Written() < total {
+				seq := r.Written() - 1 - uint64(k)
+				if seq >= total {
+					continue
+				}
+				e, ok, _ := r.at(seq)
+				if !ok {
+					continue
+				}
+				checked[k]++
+				wantLost := seq%3 == 2
+				if e.seq != seq || (wantLost && (e.flow != nil || e.lost != lost[seq%64])) ||
+					(!wantLost && (e.lost != nil || e.flow != flows[seq%64])) {
+					t.Errorf("seq %d: got event seq %d flow %v lost %v", seq, e.seq, e.flow, e.lost)
+					return
+				}
+			}
+		})
+	}
+	for i := range total {
+		write(i)
+	}
+	wg.Wait()
+	t.Logf("readers checked %v events while %d were written", checked, total)
+}
+
 func TestRingNextWaitEndsWithContext(t *testing.T) {
 	r, _ := NewRing(3)
 	ctx, cancel := context.WithCancel(context.Background())

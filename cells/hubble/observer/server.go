@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cellium/cellium/cells/hubble"
 )
 
 // Server implements Hubble's observer.Observer service over a Ring.
@@ -27,12 +29,31 @@ type Server struct {
 	version  string
 	start    time.Time
 	log      *slog.Logger
+	// lostInterval bounds how often a stream gets a HUBBLE_RING_BUFFER
+	// LostEvent.
+	lostInterval time.Duration
+}
+
+// ServerOption changes a Server's defaults.
+type ServerOption func(*Server)
+
+// WithLostEventSendInterval makes each GetFlows stream send at most one
+// HUBBLE_RING_BUFFER LostEvent per d, summing the flows it missed in it
+// (--hubble-lost-event-send-interval; the default is
+// hubble.DefaultLostEventSendInterval).
+func WithLostEventSendInterval(d time.Duration) ServerOption {
+	return func(s *Server) { s.lostInterval = d }
 }
 
 // NewServer serves ring as node nodeName ("node", or "cluster/node"
 // outside the default cluster); version is what ServerStatus reports.
-func NewServer(ring *Ring, nodeName, version string, log *slog.Logger) *Server {
-	return &Server{stopper: newStopper(), ring: ring, nodeName: nodeName, version: version, start: time.Now(), log: log}
+func NewServer(ring *Ring, nodeName, version string, log *slog.Logger, opts ...ServerOption) *Server {
+	s := &Server{stopper: newStopper(), ring: ring, nodeName: nodeName, version: version, start: time.Now(), log: log,
+		lostInterval: hubble.DefaultLostEventSendInterval}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // ServerStatus implements observer.ObserverServer: the ring's fill, the
@@ -57,8 +78,8 @@ func (s *Server) flowRate(now time.Time) float64 {
 	oldest := s.ring.oldest()
 	n := 0
 	for seq := end; seq > oldest; seq-- {
-		e, _ := s.ring.at(seq - 1)
-		if e == nil {
+		e, ok, _ := s.ring.at(seq - 1)
+		if !ok {
 			break
 		}
 		if e.flow == nil {
@@ -84,8 +105,8 @@ func (s *Server) GetNamespaces(context.Context, *observerpb.GetNamespacesRequest
 	seen := map[string]bool{}
 	end := s.ring.Written()
 	for seq := s.ring.oldest(); seq < end; seq++ {
-		e, _ := s.ring.at(seq)
-		if e == nil || e.flow == nil {
+		e, ok, _ := s.ring.at(seq)
+		if !ok || e.flow == nil {
 			continue
 		}
 		for _, ns := range []string{e.flow.GetSource().GetNamespace(), e.flow.GetDestination().GetNamespace()} {
@@ -204,7 +225,9 @@ func parseFlowsRequest(req *observerpb.GetFlowsRequest) (*flowsQuery, error) {
 // pass the filters, the last `number` ones (or the first with first,
 // from since, up to until), then with follow every new one. A reader that
 // falls behind by more than the ring holds gets a LostEvent with source
-// HUBBLE_RING_BUFFER saying how many it missed. A number larger than the
+// HUBBLE_RING_BUFFER saying how many it missed: at most one per
+// lostInterval, summing the interval's gaps, as Hubble (and the pending
+// count before a stream without follow ends). A number larger than the
 // ring (hubble observe --all asks for 2^64-1) means everything it holds.
 func (s *Server) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Observer_GetFlowsServer) error {
 	q, err := parseFlowsRequest(req)
@@ -217,14 +240,25 @@ func (s *Server) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obs
 	start := s.startSeq(q, end)
 	rd := s.ring.NewReader(start)
 	var sent uint64
+	missed := hubble.NewLostCounter(flowpb.LostEventSource_HUBBLE_RING_BUFFER, s.lostInterval)
+	// sendMissed sends the flows missed as one LostEvent when due (or,
+	// with force, when any).
+	sendMissed := func(force bool) error {
+		if missed.Pending() == 0 || (!force && !missed.Due(time.Now())) {
+			return nil
+		}
+		return stream.Send(s.lostResponse(missed.Take()))
+	}
+	// finish ends a stream without follow: what it missed, then EOF.
+	finish := func() error { return sendMissed(true) }
 	for {
 		if !q.follow && rd.next >= end {
-			return nil
+			return finish()
 		}
 		var e *event
 		var lost uint64
 		if q.follow {
-			e, lost, err = rd.NextWait(ctx)
+			e, lost, err = s.nextFollow(ctx, rd, missed)
 			if err != nil {
 				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 					return nil
@@ -234,19 +268,18 @@ func (s *Server) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obs
 		} else {
 			var ok bool
 			if e, lost, ok = rd.Next(); !ok {
-				return nil
+				return finish()
 			}
 		}
-		if lost > 0 {
-			if err := stream.Send(s.lostResponse(&flowpb.LostEvent{
-				Source:        flowpb.LostEventSource_HUBBLE_RING_BUFFER,
-				NumEventsLost: lost,
-			})); err != nil {
-				return err
-			}
+		missed.Add(lost, time.Now())
+		if err := sendMissed(false); err != nil {
+			return err
+		}
+		if e == nil { // the wait ended for a due LostEvent
+			continue
 		}
 		if e.seq >= end && !q.follow {
-			return nil
+			return finish()
 		}
 		if e.lost != nil {
 			if err := stream.Send(s.lostResponse(e.lost)); err != nil {
@@ -262,7 +295,7 @@ func (s *Server) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obs
 			if q.follow {
 				continue
 			}
-			return nil
+			return finish()
 		}
 		if !accepts(q.white, q.black, e.flow) {
 			continue
@@ -281,9 +314,28 @@ func (s *Server) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obs
 		sent++
 		// With follow, number only says how far back to start.
 		if !q.follow && q.number > 0 && sent >= q.number {
-			return nil
+			return finish()
 		}
 	}
+}
+
+// nextFollow waits for the next event of a follow stream; while missed
+// flows wait to be reported it waits no longer than until they are due,
+// then returns no event (nil, 0, nil).
+//
+// Errors: ctx's error when it ends first.
+func (s *Server) nextFollow(ctx context.Context, rd *Reader, missed *hubble.LostCounter) (*event, uint64, error) {
+	due := missed.DueAt()
+	if due.IsZero() {
+		return rd.NextWait(ctx)
+	}
+	wctx, cancel := context.WithDeadline(ctx, due)
+	defer cancel()
+	e, lost, err := rd.NextWait(wctx)
+	if err != nil && ctx.Err() == nil {
+		return nil, lost, nil // due: not the stream's end
+	}
+	return e, lost, err
 }
 
 // startSeq is where a request starts reading: the oldest event with first
@@ -301,8 +353,8 @@ func (s *Server) startSeq(q *flowsQuery, end uint64) uint64 {
 	}
 	var found uint64
 	for seq := end; seq > oldest; seq-- {
-		e, _ := s.ring.at(seq - 1)
-		if e == nil {
+		e, ok, _ := s.ring.at(seq - 1)
+		if !ok {
 			return seq // overwritten while we looked: start after it
 		}
 		if e.flow == nil || !accepts(q.white, q.black, e.flow) {
