@@ -7,7 +7,8 @@
 # and wget, which `make e2e-conformance` copies into the e2e images with
 # their libraries: the specs exec nc, dig, curl, wget in their pods;
 # prometheus, the server the Hubble dashboard test evaluates every panel's
-# PromQL with) when running as root with apt.
+# PromQL with; chromium, the headless browser the service map's browser
+# test drives) when running as root with apt.
 # Go modules come from the module proxy through `go` itself.
 set -euo pipefail
 
@@ -26,6 +27,8 @@ command -v dig >/dev/null 2>&1 || need+=(dnsutils)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v wget >/dev/null 2>&1 || need+=(wget)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+	command -v google-chrome >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -6,8 +6,10 @@
 // update to the first packet it drops (and, undone, to the first packet
 // through again) in a running stream, with the policy map written
 // directly and through the agent's own cells (agent.go); and the map
-// reconcilers' throughput into pinned maps (reconcilers.go). The report
-// (report.go) checks the figures against the aims.
+// reconcilers' throughput into pinned maps (reconcilers.go); the
+// cross-node (crossnode.go), control-plane (controlplane.go) and Hubble
+// (hubble.go) rows run separately. The report (report.go) checks the
+// figures against the aims.
 //
 // Everything lives in network namespaces the bench makes (a node
 // namespace and one per pod, the bench's range blackholed in the node

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellium/cellium/test/harness"
 	"github.com/cellium/cellium/test/privileged"
 )
 
@@ -184,6 +185,64 @@ func TestPrivilegedControlPlaneBenchRuns(t *testing.T) {
 	}
 	for _, l := range strings.Split(mounts(t), "\n") {
 		if strings.Contains(l, "cellium-bcp-") && !strings.Contains(before, l) {
+			t.Errorf("left behind: %s", l)
+		}
+	}
+	if out, _ := exec.Command("ip", "link", "show", cpBridge).CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("bridge %s left behind: %s", cpBridge, out)
+	}
+	if out, _ := exec.Command("ip", "route", "show", cpRange.String()).CombinedOutput(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("route left behind: %s", out)
+	}
+}
+
+// TestPrivilegedHubbleBenchRuns runs the Hubble rows small (20 samples, a
+// 2s flood): every sample is timed (none missed), the flood sent
+// datagrams that the datapath dropped and the agent turned into flows,
+// every drop the datapath counted is a flow or a counted lost event, the
+// probes answered, the RSS was sampled, the three aims got a verdict and
+// nothing of the run is left behind. It asserts nothing about speed.
+func TestPrivilegedHubbleBenchRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server, etcd, the operator and an agent; run without -short")
+	}
+	privileged.Require(t)
+	if _, ok := harness.CachedHubble(); !ok {
+		if os.Getenv(privileged.EnvVar) == "1" {
+			t.Fatalf("the upstream hubble CLI is not built and %s=1: run make hubble-binaries", privileged.EnvVar)
+		}
+		t.Skip("the upstream hubble CLI is not built: run make hubble-binaries")
+	}
+	before := mounts(t)
+	var out bytes.Buffer
+	res, err := RunHubble(t.Context(), HubbleConfig{Samples: 20, SampleTimeout: 5 * time.Second, Flood: 2 * time.Second,
+		StatusEvery: 100 * time.Millisecond}, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("RunHubble: %v", err)
+	}
+	if len(res.Latency) != 20 || res.Missed != 0 {
+		t.Errorf("%d samples timed, %d missed; want 20 and 0", len(res.Latency), res.Missed)
+	}
+	f := res.Flood
+	if f.Sent == 0 || f.DatapathDrops == 0 || f.SeenFlows == 0 || f.FollowFlows == 0 {
+		t.Errorf("flood: sent %d, dropped %d, flows %d, followed %d: want all above zero", f.Sent, f.DatapathDrops, f.SeenFlows, f.FollowFlows)
+	}
+	// Drops are always reported: every dropped datagram's drop event is a
+	// flow or counted lost where it was lost (the queue, the datapath's
+	// ring buffer).
+	if accounted := f.Produced + f.QueueLost + f.SourceLost; accounted < f.DatapathDrops {
+		t.Errorf("flood: %d flows + %d lost in the queue + %d lost in the ring buffer = %d, fewer than the %d drops",
+			f.Produced, f.QueueLost, f.SourceLost, accounted, f.DatapathDrops)
+	}
+	if len(f.Status) == 0 || len(f.Last) == 0 || f.RSSBefore == 0 || f.RSSPeak < f.RSSBefore || f.HWM == 0 {
+		t.Errorf("flood probes %d/%d, RSS %d/%d/%d", len(f.Status), len(f.Last), f.RSSBefore, f.RSSPeak, f.HWM)
+	}
+	if n := strings.Count(out.String(), "PASS ") + strings.Count(out.String(), "MISS "); n != 3 {
+		t.Errorf("%d aims with a verdict, want 3:\n%s", n, out.String())
+	}
+	for _, l := range strings.Split(mounts(t), "\n") {
+		if strings.Contains(l, "cellium-bhb-") && !strings.Contains(before, l) {
 			t.Errorf("left behind: %s", l)
 		}
 	}

@@ -164,24 +164,16 @@ func RunControlPlane(ctx context.Context, cfg ControlPlaneConfig, w io.Writer) (
 		return res, err
 	}
 	res.Nodes = cfg.Nodes
-	p := &controlPlane{cfg: cfg, log: cfg.Log}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	// Short: the agents' sockets live below it.
-	if p.tmp, err = os.MkdirTemp("", "cellium-bcp-"); err != nil {
+	start := time.Now()
+	p, stop, err := startControlPlane(ctx, cfg, "cellium-bcp-")
+	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(p.tmp)
 	defer func() {
-		if cerr := p.run(); cerr != nil {
+		if cerr := stop(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
-	start := time.Now()
-	if err := p.start(ctx); err != nil {
-		return res, err
-	}
 	fmt.Fprintf(w, "control plane: API server, etcd and cellium-operator up in %s; %d agents, each in a network namespace of its own\n",
 		time.Since(start).Round(time.Millisecond), cfg.Nodes)
 	for _, mode := range cfg.Modes {
@@ -197,6 +189,28 @@ func RunControlPlane(ctx context.Context, cfg ControlPlaneConfig, w io.Writer) (
 
 // start makes the bridge and the blackhole, starts the API server, etcd
 // and the operator, and finds or builds the binaries.
+// startControlPlane starts the API server, etcd and the operator of cfg
+// in a temporary directory named after tmpPrefix (short: the agents'
+// sockets live below it). stop undoes everything, the directory last; on
+// an error nothing is left to stop.
+func startControlPlane(ctx context.Context, cfg ControlPlaneConfig, tmpPrefix string) (p *controlPlane, stop func() error, err error) {
+	p = &controlPlane{cfg: cfg, log: cfg.Log}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.tmp, err = os.MkdirTemp("", tmpPrefix); err != nil {
+		return nil, nil, err
+	}
+	stop = func() error {
+		err := p.run()
+		return errors.Join(err, os.RemoveAll(p.tmp))
+	}
+	if err := p.start(ctx); err != nil {
+		return nil, nil, errors.Join(err, stop())
+	}
+	return p, stop, nil
+}
+
 func (p *controlPlane) start(ctx context.Context) error {
 	_, dst, _ := net.ParseCIDR(cpRange.String())
 	bh := &netlink.Route{Dst: dst, Type: unix.RTN_BLACKHOLE}
@@ -347,8 +361,8 @@ func nodeNames(nodes []*cpNode) string {
 }
 
 // startNode makes node i's namespace on the bridge and starts its kubelet
-// and agent.
-func (p *controlPlane) startNode(ctx context.Context, mc *cleanups, mode string, i int) (*cpNode, error) {
+// and agent, with mode's flags and extra.
+func (p *controlPlane) startNode(ctx context.Context, mc *cleanups, mode string, i int, extra ...string) (*cpNode, error) {
 	n := &cpNode{i: i, name: fmt.Sprintf("bcp-%s-%d", mode[:1], i), ip: netip.AddrFrom4([4]byte{10, 94, 0, byte(i)})}
 	var err error
 	if n.ns, err = newNetns(mc); err != nil {
@@ -420,7 +434,7 @@ func (p *controlPlane) startNode(ctx context.Context, mc *cleanups, mode string,
 	mc.add(klog.Close)
 	n.dn, err = devnode.NewNode(p.agentK, p.cs, p.bins, devnode.NodeOptions{
 		Name: n.name, IP: n.ip, Dir: dir, Netns: n.ns.Path(),
-		HostRouting: true, BPF: true, AgentArgs: modeArgs(mode),
+		HostRouting: true, BPF: true, AgentArgs: append(modeArgs(mode), extra...),
 		Logger:          slog.New(slog.NewTextHandler(klog, nil)),
 		SandboxIDPrefix: fmt.Sprintf("bc%02x", i),
 	})
@@ -460,47 +474,63 @@ func (p *controlPlane) startNode(ctx context.Context, mc *cleanups, mode string,
 // startPods runs a pod (app=bcp) on every node and waits for its
 // endpoint: its ID and identity, from its CiliumEndpoint.
 func (p *controlPlane) startPods(ctx context.Context, mc *cleanups, nodes []*cpNode) error {
-	pods := p.cs.CoreV1().Pods(cpNamespace)
 	for _, n := range nodes {
 		n.pod = "pod-" + n.name
-		_, err := pods.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: n.pod, Labels: map[string]string{"app": "bcp"}},
-			Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "none"}},
-				TerminationGracePeriodSeconds: ptr(int64(0))},
-		}, metav1.CreateOptions{})
-		if err != nil {
+		if err := p.createPod(ctx, mc, n, n.pod, map[string]string{"app": "bcp"}); err != nil {
 			return err
 		}
-		name := n.pod
-		mc.add(func() error {
-			err := pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
-		})
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for _, n := range nodes {
-		for {
-			cep, err := p.cilium.CiliumV2().CiliumEndpoints(cpNamespace).Get(ctx, n.pod, metav1.GetOptions{})
-			if err == nil && cep.Status.ID != 0 && cep.Status.Identity != nil && cep.Status.Identity.ID != 0 &&
-				cep.Status.State == ciliumv2.EndpointStateReady {
-				n.epID, n.podID = uint16(cep.Status.ID), identity.NumericIdentity(cep.Status.Identity.ID)
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("pod %s on %s: no ready CiliumEndpoint with an identity after 90s (last: %v; agent log %s)",
-					n.pod, n.name, err, n.dn.Agent().LogFile())
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
+		var err error
+		if n.epID, n.podID, err = p.waitEndpoint(ctx, n, n.pod, deadline); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// createPod creates pod name with labels on node n (the devkubelet runs
+// it through cellium-cni); mc deletes it.
+func (p *controlPlane) createPod(ctx context.Context, mc *cleanups, n *cpNode, name string, labels map[string]string) error {
+	pods := p.cs.CoreV1().Pods(cpNamespace)
+	_, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "none"}},
+			TerminationGracePeriodSeconds: ptr(int64(0))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	mc.add(func() error {
+		err := pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	return nil
+}
+
+// waitEndpoint waits until pod name on n has a ready CiliumEndpoint with
+// an identity and returns its endpoint ID and identity.
+func (p *controlPlane) waitEndpoint(ctx context.Context, n *cpNode, name string, deadline time.Time) (uint16, identity.NumericIdentity, error) {
+	for {
+		cep, err := p.cilium.CiliumV2().CiliumEndpoints(cpNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && cep.Status.ID != 0 && cep.Status.Identity != nil && cep.Status.Identity.ID != 0 &&
+			cep.Status.State == ciliumv2.EndpointStateReady {
+			return uint16(cep.Status.ID), identity.NumericIdentity(cep.Status.Identity.ID), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("pod %s on %s: no ready CiliumEndpoint with an identity in time (last: %v; agent log %s)",
+				name, n.name, err, n.dn.Agent().LogFile())
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // programmed reports whether n has the route to cidr (into cilium_vxlan

@@ -17,30 +17,58 @@ const (
 	// DemoImage runs test/cmd/demoapp (HTTP on :8080).
 	DemoImage = "cellium.local/demoapp:dev"
 	// CelliumImage holds cellium-agent, cellium-operator, cellium-cni and
-	// the cellium CLI in /usr/bin, the portmap CNI plugin in /usr/lib/cni
-	// (harness.ImageCNIPlugins), and no shell: the image the manifests
-	// (install/kubernetes) run, under the name DevValues gives them.
+	// the cellium CLI in /usr/bin, the upstream hubble CLI beside them,
+	// the portmap CNI plugin in /usr/lib/cni (harness.ImageCNIPlugins),
+	// and no shell: the image the manifests (install/kubernetes) run,
+	// under the name DevValues gives them.
 	CelliumImage = "cellium.local/cellium:dev"
+	// HubbleRelayImage holds the upstream hubble-relay in /usr/bin (the
+	// chart's hubble.relay.image, run as hubble-relay serve).
+	HubbleRelayImage = "cellium.local/hubble-relay:dev"
 )
 
 // ImageSpec is an image to build from the cellium checkout: its programs
 // are built static (CGO_ENABLED=0) and packed into /usr/bin, or at the
-// root when AtRoot; with CNIPlugins, harness.ImageCNIPlugins (built
-// static) are packed into CNIPluginDir.
+// root when AtRoot; Prebuilt programs are packed as they are, beside
+// them; with CNIPlugins, harness.ImageCNIPlugins (built static) are
+// packed into CNIPluginDir.
 type ImageSpec struct {
 	Name       string
 	Packages   map[string]string // binary name -> package, relative to the repository root
+	Prebuilt   []Prebuilt
 	Entrypoint []string
 	User       string
 	AtRoot     bool
 	CNIPlugins bool
 }
 
+// Prebuilt is a program built elsewhere (static) that an image carries
+// under Name: Locate returns its path, building or fetching it into a
+// cache first if needed.
+type Prebuilt struct {
+	Name   string
+	Locate func(ctx context.Context) (string, error)
+}
+
+// The upstream Hubble programs (harness.EnsureHubble: built once from the
+// Go module proxy, about 10 minutes cold, cached after).
+var (
+	HubbleCLI = Prebuilt{Name: "hubble", Locate: func(ctx context.Context) (string, error) {
+		b, err := harness.EnsureHubble(ctx, nil)
+		return b.Hubble, err
+	}}
+	HubbleRelay = Prebuilt{Name: "hubble-relay", Locate: func(ctx context.Context) (string, error) {
+		b, err := harness.EnsureHubble(ctx, nil)
+		return b.Relay, err
+	}}
+)
+
 // CNIPluginDir is where cellium's image holds the CNI plugins of
 // containernetworking/plugins (as Debian's containernetworking-plugins).
 const CNIPluginDir = "/usr/lib/cni"
 
-// PauseSpec, DemoSpec and CelliumSpec are the node's images.
+// PauseSpec, DemoSpec, CelliumSpec and HubbleRelaySpec are the node's
+// images.
 var (
 	PauseSpec = ImageSpec{
 		Name:       SandboxImage,
@@ -62,8 +90,19 @@ var (
 			"cellium-cni":      "./cni/cellium-cni",
 			"cellium":          "./cli/cellium",
 		},
+		// kubectl exec ds/cellium-agent -- hubble observe (the chart
+		// sets HUBBLE_SERVER to the agent's socket).
+		Prebuilt:   []Prebuilt{HubbleCLI},
 		Entrypoint: []string{"/usr/bin/cellium-agent"},
 		CNIPlugins: true,
+	}
+	// HubbleRelaySpec runs as the relay's chart user (65532), as Cilium's
+	// image does.
+	HubbleRelaySpec = ImageSpec{
+		Name:       HubbleRelayImage,
+		Prebuilt:   []Prebuilt{HubbleRelay},
+		Entrypoint: []string{"/usr/bin/hubble-relay"},
+		User:       "65532:65532",
 	}
 )
 
@@ -125,6 +164,17 @@ func BuildImageFrom(ctx context.Context, dir, binDir string, spec ImageSpec) (st
 			p = "/" + name
 		}
 		img.Files = append(img.Files, ociimage.File{Path: p, Source: filepath.Join(bin, name)})
+	}
+	for _, p := range spec.Prebuilt {
+		src, err := p.Locate(ctx)
+		if err != nil {
+			return "", fmt.Errorf("image %s: %s: %w", spec.Name, p.Name, err)
+		}
+		dst := "/usr/bin/" + p.Name
+		if spec.AtRoot {
+			dst = "/" + p.Name
+		}
+		img.Files = append(img.Files, ociimage.File{Path: dst, Source: src})
 	}
 	if spec.CNIPlugins {
 		pluginDir, err := harness.EnsureImageCNIPlugins(ctx, nil)

@@ -2,10 +2,14 @@ package realnode
 
 import (
 	"archive/tar"
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -174,4 +178,109 @@ func TestBuildImageFromReusesBinDir(t *testing.T) {
 	if !strings.Contains(string(mk), want) {
 		t.Errorf("the Makefile's build target does not run %q: make up's image packer would compile bin/ again", want)
 	}
+}
+
+// TestBuildImagePrebuilt: a Prebuilt program is packed as it is, at
+// /usr/bin/<name>, byte for byte; a Locate error names the image and the
+// program.
+func TestBuildImagePrebuilt(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "prog")
+	data := []byte("\x7fELF not really a program, but bytes to compare")
+	if err := os.WriteFile(src, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := ImageSpec{Name: "cellium.local/prebuilt-test:dev", Entrypoint: []string{"/usr/bin/prog"}, User: "65532:65532",
+		Prebuilt: []Prebuilt{{Name: "prog", Locate: func(context.Context) (string, error) { return src, nil }}}}
+	path, err := BuildImage(t.Context(), t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := imageFiles(t, path)
+	if got, ok := files["usr/bin/prog"]; !ok || !bytes.Equal(got.data, data) || got.mode&0o111 == 0 {
+		t.Fatalf("usr/bin/prog in the image: %v, mode %o, %q; want the executable source (files: %d)", ok, got.mode, got.data, len(files))
+	}
+
+	spec.Prebuilt[0].Locate = func(context.Context) (string, error) { return "", errors.New("not cached") }
+	if _, err := BuildImage(t.Context(), t.TempDir(), spec); err == nil || !strings.Contains(err.Error(), "image cellium.local/prebuilt-test:dev: prog: not cached") {
+		t.Errorf("error %v, want one naming the image and the program", err)
+	}
+}
+
+// TestHubbleImages: cellium's image carries the upstream hubble CLI (the
+// chart's HUBBLE_SERVER is for it) and the relay's image the upstream
+// hubble-relay as its entrypoint, run as the chart's user; the packed
+// relay is the cached binary (skipped when make hubble-binaries has not
+// built it).
+func TestHubbleImages(t *testing.T) {
+	if !slices.ContainsFunc(CelliumSpec.Prebuilt, func(p Prebuilt) bool { return p.Name == "hubble" }) {
+		t.Errorf("CelliumSpec packs %v: no hubble CLI", CelliumSpec.Prebuilt)
+	}
+	if HubbleRelaySpec.Name != HubbleRelayImage || len(HubbleRelaySpec.Prebuilt) != 1 || HubbleRelaySpec.Prebuilt[0].Name != "hubble-relay" ||
+		!slices.Equal(HubbleRelaySpec.Entrypoint, []string{"/usr/bin/hubble-relay"}) || HubbleRelaySpec.User != "65532:65532" {
+		t.Errorf("HubbleRelaySpec %+v", HubbleRelaySpec)
+	}
+	if testing.Short() {
+		t.Skip("packs a 100 MB program")
+	}
+	bins, ok := harness.CachedHubble()
+	if !ok {
+		t.Skip("the upstream hubble-relay is not cached: make hubble-binaries builds it (~10 minutes)")
+	}
+	path, err := BuildImage(t.Context(), t.TempDir(), HubbleRelaySpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(bins.Relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := imageFiles(t, path)["usr/bin/hubble-relay"]; !bytes.Equal(got.data, want) {
+		t.Errorf("usr/bin/hubble-relay in the image (%d bytes) is not the cached %s (%d bytes)", len(got.data), bins.Relay, len(want))
+	}
+}
+
+type imageFile struct {
+	mode int64
+	data []byte
+}
+
+// imageFiles reads every file of every layer of the OCI archive at path.
+func imageFiles(t *testing.T, path string) map[string]imageFile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]imageFile{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(h.Name, "blobs/") {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lr := tar.NewReader(bytes.NewReader(b))
+		for {
+			lh, err := lr.Next()
+			if err != nil {
+				break // not a layer, or its end
+			}
+			d, err := io.ReadAll(lr)
+			if err != nil {
+				break
+			}
+			out[lh.Name] = imageFile{mode: lh.Mode, data: d}
+		}
+	}
+	return out
 }

@@ -33,6 +33,9 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 	for name := range CelliumSpec.Packages {
 		packed["/usr/bin/"+name] = true
 	}
+	for _, p := range CelliumSpec.Prebuilt {
+		packed["/usr/bin/"+p.Name] = true
+	}
 	plugins := map[string]bool{}
 	for _, name := range harness.ImageCNIPlugins {
 		plugins[CNIPluginDir+"/"+name] = true
@@ -110,7 +113,8 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 }
 
 // TestDevValues renders the chart with DevValues for a node in a long
-// directory: the workloads run the packed image without pulling, reach the
+// directory, hubble-relay enabled as make up has it: the workloads run the
+// packed images (cellium's, the relay's) without pulling, reach the
 // API server on 127.0.0.1, and every host path of the agent lies in the
 // node's directory; the shims' socket directory of such a node is short
 // enough for containerd.
@@ -131,7 +135,7 @@ func TestDevValues(t *testing.T) {
 	if d := n.shimSocketDir(); len(d) > maxShimSocketDir || !strings.HasPrefix(d, "/run/cellium-crn0a0b") {
 		t.Errorf("shim socket dir %s (%d bytes)", d, len(d))
 	}
-	out, err := install.RenderWith(t.Context(), helm, root, DevValues(n, 6443, 9999, DefaultPodCIDR)...)
+	out, err := install.RenderWith(t.Context(), helm, root, append(DevValues(n, 6443, 9999, DefaultPodCIDR), "hubble.relay.enabled=true")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +143,7 @@ func TestDevValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	workloads := 0
+	workloads, relay := 0, false
 	for _, o := range objs {
 		var spec corev1.PodSpec
 		switch o.GetKind() {
@@ -166,6 +170,14 @@ func TestDevValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			spec = d.Spec.Template.Spec
+			if d.Name == RelayDeployment {
+				// make up's relay: the locally packed upstream relay.
+				if c := spec.Containers[0]; c.Image != HubbleRelayImage || c.ImagePullPolicy != corev1.PullNever {
+					t.Errorf("relay image %s pull %s, want %s never pulled", c.Image, c.ImagePullPolicy, HubbleRelayImage)
+				}
+				relay = true
+				continue
+			}
 			if *d.Spec.Replicas != 1 {
 				t.Errorf("operator replicas %d, want 1 (one node)", *d.Spec.Replicas)
 			}
@@ -194,7 +206,7 @@ func TestDevValues(t *testing.T) {
 			}
 		}
 	}
-	if workloads != 2 {
-		t.Fatalf("%d workloads rendered, want the DaemonSet and the Deployment", workloads)
+	if workloads != 2 || !relay {
+		t.Fatalf("%d workloads and relay %v rendered, want the DaemonSet, the operator's Deployment and hubble-relay's", workloads, relay)
 	}
 }

@@ -4,7 +4,9 @@
 // (policy map written directly, and through the agent's cells), and the
 // map reconcilers' throughput, the cross-node rows, and the control
 // plane across real agents (node join, policy change on every node),
-// checked against the aims. See test/benchdatapath.
+// and, with -hubble or -hubble-only (`make bench-hubble-datapath`),
+// Hubble on a real agent (drop -> hubble observe --follow latency, a drop
+// flood), checked against the aims. See test/benchdatapath.
 package main
 
 import (
@@ -21,6 +23,15 @@ import (
 )
 
 func main() {
+	// The Hubble rows start this binary again in a pod's namespace as
+	// their flooder.
+	if ok, err := benchdatapath.FloodMain(); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchdatapath flooder:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg := benchdatapath.Config{}
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Second, "length of each iperf3 and sockperf run (whole seconds)")
 	flag.IntVar(&cfg.Rounds, "rounds", 6, "rounds of (bare, stack, redirect) measurements, every other one in reverse order; medians of per-round ratios are compared")
@@ -44,7 +55,16 @@ func main() {
 	flag.IntVar(&cp.PolicyChanges, "control-plane-policy-changes", 20, "CNP changes timed per routing mode")
 	cpModes := flag.String("control-plane-modes", "tunnel,native", "routing modes of the control-plane rows, comma-separated")
 	flag.StringVar(&cp.BinDir, "bin-dir", "", "cellium-agent, cellium-operator and cellium-cni to run (make build's bin/); empty builds them")
+	hb := benchdatapath.HubbleConfig{}
+	hubble := flag.Bool("hubble", false, "also measure Hubble on a real agent: drop -> hubble observe --follow latency, a drop flood (memory, responsiveness, LostEvents)")
+	hbOnly := flag.Bool("hubble-only", false, "measure only the Hubble rows")
+	flag.IntVar(&hb.Samples, "hubble-samples", 200, "dropped datagrams timed to their hubble observe --follow line")
+	flag.DurationVar(&hb.SampleTimeout, "hubble-sample-timeout", 2*time.Second, "how long a sample waits for its line before it counts as missed")
+	flag.DurationVar(&hb.Flood, "hubble-flood", 10*time.Second, "how long the client pod floods the denied port (0: no flood)")
+	flag.DurationVar(&hb.StatusEvery, "hubble-status-every", 100*time.Millisecond, "gap between the ServerStatus / GetFlows --last 1 probes during the flood")
+	flag.StringVar(&hb.Hubble, "hubble-cli", "", "the upstream hubble CLI; empty takes the cached one (make hubble-binaries)")
 	flag.Parse()
+	hb.BinDir = cp.BinDir
 	cp.Modes = strings.Split(*cpModes, ",")
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "benchdatapath: needs root (network namespaces, BPF); run it as root")
@@ -55,7 +75,7 @@ func main() {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	var err error
-	only := *crossOnly || *cpOnly
+	only := *crossOnly || *cpOnly || *hbOnly
 	if !only {
 		_, err = benchdatapath.Run(ctx, cfg, os.Stdout)
 	}
@@ -66,6 +86,9 @@ func main() {
 	}
 	if err == nil && (*controlPlane && !only || *cpOnly) {
 		_, err = benchdatapath.RunControlPlane(ctx, cp, os.Stdout)
+	}
+	if err == nil && (*hubble && !only || *hbOnly) {
+		_, err = benchdatapath.RunHubble(ctx, hb, os.Stdout)
 	}
 	stop()
 	if err != nil {

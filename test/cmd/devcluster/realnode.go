@@ -51,6 +51,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		Dir:          dir,
 		Detach:       true,
 		NodeBinaries: bins,
+		HubbleRelay:  true,
 		Values:       values,
 		BinDir:       binDir,
 		Nodes:        nodes,
@@ -120,6 +121,11 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 			fmt.Sprintf("%s run hello --image=%s --image-pull-policy=Never", k, realnode.DemoImage),
 		)
 	}
+	pod := ""
+	if demoPods {
+		pod = "web-1"
+	}
+	try = append(try, hubbleTry(k, hubbleCommand(), pod)...)
 	try = append(try, "make down")
 	printTry(stdout, try)
 	nodeDir := "node"
@@ -163,4 +169,37 @@ func kubectl(ctx context.Context, log *slog.Logger) string {
 		return "kubectl"
 	}
 	return p
+}
+
+// hubbleTry are the ways to Hubble that up prints: through hubble-relay
+// (a port-forward to its Service, then the upstream CLI hubble), and the
+// CLI inside an agent's container (the chart sets HUBBLE_SERVER there). k
+// is the kubectl command line, pod a demo pod to follow ("" for the whole
+// cluster).
+func hubbleTry(k, hubble, pod string) []string {
+	follow := hubble + " observe --server localhost:4245 --follow"
+	if pod != "" {
+		follow = fmt.Sprintf("%s observe --server localhost:4245 --pod %s/%s --follow", hubble, realnode.DemoNamespace, pod)
+	}
+	return []string{
+		fmt.Sprintf("%s -n %s port-forward svc/%s 4245:80 &   # hubble-relay, every node's flows", k, install.Namespace, realnode.RelayService),
+		hubble + " list nodes --server localhost:4245",
+		follow,
+		hubble + " observe --server localhost:4245 --verdict DROPPED --last 20",
+		fmt.Sprintf("%s -n %s exec ds/%s -c cellium-agent -- hubble observe --last 20   # one node's flows", k, install.Namespace, realnode.AgentDaemonSet),
+		fmt.Sprintf("%s -n %s port-forward deploy/%s 12000 &   # then open http://localhost:12000/ (the service map)", k, install.Namespace, realnode.OperatorDeployment),
+	}
+}
+
+// hubbleCommand is the hubble CLI to print in the hints: the one on
+// $PATH, else the cached upstream build (make hubble-binaries; up built
+// it for the images).
+func hubbleCommand() string {
+	if _, err := exec.LookPath("hubble"); err == nil {
+		return "hubble"
+	}
+	if b, ok := harness.CachedHubble(); ok {
+		return b.Hubble
+	}
+	return "hubble"
 }

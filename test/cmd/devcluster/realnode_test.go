@@ -45,7 +45,9 @@ func TestPrivilegedUpDownRealNode(t *testing.T) {
 		// The chart sets CELLIUM_SOCK in the agent's container: no --host.
 		"exec ds/cellium-agent -c cellium-agent -- cellium status",
 		"exec web-1 -- demoapp --get http://10.236.", "logs web-2", "run hello", "make down",
-		"cluster DNS: CoreDNS v1.", "Service kube-dns 10.237.0.10", "exec web-1 -- demoapp --get http://db.demo:8080/"} {
+		"cluster DNS: CoreDNS v1.", "Service kube-dns 10.237.0.10", "exec web-1 -- demoapp --get http://db.demo:8080/",
+		// hubble-relay is deployed (Up waited for it) and how to reach it printed.
+		"port-forward svc/hubble-relay 4245:80", "--pod demo/web-1 --follow"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up's output lacks %q:\n%s", want, out)
 		}
@@ -71,5 +73,26 @@ func TestPrivilegedUpDownRealNode(t *testing.T) {
 	}
 	if _, err := realnode.NFT(ctx, "list", "table", "ip", "kube-proxy"); err == nil {
 		t.Error("kube-proxy's nftables table left after down")
+	}
+}
+
+// TestHubbleTry: up's Hubble hints reach the relay the way users do (a
+// port-forward to the hubble-relay Service's port 80, then the CLI on
+// localhost:4245), follow the demo pod, and name the exec form.
+func TestHubbleTry(t *testing.T) {
+	got := strings.Join(hubbleTry("kubectl --kubeconfig k", "/cache/hubble", "web-1"), "\n")
+	for _, want := range []string{
+		"kubectl --kubeconfig k -n kube-system port-forward svc/hubble-relay 4245:80",
+		"/cache/hubble list nodes --server localhost:4245",
+		"/cache/hubble observe --server localhost:4245 --pod demo/web-1 --follow",
+		"kubectl --kubeconfig k -n kube-system exec ds/cellium-agent -c cellium-agent -- hubble observe",
+		"kubectl --kubeconfig k -n kube-system port-forward deploy/cellium-operator 12000 &   # then open http://localhost:12000/",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("hints lack %q:\n%s", want, got)
+		}
+	}
+	if got := strings.Join(hubbleTry("kubectl", "hubble", ""), "\n"); !strings.Contains(got, "hubble observe --server localhost:4245 --follow") {
+		t.Errorf("hints without demo pods:\n%s", got)
 	}
 }
