@@ -43,6 +43,9 @@ func kindResource(kind string) (gvr schema.GroupVersionResource, rbac, ok bool) 
 		return schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, false, true
 	case "Service":
 		return schema.GroupVersionResource{Version: "v1", Resource: "services"}, false, true
+	case "Secret":
+		// The Hubble certificates the chart issues (hubble.tls.auto).
+		return schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, false, true
 	}
 	return schema.GroupVersionResource{}, false, false
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -68,6 +69,11 @@ type ClusterOptions struct {
 	// StartTimeout bounds the start of each component; default 2 minutes
 	// (the agent's DaemonSet gets twice that).
 	StartTimeout time.Duration
+	// HubbleRelay deploys hubble-relay from the chart
+	// (hubble.relay.enabled) with the upstream relay packed locally
+	// (HubbleRelaySpec), and Up waits for it to be Ready: make up's. The
+	// operator then serves the service map (hubble.serviceMap.enabled).
+	HubbleRelay bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -243,18 +249,9 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if err := c.writeState(); err != nil {
 		return nil, err
 	}
-	var images []string
-	for _, spec := range []ImageSpec{PauseSpec, DemoSpec, CelliumSpec} {
-		log.Info("packing image", "name", spec.Name)
-		binDir := ""
-		if spec.Name == CelliumImage {
-			binDir = opts.BinDir
-		}
-		img, err := BuildImageFrom(ctx, filepath.Join(dir, "images"), binDir, spec)
-		if err != nil {
-			return nil, err
-		}
-		images = append(images, img)
+	images, err := opts.packImages(ctx, filepath.Join(dir, "images"), log)
+	if err != nil {
+		return nil, err
 	}
 	dnsImage, dnsImageName, err := CoreDNSImage(filepath.Join(dir, "images"), opts.NodeBinaries)
 	if err != nil {
@@ -278,7 +275,7 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, Logger: log}); err != nil {
+	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, HubbleRelay: opts.HubbleRelay, Logger: log}); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*opts.StartTimeout)
@@ -300,8 +297,47 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("CoreDNS: %w", err)
 	}
 	c.DNSServiceIP = dnsIP
+	if err := c.waitRelay(ctx); err != nil {
+		return nil, err
+	}
 	log.Info("real cluster ready", "kubeconfig", c.Kubeconfig(), "node", c.Node.Name)
 	return c, nil
+}
+
+// packImages packs the cluster's images into dir (cellium's from
+// opts.BinDir when set) and returns their archives.
+func (opts ClusterOptions) packImages(ctx context.Context, dir string, log *slog.Logger) ([]string, error) {
+	specs := []ImageSpec{PauseSpec, DemoSpec, CelliumSpec}
+	if opts.HubbleRelay {
+		specs = append(specs, HubbleRelaySpec)
+	}
+	var images []string
+	for _, spec := range specs {
+		log.Info("packing image", "name", spec.Name)
+		binDir := ""
+		if spec.Name == CelliumImage {
+			binDir = opts.BinDir
+		}
+		img, err := BuildImageFrom(ctx, dir, binDir, spec)
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, img)
+	}
+	return images, nil
+}
+
+// waitRelay waits for hubble-relay when the cluster has it.
+func (c *Cluster) waitRelay(ctx context.Context) error {
+	if !c.opts.HubbleRelay {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer cancel()
+	if err := WaitRelay(rctx, c.Control.Clientset()); err != nil {
+		return fmt.Errorf("hubble-relay: %w", err)
+	}
+	return nil
 }
 
 // CheckNodeCount says whether a cluster of n real nodes can be started
@@ -349,16 +385,18 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		// In reverse start order: the first node's saved sysctls (the
 		// machine's before any kubelet) are restored last.
 		for i := len(c.Nodes) - 1; i >= 0; i-- {
-			errs = append(errs, c.Nodes[i].Stop(ctx))
+			errs = append(errs, c.Nodes[i].stop(ctx))
 		}
 	} else if c.Node != nil {
-		errs = append(errs, c.Node.Stop(ctx))
+		errs = append(errs, c.Node.stop(ctx))
 	}
 	if c.Control != nil {
 		errs = append(errs, c.Control.Stop())
 	}
 	errs = append(errs, removePodCIDRRoutes(c.state.Routes), removeBridge(c.state.Bridge))
 	errs = append(errs, removeBlackholes(c.state.Blackholes))
+	// Only now: the next holder of the lock (a soak, another cluster)
+	// adds the same blackholes.
 	c.ReleaseHostNetworkLock()
 	return errors.Join(errs...)
 }
@@ -368,10 +406,37 @@ func (c *Cluster) Stop(ctx context.Context) error {
 // included), processes still running, the blackhole routes and any other
 // route into the pod CIDR (the agent's routes to its pods). Empty means
 // clean.
-func (c *Cluster) Leftovers() []string { return ClusterLeftovers(c.Dir) }
+func (c *Cluster) Leftovers() []string {
+	if c.unlock != nil || (c.Node != nil && c.Node.unlock != nil) {
+		return clusterLeftovers(c.Dir) // this process holds the lock
+	}
+	return ClusterLeftovers(c.Dir)
+}
 
-// ClusterLeftovers is [Cluster.Leftovers] for the cluster in dir.
+// lockHostNetworkForCheck takes harness.LockHostNetwork for a leftover
+// check (at most 10 minutes of waiting; without the lock the check runs
+// anyway) and returns its release.
+func lockHostNetworkForCheck() func() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	unlock, err := harness.LockHostNetwork(ctx, func() {})
+	if err != nil {
+		return func() {}
+	}
+	return unlock
+}
+
+// ClusterLeftovers is [Cluster.Leftovers] for the cluster in dir, from a
+// process that does not hold the host network lock (after Stop, make
+// down). It looks under the lock: once the cluster released it, another
+// test package's agent may own cilium_host and the cellium nftables table
+// of this network namespace, and is done with them when it lets go.
 func ClusterLeftovers(dir string) []string {
+	defer lockHostNetworkForCheck()()
+	return clusterLeftovers(dir)
+}
+
+func clusterLeftovers(dir string) []string {
 	st, err := readClusterState(dir)
 	if err != nil {
 		return nil
@@ -579,6 +644,10 @@ type InstallOptions struct {
 	// chart's default host paths (nodes in namespaces of their own, each
 	// path its own folder) and the API server at its URL's host.
 	DefaultPaths bool
+	// HubbleRelay deploys hubble-relay (hubble.relay.enabled), from
+	// HubbleRelayImage which the nodes must have, and the operator's
+	// service map of its flows (hubble.serviceMap.enabled).
+	HubbleRelay bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -601,7 +670,8 @@ type InstallOptions struct {
 //   - no masquerading (pods reach each other and the node, nothing else);
 //   - CNI chaining with portmap, so that pods' hostPorts work (the
 //     Kubernetes conformance spec of hostPort);
-//   - one operator replica, its health port free on this machine.
+//   - one operator replica, its health port free on this machine;
+//   - hubble-relay, when enabled, from the locally packed HubbleRelayImage.
 func DevValues(n *Node, apiPort, operatorPort int, podCIDR string) []string {
 	agentDir := n.AgentConfig().Dir
 	return []string{
@@ -623,8 +693,15 @@ func DevValues(n *Node, apiPort, operatorPort int, podCIDR string) []string {
 		"operator.apiServeAddr=localhost:" + strconv.Itoa(operatorPort),
 		"operator.clusterPool.ipv4CIDR={" + podCIDR + "}",
 		"operator.clusterPool.ipv4MaskSize=24",
+		"hubble.relay.image.repository=" + imageRepository(HubbleRelayImage),
+		"hubble.relay.image.tag=" + imageTag(HubbleRelayImage),
+		"hubble.relay.image.pullPolicy=Never",
 	}
 }
+
+// imageRepository and imageTag split an image reference name:tag.
+func imageRepository(ref string) string { r, _, _ := strings.Cut(ref, ":"); return r }
+func imageTag(ref string) string        { _, t, _ := strings.Cut(ref, ":"); return t }
 
 // Install installs cellium on a node started without an agent process
 // (Options.Agent empty): the Helm chart rendered with [DevValues] and
@@ -662,6 +739,13 @@ func Install(ctx context.Context, c *harness.Cluster, n *Node, opts InstallOptio
 	if opts.DefaultPaths {
 		values = ClusterValues(u.Hostname(), apiPort, opPort, opts.PodCIDR)
 	}
+	if opts.HubbleRelay {
+		// The relay starts before CoreDNS (Up deploys it once the pods
+		// have a network): its first look-up of hubble-peer fails, and it
+		// tries again after retryTimeout (30 s by default).
+		// The operator serves the service map of the relay's flows.
+		values = append(values, "hubble.relay.enabled=true", "hubble.relay.retryTimeout=5s", "hubble.serviceMap.enabled=true")
+	}
 	out, err := install.RenderWith(ctx, helm, root, append(values, opts.Values...)...)
 	if err != nil {
 		return err
@@ -683,6 +767,10 @@ func Install(ctx context.Context, c *harness.Cluster, n *Node, opts InstallOptio
 const (
 	AgentDaemonSet     = "cellium-agent"
 	OperatorDeployment = "cellium-operator"
+	// RelayDeployment and RelayService are hubble-relay's
+	// (hubble.relay.enabled); the Service's port is 80.
+	RelayDeployment = "hubble-relay"
+	RelayService    = "hubble-relay"
 )
 
 // WaitInstalled waits until the agent's DaemonSet has every pod Ready and
@@ -704,6 +792,25 @@ func WaitInstalled(ctx context.Context, cs kubernetes.Interface) error {
 		}
 		if dep.Status.ReadyReplicas < 1 {
 			return fmt.Errorf("Deployment %s: no ready replica", OperatorDeployment)
+		}
+		return nil
+	})
+}
+
+// WaitRelay waits until hubble-relay's Deployment has a ready replica:
+// the relay reached the agents' Peer service through the hubble-peer
+// Service, whose name it resolves through the cluster DNS (so after
+// CoreDNS).
+//
+// Errors: ctx ends first.
+func WaitRelay(ctx context.Context, cs kubernetes.Interface) error {
+	return devnode.WaitFor(ctx, nil, func() error {
+		dep, err := cs.AppsV1().Deployments(install.Namespace).Get(ctx, RelayDeployment, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if dep.Status.ReadyReplicas < 1 {
+			return fmt.Errorf("Deployment %s: no ready replica", RelayDeployment)
 		}
 		return nil
 	})

@@ -27,8 +27,9 @@ func NodeNamespaceName(i int) string { return "crnode" + strconv.Itoa(i) }
 // a cluster whose nodes run in namespaces of their own, whose API server
 // listens on apiHost:apiPort (the bridge's address): the chart's default
 // host paths (one DaemonSet for every node; each node's paths are its own
-// folders), the locally packed image, no masquerading, portmap chained,
-// one operator replica with its health port free. The agent's
+// folders), the locally packed images (cellium's, and hubble-relay's when
+// enabled), no masquerading, portmap chained, one operator replica with its
+// health port free. The agent's
 // --cgroup-root is the chart's default, where each node has its own cgroup
 // v2 subtree mounted ([Node] with Options.Namespaces).
 func ClusterValues(apiHost string, apiPort, operatorPort int, podCIDR string) []string {
@@ -44,6 +45,9 @@ func ClusterValues(apiHost string, apiPort, operatorPort int, podCIDR string) []
 		"operator.apiServeAddr=localhost:" + strconv.Itoa(operatorPort),
 		"operator.clusterPool.ipv4CIDR={" + podCIDR + "}",
 		"operator.clusterPool.ipv4MaskSize=24",
+		"hubble.relay.image.repository=" + imageRepository(HubbleRelayImage),
+		"hubble.relay.image.tag=" + imageTag(HubbleRelayImage),
+		"hubble.relay.image.pullPolicy=Never",
 	}
 }
 
@@ -113,18 +117,9 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 	if err := c.writeState(); err != nil {
 		return err
 	}
-	var images []string
-	for _, spec := range []ImageSpec{PauseSpec, DemoSpec, CelliumSpec} {
-		log.Info("packing image", "name", spec.Name)
-		binDir := ""
-		if spec.Name == CelliumImage {
-			binDir = opts.BinDir
-		}
-		img, err := BuildImageFrom(ctx, filepath.Join(c.Dir, "images"), binDir, spec)
-		if err != nil {
-			return err
-		}
-		images = append(images, img)
+	images, err := opts.packImages(ctx, filepath.Join(c.Dir, "images"), log)
+	if err != nil {
+		return err
 	}
 	dnsImage, dnsImageName, err := CoreDNSImage(filepath.Join(c.Dir, "images"), opts.NodeBinaries)
 	if err != nil {
@@ -167,7 +162,7 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 			c.Node = n
 		}
 	}
-	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, DefaultPaths: true, Logger: log}); err != nil {
+	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, DefaultPaths: true, HubbleRelay: opts.HubbleRelay, Logger: log}); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*opts.StartTimeout)
@@ -195,6 +190,9 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 		return fmt.Errorf("CoreDNS: %w", err)
 	}
 	c.DNSServiceIP = dnsIP
+	if err := c.waitRelay(ctx); err != nil {
+		return err
+	}
 	names := make([]string, 0, len(c.Nodes))
 	for _, n := range c.Nodes {
 		names = append(names, n.Name)
