@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-hubble bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
 
 all: build
 
@@ -57,9 +57,15 @@ coredns-binary:
 hubble-binaries:
 	nice -n 19 $(GO) run ./test/cmd/devcluster build-hubble
 
-## test: vet, then every test (integration tests use the real apiserver)
+## test: vet, then every test (integration tests use the real apiserver); the
+## real-node package runs after the others, alone (its nodes' kubelets change
+## machine-wide sysctls and want the host network lock), and not at all under
+## CI=true, where test-realnode runs it next
 test: deps k8s-binaries hubble-binaries vet
-	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/realnode$$')
+ifndef CI
+	$(GO) test $(TEST_FLAGS) ./test/realnode/
+endif
 
 ## test-realnode: the real node (kubelet, containerd, runc, kube-proxy) smoke
 ## tests; builds the node binaries first (~15 minutes cold, cached after).
@@ -137,11 +143,24 @@ bench-policy:
 	$(GO) test -run '^$$' -bench 'FullComputation|ComputeAllEndpoints' -benchtime 5x -benchmem $(BENCH_FLAGS) ./cells/policy/
 	$(GO) test -run '^$$' -bench 'IdentityAdded|RuleChanged|NoMatch20k' -benchmem $(BENCH_FLAGS) ./cells/policy/
 
+## bench-reconciler: statedb's own reconciler benchmark workload (1M objects, write batches of 1000)
+## through statedb's reconciler in a cilium/hive and through cellium's, alternating, 3 runs each
+bench-reconciler:
+	$(GO) run ./test/cmd/benchreconciler -runs 3 $(BENCH_FLAGS)
+
 ## bench-hubble: datapath events into enriched Hubble flows on one core (-cpu 1), through real tables
 ## (100 local pods, 5000 remote pods, 50 nodes): flows/s, cpu-ns/flow, flows/cpu-s and allocs/flow; the
 ## cores here are shared, so read the CPU-time figures (aim: 100k flows per CPU second)
 bench-hubble:
 	$(GO) test -run '^$$' -bench 'ParseEnriched|ParseBare|ProducerThroughHub' -benchtime 50000x -cpu 1 -benchmem $(BENCH_FLAGS) ./cells/hubble/
+
+## bench-hubble-datapath: Hubble on one real agent (root; API server, operator, the upstream hubble CLI; ~2 min):
+## drop -> `hubble observe --follow` line latency (200 samples, aim p99 <= 100ms), then a 10 s drop flood
+## from a pod: the agent's RSS before/peak/after, ServerStatus and GetFlows --last 1 latency every 100 ms,
+## datapath drops vs flows vs LostEvents by source. Prints figures and PASS/MISS, asserts nothing timed
+BENCH_HUBBLE_FLAGS ?=
+bench-hubble-datapath: deps k8s-binaries hubble-binaries
+	nice -n 10 $(GO) run ./test/cmd/benchdatapath -hubble-only $(BENCH_HUBBLE_FLAGS)
 
 ## e2e-binaries: Kubernetes' e2e.test and agnhost (from tools/k8s) into the
 ## cache, and the agnhost image; ~15 minutes cold on 2 cores, not part of `test`

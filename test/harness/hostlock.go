@@ -2,28 +2,52 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"net"
+	"syscall"
+	"time"
 )
 
-// LockHostNetwork takes the machine-wide lock of the things only one test
-// (or make up) at a time may own in this machine's network namespace:
-// kube-proxy's nftables tables (a real node with kube-proxy) and an agent
-// with host routing (cilium_host, its routes, the health endpoint). It is a
-// flock on a file in [CacheDir], so it serializes test packages that go
-// test runs side by side; waiting is called once if another process holds
-// it. The returned func releases it (a process that exits releases it too).
+// hostNetworkLockName is the abstract unix socket [LockHostNetwork] binds.
+const hostNetworkLockName = "@cellium-host-network-lock"
+
+// LockHostNetwork takes the lock of the things only one test (or make up)
+// at a time may own in the caller's network namespace: kube-proxy's
+// nftables tables (a real node with kube-proxy) and an agent with host
+// routing (cilium_host, its routes, the health endpoint). The lock is an
+// abstract unix socket bound in that namespace, so it is exactly as wide
+// as what it guards: every process that shares the namespace meets it,
+// whatever its HOME, mount namespace or checkout (two CI runs on one
+// machine included), and a process that exits, even killed, releases it.
+// It serializes test packages that go test runs side by side; waiting is
+// called once if another process or goroutine holds it. The returned func
+// releases it.
 //
-// Errors: ctx ends before the lock is free; the cache directory cannot be
-// written.
+// Errors: ctx ends before the lock is free; the socket cannot be made.
 func LockHostNetwork(ctx context.Context, waiting func()) (unlock func(), err error) {
-	cache, err := CacheDir()
-	if err != nil {
-		return nil, err
+	return lockAbstract(ctx, hostNetworkLockName, waiting)
+}
+
+// lockAbstract is [LockHostNetwork] for the abstract socket name.
+func lockAbstract(ctx context.Context, name string, waiting func()) (unlock func(), err error) {
+	told := false
+	for {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err == nil {
+			return func() { _ = l.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("lock host network (abstract socket %s): %w", name, err)
+		}
+		if !told {
+			told = true
+			waiting()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock host network: %w", context.Cause(ctx))
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return nil, fmt.Errorf("lock host network: %w", err)
-	}
-	return lockFile(ctx, filepath.Join(cache, "host-network.lock"), waiting)
 }

@@ -314,3 +314,42 @@ func removeCgroupDir(dir string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// hostOwnerCommands are the programs that make what [WaitHostFree] waits
+// for in a network namespace.
+var hostOwnerCommands = []string{"kube-proxy", "cellium-agent", "kubelet", "devcluster"}
+
+// hostNetworkOwners lists the processes of [hostOwnerCommands] in this
+// process's network namespace, as "pid N: command line", for an error that
+// says who holds the host's network.
+func hostNetworkOwners() []string {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return nil
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		pid := e.Name()
+		if pid == "" || pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join("/proc", pid, "comm"))
+		if err != nil || !slices.Contains(hostOwnerCommands, strings.TrimSpace(string(comm))) {
+			continue
+		}
+		if netns, err := os.Readlink(filepath.Join("/proc", pid, "ns", "net")); err != nil || netns != self {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+		line := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+		if len(line) > 200 {
+			line = line[:200] + "..."
+		}
+		out = append(out, "pid "+pid+": "+line)
+	}
+	return out
+}

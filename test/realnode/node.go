@@ -258,7 +258,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, fmt.Errorf("start real node: %w", err)
 		}
 	}
-	if h.Sysctls, err = readSysctls(KubeletSysctls); err != nil {
+	// The machine's values from before any node's kubelet: the last node
+	// to stop restores them.
+	if h.Sysctls, err = machineKubeletSysctls().hold(h.CgroupRoot, h.CgroupRoot); err != nil {
 		return nil, err
 	}
 	h.HadLogLinks = exists(containerLogLinks)
@@ -718,7 +720,12 @@ func WaitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Lo
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("another node's %s still there after %s (a make up running? make down stops it)", strings.Join(busy, ", "), hostFreeWait)
+			owners := hostNetworkOwners()
+			if len(owners) == 0 {
+				owners = []string{"none running: a killed run left them (make down, or delete them by hand)"}
+			}
+			return fmt.Errorf("another node's %s still there after %s (a make up running? make down stops it); processes in this network namespace that may own them: %s",
+				strings.Join(busy, ", "), hostFreeWait, strings.Join(owners, "; "))
 		case <-time.After(2 * time.Second):
 		}
 	}
@@ -878,6 +885,15 @@ func (n *Node) kubeletProc() *harness.Running {
 // logs). Stop is for a node that Start returned, or that Start is cleaning
 // up after.
 func (n *Node) Stop(ctx context.Context) error {
+	err := n.stop(ctx)
+	n.releaseLock()
+	return err
+}
+
+// stop is Stop without releasing the host network lock: a [Cluster]
+// releases it once its blackhole routes are gone too, so that the next
+// holder of the lock finds the machine's namespace free.
+func (n *Node) stop(ctx context.Context) error {
 	var errs []error
 	cs := n.opts.Cluster.Clientset()
 	switch {
@@ -904,7 +920,6 @@ func (n *Node) Stop(ctx context.Context) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete CiliumNode %s: %w", n.Name, err))
 	}
-	n.releaseLock()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop real node %s: %w", n.Name, err)
 	}
@@ -1182,7 +1197,7 @@ func (h *hostState) clean(dir string, log *slog.Logger) []error {
 	}
 	errs = append(errs, removeCgroupRoot(h.CgroupRoot))
 	if h.Sysctls != nil {
-		errs = append(errs, writeSysctls(h.Sysctls))
+		errs = append(errs, machineKubeletSysctls().release(h.CgroupRoot, h.Sysctls))
 	}
 	errs = append(errs, h.removeLogLinks())
 	for name := range cniResults() {
@@ -1341,7 +1356,12 @@ func killAndWait(pid int) error {
 // cgroups, mounts under its directory, links in /var/log/containers,
 // sysctls that differ from before, and /run/containerd or /var/lib/cni if
 // they were not there before. Empty means clean.
-func (n *Node) Leftovers() []string { return n.host.leftovers(n.Dir) }
+func (n *Node) Leftovers() []string {
+	if n.unlock == nil {
+		defer lockHostNetworkForCheck()() // as Cluster.Leftovers
+	}
+	return n.host.leftovers(n.Dir)
+}
 
 func (h *hostState) leftovers(dir string) []string {
 	var out []string
@@ -1370,7 +1390,11 @@ func (h *hostState) leftovers(dir string) []string {
 			out = append(out, "log link "+l)
 		}
 	}
-	if now, err := readSysctls(KubeletSysctls); err == nil {
+	// While another node runs (another test package, a `make up`), the
+	// sysctls are its kubelet's to set.
+	if others, err := machineKubeletSysctls().others(h.CgroupRoot); err != nil {
+		out = append(out, "kubelet sysctls: "+err.Error())
+	} else if now, err := readSysctls(KubeletSysctls); err == nil && len(others) == 0 {
 		for k, v := range h.Sysctls {
 			if now[k] != v {
 				out = append(out, fmt.Sprintf("sysctl %s=%s (was %s)", k, now[k], v))
