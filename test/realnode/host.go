@@ -319,11 +319,11 @@ func removeCgroupDir(dir string) error {
 // for in a network namespace.
 var hostOwnerCommands = []string{"kube-proxy", "cellium-agent", "kubelet", "devcluster"}
 
-// hostNetworkOwners lists the processes of [hostOwnerCommands] in this
-// process's network namespace, as "pid N: command line", for an error that
+// hostNetworkOwners lists the processes of [hostOwnerCommands] in the
+// calling thread's network namespace, as "pid N: command line", for an error that
 // says who holds the host's network.
 func hostNetworkOwners() []string {
-	self, err := os.Readlink("/proc/self/ns/net")
+	self, err := os.Readlink("/proc/thread-self/ns/net")
 	if err != nil {
 		return nil
 	}

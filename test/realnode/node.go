@@ -693,22 +693,35 @@ const hostFreeWait = 15 * time.Minute
 // exist (if kubeProxy) and no cilium_host (if hostRouting: an agent with
 // host routing), left by a node or test that does not hold
 // harness.LockHostNetwork (a detached make up, an older branch's test).
-// They are never touched. Call it with the lock held, before making any
-// of them.
+// While a process that may own them runs in this network namespace
+// (kube-proxy, cellium-agent, kubelet, devcluster: [hostNetworkOwners])
+// they are never touched; once none has run for [orphanGrace], they are
+// a killed run's and are removed (logged), so that one SIGKILLed run does
+// not fail every run after it. Call it with the lock held, before making
+// any of them.
 //
 // Errors: they are still there after hostFreeWait, or ctx ends.
 func WaitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Logger) error {
+	return waitHostFree(ctx, kubeProxy, hostRouting, orphanGrace, log)
+}
+
+// waitHostFree is [WaitHostFree] with the grace before orphans go.
+func waitHostFree(ctx context.Context, kubeProxy, hostRouting bool, grace time.Duration, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, hostFreeWait)
 	defer cancel()
 	told := false
+	var ownerless time.Time // since when no owner runs; zero while one does
 	for {
-		var busy []string
+		var busy, tables []string
 		for _, tbl := range kubeProxyTables {
 			if kubeProxy && nftTableExists(tbl) {
 				busy = append(busy, "nftables table "+tbl)
+				tables = append(tables, tbl)
 			}
 		}
-		if _, err := net.InterfaceByName(routes.HostDevice); hostRouting && err == nil {
+		_, err := net.InterfaceByName(routes.HostDevice)
+		agentLeft := hostRouting && err == nil
+		if agentLeft {
 			busy = append(busy, "link "+routes.HostDevice)
 		}
 		if len(busy) == 0 {
@@ -717,6 +730,20 @@ func WaitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Lo
 		if !told {
 			told = true
 			log.Info("waiting for another node on this machine to stop", "busy", strings.Join(busy, ", "))
+		}
+		switch {
+		case len(hostNetworkOwners()) > 0:
+			ownerless = time.Time{}
+		case ownerless.IsZero():
+			ownerless = time.Now()
+		case time.Since(ownerless) >= grace:
+			log.Warn("removing what a killed run left in this network namespace (no process that may own it has run for a while)",
+				"left", strings.Join(busy, ", "), "ownerless", grace)
+			if err := removeOrphans(ctx, tables, agentLeft); err != nil {
+				return fmt.Errorf("remove a killed run's %s: %w", strings.Join(busy, ", "), err)
+			}
+			ownerless = time.Time{}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -729,6 +756,26 @@ func WaitHostFree(ctx context.Context, kubeProxy, hostRouting bool, log *slog.Lo
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// orphanGrace is how long [WaitHostFree] waits with no owner running
+// before it removes what is left: longer than a Stop or a make down takes
+// between its processes' exit and its cleanup.
+const orphanGrace = time.Minute
+
+// removeOrphans deletes kube-proxy's tables and, if agent, the host
+// network state of an agent with host routing.
+func removeOrphans(ctx context.Context, tables []string, agent bool) error {
+	var errs []error
+	for _, tbl := range tables {
+		if _, err := NFT(ctx, append([]string{"delete", "table"}, strings.Fields(tbl)...)...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if agent {
+		errs = append(errs, devnode.RemoveAgentHostNetwork(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // kubeProxyTables are the nftables tables of kube-proxy's nftables mode.
