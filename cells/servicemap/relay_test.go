@@ -3,16 +3,9 @@ package servicemap_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,66 +14,6 @@ import (
 	"github.com/cellium/cellium/cells/servicemap"
 	"github.com/cellium/cellium/test/harness"
 )
-
-// testCA issues the certificates of a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "service-map-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes a certificate for name with the usage, and its key, into
-// dir and returns their paths.
-func (ca *testCA) issue(t *testing.T, dir, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		DNSNames: []string{name}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = writeFile(t, dir, name+".pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	keyFile = writeFile(t, dir, name+"-key.pem", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
-	return certFile, keyFile
-}
-
-func writeFile(t *testing.T, dir, name string, data []byte) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // hubbleRelay returns the upstream hubble-relay binary that make
 // hubble-binaries built, or skips (fails under CELLIUM_REQUIRE_PRIVILEGED=1
@@ -105,12 +38,12 @@ func hubbleRelay(t *testing.T) string {
 func TestServiceMapThroughHubbleRelay(t *testing.T) {
 	relayBin := hubbleRelay(t)
 	dir := t.TempDir()
-	ca := newCA(t)
-	caFile := writeFile(t, dir, "ca.pem", ca.pem)
-	agentCert, agentKey := ca.issue(t, dir, "node-1.default.hubble-grpc.cilium.io", x509.ExtKeyUsageServerAuth)
-	relayClientCert, relayClientKey := ca.issue(t, dir, "hubble-relay-client", x509.ExtKeyUsageClientAuth)
-	relayCert, relayKey := ca.issue(t, dir, "hubble-relay.kube-system.svc", x509.ExtKeyUsageServerAuth)
-	mapCert, mapKey := ca.issue(t, dir, "cellium-operator", x509.ExtKeyUsageClientAuth)
+	ca := harness.NewTestCA(t, "service-map-test-ca")
+	caFile := harness.WriteTestFile(t, dir, "ca.pem", ca.PEM)
+	agentCert, agentKey := ca.IssueFiles(t, dir, "node-1.default.hubble-grpc.cilium.io", x509.ExtKeyUsageServerAuth)
+	relayClientCert, relayClientKey := ca.IssueFiles(t, dir, "hubble-relay-client", x509.ExtKeyUsageClientAuth)
+	relayCert, relayKey := ca.IssueFiles(t, dir, "hubble-relay.kube-system.svc", x509.ExtKeyUsageServerAuth)
+	mapCert, mapKey := ca.IssueFiles(t, dir, "cellium-operator", x509.ExtKeyUsageClientAuth)
 
 	agentAddr := freeAddr(t)
 	a := startAgent(t, socketPath(t), "--hubble-listen-address="+agentAddr,

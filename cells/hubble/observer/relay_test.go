@@ -11,6 +11,8 @@ import (
 	"time"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
+
+	"github.com/cellium/cellium/test/harness"
 )
 
 // The upstream hubble-relay finds the agent through its Peer service,
@@ -20,14 +22,14 @@ import (
 func TestHubbleRelay(t *testing.T) {
 	bins := hubbleBinaries(t)
 	dir := t.TempDir()
-	ca := newCA(t)
+	ca := harness.NewTestCA(t, "hubble-ca")
 	const serverName = "node-1.default.hubble-grpc.cilium.io"
-	sc, sk := ca.issue(t, serverName, x509.ExtKeyUsageServerAuth)
-	cc, ck := ca.issue(t, "hubble-relay", x509.ExtKeyUsageClientAuth)
-	caFile := writeFile(t, dir, "ca.pem", ca.pem)
+	sc, sk := ca.Issue(t, serverName, x509.ExtKeyUsageServerAuth)
+	cc, ck := ca.Issue(t, "hubble-relay", x509.ExtKeyUsageClientAuth)
+	caFile := harness.WriteTestFile(t, dir, "ca.pem", ca.PEM)
 	agentAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	a := startAgent(t, "--hubble-listen-address="+agentAddr,
-		"--hubble-tls-cert-file="+writeFile(t, dir, "server.pem", sc), "--hubble-tls-key-file="+writeFile(t, dir, "server-key.pem", sk),
+		"--hubble-tls-cert-file="+harness.WriteTestFile(t, dir, "server.pem", sc), "--hubble-tls-key-file="+harness.WriteTestFile(t, dir, "server-key.pem", sk),
 		"--hubble-tls-client-ca-files="+caFile)
 	a.addNode(t, "node-1", "127.0.0.1")
 	feed(a, 0, 100, time.Now())
@@ -40,8 +42,8 @@ func TestHubbleRelay(t *testing.T) {
 		"--health-listen-address", "127.0.0.1:"+strconv.Itoa(freePort(t)),
 		"--gops=false",
 		"--disable-server-tls",
-		"--tls-hubble-client-cert-file", writeFile(t, dir, "relay.pem", cc),
-		"--tls-hubble-client-key-file", writeFile(t, dir, "relay-key.pem", ck),
+		"--tls-hubble-client-cert-file", harness.WriteTestFile(t, dir, "relay.pem", cc),
+		"--tls-hubble-client-key-file", harness.WriteTestFile(t, dir, "relay-key.pem", ck),
 		"--tls-hubble-server-ca-files", caFile,
 		"--retry-timeout", "1s")
 	var relayLog bytes.Buffer
