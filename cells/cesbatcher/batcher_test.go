@@ -188,7 +188,9 @@ func TestAdoption(t *testing.T) {
 		cep("a", "x1", 1000, "10.0.0.1"), cep("a", "x2", 1000, "10.0.0.2"), cep("a", "x3", 1000, "10.0.0.3"),
 		cep("a", "y", 2000, "10.0.0.4"), cep("b", "z", 1000, "10.0.0.5"),
 	}
-	entry := func(c *ciliumv2.CiliumEndpoint) v2alpha1.CoreCiliumEndpoint { return v2alpha1.CoreFromCiliumEndpoint(c) }
+	entry := func(c *ciliumv2.CiliumEndpoint) v2alpha1.CoreCiliumEndpoint {
+		return v2alpha1.CoreFromCiliumEndpoint(c)
+	}
 	stale := entry(ceps[1])
 	stale.Networking = &ciliumv2.EndpointNetworking{NodeIP: "192.0.2.9", Addressing: ciliumv2.AddressPairList{{IPV4: "10.9.9.9"}}}
 	gone := entry(cep("a", "gone", 1000, "10.0.0.9"))

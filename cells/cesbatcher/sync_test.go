@@ -35,6 +35,7 @@ type syncEnv struct {
 	db     *statedb.DB
 	ceps   statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	slices statedb.RWTable[*v2alpha1.CiliumEndpointSlice]
+	runs   int
 }
 
 func newSyncEnv(t *testing.T, cs *k8stest.Clientset) *syncEnv {
@@ -60,6 +61,10 @@ func (e *syncEnv) run(max int) (stop func()) {
 	s := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices}, e.cs.Cilium().CiliumV2alpha1(),
 		hivetest.Logger(e.t), &k8stest.HealthRecorder{})
 	s.Delay, s.RetryDelay = 10*time.Millisecond, 20*time.Millisecond
+	// Names in creation order (ties between slices break by name).
+	e.runs++
+	n, run := 0, e.runs
+	s.NewName = func() string { n++; return fmt.Sprintf("ces-r%d-%03d", run, n) }
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Run(ctx) })

@@ -95,6 +95,8 @@ func registerCEPsOrSlices(cfg SliceConfig, db *statedb.DB, table statedb.RWTable
 	return nil
 }
 
+var _ cache.ReflectorStore = (*SliceStore)(nil)
+
 // SliceStore is a reflector's store of CiliumEndpointSlices that keeps a
 // CiliumEndpoint table equal to the endpoints the slices hold. An endpoint
 // that two slices hold for a moment (the operator moves it: it writes the
@@ -118,12 +120,11 @@ func NewSliceStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoin
 		slices: map[string]*v2alpha1.CiliumEndpointSlice{}, holders: map[string]map[string]struct{}{}}
 }
 
-func (s *SliceStore) Add(obj any) error                  { return s.Update(obj) }
-func (s *SliceStore) Resync() error                      { return nil }
-func (s *SliceStore) List() []any                        { return nil }
-func (s *SliceStore) ListKeys() []string                 { return nil }
-func (s *SliceStore) Get(any) (any, bool, error)         { return nil, false, nil }
-func (s *SliceStore) GetByKey(string) (any, bool, error) { return nil, false, nil }
+// Add adds one slice.
+func (s *SliceStore) Add(obj any) error { return s.Update(obj) }
+
+// Resync does nothing.
+func (s *SliceStore) Resync() error { return nil }
 
 // Update replaces one slice.
 func (s *SliceStore) Update(obj any) error {
