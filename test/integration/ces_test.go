@@ -169,6 +169,27 @@ func TestCiliumEndpointSlicesSameIPCache(t *testing.T) {
 	same(t, "after creating 150 CiliumEndpoints", cepMode.db, cepMode.ipc, cesMode.db, cesMode.ipc, accepted)
 	checkSlices(t, admin, ns, 150, 40)
 
+	// Steady state: one more endpoint changes one slice, and no other
+	// slice was written since (the batcher does not rewrite slices that
+	// are right).
+	before := sliceVersions(t, admin, ns)
+	if _, err := api.Create(ctx, cep(200, base), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkSlices(t, admin, ns, 151, 40)
+	changed := 0
+	for name, rv := range sliceVersions(t, admin, ns) {
+		if before[name] != rv {
+			changed++
+		}
+	}
+	if changed != 1 {
+		t.Errorf("%d slices written for one new endpoint, want 1", changed)
+	}
+	if err := api.Delete(ctx, "pod-200", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Relabel 20 (a move between slices), delete 30, add 10.
 	for i := range 20 {
 		cur, err := api.Get(ctx, fmt.Sprintf("pod-%03d", i), metav1.GetOptions{})
@@ -300,4 +321,20 @@ func checkSlices(t *testing.T, admin versioned.Interface, ns string, want, max i
 		}
 		return nil
 	})
+}
+
+// sliceVersions maps the names of ns's slices to their resourceVersions.
+func sliceVersions(t *testing.T, admin versioned.Interface, ns string) map[string]string {
+	t.Helper()
+	l, err := admin.CiliumV2alpha1().CiliumEndpointSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, ces := range l.Items {
+		if ces.Namespace == ns {
+			out[ces.Name] = ces.ResourceVersion
+		}
+	}
+	return out
 }
