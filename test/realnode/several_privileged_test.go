@@ -309,6 +309,7 @@ func checkRemoteEndpoints(t *testing.T, c *Cluster, space string, names []string
 						if f[1] != want[1] || !slices.Contains(f, c.Nodes[i].IP.String()) {
 							return fmt.Errorf("row %q; want identity %s, tunnel endpoint %s", line, want[1], c.Nodes[i].IP)
 						}
+						t.Logf("node %s: %s (slices %v)", viewer.Name, strings.Join(f, " "), slicesMode)
 						return nil
 					}
 				}
