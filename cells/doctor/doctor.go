@@ -20,7 +20,6 @@ import (
 	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/hive"
 	identitycell "github.com/cellium/cellium/cells/identity"
-	"github.com/cellium/cellium/cells/ipam"
 	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
@@ -28,6 +27,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -50,7 +50,7 @@ type Params struct {
 
 	Node     k8s.NodeName                            `optional:"true"`
 	StateDir statedir.Dir                            `optional:"true"`
-	IPAM     ipam.Lister                             `optional:"true"`
+	IPAM     statedb.Table[*ipamtables.Allocation]   `optional:"true"`
 	Links    LinkLister                              `optional:"true"`
 	Pods     statedb.Table[*corev1.Pod]              `optional:"true"`
 	CEPs     statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
@@ -245,12 +245,13 @@ func (d *Doctor) allocations(f *Facts) {
 		d.skip(f, "IP allocations: no IPAM in this agent")
 		return
 	}
-	list := d.p.IPAM.Allocations()
-	if list == nil {
+	txn := d.p.DB.ReadTxn()
+	if init, _ := d.p.IPAM.Initialized(txn); !init {
 		d.skip(f, "IP allocations: the node has no pod CIDRs yet")
 		return
 	}
-	for _, a := range list {
+	f.Allocations = []Allocation{}
+	for a := range d.p.IPAM.All(txn) {
 		f.Allocations = append(f.Allocations, Allocation{IP: a.IP, Owner: a.Owner})
 	}
 	f.AllocationsKnown = true

@@ -27,11 +27,11 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	identitycell "github.com/cellium/cellium/cells/identity"
-	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -41,21 +41,35 @@ const (
 	nodeIP   = "192.168.7.10"
 )
 
+// fakeIPAM stands in for the IPAM cell: it writes the real allocations
+// table, which it initializes (the node has pod CIDRs) with the first
+// address it adds.
 type fakeIPAM struct {
-	mu     sync.Mutex
-	allocs []ipam.Allocation
+	db       *statedb.DB
+	table    statedb.RWTable[*ipamtables.Allocation]
+	initDone func(statedb.WriteTxn)
 }
 
-func (f *fakeIPAM) Allocations() []ipam.Allocation {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]ipam.Allocation(nil), f.allocs...)
+// newFakeIPAM creates the table, not initialized.
+func newFakeIPAM(db *statedb.DB) (*fakeIPAM, statedb.Table[*ipamtables.Allocation], error) {
+	table, err := ipamtables.NewTable(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	txn := db.WriteTxn(table)
+	done := table.RegisterInitializer(txn, "test")
+	txn.Commit()
+	return &fakeIPAM{db: db, table: table, initDone: done}, table, nil
 }
 
 func (f *fakeIPAM) add(ip, owner string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.allocs = append(f.allocs, ipam.Allocation{IP: netip.MustParseAddr(ip), Owner: owner})
+	txn := f.db.WriteTxn(f.table)
+	f.table.Insert(txn, &ipamtables.Allocation{IP: netip.MustParseAddr(ip), Owner: owner})
+	if f.initDone != nil {
+		f.initDone(txn)
+		f.initDone = nil
+	}
+	txn.Commit()
 }
 
 // fakeLinks returns links, then after each call the next entry of later
@@ -111,8 +125,17 @@ type env struct {
 // tables holding a clean node: a pod endpoint and the health endpoint.
 func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 	t.Helper()
+	e := startEmpty(t, settle, extra...)
+	e.cleanNode()
+	return e
+}
+
+// startEmpty runs the doctor like start, with empty tables and IPAM
+// without pod CIDRs.
+func startEmpty(t *testing.T, settle string, extra ...hive.Cell) *env {
+	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, ipam: &fakeIPAM{}, links: &fakeLinks{}, stateDir: filepath.Join(dir, "state")}
+	e := &env{t: t, links: &fakeLinks{}, stateDir: filepath.Join(dir, "state")}
 	socket := filepath.Join(dir, "api.sock")
 	hivetest.Start(t, []string{"--state-dir=" + e.stateDir, "--socket-path=" + socket, "--doctor-settle-time=" + settle},
 		statedir.Cell,
@@ -124,7 +147,11 @@ func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			func() k8s.NodeName { return nodeName },
-			func() ipam.Lister { return e.ipam },
+			func(db *statedb.DB) (statedb.Table[*ipamtables.Allocation], error) {
+				f, table, err := newFakeIPAM(db)
+				e.ipam = f
+				return table, err
+			},
 			func() doctor.LinkLister { return e.links },
 		),
 		doctor.Cell,
@@ -148,7 +175,6 @@ func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
 	t.Cleanup(e.api.CloseIdleConnections)
-	e.cleanNode()
 	return e
 }
 
@@ -326,10 +352,7 @@ func TestCEPChecksOffWithoutCEPs(t *testing.T) {
 // TestUnsyncedSourcesAreSkipped: checks whose source is not ready are
 // listed as skipped, not reported as faults.
 func TestUnsyncedSourcesAreSkipped(t *testing.T) {
-	e := start(t, "0")
-	e.ipam.mu.Lock()
-	e.ipam.allocs = nil // no pod CIDRs yet
-	e.ipam.mu.Unlock()
+	e := startEmpty(t, "0") // no pod CIDRs yet
 	r, raw := e.doctor()
 	if len(r.Findings) != 0 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0], "no pod CIDRs") {
 		t.Errorf("report %s: want no findings and the IP checks skipped", raw)

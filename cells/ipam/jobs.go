@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/tables"
@@ -43,6 +44,8 @@ type allocatorParams struct {
 
 	StateDir  statedir.Dir
 	NodeName  k8s.NodeName
+	DB        *statedb.DB
+	Table     statedb.RWTable[*ipamtables.Allocation]
 	Lifecycle hive.Lifecycle
 	Log       *slog.Logger
 }
@@ -52,6 +55,7 @@ type allocatorParams struct {
 func newAllocator(p allocatorParams) *allocator {
 	store := newStateStore(filepath.Join(string(p.StateDir), StateSubdir, StateFileName), "")
 	a := newAllocatorCore(string(p.NodeName), store, p.Log)
+	a.attachTable(p.DB, p.Table)
 	p.Lifecycle.Append(hive.Hook{
 		Name: "ipam-restore",
 		OnStart: func(context.Context) error {

@@ -8,7 +8,9 @@ import (
 )
 
 // Cell needs k8s.NodeName, k8s.Clientset, the k8s nodes and CiliumNodes
-// tables, and ipam.Allocator and ipam.Lookup (from ipam.Cell).
+// tables, ipam.Allocator (to allocate the health IP) and the IPAM
+// allocations table (statedb/ipam, to read it and the router IP back),
+// both from ipam.Cell.
 var Cell = hive.Module("nodediscovery", "Local CiliumNode and the nodes table",
 	// --auto-create-cilium-node-resource.
 	hive.Config(DefaultConfig),

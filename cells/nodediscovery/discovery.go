@@ -16,6 +16,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
@@ -32,7 +33,7 @@ type discovery struct {
 	ciliumNodes statedb.Table[*ciliumv2.CiliumNode]
 	local       statedb.RWTable[*nodes.LocalNode]
 	allocator   ipam.Allocator
-	lookup      ipam.Lookup
+	allocs      statedb.Table[*ipamtables.Allocation]
 	autoCreate  bool
 	log         *slog.Logger
 
@@ -55,7 +56,7 @@ type discoveryParams struct {
 	CiliumNodes statedb.Table[*ciliumv2.CiliumNode]
 	LocalNode   statedb.RWTable[*nodes.LocalNode]
 	Allocator   ipam.Allocator
-	Lookup      ipam.Lookup
+	Allocations statedb.Table[*ipamtables.Allocation]
 	Lifecycle   hive.Lifecycle
 	Jobs        hive.Jobs
 	Log         *slog.Logger
@@ -69,7 +70,7 @@ func registerDiscovery(p discoveryParams) {
 		ciliumNodes: p.CiliumNodes,
 		local:       p.LocalNode,
 		allocator:   p.Allocator,
-		lookup:      p.Lookup,
+		allocs:      p.Allocations,
 		autoCreate:  p.Config.AutoCreateCiliumNodeResource,
 		log:         p.Log,
 		changed:     make(chan struct{}),
@@ -123,10 +124,10 @@ func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
 		}
 	}
 	h.OK("waiting for pod CIDRs")
-	held, err := d.lookup.OwnedBy(ctx, ipam.HealthOwner)
-	if err != nil {
+	if err := tables.WaitInitialized(ctx, d.db, d.allocs); err != nil {
 		return fmt.Errorf("health IP: %w", err)
 	}
+	held := ipamtables.OwnedBy(d.db.ReadTxn(), d.allocs, ipamtables.HealthOwner)
 	candidates = append(candidates, held...)
 
 	var ip netip.Addr
@@ -152,7 +153,7 @@ func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
 			}
 		}
 	}
-	router, _ := d.allocator.RouterIP()
+	router, _ := ipamtables.RouterIP(d.db.ReadTxn(), d.allocs)
 	d.log.Info("health endpoint address", "ip", ip, "routerIP", router)
 	d.setAddrs(ip, router)
 	h.OK("health IP " + ip.String())
