@@ -45,8 +45,9 @@ type allocatorOptions struct {
 
 // allocator is the CRD-mode Allocator.
 //
-// Reading: the k8s cells mirror every CiliumIdentity into a table; the
-// allocator indexes it by labels (labelIndex).
+// Reading: the k8s cells mirror every CiliumIdentity into a table indexed
+// by labels (k8stables.CiliumIdentityLabelsIndex); the allocator queries
+// it (identities).
 //
 // Writing: a new label set gets a number chosen deterministically from
 // its labels (see create), so agents racing on the same labels try the
@@ -62,7 +63,7 @@ type allocator struct {
 	client ciliumv2client.CiliumIdentityInterface // nil without a Kubernetes API
 	opts   allocatorOptions
 
-	idx   *labelIndex
+	idx   identities
 	locks keyLocks
 	rec   *reconciler.Reconciler[*allocation]
 
@@ -85,7 +86,7 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 	}
 	a := &allocator{
 		log: log, db: db, cids: cids, allocs: allocs, client: client, opts: opts,
-		idx: newLabelIndex(db, cids),
+		idx: identities{table: cids},
 	}
 	rec, err := reconciler.New(db, reconciler.Config[*allocation]{
 		Name:         "identity-allocations",
@@ -105,11 +106,10 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 	return a, nil
 }
 
-// jobs are the allocator's background work: the label index, the watch
-// for deleted or marked identities in use, and the reconciler.
+// jobs are the allocator's background work: the watch for deleted or
+// marked identities in use, and the reconciler.
 func (a *allocator) jobs() []hive.Job {
 	return []hive.Job{
-		a.idx.job(),
 		hive.ObserveTable("identity-in-use-watch", a.db, a.cids, a.onIdentityChange),
 		reconcilejob.Job("identity-allocations", a.rec, nil),
 	}
@@ -197,10 +197,7 @@ func (a *allocator) resolve(ctx context.Context, lbls labels.Labels, key string)
 	if err := a.waitListed(ctx); err != nil {
 		return 0, err
 	}
-	if _, err := a.idx.sync(a.db.ReadTxn()); err != nil {
-		return 0, err
-	}
-	if e, ok := a.idx.preferred(key, a.inRange); ok {
+	if e, ok := a.idx.preferred(a.db.ReadTxn(), key, a.inRange); ok {
 		return e.id, nil
 	}
 	return a.create(ctx, lbls, key)
@@ -232,7 +229,7 @@ func (a *allocator) create(ctx context.Context, lbls labels.Labels, key string) 
 	start := probeStart(key, span)
 	for i := uint64(0); i < span; i++ {
 		n := a.opts.Min + identity.NumericIdentity((start+i)%span)
-		if e, ok := a.idx.get(n); ok {
+		if e, ok := a.idx.get(a.db.ReadTxn(), n); ok {
 			if e.key == key {
 				return n, nil // created meanwhile by another agent
 			}
@@ -323,10 +320,7 @@ func (a *allocator) converge(ctx context.Context, created *ciliumv2.CiliumIdenti
 		a.log.Warn("Created CiliumIdentity not seen in the watch yet; not checking for duplicates", "identity", id)
 		return id, nil
 	}
-	if _, err := a.idx.sync(txn); err != nil {
-		return 0, err
-	}
-	best, ok := a.idx.preferred(key, a.inRange)
+	best, ok := a.idx.preferred(txn, key, a.inRange)
 	if !ok || best.id == id {
 		return id, nil
 	}
@@ -430,8 +424,7 @@ func (a *allocator) Lookup(id identity.NumericIdentity) (Identity, bool) {
 	if row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id)); ok {
 		return Identity{ID: id, Labels: row.Labels}, true
 	}
-	_, _ = a.idx.sync(txn) // before start the index is empty: nothing to find
-	if e, ok := a.idx.get(id); ok {
+	if e, ok := a.idx.get(txn, id); ok {
 		return Identity{ID: id, Labels: e.labels}, true
 	}
 	return Identity{}, false
@@ -444,8 +437,7 @@ func (a *allocator) list() []Identity {
 		m[r.ID] = Identity{ID: r.ID, Labels: r.Labels}
 	}
 	txn := a.db.ReadTxn()
-	_, _ = a.idx.sync(txn)
-	for _, e := range a.idx.all() {
+	for _, e := range a.idx.all(txn) {
 		m[e.id] = Identity{ID: e.id, Labels: e.labels}
 	}
 	for row := range a.allocs.All(txn) {

@@ -19,7 +19,8 @@ var Cell = hive.Module("identity-allocator", "Allocates numeric security identit
 	hive.Config(DefaultConfig),
 	// This agent's references, one row per identity it uses; private because only the allocator writes it.
 	hive.ProvidePrivate(newAllocationsTable),
-	// The allocator itself; registers its jobs (label index, watch, reconciler).
+	// The allocator itself; registers its jobs (watch, reconciler); it finds
+	// identities by labels with the CiliumIdentity table's labels index.
 	hive.ProvidePrivate(newAllocator),
 	// What the endpoint manager consumes: the narrow interface, not the implementation.
 	hive.Provide(asAllocator),
