@@ -15,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/cilium/statedb"
-	"github.com/cilium/statedb/index"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,7 +25,6 @@ import (
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
-	identitycell "github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
@@ -92,29 +90,13 @@ func (f *fakeLinks) ListHostLinks() ([]doctor.HostLink, error) {
 	return out, nil
 }
 
-// identityRow has the JSON form of the identity allocator's rows.
-type identityRow struct {
-	ID   identity.NumericIdentity `json:"id"`
-	Refs int                      `json:"refs"`
-}
-
-func (r *identityRow) TableHeader() []string { return []string{"ID"} }
-func (r *identityRow) TableRow() []string    { return []string{r.ID.StringID()} }
-
-var identityRowIndex = statedb.Index[*identityRow, uint32]{
-	Name:       "id",
-	FromObject: func(r *identityRow) index.KeySet { return index.NewKeySet(index.Uint32(uint32(r.ID))) },
-	FromKey:    index.Uint32,
-	Unique:     true,
-}
-
 type env struct {
 	t        *testing.T
 	db       *statedb.DB
 	eps      statedb.RWTable[*endpoints.Endpoint]
 	pods     statedb.RWTable[*corev1.Pod]
 	ceps     statedb.RWTable[*ciliumv2.CiliumEndpoint]
-	ids      statedb.RWTable[*identityRow]
+	ids      statedb.RWTable[*identity.Allocation]
 	ipam     *fakeIPAM
 	links    *fakeLinks
 	stateDir string
@@ -153,15 +135,12 @@ func startEmpty(t *testing.T, settle string, extra ...hive.Cell) *env {
 				return table, err
 			},
 			func() doctor.LinkLister { return e.links },
+			identity.NewAllocationsTable, statedb.RWTable[*identity.Allocation].ToTable,
 		),
 		doctor.Cell,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, eps statedb.RWTable[*endpoints.Endpoint], pods statedb.RWTable[*corev1.Pod],
-			local statedb.RWTable[*nodes.LocalNode], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]) error {
-			ids, err := statedb.NewTable(db, identitycell.AllocationsTable, identityRowIndex)
-			if err != nil {
-				return err
-			}
+			local statedb.RWTable[*nodes.LocalNode], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint], ids statedb.RWTable[*identity.Allocation]) error {
 			e.db, e.eps, e.pods, e.ceps, e.ids = db, eps, pods, ceps, ids
 			txn := db.WriteTxn(local)
 			if _, _, err := local.Insert(txn, &nodes.LocalNode{Name: nodeName, InternalIP: netip.MustParseAddr(nodeIP)}); err != nil {
@@ -199,7 +178,7 @@ func (e *env) cleanNode() {
 	other := cep("default", "elsewhere") // another node's: not ours to judge
 	other.Status.Networking.NodeIP = "192.168.7.99"
 	e.ceps.Insert(txn, other)
-	e.ids.Insert(txn, &identityRow{ID: 70000, Refs: 1})
+	e.ids.Insert(txn, &identity.Allocation{ID: 70000, Refs: 1})
 	txn.Commit()
 	e.ipam.add("10.0.0.1", "router")
 	e.ipam.add("10.0.0.2", "health")
@@ -269,7 +248,7 @@ func TestPlantedFaultsAreNamed(t *testing.T) {
 	e.eps.Insert(txn, &endpoints.Endpoint{ID: 3, ContainerID: "c-x", PodNamespace: "default", PodName: "x",
 		CEPNamespace: "default", CEPName: "x", HostIfName: "lxcx", IPv4: netip.MustParseAddr("10.0.0.33"), Identity: 70001})
 	// An identity with one reference more than endpoints using it.
-	e.ids.Insert(txn, &identityRow{ID: 70002, Refs: 1})
+	e.ids.Insert(txn, &identity.Allocation{ID: 70002, Refs: 1})
 	txn.Commit()
 	// Orphan veth.
 	e.links.links = append(e.links.links, doctor.HostLink{Name: "lxcorphan", ContainerID: "c-old"})

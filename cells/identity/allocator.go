@@ -59,13 +59,13 @@ type allocator struct {
 	log    *slog.Logger
 	db     *statedb.DB
 	cids   statedb.Table[*ciliumv2.CiliumIdentity]
-	allocs statedb.RWTable[*allocation]
+	allocs statedb.RWTable[*identity.Allocation]
 	client ciliumv2client.CiliumIdentityInterface // nil without a Kubernetes API
 	opts   allocatorOptions
 
 	idx   identities
 	locks keyLocks
-	rec   *reconciler.Reconciler[*allocation]
+	rec   *reconciler.Reconciler[*identity.Allocation]
 
 	// restored maps the labels key of an identity that restored endpoints
 	// used before the agent restarted to its number (see Restore).
@@ -76,7 +76,7 @@ type allocator struct {
 // newAllocatorWith validates opts and builds the allocator; it starts
 // nothing (see jobs).
 func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*ciliumv2.CiliumIdentity],
-	allocs statedb.RWTable[*allocation], client ciliumv2client.CiliumIdentityInterface, opts allocatorOptions,
+	allocs statedb.RWTable[*identity.Allocation], client ciliumv2client.CiliumIdentityInterface, opts allocatorOptions,
 ) (*allocator, error) {
 	if opts.Min == identity.InvalidIdentity || opts.Min > opts.Max {
 		return nil, fmt.Errorf("identity allocator: invalid range %d..%d", opts.Min, opts.Max)
@@ -88,11 +88,11 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 		log: log, db: db, cids: cids, allocs: allocs, client: client, opts: opts,
 		idx: identities{table: cids},
 	}
-	rec, err := reconciler.New(db, reconciler.Config[*allocation]{
+	rec, err := reconciler.New(db, reconciler.Config[*identity.Allocation]{
 		Name:         "identity-allocations",
 		Table:        allocs,
-		GetStatus:    func(a *allocation) reconciler.Status { return a.Status },
-		SetStatus:    func(a *allocation, s reconciler.Status) *allocation { return a.with(a.Refs, s) },
+		GetStatus:    func(a *identity.Allocation) reconciler.Status { return a.Status },
+		SetStatus:    func(a *identity.Allocation, s reconciler.Status) *identity.Allocation { return a.With(a.Refs, s) },
 		Operations:   &identityOps{log: log, cids: cids, client: client},
 		FullInterval: fullReconcileInterval,
 		RetryMin:     100 * time.Millisecond,
@@ -358,11 +358,11 @@ func (a *allocator) waitVisible(ctx context.Context, created *ciliumv2.CiliumIde
 func (a *allocator) addRefByKey(key string) (identity.NumericIdentity, bool) {
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok := a.allocs.Get(txn, allocLabelsIndex.Query(key))
+	row, _, ok := a.allocs.Get(txn, identity.AllocationLabelsIndex.Query(key))
 	if !ok {
 		return 0, false
 	}
-	if _, _, err := a.allocs.Insert(txn, row.with(row.Refs+1, row.Status)); err != nil {
+	if _, _, err := a.allocs.Insert(txn, row.With(row.Refs+1, row.Status)); err != nil {
 		return 0, false
 	}
 	txn.Commit()
@@ -374,14 +374,14 @@ func (a *allocator) addRefByKey(key string) (identity.NumericIdentity, bool) {
 func (a *allocator) addRef(id identity.NumericIdentity, lbls labels.Labels) error {
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id))
+	row, _, ok := a.allocs.Get(txn, identity.AllocationIDIndex.Query(id))
 	switch {
 	case !ok:
-		row = &allocation{ID: id, Labels: lbls, Refs: 1, Status: reconciler.Pending()}
+		row = &identity.Allocation{ID: id, Labels: lbls, Refs: 1, Status: reconciler.Pending()}
 	case !row.Labels.Equal(lbls):
 		return fmt.Errorf("identity %d is in use here with labels %v: %w", id, row.Labels, ErrIdentityConflict)
 	default:
-		row = row.with(row.Refs+1, row.Status)
+		row = row.With(row.Refs+1, row.Status)
 	}
 	if _, _, err := a.allocs.Insert(txn, row); err != nil {
 		return fmt.Errorf("record identity %d: %w", id, err)
@@ -397,7 +397,7 @@ func (a *allocator) Release(_ context.Context, id identity.NumericIdentity) erro
 	}
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id))
+	row, _, ok := a.allocs.Get(txn, identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return fmt.Errorf("release identity %d: %w", id, ErrNotAllocated)
 	}
@@ -405,7 +405,7 @@ func (a *allocator) Release(_ context.Context, id identity.NumericIdentity) erro
 	if row.Refs <= 1 {
 		_, _, err = a.allocs.Delete(txn, row)
 	} else {
-		_, _, err = a.allocs.Insert(txn, row.with(row.Refs-1, row.Status))
+		_, _, err = a.allocs.Insert(txn, row.With(row.Refs-1, row.Status))
 	}
 	if err != nil {
 		return fmt.Errorf("release identity %d: %w", id, err)
@@ -421,7 +421,7 @@ func (a *allocator) Lookup(id identity.NumericIdentity) (Identity, bool) {
 		return Identity{ID: id, Labels: r.Labels}, true
 	}
 	txn := a.db.ReadTxn()
-	if row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id)); ok {
+	if row, _, ok := a.allocs.Get(txn, identity.AllocationIDIndex.Query(id)); ok {
 		return Identity{ID: id, Labels: row.Labels}, true
 	}
 	if e, ok := a.idx.get(txn, id); ok {
@@ -456,7 +456,7 @@ func (a *allocator) onIdentityChange(_ context.Context, change statedb.Change[*c
 	if err != nil {
 		return nil
 	}
-	row, _, ok := a.allocs.Get(a.db.ReadTxn(), allocIDIndex.Query(id))
+	row, _, ok := a.allocs.Get(a.db.ReadTxn(), identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return nil
 	}
@@ -465,13 +465,13 @@ func (a *allocator) onIdentityChange(_ context.Context, change statedb.Change[*c
 	}
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok = a.allocs.Get(txn, allocIDIndex.Query(id))
+	row, _, ok = a.allocs.Get(txn, identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return nil
 	}
 	// Always a new revision, even if already pending: a reconciliation in
 	// flight may have read the table before this change.
-	if _, _, err := a.allocs.Insert(txn, row.with(row.Refs, reconciler.Pending())); err != nil {
+	if _, _, err := a.allocs.Insert(txn, row.With(row.Refs, reconciler.Pending())); err != nil {
 		return fmt.Errorf("mark identity %d for repair: %w", id, err)
 	}
 	txn.Commit()

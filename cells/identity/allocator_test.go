@@ -418,7 +418,7 @@ func TestRecreateConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "a conflict in the allocation's status", func() error {
-		row, _, ok := ag.alloc.allocs.Get(ag.db.ReadTxn(), allocIDIndex.Query(id.ID))
+		row, _, ok := ag.alloc.allocs.Get(ag.db.ReadTxn(), identity.AllocationIDIndex.Query(id.ID))
 		if !ok {
 			return fmt.Errorf("row gone")
 		}
