@@ -414,9 +414,10 @@ func (a *allocator) Release(_ context.Context, id identity.NumericIdentity) erro
 	return nil
 }
 
-// Lookup implements Allocator: reserved identities, those this agent uses
-// and every CiliumIdentity of the cluster.
-func (a *allocator) Lookup(id identity.NumericIdentity) (Identity, bool) {
+// lookup finds an identity by number (GET /v1/identity/{id}): reserved
+// identities, those this agent uses and every CiliumIdentity of the
+// cluster.
+func (a *allocator) lookup(id identity.NumericIdentity) (Identity, bool) {
 	if r, ok := identity.LookupReserved(id); ok {
 		return Identity{ID: id, Labels: r.Labels}, true
 	}

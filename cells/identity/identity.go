@@ -19,7 +19,10 @@ type Identity struct {
 }
 
 // Allocator resolves label sets to identities and counts this agent's
-// references to them. Safe for concurrent use.
+// references to them. Safe for concurrent use. It has no lookup: readers
+// of identities query the CiliumIdentity table (by name, or by labels with
+// k8stables.CiliumIdentityLabelsIndex) and the identity-allocations table
+// (statedb/identity).
 type Allocator interface {
 	// Allocate returns the identity of lbls, creating the CiliumIdentity if
 	// none exists, and takes a reference. Reserved label sets (e.g.
@@ -28,8 +31,6 @@ type Allocator interface {
 	// Release drops a reference taken by Allocate. The object itself is
 	// left to the operator's identity GC.
 	Release(ctx context.Context, id identity.NumericIdentity) error
-	// Lookup returns a known identity by number.
-	Lookup(id identity.NumericIdentity) (Identity, bool)
 }
 
 // Restorer is implemented by allocators that can use the identities of
