@@ -28,13 +28,15 @@ var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 	// The allocator; its start hook reads <--state-dir>/ipam. Private: others
 	// get only the narrow interfaces below.
 	hive.ProvidePrivate(newAllocator),
-	// Allocator for the endpoint manager and node discovery, the writers
-	// of allocation requests. Readers use the table.
+	// Allocator for the endpoint manager, whose CNI requests claim and
+	// release addresses. Readers use the table.
 	hive.Provide(asAllocator),
 	// POST/DELETE/GET /v1/ipam on the agent API; POST answers with the
 	// PodMTU (optional, from cni-config) too.
 	hive.Provide(apiHandlers),
-	// Jobs: build the pool from this node's CiliumNode pod CIDRs; release
+	// Jobs: build the pool from this node's CiliumNode pod CIDRs; allocate
+	// the health endpoint's address (the CiliumNode's, if it publishes
+	// one, so that it survives a lost state directory); release
 	// restored addresses of pods that no longer exist; free pod addresses
 	// no endpoint has used for --ipam-gc-grace (needs the endpoints table).
 	hive.Invoke(registerJobs),

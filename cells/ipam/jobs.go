@@ -92,6 +92,10 @@ func registerJobs(p jobsParams) {
 	p.Jobs.Add(hive.Service("pod-cidrs", nil, func(ctx context.Context, h hive.Health) {
 		followPodCIDRs(ctx, h, p.DB, p.CiliumNodes, a, p.Log)
 	}))
+	// The health endpoint's address, kept across restarts.
+	p.Jobs.Add(hive.OneShot("health-ip", func(ctx context.Context, h hive.Health) error {
+		return allocateHealthIP(ctx, h, p.DB, p.CiliumNodes, a, p.Log)
+	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
 	if p.Pods != nil {
 		p.Jobs.Add(hive.OneShot("restore-gc", func(ctx context.Context, h hive.Health) error {
 			return restoreGC(ctx, h, p.DB, p.Pods, a, restoreGCGrace, restoreGCInterval, p.Log)

@@ -46,12 +46,12 @@ var smallInterfaces = map[string]string{
 // pendingCalls are the calls between cells that have not become tables
 // yet, keyed "<calling cell> -> <interface>".
 var pendingCalls = map[string]string{
-	// Allocation requests: the endpoint manager and node discovery ask IPAM
-	// for addresses and get an answer in the same call (the CNI ADD waits
-	// on it). Every read of IPAM's state goes through the ipam-allocations
-	// table; the requests would become a request table IPAM answers.
+	// Allocation requests: the endpoint manager claims and releases
+	// addresses for the CNI API and gets the answer in the same call (the
+	// CNI ADD waits on it). Every read of IPAM's state goes through the
+	// ipam-allocations table; the requests would become a request table
+	// IPAM answers.
 	"endpointmanager -> cells/ipam.Allocator": "address claims and releases of the CNI API (PUT/DELETE /v1/endpoint)",
-	"nodediscovery -> cells/ipam.Allocator":   "allocation of the health endpoint's address",
 	// Identity requests: the endpoint manager takes and drops references
 	// (Allocate/Release); lookups go through the CiliumIdentity and
 	// identity-allocations tables.
