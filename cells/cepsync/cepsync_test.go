@@ -113,6 +113,10 @@ func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identityc
 	}
 	return identitycell.Identity{ID: id, Labels: l}, nil
 }
+
+// Restore ignores restored identities: the fake allocates without an API.
+func (f *fakeIdentities) Restore(labels.Labels, identity.NumericIdentity) {}
+
 func (f *fakeIdentities) Release(context.Context, identity.NumericIdentity) error { return nil }
 func (f *fakeIdentities) Lookup(identity.NumericIdentity) (identitycell.Identity, bool) {
 	return identitycell.Identity{}, false

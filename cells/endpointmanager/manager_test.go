@@ -256,6 +256,10 @@ func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identityc
 	f.refs[id]++
 	return identitycell.Identity{ID: id, Labels: l}, nil
 }
+
+// Restore ignores restored identities: the fake allocates without an API.
+func (f *fakeIdentities) Restore(labels.Labels, identity.NumericIdentity) {}
+
 func (f *fakeIdentities) Release(_ context.Context, id identity.NumericIdentity) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -152,7 +152,7 @@ func (a *allocator) Allocate(ctx context.Context, lbls labels.Labels) (Identity,
 	return Identity{ID: id, Labels: lbls}, nil
 }
 
-// Restore implements Restorer.
+// Restore implements Allocator.
 func (a *allocator) Restore(lbls labels.Labels, id identity.NumericIdentity) {
 	if id.IsReserved() || !a.inRange(id) || lbls.Len() == 0 {
 		return

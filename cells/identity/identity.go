@@ -31,16 +31,12 @@ type Allocator interface {
 	// Release drops a reference taken by Allocate. The object itself is
 	// left to the operator's identity GC.
 	Release(ctx context.Context, id identity.NumericIdentity) error
-}
-
-// Restorer is implemented by allocators that can use the identities of
-// endpoints restored from their state files before the cluster's
-// identities are listed: after a boot with the API server unreachable,
-// Allocate of a restored label set returns its restored number at once
-// instead of waiting for the API. The reference is kept in the API as
-// usual once it is reachable; a conflict (the number was reused for other
-// labels while the agent was down) is reported by the allocator's health.
-type Restorer interface {
-	// Restore records that lbls had identity id before the restart.
+	// Restore records that lbls had identity id before the restart (an
+	// endpoint restored from its state file): after a boot with the API
+	// server unreachable, Allocate of a restored label set returns its
+	// restored number at once instead of waiting for the API. The
+	// reference is kept in the API as usual once it is reachable; a
+	// conflict (the number was reused for other labels while the agent
+	// was down) is reported by the allocator's health.
 	Restore(lbls labels.Labels, id identity.NumericIdentity)
 }

@@ -53,10 +53,10 @@ var pendingCalls = map[string]string{
 	// IPAM answers.
 	"endpointmanager -> cells/ipam.Allocator": "address claims and releases of the CNI API (PUT/DELETE /v1/endpoint)",
 	// Identity requests: the endpoint manager takes and drops references
-	// (Allocate/Release); lookups go through the CiliumIdentity and
+	// (Allocate/Release) and hands over the identities of restored
+	// endpoints (Restore); lookups go through the CiliumIdentity and
 	// identity-allocations tables.
 	"endpointmanager -> cells/identity.Allocator": "identity references of endpoints",
-	"endpointmanager -> cells/identity.Restorer":  "identities of restored endpoints handed to the allocator at start",
 	// The doctor reads the CiliumEndpoints the ipcache refuses from a
 	// list the ipcache deriver keeps beside its table; a status column on
 	// a table of CEPs would replace it (cells/ipcache is being reworked
