@@ -86,3 +86,23 @@ func TestInvalidFlagValueNamesFlag(t *testing.T) {
 		}
 	}
 }
+
+// With --enable-cilium-endpoint-slice the agent's CiliumEndpoint table is
+// filled from the slices: it watches slices, not CiliumEndpoints.
+func TestCiliumEndpointSliceMode(t *testing.T) {
+	out, err := run(t, "hive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "--enable-cilium-endpoint-slice=false (default false)") ||
+		!strings.Contains(out, "job-reflect-k8s-cilium-endpoints (") || strings.Contains(out, "job-reflect-k8s-cilium-endpoint-slices") {
+		t.Errorf("default agent: want the flag off and a CiliumEndpoint watch only:\n%s", out)
+	}
+	out, err = run(t, "hive", "--enable-cilium-endpoint-slice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "job-reflect-k8s-cilium-endpoints (") || !strings.Contains(out, "job-reflect-k8s-cilium-endpoint-slices (") {
+		t.Errorf("slice mode: want a slice watch instead of the CiliumEndpoint watch:\n%s", out)
+	}
+}

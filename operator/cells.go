@@ -3,6 +3,7 @@
 package operator
 
 import (
+	"github.com/cellium/cellium/cells/cesbatcher"
 	"github.com/cellium/cellium/cells/clusterpool"
 	"github.com/cellium/cellium/cells/crdregister"
 	"github.com/cellium/cellium/cells/endpointgc"
@@ -37,6 +38,9 @@ var ControlPlane = hive.Module("operator-controlplane", "Operator control plane"
 	endpointgc.Cell,
 	// Deletes CiliumIdentities no CiliumEndpoint uses (leader only).
 	identitygc.Cell,
+	// CiliumEndpoints batched into CiliumEndpointSlices (leader only;
+	// --enable-cilium-endpoint-slice).
+	cesbatcher.Cell,
 	// CNP/CCNP status conditions Valid and Supported (written by the leader only).
 	policyvalidator.Cell,
 )

@@ -71,3 +71,33 @@ func TestServiceMapFlags(t *testing.T) {
 		t.Errorf("want an error asking for --hubble-relay-address, got %v", err)
 	}
 }
+
+// The slice batcher is in the operator graph, off by default; with
+// --enable-cilium-endpoint-slice its table and job wire up, and a slice
+// mode other than identity is refused with the flag's name.
+func TestCiliumEndpointSliceFlags(t *testing.T) {
+	out, err := run(t, "hive", "--leader-election=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Ⓜ️ ces-batcher (Batches CiliumEndpoints into CiliumEndpointSlices):",
+		"--enable-cilium-endpoint-slice=false (default false)",
+		"--ces-max-ciliumendpoints-per-ces=100 (default 100)",
+		"--ces-slice-mode=identity (default identity)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("operator hive output lacks %q", want)
+		}
+	}
+	out, err = run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "job-reflect-k8s-cilium-endpoint-slices") {
+		t.Errorf("with --enable-cilium-endpoint-slice the hive has no slice table:\n%s", out)
+	}
+	if _, err := run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice", "--ces-slice-mode=fcfs"); err == nil || !strings.Contains(err.Error(), "--ces-slice-mode") {
+		t.Errorf("--ces-slice-mode=fcfs: err = %v, want one naming the flag", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
 	"github.com/cellium/cellium/api/client/clientset/versioned/fake"
 	"github.com/cellium/cellium/statedb/endpoints"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -21,6 +22,13 @@ import (
 // placeholder of an endpoint whose state file was unreadable (matched by
 // endpoint ID); it deletes the others of this node.
 func TestPruneKeepsPendingEndpointsCEPs(t *testing.T) {
+	t.Run("CiliumEndpoints", func(t *testing.T) { testPruneKeepsPending(t, false) })
+	// With --enable-cilium-endpoint-slice the table holds what the slices
+	// keep (no UID, no endpoint ID): Prune reads the real CEPs.
+	t.Run("CiliumEndpointSlices", func(t *testing.T) { testPruneKeepsPending(t, true) })
+}
+
+func testPruneKeepsPending(t *testing.T, fromSlices bool) {
 	const nodeIP = "192.0.2.10"
 	cep := func(name string, id int64) *ciliumv2.CiliumEndpoint {
 		return &ciliumv2.CiliumEndpoint{
@@ -46,7 +54,12 @@ func TestPruneKeepsPendingEndpointsCEPs(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	txn := db.WriteTxn(cepTable, epTable)
 	for _, c := range objs {
-		cepTable.Insert(txn, c)
+		row := c
+		if fromSlices {
+			core := v2alpha1.CoreFromCiliumEndpoint(c)
+			row = core.CiliumEndpoint(c.Namespace)
+		}
+		cepTable.Insert(txn, row)
 		if _, err := client.CiliumV2().CiliumEndpoints("ns").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -261,6 +261,22 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, desired iter.Seq2
 		}
 	}
 	for _, cep := range stale {
+		if cep.UID == "" {
+			// A CiliumEndpoint rebuilt from a CiliumEndpointSlice
+			// (--enable-cilium-endpoint-slice) has no UID and only part of
+			// its status: read the real one and check it again.
+			real, err := t.client.CiliumV2().CiliumEndpoints(cep.Namespace).Get(ctx, cep.Name, metav1.GetOptions{})
+			if k8serrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("get CiliumEndpoint %s/%s: %w", cep.Namespace, cep.Name, err)
+			}
+			if statusNode(real) != nodeIP || t.pending(rtxn, real) {
+				continue
+			}
+			cep = real
+		}
 		t.log.Info("deleting stale CiliumEndpoint of this node", "cep", cep.Namespace+"/"+cep.Name, "uid", cep.UID)
 		if err := t.deleteUID(ctx, cep.Namespace, cep.Name, cep.UID); err != nil {
 			return err

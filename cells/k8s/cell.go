@@ -18,7 +18,7 @@ var ClientCell = hive.Module("k8s-client", "Kubernetes client",
 // and Cilium objects.
 var AgentResourcesCell = hive.Module("k8s-resources", "Kubernetes resources in statedb",
 	LocalPodsCell, NamespacesCell, NodesCell, NetworkPoliciesCell,
-	CNPsCell, CCNPsCell, CiliumEndpointsCell, CiliumNodesCell, CiliumIdentitiesCell,
+	CNPsCell, CCNPsCell, AgentCiliumEndpointsCell, CiliumNodesCell, CiliumIdentitiesCell,
 	ServicesCell, EndpointSlicesCell,
 )
 

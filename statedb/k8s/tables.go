@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
 	"github.com/cellium/cellium/statedb/labels"
 )
 
@@ -41,6 +42,9 @@ const (
 	CiliumIdentitiesTable = "k8s-cilium-identities"
 	ServicesTable         = "k8s-services"
 	EndpointSlicesTable   = "k8s-endpoint-slices"
+	// CiliumEndpointSlicesTable is the operator's mirror of the
+	// CiliumEndpointSlices it writes.
+	CiliumEndpointSlicesTable = "k8s-cilium-endpoint-slices"
 )
 
 // Key is the primary key of an object: "namespace/name", or "name" for
@@ -278,4 +282,10 @@ func EndpointSliceService(s *discoveryv1.EndpointSlice) (string, bool) {
 // Service).
 func NewEndpointSlicesTable(db *statedb.DB) (statedb.RWTable[*discoveryv1.EndpointSlice], error) {
 	return NewTable(db, EndpointSlicesTable, statedb.Indexer[*discoveryv1.EndpointSlice](EndpointSliceServiceIndex))
+}
+
+// NewCiliumEndpointSlicesTable creates the CiliumEndpointSlice table.
+// Slices are cluster-scoped: the namespace index holds them all under "".
+func NewCiliumEndpointSlicesTable(db *statedb.DB) (statedb.RWTable[*v2alpha1.CiliumEndpointSlice], error) {
+	return NewTable[*v2alpha1.CiliumEndpointSlice](db, CiliumEndpointSlicesTable)
 }

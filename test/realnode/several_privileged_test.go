@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cellium/cellium/api/client/clientset/versioned"
 	"github.com/cellium/cellium/install"
 	"github.com/cellium/cellium/test/harness"
 	"github.com/cellium/cellium/test/privileged"
@@ -40,10 +42,12 @@ func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
 
 // TestPrivilegedRealClusterTwoNodesNative is the same in native routing
 // mode: each node routes the other's pod CIDR via the other's address
-// (auto-direct-node-routes), no tunnel device.
+// (auto-direct-node-routes), no tunnel device; and with
+// CiliumEndpointSlices (ciliumEndpointSlice.enabled): the agents learn the
+// other node's pods from the operator's slices, not from CiliumEndpoints.
 func TestPrivilegedRealClusterTwoNodesNative(t *testing.T) {
 	testTwoNodes(t, "native", []string{"routingMode=native", "autoDirectNodeRoutes=true",
-		"ipv4NativeRoutingCIDR=" + DefaultPodCIDR})
+		"ipv4NativeRoutingCIDR=" + DefaultPodCIDR, "ciliumEndpointSlice.enabled=true"})
 }
 
 // testTwoNodes runs the two-node checks in routing mode mode, installed
@@ -157,6 +161,11 @@ func testTwoNodes(t *testing.T, mode string, values []string) {
 			return nil
 		})
 	}
+	// Each node knows the other node's pod by its identity, from its
+	// CiliumEndpoint or, with ciliumEndpointSlice.enabled, from the
+	// operator's slice: the same ipcache row either way.
+	checkRemoteEndpoints(t, c, space, names, slices.Contains(values, "ciliumEndpointSlice.enabled=true"))
+
 	netnsOf := map[string]ns.NetNS{}
 	for i, name := range names {
 		pid := taskPID(t, c.Nodes[i], space, name)
@@ -231,6 +240,81 @@ func testTwoNodes(t *testing.T, mode string, values []string) {
 	t.Logf("Stop took %s", time.Since(began).Round(time.Millisecond))
 	if left := ClusterLeftovers(dir); len(left) > 0 {
 		t.Fatalf("Stop left on the host:\n  %s", strings.Join(left, "\n  "))
+	}
+}
+
+// checkRemoteEndpoints fails unless node i's pod (names[i], in space) has
+// an ipcache row on every other node with its CiliumEndpoint's identity
+// and node i's address as tunnel endpoint; in slice mode, the pod's
+// endpoint is also in exactly one CiliumEndpointSlice of space, with that
+// identity.
+func checkRemoteEndpoints(t *testing.T, c *Cluster, space string, names []string, slicesMode bool) {
+	t.Helper()
+	ctx := t.Context()
+	cilium := versioned.NewForConfigOrDie(c.Control.RESTConfig())
+	cli, _ := filepath.Glob(filepath.Join(c.Dir, "images", "bin-*", "cellium"))
+	if len(cli) == 0 {
+		t.Fatal("no cellium CLI in the packed image's folder")
+	}
+	for i, name := range names {
+		var id int64
+		var ip string
+		eventually(t, time.Minute, "the CiliumEndpoint of "+space+"/"+name+" with an identity", func() error {
+			cep, err := cilium.CiliumV2().CiliumEndpoints(space).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if cep.Status.Identity == nil || cep.Status.Networking == nil || len(cep.Status.Networking.Addressing) == 0 {
+				return fmt.Errorf("status %+v", cep.Status)
+			}
+			id, ip = cep.Status.Identity.ID, cep.Status.Networking.Addressing[0].IPV4
+			return nil
+		})
+		if slicesMode {
+			eventually(t, time.Minute, "the endpoint "+space+"/"+name+" in one CiliumEndpointSlice", func() error {
+				list, err := cilium.CiliumV2alpha1().CiliumEndpointSlices().List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return err
+				}
+				var in []string
+				for _, ces := range list.Items {
+					for _, ep := range ces.Endpoints {
+						if ces.Namespace == space && ep.Name == name {
+							if ep.IdentityID != id {
+								return fmt.Errorf("slice %s has identity %d, the CiliumEndpoint %d", ces.Name, ep.IdentityID, id)
+							}
+							in = append(in, ces.Name)
+						}
+					}
+				}
+				if len(in) != 1 {
+					return fmt.Errorf("in slices %v (of %d)", in, len(list.Items))
+				}
+				return nil
+			})
+		}
+		for j, viewer := range c.Nodes {
+			if j == i {
+				continue
+			}
+			want := []string{ip + "/32", strconv.FormatInt(id, 10)}
+			eventually(t, time.Minute, "node "+viewer.Name+" knowing "+name+" ("+ip+") as identity "+want[1], func() error {
+				out, err := exec.Command(cli[0], "--host", "unix://"+viewer.AgentConfig().SocketPath(), "ipcache", "list").CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("ipcache list: %v: %s", err, out)
+				}
+				for _, line := range strings.Split(string(out), "\n") {
+					f := strings.Fields(line)
+					if len(f) >= 2 && f[0] == want[0] {
+						if f[1] != want[1] || !slices.Contains(f, c.Nodes[i].IP.String()) {
+							return fmt.Errorf("row %q; want identity %s, tunnel endpoint %s", line, want[1], c.Nodes[i].IP)
+						}
+						return nil
+					}
+				}
+				return fmt.Errorf("no row for %s in:\n%s", want[0], out)
+			})
+		}
 	}
 }
 

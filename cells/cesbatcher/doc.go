@@ -1,0 +1,19 @@
+// Package cesbatcher is the operator's CiliumEndpointSlice batcher
+// (--enable-cilium-endpoint-slice). While this replica leads, it keeps
+// one CiliumEndpointSlice entry for every CiliumEndpoint of the cluster:
+// endpoints of one namespace and one security identity share slices
+// (Cilium's "identity" slice mode) of at most
+// --ces-max-ciliumendpoints-per-ces entries each. An endpoint that goes
+// leaves its slice, one whose identity changes moves to a slice of its new
+// identity, and a slice left empty is deleted. The CiliumEndpoints are the
+// truth: a slice entry that disagrees with its CiliumEndpoint is
+// rewritten. Writes to the API server pass a token bucket
+// (--ces-write-qps-limit, --ces-write-qps-burst).
+//
+// On start (and on gaining leadership) it adopts the slices that exist:
+// each endpoint found in a slice of its namespace and identity stays
+// there, so a restarted operator neither duplicates nor reshuffles
+// entries. Slices it cannot adopt are rewritten or deleted.
+//
+// Batcher is the plain logic (no I/O); Syncer applies its result.
+package cesbatcher

@@ -1,0 +1,305 @@
+package cesbatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cilium/statedb"
+	k8serrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/flowcontrol"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
+	ciliumclient "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2alpha1"
+	"github.com/cellium/cellium/cells/hive"
+	"github.com/cellium/cellium/statedb/tables"
+)
+
+// Tables are what the syncer reads: the CiliumEndpoints (the truth) and
+// the slices in the cluster.
+type Tables struct {
+	DB     *statedb.DB
+	CEPs   statedb.Table[*ciliumv2.CiliumEndpoint]
+	Slices statedb.Table[*v2alpha1.CiliumEndpointSlice]
+}
+
+// Syncer runs a Batcher over the tables and writes its slices to the API
+// server.
+type Syncer struct {
+	cfg     Config
+	tables  Tables
+	client  ciliumclient.CiliumEndpointSlicesGetter
+	limiter flowcontrol.RateLimiter
+	log     *slog.Logger
+	health  hive.Health
+
+	// Delay coalesces the changes of a burst into one round of writes;
+	// EchoTimeout bounds the wait for the slice table to show a round's
+	// writes; RetryDelay follows a failed round. NewName names new
+	// slices (nil: NewSliceName).
+	Delay, EchoTimeout, RetryDelay time.Duration
+	NewName                        func() string
+}
+
+// NewSyncer returns a syncer with cfg's size limit and write rate.
+func NewSyncer(cfg Config, t Tables, client ciliumclient.CiliumEndpointSlicesGetter, log *slog.Logger, health hive.Health) *Syncer {
+	return &Syncer{cfg: cfg, tables: t, client: client, log: log, health: health,
+		limiter: flowcontrol.NewTokenBucketRateLimiter(float32(cfg.CESWriteQPSLimit), cfg.CESWriteQPSBurst),
+		Delay:   500 * time.Millisecond, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}
+}
+
+// Run batches until ctx ends: it waits for both tables to be listed,
+// adopts the slices there are, and then writes a round after every change
+// of the CiliumEndpoints or the slices. It returns nil.
+func (s *Syncer) Run(ctx context.Context) error {
+	defer s.health.Stopped("not leading")
+	s.health.OK("waiting for the CiliumEndpoints and CiliumEndpointSlices tables")
+	if err := tables.WaitInitialized(ctx, s.tables.DB, s.tables.CEPs, s.tables.Slices); err != nil {
+		return nil
+	}
+	b := NewBatcher(s.cfg.CESMaxCiliumendpointsPerCES, s.NewName)
+	for {
+		rtxn := s.tables.DB.ReadTxn()
+		cepIter, cepW := s.tables.CEPs.AllWatch(rtxn)
+		cesIter, cesW := s.tables.Slices.AllWatch(rtxn)
+		ceps := statedb.Collect(cepIter)
+		cur := statedb.Collect(cesIter)
+		b.Plan(ceps, cur)
+		n, err := s.Round(ctx, b, cur)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			s.log.Error("Writing CiliumEndpointSlices failed; retrying", "error", err)
+			s.health.Degraded("write CiliumEndpointSlices", err)
+			if !sleep(ctx, s.RetryDelay) {
+				return nil
+			}
+			continue
+		default:
+			s.health.OK(fmt.Sprintf("%d endpoints in %d slices", len(ceps), len(b.slices)))
+		}
+		if n > 0 {
+			// Our own writes change the slice table: read it again once it
+			// shows them, not before (that would undo nothing, but write
+			// twice).
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-cepW:
+		case <-cesW:
+		}
+		if !sleep(ctx, s.Delay) {
+			return nil
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// write is one API write of a round.
+type write struct {
+	op   int // opCreate, opUpdate, opDelete
+	want *v2alpha1.CiliumEndpointSlice
+	cur  *v2alpha1.CiliumEndpointSlice
+	// adds: the write adds or changes an entry (it goes before those that
+	// only remove, so that a moving endpoint is never in no slice).
+	adds bool
+}
+
+const (
+	opCreate = iota
+	opUpdate
+	opDelete
+)
+
+// Round writes what differs between the batcher's desired slices and
+// cur, the slices in the cluster: creates and updates that add entries
+// first, then updates that only remove entries, then deletions of slices
+// no longer desired. Each write waits for the rate limiter. It then waits
+// (up to EchoTimeout) until the slice table shows the writes, and returns
+// how many it made.
+func (s *Syncer) Round(ctx context.Context, b *Batcher, cur []*v2alpha1.CiliumEndpointSlice) (int, error) {
+	ws := plan(b.Desired(), cur)
+	var errs []error
+	type echo struct {
+		name    string
+		rv      string
+		deleted bool
+	}
+	var echoes []echo
+	for _, w := range ws {
+		if err := s.limiter.Wait(ctx); err != nil {
+			return len(echoes), err
+		}
+		api := s.client.CiliumEndpointSlices()
+		switch w.op {
+		case opCreate:
+			got, err := api.Create(ctx, w.want, metav1.CreateOptions{})
+			if k8serrors.IsAlreadyExists(err) {
+				// Someone else's object took the name: ours gets another.
+				b.Rename(w.want.Name)
+				errs = append(errs, fmt.Errorf("create CiliumEndpointSlice %s: %w (renamed)", w.want.Name, err))
+				continue
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("create CiliumEndpointSlice %s: %w", w.want.Name, err))
+				continue
+			}
+			echoes = append(echoes, echo{name: got.Name, rv: got.ResourceVersion})
+		case opUpdate:
+			obj := w.cur.DeepCopy()
+			obj.Namespace, obj.Endpoints = w.want.Namespace, w.want.Endpoints
+			got, err := api.Update(ctx, obj, metav1.UpdateOptions{})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("update CiliumEndpointSlice %s: %w", w.want.Name, err))
+				continue
+			}
+			echoes = append(echoes, echo{name: got.Name, rv: got.ResourceVersion})
+		case opDelete:
+			err := api.Delete(ctx, w.cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &w.cur.UID}})
+			if err != nil && !k8serrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete CiliumEndpointSlice %s: %w", w.cur.Name, err))
+				continue
+			}
+			echoes = append(echoes, echo{name: w.cur.Name, deleted: true})
+		}
+	}
+	if len(echoes) > 0 {
+		s.waitEcho(ctx, func(txn statedb.ReadTxn) bool {
+			for _, e := range echoes {
+				got, _, ok := s.tables.Slices.Get(txn, sliceName(e.name))
+				if e.deleted && ok || !e.deleted && (!ok || olderRV(got.ResourceVersion, e.rv)) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	return len(echoes), errors.Join(errs...)
+}
+
+// waitEcho waits until shown is true of the slice table, EchoTimeout
+// passes or ctx ends.
+func (s *Syncer) waitEcho(ctx context.Context, shown func(statedb.ReadTxn) bool) {
+	timeout := time.NewTimer(s.EchoTimeout)
+	defer timeout.Stop()
+	for {
+		txn := s.tables.DB.ReadTxn()
+		_, w := s.tables.Slices.AllWatch(txn)
+		if shown(txn) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			s.log.Warn("The CiliumEndpointSlice watch did not show this operator's writes in time; going on", "timeout", s.EchoTimeout)
+			return
+		case <-w:
+		}
+	}
+}
+
+// olderRV reports whether resourceVersion a is older than b (numbers,
+// as etcd-backed API servers hand out; anything else counts as not older).
+func olderRV(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
+}
+
+// plan lists the writes that turn cur into desired, in order.
+func plan(desired map[string]*v2alpha1.CiliumEndpointSlice, cur []*v2alpha1.CiliumEndpointSlice) []write {
+	byName := make(map[string]*v2alpha1.CiliumEndpointSlice, len(cur))
+	for _, c := range cur {
+		byName[c.Name] = c
+	}
+	var ws []write
+	for name, want := range desired {
+		c, ok := byName[name]
+		switch {
+		case !ok:
+			ws = append(ws, write{op: opCreate, want: want, adds: true})
+		case !SameContent(want, c):
+			ws = append(ws, write{op: opUpdate, want: want, cur: c, adds: addsEntries(want, c)})
+		}
+	}
+	for _, c := range cur {
+		if _, ok := desired[c.Name]; !ok {
+			ws = append(ws, write{op: opDelete, cur: c})
+		}
+	}
+	slices.SortFunc(ws, func(x, y write) int {
+		if r := rank(x) - rank(y); r != 0 {
+			return r
+		}
+		return compareNames(x, y)
+	})
+	return ws
+}
+
+func rank(w write) int {
+	switch {
+	case w.op == opDelete:
+		return 2
+	case w.adds:
+		return 0
+	}
+	return 1
+}
+
+func compareNames(x, y write) int {
+	nx, ny := name(x), name(y)
+	switch {
+	case nx < ny:
+		return -1
+	case nx > ny:
+		return 1
+	}
+	return 0
+}
+
+func name(w write) string {
+	if w.want != nil {
+		return w.want.Name
+	}
+	return w.cur.Name
+}
+
+// addsEntries reports whether want has an entry cur lacks or has
+// otherwise.
+func addsEntries(want, cur *v2alpha1.CiliumEndpointSlice) bool {
+	if want.Namespace != cur.Namespace {
+		return true
+	}
+	have := make(map[string]v2alpha1.CoreCiliumEndpoint, len(cur.Endpoints))
+	for _, e := range cur.Endpoints {
+		have[e.Name] = e
+	}
+	for _, e := range want.Endpoints {
+		h, ok := have[e.Name]
+		if !ok || !SameContent(&v2alpha1.CiliumEndpointSlice{Endpoints: []v2alpha1.CoreCiliumEndpoint{e}},
+			&v2alpha1.CiliumEndpointSlice{Endpoints: []v2alpha1.CoreCiliumEndpoint{h}}) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,263 @@
+package cesbatcher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/statedb"
+	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
+	"github.com/cellium/cellium/cells/hive/hivetest"
+	"github.com/cellium/cellium/cells/k8s/k8stest"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*loggingT).flushDaemon"))
+}
+
+// syncEnv is a syncer over a fake clientset: the CEP table is written by
+// the test, the slice table mirrors the fake's slices.
+type syncEnv struct {
+	t      *testing.T
+	cs     *k8stest.Clientset
+	db     *statedb.DB
+	ceps   statedb.RWTable[*ciliumv2.CiliumEndpoint]
+	slices statedb.RWTable[*v2alpha1.CiliumEndpointSlice]
+	runs   int
+}
+
+func newSyncEnv(t *testing.T, cs *k8stest.Clientset) *syncEnv {
+	t.Helper()
+	e := &syncEnv{t: t, cs: cs, db: statedb.New()}
+	var err error
+	if e.ceps, err = k8stables.NewCiliumEndpointsTable(e.db); err != nil {
+		t.Fatal(err)
+	}
+	if e.slices, err = k8stables.NewCiliumEndpointSlicesTable(e.db); err != nil {
+		t.Fatal(err)
+	}
+	k8stest.Mirror(t, e.db, e.slices, cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices(), k8stest.Closed())
+	return e
+}
+
+// run starts a syncer (max entries per slice) until the test ends or the
+// returned stop is called.
+func (e *syncEnv) run(max int) (stop func()) {
+	cfg := DefaultConfig
+	cfg.CESMaxCiliumendpointsPerCES = max
+	cfg.CESWriteQPSLimit, cfg.CESWriteQPSBurst = MaxWriteQPS, MaxWriteBurst
+	s := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices}, e.cs.Cilium().CiliumV2alpha1(),
+		hivetest.Logger(e.t), &k8stest.HealthRecorder{})
+	s.Delay, s.RetryDelay = 10*time.Millisecond, 20*time.Millisecond
+	// Names in creation order (ties between slices break by name).
+	e.runs++
+	n, run := 0, e.runs
+	s.NewName = func() string { n++; return fmt.Sprintf("ces-r%d-%03d", run, n) }
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(ctx) })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *syncEnv) set(ceps ...*ciliumv2.CiliumEndpoint) {
+	txn := e.db.WriteTxn(e.ceps)
+	for _, c := range ceps {
+		if _, _, err := e.ceps.Insert(txn, c); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	txn.Commit()
+}
+
+func (e *syncEnv) del(ns, name string) {
+	txn := e.db.WriteTxn(e.ceps)
+	if _, _, err := e.ceps.Delete(txn, &ciliumv2.CiliumEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		e.t.Fatal(err)
+	}
+	txn.Commit()
+}
+
+// initCEPs marks the CEP table initialized.
+func (e *syncEnv) initCEPs() {
+	txn := e.db.WriteTxn(e.ceps)
+	done := e.ceps.RegisterInitializer(txn, "test")
+	txn.Commit()
+	txn = e.db.WriteTxn(e.ceps)
+	done(txn)
+	txn.Commit()
+}
+
+// cluster lists the fake's slices as "name ns: ep=id,ep=id" lines, sorted.
+func (e *syncEnv) cluster() []string {
+	l, err := e.cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, ces := range l.Items {
+		var eps []string
+		for _, ep := range ces.Endpoints {
+			eps = append(eps, fmt.Sprintf("%s=%d", ep.Name, ep.IdentityID))
+		}
+		sort.Strings(eps)
+		out = append(out, ces.Name+" "+ces.Namespace+": "+strings.Join(eps, ","))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// shape is cluster() without the slice names.
+func (e *syncEnv) shape() []string {
+	var out []string
+	for _, l := range e.cluster() {
+		_, rest, _ := strings.Cut(l, " ")
+		out = append(out, rest)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *syncEnv) waitShape(what string, want ...string) {
+	e.t.Helper()
+	k8stest.Eventually(e.t, what, func() error {
+		if got := e.shape(); !slices.Equal(got, want) {
+			return fmt.Errorf("slices %q, want %q", got, want)
+		}
+		return nil
+	})
+}
+
+// writes counts the fake's slice writes by verb.
+func (e *syncEnv) writes() map[string]int {
+	n := map[string]int{}
+	for _, a := range e.cs.CiliumFake.Actions() {
+		if a.GetResource().Resource == "ciliumendpointslices" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			n[a.GetVerb()]++
+		}
+	}
+	return n
+}
+
+func TestSyncer(t *testing.T) {
+	e := newSyncEnv(t, k8stest.NewClientset())
+	e.set(cep("a", "x1", 1000, "10.0.0.1"), cep("a", "x2", 1000, "10.0.0.2"), cep("a", "x3", 1000, "10.0.0.3"),
+		cep("b", "y", 1000, "10.0.0.4"))
+	e.initCEPs()
+	e.run(2)
+	e.waitShape("the first slices", "a: x1=1000,x2=1000", "a: x3=1000", "b: y=1000")
+
+	// x2 changes identity: it moves to a slice of its own (the others
+	// stay where they are: slices are not repacked).
+	e.set(cep("a", "x2", 2000, "10.0.0.2"))
+	e.waitShape("x2 moved", "a: x1=1000", "a: x2=2000", "a: x3=1000", "b: y=1000")
+
+	// y goes: its slice goes.
+	e.del("b", "y")
+	e.waitShape("y's slice deleted", "a: x1=1000", "a: x2=2000", "a: x3=1000")
+	// A new endpoint of identity 1000 fills a slice with room.
+	e.set(cep("a", "x4", 1000, "10.0.0.5"))
+	e.waitShape("x4 placed", "a: x1=1000,x4=1000", "a: x2=2000", "a: x3=1000")
+
+	// Someone edits a slice: it is put back.
+	l, err := e.cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range l.Items {
+		if ces := &l.Items[i]; ces.Endpoints[0].Name == "x2" {
+			ces.Endpoints[0].IdentityID = 666
+			if _, err := e.cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices().Update(context.Background(), ces, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.waitShape("the edited slice repaired", "a: x1=1000,x4=1000", "a: x2=2000", "a: x3=1000")
+	// Someone deletes a slice: it is re-created.
+	for _, ces := range l.Items {
+		if ces.Endpoints[0].Name == "x1" {
+			if err := e.cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices().Delete(context.Background(), ces.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.waitShape("the deleted slice re-created", "a: x1=1000,x4=1000", "a: x2=2000", "a: x3=1000")
+}
+
+// TestSyncerRestartAdopts: a new syncer (a restarted or new leader) keeps
+// the slices it finds and writes nothing when they are right.
+func TestSyncerRestartAdopts(t *testing.T) {
+	cs := k8stest.NewClientset()
+	e := newSyncEnv(t, cs)
+	var ceps []*ciliumv2.CiliumEndpoint
+	for i := range 7 {
+		ceps = append(ceps, cep("a", fmt.Sprintf("x%d", i), 1000, fmt.Sprintf("10.0.0.%d", i+1)))
+	}
+	e.set(ceps...)
+	e.initCEPs()
+	stop := e.run(3)
+	e.waitShape("the first slices", "a: x0=1000,x1=1000,x2=1000", "a: x3=1000,x4=1000,x5=1000", "a: x6=1000")
+	stop()
+	before := e.cluster()
+	written := e.writes()
+
+	// A new operator: same API server, fresh tables.
+	e2 := newSyncEnv(t, cs)
+	e2.set(ceps...)
+	e2.initCEPs()
+	e2.run(3)
+	// Prove it has caught up: a new endpoint lands in the one slice with room.
+	e2.set(cep("a", "x7", 1000, "10.0.0.8"))
+	e2.waitShape("x7 placed", "a: x0=1000,x1=1000,x2=1000", "a: x3=1000,x4=1000,x5=1000", "a: x6=1000,x7=1000")
+	after := e2.cluster()
+	names := func(lines []string) []string {
+		var out []string
+		for _, l := range lines {
+			n, _, _ := strings.Cut(l, " ")
+			out = append(out, n)
+		}
+		return out
+	}
+	if !slices.Equal(names(before), names(after)) {
+		t.Errorf("slices across the restart: %q -> %q, want the same names", before, after)
+	}
+	got := e2.writes()
+	if got["create"] != written["create"] || got["delete"] != written["delete"] || got["update"] != written["update"]+1 {
+		t.Errorf("writes after restart %v, before %v: want exactly one more update", got, written)
+	}
+}
+
+// TestSyncerRetriesFailedWrites: a failed create is retried.
+func TestSyncerRetriesFailedWrites(t *testing.T) {
+	cs := k8stest.NewClientset()
+	var mu sync.Mutex
+	fail := 2
+	cs.CiliumFake.PrependReactor("create", "ciliumendpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail > 0 {
+			fail--
+			return true, nil, fmt.Errorf("injected failure")
+		}
+		return false, nil, nil
+	})
+	e := newSyncEnv(t, cs)
+	e.set(cep("a", "x", 1000, "10.0.0.1"))
+	e.initCEPs()
+	e.run(10)
+	e.waitShape("the slice created after two failures", "a: x=1000")
+}

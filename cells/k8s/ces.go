@@ -1,0 +1,272 @@
+package k8s
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/cilium/statedb"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+
+	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
+	"github.com/cellium/cellium/cells/hive"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
+)
+
+// FlagEnableCiliumEndpointSlice switches CiliumEndpointSlices on (Cilium's
+// name, for the agent and the operator alike).
+const FlagEnableCiliumEndpointSlice = "enable-cilium-endpoint-slice"
+
+// SliceConfig is the agent's CiliumEndpointSlice switch.
+type SliceConfig struct {
+	// EnableCiliumEndpointSlice makes the agent learn other nodes'
+	// endpoints from CiliumEndpointSlices instead of watching every
+	// CiliumEndpoint.
+	EnableCiliumEndpointSlice bool
+}
+
+// Flags registers --enable-cilium-endpoint-slice.
+func (def SliceConfig) Flags(fs *pflag.FlagSet) {
+	fs.Bool(FlagEnableCiliumEndpointSlice, def.EnableCiliumEndpointSlice,
+		"Learn the cluster's CiliumEndpoints from the CiliumEndpointSlices the operator writes instead of watching every CiliumEndpoint (the operator needs the same flag)")
+}
+
+// Validate accepts any value.
+func (SliceConfig) Validate() error { return nil }
+
+// CiliumEndpointSlicesCell mirrors CiliumEndpointSlices (the operator's
+// input: the slices it wrote before).
+var CiliumEndpointSlicesCell = resource("cilium-endpoint-slices", "CiliumEndpointSlices", k8stables.NewCiliumEndpointSlicesTable,
+	func() listWatch {
+		return func(cs Clientset) cache.ListerWatcher {
+			c := cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices()
+			return typedLW(c.List, c.Watch, fields.Everything())
+		}
+	})
+
+// AgentCiliumEndpointsCell is the agent's CiliumEndpoint table. It mirrors
+// every CiliumEndpoint, or, with --enable-cilium-endpoint-slice, holds the
+// CiliumEndpoints rebuilt from the CiliumEndpointSlices (each as
+// v2alpha1.CoreCiliumEndpoint.CiliumEndpoint makes it), so that whoever
+// reads the table (the ipcache, the CEP synchronizer) works the same
+// either way.
+var AgentCiliumEndpointsCell = hive.Module("cilium-endpoints", "CiliumEndpoints, or the CiliumEndpointSlices that batch them",
+	// --enable-cilium-endpoint-slice.
+	hive.Config(SliceConfig{}),
+	// The table is written only by this module's reflector.
+	hive.ProvidePrivate(k8stables.NewCiliumEndpointsTable),
+	// Everyone else reads it.
+	hive.Provide(statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable),
+	// The reflector of CiliumEndpoints or of slices.
+	hive.Invoke(registerCEPsOrSlices),
+)
+
+func registerCEPsOrSlices(cfg SliceConfig, db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], cs Clientset, jobs hive.Jobs) error {
+	if !cfg.EnableCiliumEndpointSlice {
+		return registerReflector(db, table, cs, func(cs Clientset) cache.ListerWatcher {
+			c := cs.Cilium().CiliumV2().CiliumEndpoints("")
+			return typedLW(c.List, c.Watch, fields.Everything())
+		}, jobs)
+	}
+	txn := db.WriteTxn(table)
+	done := table.RegisterInitializer(txn, "k8s-slice-reflector")
+	txn.Commit()
+	store := NewSliceStore(db, table, done)
+	jobs.Add(hive.Service("reflect-"+k8stables.CiliumEndpointSlicesTable,
+		func() error {
+			if !cs.IsEnabled() {
+				return fmt.Errorf("mirror %s: %w", k8stables.CiliumEndpointSlicesTable, ErrNotConfigured)
+			}
+			return nil
+		},
+		func(ctx context.Context, h hive.Health) {
+			c := cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices()
+			lw := typedLW(c.List, c.Watch, fields.Everything())
+			r := cache.NewReflectorWithOptions(withoutWatchList(lw), &v2alpha1.CiliumEndpointSlice{}, store,
+				cache.ReflectorOptions{Name: k8stables.CiliumEndpointSlicesTable})
+			h.OK("watching CiliumEndpointSlices")
+			r.RunWithContext(ctx)
+		}))
+	return nil
+}
+
+var _ cache.ReflectorStore = (*SliceStore)(nil)
+
+// SliceStore is a reflector's store of CiliumEndpointSlices that keeps a
+// CiliumEndpoint table equal to the endpoints the slices hold. An endpoint
+// that two slices hold for a moment (the operator moves it: it writes the
+// slice it joins before the one it leaves) is taken from the slice
+// written last (the higher resourceVersion).
+type SliceStore struct {
+	db       *statedb.DB
+	table    statedb.RWTable[*ciliumv2.CiliumEndpoint]
+	initDone func(statedb.WriteTxn)
+
+	// slices by name, and the names of the slices holding each
+	// endpoint ("namespace/name").
+	slices  map[string]*v2alpha1.CiliumEndpointSlice
+	holders map[string]map[string]struct{}
+}
+
+// NewSliceStore returns a store that writes table; initDone (nil: none)
+// is called in the transaction of the first Replace.
+func NewSliceStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], initDone func(statedb.WriteTxn)) *SliceStore {
+	return &SliceStore{db: db, table: table, initDone: initDone,
+		slices: map[string]*v2alpha1.CiliumEndpointSlice{}, holders: map[string]map[string]struct{}{}}
+}
+
+// Add adds one slice.
+func (s *SliceStore) Add(obj any) error { return s.Update(obj) }
+
+// Resync does nothing.
+func (s *SliceStore) Resync() error { return nil }
+
+// Update replaces one slice.
+func (s *SliceStore) Update(obj any) error {
+	ces, ok := obj.(*v2alpha1.CiliumEndpointSlice)
+	if !ok {
+		return fmt.Errorf("CiliumEndpointSlice store: unexpected object %T", obj)
+	}
+	touched := map[string]struct{}{}
+	s.forget(ces.Name, touched)
+	s.hold(ces, touched)
+	return s.write(touched, false)
+}
+
+// Delete forgets one slice.
+func (s *SliceStore) Delete(obj any) error {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	ces, ok := obj.(*v2alpha1.CiliumEndpointSlice)
+	if !ok {
+		return fmt.Errorf("CiliumEndpointSlice store: unexpected object %T", obj)
+	}
+	touched := map[string]struct{}{}
+	s.forget(ces.Name, touched)
+	return s.write(touched, false)
+}
+
+// Replace makes the table exactly the endpoints of the listed slices and,
+// the first time, marks it initialized.
+func (s *SliceStore) Replace(list []any, _ string) error {
+	touched := map[string]struct{}{}
+	for name := range s.slices {
+		s.forget(name, touched)
+	}
+	for _, item := range list {
+		ces, ok := item.(*v2alpha1.CiliumEndpointSlice)
+		if !ok {
+			return fmt.Errorf("CiliumEndpointSlice store: unexpected object %T", item)
+		}
+		s.hold(ces, touched)
+	}
+	return s.write(touched, true)
+}
+
+func (s *SliceStore) forget(name string, touched map[string]struct{}) {
+	old, ok := s.slices[name]
+	if !ok {
+		return
+	}
+	delete(s.slices, name)
+	for i := range old.Endpoints {
+		key := old.Namespace + "/" + old.Endpoints[i].Name
+		touched[key] = struct{}{}
+		if h := s.holders[key]; h != nil {
+			delete(h, name)
+			if len(h) == 0 {
+				delete(s.holders, key)
+			}
+		}
+	}
+}
+
+func (s *SliceStore) hold(ces *v2alpha1.CiliumEndpointSlice, touched map[string]struct{}) {
+	s.slices[ces.Name] = ces
+	for i := range ces.Endpoints {
+		key := ces.Namespace + "/" + ces.Endpoints[i].Name
+		touched[key] = struct{}{}
+		if s.holders[key] == nil {
+			s.holders[key] = map[string]struct{}{}
+		}
+		s.holders[key][ces.Name] = struct{}{}
+	}
+}
+
+// current returns the endpoint key as the slice written last shows it.
+func (s *SliceStore) current(key string) (*ciliumv2.CiliumEndpoint, bool) {
+	var best *v2alpha1.CiliumEndpointSlice
+	for name := range s.holders[key] {
+		if c := s.slices[name]; best == nil || newerSlice(c, best) {
+			best = c
+		}
+	}
+	if best == nil {
+		return nil, false
+	}
+	for i := range best.Endpoints {
+		if e := &best.Endpoints[i]; best.Namespace+"/"+e.Name == key {
+			return e.CiliumEndpoint(best.Namespace), true
+		}
+	}
+	return nil, false
+}
+
+// newerSlice reports whether a was written after b, by resourceVersion
+// (numbers, as every API server backed by etcd hands out), ties broken
+// by name.
+func newerSlice(a, b *v2alpha1.CiliumEndpointSlice) bool {
+	ra, errA := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	rb, errB := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	if errA == nil && errB == nil && ra != rb {
+		return ra > rb
+	}
+	return cmp.Compare(a.Name, b.Name) > 0
+}
+
+func (s *SliceStore) write(touched map[string]struct{}, replace bool) error {
+	txn := s.db.WriteTxn(s.table)
+	defer txn.Abort()
+	q := k8stables.NameIndex[*ciliumv2.CiliumEndpoint]()
+	for key := range touched {
+		old, _, found := s.table.Get(txn, q.Query(key))
+		cep, ok := s.current(key)
+		switch {
+		case ok && found && sameCEP(old, cep):
+		case ok:
+			if _, _, err := s.table.Insert(txn, cep); err != nil {
+				return err
+			}
+		case found:
+			if _, _, err := s.table.Delete(txn, old); err != nil {
+				return err
+			}
+		}
+	}
+	if replace {
+		// Rows no slice holds (none should be: every row came from one).
+		for cep := range s.table.All(txn) {
+			if _, held := s.holders[k8stables.Key(cep)]; !held {
+				if _, _, err := s.table.Delete(txn, cep); err != nil {
+					return err
+				}
+			}
+		}
+		if s.initDone != nil {
+			s.initDone(txn)
+			s.initDone = nil
+		}
+	}
+	txn.Commit()
+	return nil
+}
+
+func sameCEP(a, b *ciliumv2.CiliumEndpoint) bool {
+	return equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) && equality.Semantic.DeepEqual(a.Status, b.Status)
+}
