@@ -40,6 +40,7 @@ import (
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/nodes"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
@@ -78,8 +79,20 @@ func (fakeIPAM) ReleaseOwned(netip.Addr, ipam.Owner) (bool, error)   { return tr
 func (fakeIPAM) ReleaseContainer(string) ([]ipam.Allocation, error)  { return nil, nil }
 func (fakeIPAM) HoldForRestore(string) func([]ipam.Claim)            { return func([]ipam.Claim) {} }
 func (fakeIPAM) RouterIP() (netip.Addr, bool)                        { return netip.MustParseAddr("10.1.0.1"), true }
-func (fakeIPAM) OwnedBy(context.Context, string) ([]netip.Addr, error) {
-	return []netip.Addr{netip.MustParseAddr("10.1.0.2")}, nil
+
+// allocationsTable is IPAM's table holding the router's and the health
+// endpoint's addresses, initialized.
+func allocationsTable(db *statedb.DB) (statedb.Table[*ipamtables.Allocation], error) {
+	table, err := ipamtables.NewTable(db)
+	if err != nil {
+		return nil, err
+	}
+	txn := db.WriteTxn(table)
+	table.Insert(txn, &ipamtables.Allocation{IP: netip.MustParseAddr("10.1.0.1"), Owner: ipamtables.RouterOwner})
+	table.Insert(txn, &ipamtables.Allocation{IP: netip.MustParseAddr("10.1.0.2"), Owner: ipamtables.HealthOwner})
+	table.RegisterInitializer(txn, "test")(txn)
+	txn.Commit()
+	return table, nil
 }
 
 type fakeIdentities struct {
@@ -100,6 +113,10 @@ func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identityc
 	}
 	return identitycell.Identity{ID: id, Labels: l}, nil
 }
+
+// Restore ignores restored identities: the fake allocates without an API.
+func (f *fakeIdentities) Restore(labels.Labels, identity.NumericIdentity) {}
+
 func (f *fakeIdentities) Release(context.Context, identity.NumericIdentity) error { return nil }
 func (f *fakeIdentities) Lookup(identity.NumericIdentity) (identitycell.Identity, bool) {
 	return identitycell.Identity{}, false
@@ -135,7 +152,7 @@ func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string)
 		hive.Provide(
 			func() k8s.NodeName { return k8s.NodeName(node) },
 			func() ipam.Allocator { return fakeIPAM{} },
-			func() ipam.Lookup { return fakeIPAM{} },
+			allocationsTable,
 			func() identitycell.Allocator { return &fakeIdentities{ids: map[string]identity.NumericIdentity{}} },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },

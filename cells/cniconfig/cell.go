@@ -26,6 +26,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/routes"
 	"github.com/cellium/cellium/statedb/tables"
@@ -187,7 +188,7 @@ type writerParams struct {
 	// its CiliumNode or, with the API server down after a reboot, from the
 	// CIDRs of its state file. Without it the router IP on the local-node
 	// row (known only once the Node object is seen) stands for that.
-	IPAM ipam.Lookup `optional:"true"`
+	IPAM statedb.Table[*ipamtables.Allocation] `optional:"true"`
 	Jobs hive.Jobs
 	Log  *slog.Logger
 }
@@ -221,12 +222,11 @@ func registerWriter(p writerParams) {
 	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
 }
 
-// waitPodCIDR waits until IPAM can allocate (its wait is on a channel
-// closed when the pool is built), or for the local node's router IP.
+// waitPodCIDR waits until IPAM can allocate (its allocations table is
+// initialized once the pool is built), or for the local node's router IP.
 func waitPodCIDR(ctx context.Context, p writerParams) error {
 	if p.IPAM != nil {
-		_, err := p.IPAM.OwnedBy(ctx, ipam.HealthOwner)
-		return err
+		return tables.WaitInitialized(ctx, p.DB, p.IPAM)
 	}
 	return waitRouterIP(ctx, p.DB, p.LocalNode, p.Node)
 }

@@ -47,6 +47,9 @@ func (c *countingIdentities) Allocate(_ context.Context, l labels.Labels) (ident
 	return identitycell.Identity{ID: 70000, Labels: l}, nil
 }
 
+// Restore ignores restored identities: the fake allocates without an API.
+func (c *countingIdentities) Restore(labels.Labels, identity.NumericIdentity) {}
+
 func (c *countingIdentities) Release(context.Context, identity.NumericIdentity) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

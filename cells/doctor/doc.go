@@ -7,8 +7,8 @@
 // what to do.
 //
 // The comparison (Check) is plain Go over a snapshot (Facts); the cell
-// gathers the snapshot from statedb tables and two small interfaces:
-// ipam.Lister for the allocations and HostLinks for the veths, which the
-// agent binary provides from the datapath (control-plane cells do not
-// import datapath/).
+// gathers the snapshot from statedb tables (the IPAM allocations among
+// them) and one small interface, HostLinks for the veths, which the agent
+// binary provides from the datapath (control-plane cells do not import
+// datapath/).
 package doctor

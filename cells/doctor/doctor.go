@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,8 +18,6 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/hive"
-	identitycell "github.com/cellium/cellium/cells/identity"
-	"github.com/cellium/cellium/cells/ipam"
 	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
@@ -28,6 +25,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -48,12 +46,15 @@ type Params struct {
 	DB        *statedb.DB
 	Endpoints statedb.Table[*endpoints.Endpoint]
 
-	Node     k8s.NodeName                            `optional:"true"`
-	StateDir statedir.Dir                            `optional:"true"`
-	IPAM     ipam.Lister                             `optional:"true"`
-	Links    LinkLister                              `optional:"true"`
-	Pods     statedb.Table[*corev1.Pod]              `optional:"true"`
-	CEPs     statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
+	Node     k8s.NodeName                          `optional:"true"`
+	StateDir statedir.Dir                          `optional:"true"`
+	IPAM     statedb.Table[*ipamtables.Allocation] `optional:"true"`
+	// Identities is the identity allocator's table of this agent's
+	// references.
+	Identities statedb.Table[*identity.Allocation]     `optional:"true"`
+	Links      LinkLister                              `optional:"true"`
+	Pods       statedb.Table[*corev1.Pod]              `optional:"true"`
+	CEPs       statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
 	// LocalNode is nodediscovery's table: this node's InternalIP.
 	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
 	// CEPSync tells whether this agent writes CiliumEndpoints at all.
@@ -212,29 +213,14 @@ func (d *Doctor) ceps(txn statedb.ReadTxn, f *Facts) {
 	f.CEPsKnown = true
 }
 
-// identities reads the identity allocator's table of references. Its row
-// type is private to that cell; the doctor reads the public JSON form of
-// each row, the same one GET /v1/statedb/identity-allocations shows.
+// identities reads the identity allocator's table of references.
 func (d *Doctor) identities(txn statedb.ReadTxn, f *Facts) {
-	meta := d.p.DB.GetTable(txn, identitycell.AllocationsTable)
-	if meta == nil {
+	if d.p.Identities == nil {
 		d.skip(f, "identity references: no identity allocator in this agent")
 		return
 	}
 	refs := map[identity.NumericIdentity]int{}
-	for obj := range (statedb.AnyTable{Meta: meta}).All(txn) {
-		var row struct {
-			ID   identity.NumericIdentity `json:"id"`
-			Refs int                      `json:"refs"`
-		}
-		data, err := json.Marshal(obj)
-		if err == nil {
-			err = json.Unmarshal(data, &row)
-		}
-		if err != nil {
-			d.skip(f, "identity references: read a row of %s: %v", identitycell.AllocationsTable, err)
-			return
-		}
+	for row := range d.p.Identities.All(txn) {
 		refs[row.ID] += row.Refs
 	}
 	f.IdentityRefs, f.IdentityRefsKnown = refs, true
@@ -245,12 +231,13 @@ func (d *Doctor) allocations(f *Facts) {
 		d.skip(f, "IP allocations: no IPAM in this agent")
 		return
 	}
-	list := d.p.IPAM.Allocations()
-	if list == nil {
+	txn := d.p.DB.ReadTxn()
+	if init, _ := d.p.IPAM.Initialized(txn); !init {
 		d.skip(f, "IP allocations: the node has no pod CIDRs yet")
 		return
 	}
-	for _, a := range list {
+	f.Allocations = []Allocation{}
+	for a := range d.p.IPAM.All(txn) {
 		f.Allocations = append(f.Allocations, Allocation{IP: a.IP, Owner: a.Owner})
 	}
 	f.AllocationsKnown = true

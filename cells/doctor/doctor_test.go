@@ -15,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/cilium/statedb"
-	"github.com/cilium/statedb/index"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,12 +25,11 @@ import (
 	"github.com/cellium/cellium/cells/doctor"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
-	identitycell "github.com/cellium/cellium/cells/identity"
-	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -41,21 +39,35 @@ const (
 	nodeIP   = "192.168.7.10"
 )
 
+// fakeIPAM stands in for the IPAM cell: it writes the real allocations
+// table, which it initializes (the node has pod CIDRs) with the first
+// address it adds.
 type fakeIPAM struct {
-	mu     sync.Mutex
-	allocs []ipam.Allocation
+	db       *statedb.DB
+	table    statedb.RWTable[*ipamtables.Allocation]
+	initDone func(statedb.WriteTxn)
 }
 
-func (f *fakeIPAM) Allocations() []ipam.Allocation {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]ipam.Allocation(nil), f.allocs...)
+// newFakeIPAM creates the table, not initialized.
+func newFakeIPAM(db *statedb.DB) (*fakeIPAM, statedb.Table[*ipamtables.Allocation], error) {
+	table, err := ipamtables.NewTable(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	txn := db.WriteTxn(table)
+	done := table.RegisterInitializer(txn, "test")
+	txn.Commit()
+	return &fakeIPAM{db: db, table: table, initDone: done}, table, nil
 }
 
 func (f *fakeIPAM) add(ip, owner string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.allocs = append(f.allocs, ipam.Allocation{IP: netip.MustParseAddr(ip), Owner: owner})
+	txn := f.db.WriteTxn(f.table)
+	f.table.Insert(txn, &ipamtables.Allocation{IP: netip.MustParseAddr(ip), Owner: owner})
+	if f.initDone != nil {
+		f.initDone(txn)
+		f.initDone = nil
+	}
+	txn.Commit()
 }
 
 // fakeLinks returns links, then after each call the next entry of later
@@ -78,29 +90,13 @@ func (f *fakeLinks) ListHostLinks() ([]doctor.HostLink, error) {
 	return out, nil
 }
 
-// identityRow has the JSON form of the identity allocator's rows.
-type identityRow struct {
-	ID   identity.NumericIdentity `json:"id"`
-	Refs int                      `json:"refs"`
-}
-
-func (r *identityRow) TableHeader() []string { return []string{"ID"} }
-func (r *identityRow) TableRow() []string    { return []string{r.ID.StringID()} }
-
-var identityRowIndex = statedb.Index[*identityRow, uint32]{
-	Name:       "id",
-	FromObject: func(r *identityRow) index.KeySet { return index.NewKeySet(index.Uint32(uint32(r.ID))) },
-	FromKey:    index.Uint32,
-	Unique:     true,
-}
-
 type env struct {
 	t        *testing.T
 	db       *statedb.DB
 	eps      statedb.RWTable[*endpoints.Endpoint]
 	pods     statedb.RWTable[*corev1.Pod]
 	ceps     statedb.RWTable[*ciliumv2.CiliumEndpoint]
-	ids      statedb.RWTable[*identityRow]
+	ids      statedb.RWTable[*identity.Allocation]
 	ipam     *fakeIPAM
 	links    *fakeLinks
 	stateDir string
@@ -111,8 +107,17 @@ type env struct {
 // tables holding a clean node: a pod endpoint and the health endpoint.
 func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 	t.Helper()
+	e := startEmpty(t, settle, extra...)
+	e.cleanNode()
+	return e
+}
+
+// startEmpty runs the doctor like start, with empty tables and IPAM
+// without pod CIDRs.
+func startEmpty(t *testing.T, settle string, extra ...hive.Cell) *env {
+	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, ipam: &fakeIPAM{}, links: &fakeLinks{}, stateDir: filepath.Join(dir, "state")}
+	e := &env{t: t, links: &fakeLinks{}, stateDir: filepath.Join(dir, "state")}
 	socket := filepath.Join(dir, "api.sock")
 	hivetest.Start(t, []string{"--state-dir=" + e.stateDir, "--socket-path=" + socket, "--doctor-settle-time=" + settle},
 		statedir.Cell,
@@ -124,17 +129,18 @@ func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			func() k8s.NodeName { return nodeName },
-			func() ipam.Lister { return e.ipam },
+			func(db *statedb.DB) (statedb.Table[*ipamtables.Allocation], error) {
+				f, table, err := newFakeIPAM(db)
+				e.ipam = f
+				return table, err
+			},
 			func() doctor.LinkLister { return e.links },
+			identity.NewAllocationsTable, statedb.RWTable[*identity.Allocation].ToTable,
 		),
 		doctor.Cell,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, eps statedb.RWTable[*endpoints.Endpoint], pods statedb.RWTable[*corev1.Pod],
-			local statedb.RWTable[*nodes.LocalNode], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]) error {
-			ids, err := statedb.NewTable(db, identitycell.AllocationsTable, identityRowIndex)
-			if err != nil {
-				return err
-			}
+			local statedb.RWTable[*nodes.LocalNode], ceps statedb.RWTable[*ciliumv2.CiliumEndpoint], ids statedb.RWTable[*identity.Allocation]) error {
 			e.db, e.eps, e.pods, e.ceps, e.ids = db, eps, pods, ceps, ids
 			txn := db.WriteTxn(local)
 			if _, _, err := local.Insert(txn, &nodes.LocalNode{Name: nodeName, InternalIP: netip.MustParseAddr(nodeIP)}); err != nil {
@@ -148,7 +154,6 @@ func start(t *testing.T, settle string, extra ...hive.Cell) *env {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
 	t.Cleanup(e.api.CloseIdleConnections)
-	e.cleanNode()
 	return e
 }
 
@@ -173,7 +178,7 @@ func (e *env) cleanNode() {
 	other := cep("default", "elsewhere") // another node's: not ours to judge
 	other.Status.Networking.NodeIP = "192.168.7.99"
 	e.ceps.Insert(txn, other)
-	e.ids.Insert(txn, &identityRow{ID: 70000, Refs: 1})
+	e.ids.Insert(txn, &identity.Allocation{ID: 70000, Refs: 1})
 	txn.Commit()
 	e.ipam.add("10.0.0.1", "router")
 	e.ipam.add("10.0.0.2", "health")
@@ -243,7 +248,7 @@ func TestPlantedFaultsAreNamed(t *testing.T) {
 	e.eps.Insert(txn, &endpoints.Endpoint{ID: 3, ContainerID: "c-x", PodNamespace: "default", PodName: "x",
 		CEPNamespace: "default", CEPName: "x", HostIfName: "lxcx", IPv4: netip.MustParseAddr("10.0.0.33"), Identity: 70001})
 	// An identity with one reference more than endpoints using it.
-	e.ids.Insert(txn, &identityRow{ID: 70002, Refs: 1})
+	e.ids.Insert(txn, &identity.Allocation{ID: 70002, Refs: 1})
 	txn.Commit()
 	// Orphan veth.
 	e.links.links = append(e.links.links, doctor.HostLink{Name: "lxcorphan", ContainerID: "c-old"})
@@ -326,10 +331,7 @@ func TestCEPChecksOffWithoutCEPs(t *testing.T) {
 // TestUnsyncedSourcesAreSkipped: checks whose source is not ready are
 // listed as skipped, not reported as faults.
 func TestUnsyncedSourcesAreSkipped(t *testing.T) {
-	e := start(t, "0")
-	e.ipam.mu.Lock()
-	e.ipam.allocs = nil // no pod CIDRs yet
-	e.ipam.mu.Unlock()
+	e := startEmpty(t, "0") // no pod CIDRs yet
 	r, raw := e.doctor()
 	if len(r.Findings) != 0 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0], "no pod CIDRs") {
 		t.Errorf("report %s: want no findings and the IP checks skipped", raw)

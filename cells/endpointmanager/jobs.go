@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -18,6 +19,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/mapstate"
 	statepolicy "github.com/cellium/cellium/statedb/policy"
@@ -70,8 +72,9 @@ type jobsParams struct {
 	StateDir   statedir.Dir
 	Lifecycle  hive.Lifecycle
 	Jobs       hive.Jobs
-	Lookup     ipam.Lookup
-	Node       k8s.NodeName
+	// Allocations is IPAM's table: the health endpoint's address.
+	Allocations statedb.Table[*ipamtables.Allocation]
+	Node        k8s.NodeName
 	// HealthInterfaces is the health endpoint's veth as the datapath made
 	// it; absent when the agent has no health endpoint datapath.
 	HealthInterfaces statedb.Table[*health.Interface] `optional:"true"`
@@ -144,7 +147,7 @@ func registerJobs(p jobsParams) {
 		// the module is degraded while any is stuck.
 		hive.Service("retry-stuck-endpoints", nil, (&retrier{m: m, min: RetryMin, max: RetryMax, retry: m.retryEndpoint}).run),
 		hive.OneShot("health-endpoint", func(ctx context.Context, h hive.Health) error {
-			return m.ensureHealthEndpoint(ctx, p.Lookup, h)
+			return m.ensureHealthEndpoint(ctx, p.Allocations, h)
 		}, hive.WithRetry(-1, time.Second, 30*time.Second)),
 	)
 	if p.HealthInterfaces != nil {
@@ -223,14 +226,24 @@ func orNone(s string) string {
 // ensureHealthEndpoint creates the node's health endpoint,
 // cilium-health-<node>, with the health IP that node discovery allocated
 // and the reserved health identity. Its CEP lives in kube-system.
-func (m *Manager) ensureHealthEndpoint(ctx context.Context, lookup ipam.Lookup, h hive.Health) error {
+func (m *Manager) ensureHealthEndpoint(ctx context.Context, allocs statedb.Table[*ipamtables.Allocation], h hive.Health) error {
 	h.OK("waiting for the node's health IP")
-	ips, err := lookup.OwnedBy(ctx, HealthIPOwner)
-	if err != nil {
-		return fmt.Errorf("health endpoint IP: %w", err)
-	}
-	if len(ips) == 0 {
-		return fmt.Errorf("health endpoint IP: no address allocated to %q yet", HealthIPOwner)
+	var ip netip.Addr
+	for !ip.IsValid() {
+		txn := m.db.ReadTxn()
+		iter, watch := allocs.ListWatch(txn, ipamtables.OwnerIndex.Query(HealthIPOwner))
+		for a := range iter {
+			ip = a.IP
+			break
+		}
+		if ip.IsValid() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("health endpoint IP: no address allocated to %q yet: %w", HealthIPOwner, ctx.Err())
+		case <-watch:
+		}
 	}
 	name := "cilium-health-" + string(m.node)
 	for ep := range m.table.List(m.db.ReadTxn(), endpoints.CEPIndex.Query(HealthEndpointNamespace+"/"+name)) {
@@ -240,9 +253,9 @@ func (m *Manager) ensureHealthEndpoint(ctx context.Context, lookup ipam.Lookup, 
 	}
 	ep := &endpoints.Endpoint{
 		CEPNamespace: HealthEndpointNamespace, CEPName: name, Health: true,
-		IPv4: ips[0], Labels: labels.New(labels.Reserved(labels.IDNameHealth)), Created: m.now(),
+		IPv4: ip, Labels: labels.New(labels.Reserved(labels.IDNameHealth)), Created: m.now(),
 	}
-	ep, _, err = m.insertNew(ep)
+	ep, _, err := m.insertNew(ep)
 	if err != nil {
 		return err
 	}
@@ -256,4 +269,4 @@ func (m *Manager) ensureHealthEndpoint(ctx context.Context, lookup ipam.Lookup, 
 
 // HealthIPOwner is the IPAM owner of the node's health IP, allocated by
 // node discovery.
-const HealthIPOwner = ipam.HealthOwner
+const HealthIPOwner = ipamtables.HealthOwner

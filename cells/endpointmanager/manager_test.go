@@ -38,6 +38,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/nodes"
@@ -193,11 +194,20 @@ func (f *fakeIPAM) HoldForRestore(string) func([]ipam.Claim) {
 	}
 }
 func (f *fakeIPAM) RouterIP() (netip.Addr, bool) { return netip.MustParseAddr("10.0.0.1"), true }
-func (f *fakeIPAM) OwnedBy(ctx context.Context, owner string) ([]netip.Addr, error) {
-	if owner == endpointmanager.HealthIPOwner {
-		return []netip.Addr{netip.MustParseAddr("10.0.0.2")}, nil
+
+// allocationsTable is IPAM's table as the fake IPAM would write it: the
+// router's address and the health endpoint's, initialized.
+func allocationsTable(db *statedb.DB) (statedb.Table[*ipamtables.Allocation], error) {
+	table, err := ipamtables.NewTable(db)
+	if err != nil {
+		return nil, err
 	}
-	return nil, nil
+	txn := db.WriteTxn(table)
+	table.Insert(txn, &ipamtables.Allocation{IP: netip.MustParseAddr("10.0.0.1"), Owner: ipamtables.RouterOwner})
+	table.Insert(txn, &ipamtables.Allocation{IP: netip.MustParseAddr("10.0.0.2"), Owner: endpointmanager.HealthIPOwner})
+	table.RegisterInitializer(txn, "test")(txn)
+	txn.Commit()
+	return table, nil
 }
 
 // fakeIdentities gives each distinct label set a number from 1000 and
@@ -246,6 +256,10 @@ func (f *fakeIdentities) Allocate(_ context.Context, l labels.Labels) (identityc
 	f.refs[id]++
 	return identitycell.Identity{ID: id, Labels: l}, nil
 }
+
+// Restore ignores restored identities: the fake allocates without an API.
+func (f *fakeIdentities) Restore(labels.Labels, identity.NumericIdentity) {}
+
 func (f *fakeIdentities) Release(_ context.Context, id identity.NumericIdentity) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -305,7 +319,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			k8s.DisabledClientset,
 			func() ipam.Allocator { return e.ipam },
-			func() ipam.Lookup { return e.ipam },
+			allocationsTable,
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },

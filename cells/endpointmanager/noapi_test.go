@@ -83,7 +83,7 @@ func TestBootWithoutAPIServer(t *testing.T) {
 		statedir.Cell, agentapi.Cell, k8s.ClientCell, k8s.AgentResourcesCell,
 		hive.Provide(
 			func() ipam.Allocator { return fipam },
-			func() ipam.Lookup { return fipam },
+			allocationsTable,
 			func() identitycell.Allocator { return ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },

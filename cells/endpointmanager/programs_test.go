@@ -107,7 +107,7 @@ func startWithPrograms(t *testing.T, seed func(txn statedb.WriteTxn, pods stated
 			k8stables.NewCiliumEndpointsTable, statedb.RWTable[*ciliumv2.CiliumEndpoint].ToTable,
 			k8s.DisabledClientset,
 			func() ipam.Allocator { return e.ipam },
-			func() ipam.Lookup { return e.ipam },
+			allocationsTable,
 			func() identitycell.Allocator { return e.ids },
 			func() identitycell.LabelFilter { return filter{} },
 			func() identitycell.ClusterName { return "default" },

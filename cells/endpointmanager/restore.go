@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
-	identitycell "github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
@@ -61,8 +60,8 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 		// The allocator may hand the saved identity out again for the
 		// same labels while the cluster's identities are not listed
 		// (booted with the API server down).
-		if r, ok := m.identities.(identitycell.Restorer); ok && ep.Identity != identity.InvalidIdentity {
-			r.Restore(ep.Labels, ep.Identity)
+		if ep.Identity != identity.InvalidIdentity {
+			m.identities.Restore(ep.Labels, ep.Identity)
 		}
 		// This process holds no reference to the old identity yet: the
 		// endpoint gets one when restore resolves its labels again.

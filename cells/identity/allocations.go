@@ -6,11 +6,9 @@ import (
 	"iter"
 	"log/slog"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/cilium/statedb"
-	"github.com/cilium/statedb/index"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -20,60 +18,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
-	"github.com/cellium/cellium/statedb/reconciler"
 )
-
-// AllocationsTable is the name of the table of identities this agent
-// holds references to (GET /v1/statedb/identity-allocations).
-const AllocationsTable = "identity-allocations"
-
-// allocation is one identity this agent uses: a row of the allocations
-// table. The reconciler keeps its CiliumIdentity in the API: it creates
-// the object again when it disappears and removes the operator's
-// heartbeat mark. Rows are immutable; writers insert copies.
-type allocation struct {
-	ID     identity.NumericIdentity `json:"id"`
-	Labels labels.Labels            `json:"labels"`
-	Refs   int                      `json:"refs"`
-	Status reconciler.Status        `json:"status"`
-}
-
-func (a *allocation) TableHeader() []string { return []string{"ID", "Labels", "Refs", "Status"} }
-
-func (a *allocation) TableRow() []string {
-	return []string{a.ID.StringID(), a.Labels.String(), strconv.Itoa(a.Refs), a.Status.String()}
-}
-
-func (a *allocation) with(refs int, status reconciler.Status) *allocation {
-	c := *a
-	c.Refs, c.Status = refs, status
-	return &c
-}
-
-var (
-	allocIDIndex = statedb.Index[*allocation, identity.NumericIdentity]{
-		Name:       "id",
-		FromObject: func(a *allocation) index.KeySet { return index.NewKeySet(index.Uint32(uint32(a.ID))) },
-		FromKey:    func(id identity.NumericIdentity) index.Key { return index.Uint32(uint32(id)) },
-		FromString: index.Uint32String,
-		Unique:     true,
-	}
-	// allocLabelsIndex is keyed by labels.SortedList().
-	allocLabelsIndex = statedb.Index[*allocation, string]{
-		Name:       "labels",
-		FromObject: func(a *allocation) index.KeySet { return index.NewKeySet(index.String(a.Labels.SortedList())) },
-		FromKey:    index.String,
-		FromString: index.FromString,
-	}
-)
-
-func newAllocationsTable(db *statedb.DB) (statedb.RWTable[*allocation], error) {
-	t, err := statedb.NewTable(db, AllocationsTable, allocIDIndex, allocLabelsIndex)
-	if err != nil {
-		return nil, fmt.Errorf("create table %s: %w", AllocationsTable, err)
-	}
-	return t, nil
-}
 
 // newCiliumIdentity is the object for id and lbls: named by the number,
 // security-labels keyed "source:key", and the Kubernetes-sourced labels
@@ -130,7 +75,7 @@ type identityOps struct {
 // Update makes sure the identity exists with the allocation's labels and
 // carries no heartbeat mark. It reads the mirrored table first, so the
 // usual case costs no API call.
-func (o *identityOps) Update(ctx context.Context, txn statedb.ReadTxn, a *allocation) error {
+func (o *identityOps) Update(ctx context.Context, txn statedb.ReadTxn, a *identity.Allocation) error {
 	if o.client == nil {
 		return errNoClient
 	}
@@ -193,10 +138,12 @@ func missingLabels(have, want map[string]string) map[string]string {
 
 // Delete leaves the object alone: other agents may use it, and the
 // operator's identity GC deletes it once nobody does.
-func (o *identityOps) Delete(context.Context, statedb.ReadTxn, *allocation) error { return nil }
+func (o *identityOps) Delete(context.Context, statedb.ReadTxn, *identity.Allocation) error {
+	return nil
+}
 
 // Prune deletes nothing, for the same reason.
-func (o *identityOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*allocation, statedb.Revision]) error {
+func (o *identityOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*identity.Allocation, statedb.Revision]) error {
 	return nil
 }
 

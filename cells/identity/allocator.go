@@ -45,8 +45,9 @@ type allocatorOptions struct {
 
 // allocator is the CRD-mode Allocator.
 //
-// Reading: the k8s cells mirror every CiliumIdentity into a table; the
-// allocator indexes it by labels (labelIndex).
+// Reading: the k8s cells mirror every CiliumIdentity into a table indexed
+// by labels (k8stables.CiliumIdentityLabelsIndex); the allocator queries
+// it (identities).
 //
 // Writing: a new label set gets a number chosen deterministically from
 // its labels (see create), so agents racing on the same labels try the
@@ -58,13 +59,13 @@ type allocator struct {
 	log    *slog.Logger
 	db     *statedb.DB
 	cids   statedb.Table[*ciliumv2.CiliumIdentity]
-	allocs statedb.RWTable[*allocation]
+	allocs statedb.RWTable[*identity.Allocation]
 	client ciliumv2client.CiliumIdentityInterface // nil without a Kubernetes API
 	opts   allocatorOptions
 
-	idx   *labelIndex
+	idx   identities
 	locks keyLocks
-	rec   *reconciler.Reconciler[*allocation]
+	rec   *reconciler.Reconciler[*identity.Allocation]
 
 	// restored maps the labels key of an identity that restored endpoints
 	// used before the agent restarted to its number (see Restore).
@@ -75,7 +76,7 @@ type allocator struct {
 // newAllocatorWith validates opts and builds the allocator; it starts
 // nothing (see jobs).
 func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*ciliumv2.CiliumIdentity],
-	allocs statedb.RWTable[*allocation], client ciliumv2client.CiliumIdentityInterface, opts allocatorOptions,
+	allocs statedb.RWTable[*identity.Allocation], client ciliumv2client.CiliumIdentityInterface, opts allocatorOptions,
 ) (*allocator, error) {
 	if opts.Min == identity.InvalidIdentity || opts.Min > opts.Max {
 		return nil, fmt.Errorf("identity allocator: invalid range %d..%d", opts.Min, opts.Max)
@@ -85,13 +86,13 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 	}
 	a := &allocator{
 		log: log, db: db, cids: cids, allocs: allocs, client: client, opts: opts,
-		idx: newLabelIndex(db, cids),
+		idx: identities{table: cids},
 	}
-	rec, err := reconciler.New(db, reconciler.Config[*allocation]{
+	rec, err := reconciler.New(db, reconciler.Config[*identity.Allocation]{
 		Name:         "identity-allocations",
 		Table:        allocs,
-		GetStatus:    func(a *allocation) reconciler.Status { return a.Status },
-		SetStatus:    func(a *allocation, s reconciler.Status) *allocation { return a.with(a.Refs, s) },
+		GetStatus:    func(a *identity.Allocation) reconciler.Status { return a.Status },
+		SetStatus:    func(a *identity.Allocation, s reconciler.Status) *identity.Allocation { return a.With(a.Refs, s) },
 		Operations:   &identityOps{log: log, cids: cids, client: client},
 		FullInterval: fullReconcileInterval,
 		RetryMin:     100 * time.Millisecond,
@@ -105,11 +106,10 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 	return a, nil
 }
 
-// jobs are the allocator's background work: the label index, the watch
-// for deleted or marked identities in use, and the reconciler.
+// jobs are the allocator's background work: the watch for deleted or
+// marked identities in use, and the reconciler.
 func (a *allocator) jobs() []hive.Job {
 	return []hive.Job{
-		a.idx.job(),
 		hive.ObserveTable("identity-in-use-watch", a.db, a.cids, a.onIdentityChange),
 		reconcilejob.Job("identity-allocations", a.rec, nil),
 	}
@@ -152,7 +152,7 @@ func (a *allocator) Allocate(ctx context.Context, lbls labels.Labels) (Identity,
 	return Identity{ID: id, Labels: lbls}, nil
 }
 
-// Restore implements Restorer.
+// Restore implements Allocator.
 func (a *allocator) Restore(lbls labels.Labels, id identity.NumericIdentity) {
 	if id.IsReserved() || !a.inRange(id) || lbls.Len() == 0 {
 		return
@@ -197,10 +197,7 @@ func (a *allocator) resolve(ctx context.Context, lbls labels.Labels, key string)
 	if err := a.waitListed(ctx); err != nil {
 		return 0, err
 	}
-	if _, err := a.idx.sync(a.db.ReadTxn()); err != nil {
-		return 0, err
-	}
-	if e, ok := a.idx.preferred(key, a.inRange); ok {
+	if e, ok := a.idx.preferred(a.db.ReadTxn(), key, a.inRange); ok {
 		return e.id, nil
 	}
 	return a.create(ctx, lbls, key)
@@ -232,7 +229,7 @@ func (a *allocator) create(ctx context.Context, lbls labels.Labels, key string) 
 	start := probeStart(key, span)
 	for i := uint64(0); i < span; i++ {
 		n := a.opts.Min + identity.NumericIdentity((start+i)%span)
-		if e, ok := a.idx.get(n); ok {
+		if e, ok := a.idx.get(a.db.ReadTxn(), n); ok {
 			if e.key == key {
 				return n, nil // created meanwhile by another agent
 			}
@@ -323,10 +320,7 @@ func (a *allocator) converge(ctx context.Context, created *ciliumv2.CiliumIdenti
 		a.log.Warn("Created CiliumIdentity not seen in the watch yet; not checking for duplicates", "identity", id)
 		return id, nil
 	}
-	if _, err := a.idx.sync(txn); err != nil {
-		return 0, err
-	}
-	best, ok := a.idx.preferred(key, a.inRange)
+	best, ok := a.idx.preferred(txn, key, a.inRange)
 	if !ok || best.id == id {
 		return id, nil
 	}
@@ -364,11 +358,11 @@ func (a *allocator) waitVisible(ctx context.Context, created *ciliumv2.CiliumIde
 func (a *allocator) addRefByKey(key string) (identity.NumericIdentity, bool) {
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok := a.allocs.Get(txn, allocLabelsIndex.Query(key))
+	row, _, ok := a.allocs.Get(txn, identity.AllocationLabelsIndex.Query(key))
 	if !ok {
 		return 0, false
 	}
-	if _, _, err := a.allocs.Insert(txn, row.with(row.Refs+1, row.Status)); err != nil {
+	if _, _, err := a.allocs.Insert(txn, row.With(row.Refs+1, row.Status)); err != nil {
 		return 0, false
 	}
 	txn.Commit()
@@ -380,14 +374,14 @@ func (a *allocator) addRefByKey(key string) (identity.NumericIdentity, bool) {
 func (a *allocator) addRef(id identity.NumericIdentity, lbls labels.Labels) error {
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id))
+	row, _, ok := a.allocs.Get(txn, identity.AllocationIDIndex.Query(id))
 	switch {
 	case !ok:
-		row = &allocation{ID: id, Labels: lbls, Refs: 1, Status: reconciler.Pending()}
+		row = &identity.Allocation{ID: id, Labels: lbls, Refs: 1, Status: reconciler.Pending()}
 	case !row.Labels.Equal(lbls):
 		return fmt.Errorf("identity %d is in use here with labels %v: %w", id, row.Labels, ErrIdentityConflict)
 	default:
-		row = row.with(row.Refs+1, row.Status)
+		row = row.With(row.Refs+1, row.Status)
 	}
 	if _, _, err := a.allocs.Insert(txn, row); err != nil {
 		return fmt.Errorf("record identity %d: %w", id, err)
@@ -403,7 +397,7 @@ func (a *allocator) Release(_ context.Context, id identity.NumericIdentity) erro
 	}
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id))
+	row, _, ok := a.allocs.Get(txn, identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return fmt.Errorf("release identity %d: %w", id, ErrNotAllocated)
 	}
@@ -411,7 +405,7 @@ func (a *allocator) Release(_ context.Context, id identity.NumericIdentity) erro
 	if row.Refs <= 1 {
 		_, _, err = a.allocs.Delete(txn, row)
 	} else {
-		_, _, err = a.allocs.Insert(txn, row.with(row.Refs-1, row.Status))
+		_, _, err = a.allocs.Insert(txn, row.With(row.Refs-1, row.Status))
 	}
 	if err != nil {
 		return fmt.Errorf("release identity %d: %w", id, err)
@@ -420,18 +414,18 @@ func (a *allocator) Release(_ context.Context, id identity.NumericIdentity) erro
 	return nil
 }
 
-// Lookup implements Allocator: reserved identities, those this agent uses
-// and every CiliumIdentity of the cluster.
-func (a *allocator) Lookup(id identity.NumericIdentity) (Identity, bool) {
+// lookup finds an identity by number (GET /v1/identity/{id}): reserved
+// identities, those this agent uses and every CiliumIdentity of the
+// cluster.
+func (a *allocator) lookup(id identity.NumericIdentity) (Identity, bool) {
 	if r, ok := identity.LookupReserved(id); ok {
 		return Identity{ID: id, Labels: r.Labels}, true
 	}
 	txn := a.db.ReadTxn()
-	if row, _, ok := a.allocs.Get(txn, allocIDIndex.Query(id)); ok {
+	if row, _, ok := a.allocs.Get(txn, identity.AllocationIDIndex.Query(id)); ok {
 		return Identity{ID: id, Labels: row.Labels}, true
 	}
-	_, _ = a.idx.sync(txn) // before start the index is empty: nothing to find
-	if e, ok := a.idx.get(id); ok {
+	if e, ok := a.idx.get(txn, id); ok {
 		return Identity{ID: id, Labels: e.labels}, true
 	}
 	return Identity{}, false
@@ -444,8 +438,7 @@ func (a *allocator) list() []Identity {
 		m[r.ID] = Identity{ID: r.ID, Labels: r.Labels}
 	}
 	txn := a.db.ReadTxn()
-	_, _ = a.idx.sync(txn)
-	for _, e := range a.idx.all() {
+	for _, e := range a.idx.all(txn) {
 		m[e.id] = Identity{ID: e.id, Labels: e.labels}
 	}
 	for row := range a.allocs.All(txn) {
@@ -464,7 +457,7 @@ func (a *allocator) onIdentityChange(_ context.Context, change statedb.Change[*c
 	if err != nil {
 		return nil
 	}
-	row, _, ok := a.allocs.Get(a.db.ReadTxn(), allocIDIndex.Query(id))
+	row, _, ok := a.allocs.Get(a.db.ReadTxn(), identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return nil
 	}
@@ -473,13 +466,13 @@ func (a *allocator) onIdentityChange(_ context.Context, change statedb.Change[*c
 	}
 	txn := a.db.WriteTxn(a.allocs)
 	defer txn.Abort()
-	row, _, ok = a.allocs.Get(txn, allocIDIndex.Query(id))
+	row, _, ok = a.allocs.Get(txn, identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return nil
 	}
 	// Always a new revision, even if already pending: a reconciliation in
 	// flight may have read the table before this change.
-	if _, _, err := a.allocs.Insert(txn, row.with(row.Refs, reconciler.Pending())); err != nil {
+	if _, _, err := a.allocs.Insert(txn, row.With(row.Refs, reconciler.Pending())); err != nil {
 		return fmt.Errorf("mark identity %d for repair: %w", id, err)
 	}
 	txn.Commit()

@@ -46,7 +46,7 @@ func TestReservedIdentities(t *testing.T) {
 		if err := ag.alloc.Release(ctx, got.ID); err != nil {
 			t.Errorf("Release(%d): %v", got.ID, err)
 		}
-		if l, ok := ag.alloc.Lookup(tt.want); !ok || l.ID != tt.want {
+		if l, ok := ag.alloc.lookup(tt.want); !ok || l.ID != tt.want {
 			t.Errorf("Lookup(%d) = %v, %v", tt.want, l, ok)
 		}
 	}
@@ -67,7 +67,7 @@ func TestAllocateErrors(t *testing.T) {
 	if err := ag.alloc.Release(ctx, 4242); !errors.Is(err, ErrNotAllocated) {
 		t.Errorf("Release of an unknown identity: %v, want ErrNotAllocated", err)
 	}
-	if _, ok := ag.alloc.Lookup(4242); ok {
+	if _, ok := ag.alloc.lookup(4242); ok {
 		t.Error("Lookup of an unknown identity succeeded")
 	}
 }
@@ -137,7 +137,7 @@ func TestAllocateCreatesAndCounts(t *testing.T) {
 	if got := ag.refs(first.ID); got != 2 {
 		t.Errorf("refs = %d, want 2", got)
 	}
-	if got, ok := ag.alloc.Lookup(first.ID); !ok || !got.Labels.Equal(lbls) {
+	if got, ok := ag.alloc.lookup(first.ID); !ok || !got.Labels.Equal(lbls) {
 		t.Errorf("Lookup(%d) = %v, %v", first.ID, got, ok)
 	}
 	other, err := ag.alloc.Allocate(ctx, podLabels("db", "prod"))
@@ -418,7 +418,7 @@ func TestRecreateConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "a conflict in the allocation's status", func() error {
-		row, _, ok := ag.alloc.allocs.Get(ag.db.ReadTxn(), allocIDIndex.Query(id.ID))
+		row, _, ok := ag.alloc.allocs.Get(ag.db.ReadTxn(), identity.AllocationIDIndex.Query(id.ID))
 		if !ok {
 			return fmt.Errorf("row gone")
 		}

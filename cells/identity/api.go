@@ -32,7 +32,7 @@ func apiHandlers(a *allocator) agentapi.HandlersOut {
 				agentapi.WriteError(w, http.StatusBadRequest, "invalid identity %q: want a number such as 40321 or a reserved name such as host", s)
 				return
 			}
-			id, ok := a.Lookup(n)
+			id, ok := a.lookup(n)
 			if !ok {
 				agentapi.WriteError(w, http.StatusNotFound, "identity %d not found", n)
 				return

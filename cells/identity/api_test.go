@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
+	"github.com/cellium/cellium/statedb/identity"
 )
 
 func TestAPI(t *testing.T) {
@@ -46,10 +47,10 @@ func TestAPI(t *testing.T) {
 	}
 
 	// This agent's references are a statedb table.
-	code, body = get(t, socket, "/statedb/"+AllocationsTable)
-	var rows []allocation
+	code, body = get(t, socket, "/statedb/"+identity.AllocationsTable)
+	var rows []identity.Allocation
 	if err := json.Unmarshal(body, &rows); code != http.StatusOK || err != nil {
-		t.Fatalf("GET /statedb/%s = %d %s (%v)", AllocationsTable, code, body, err)
+		t.Fatalf("GET /statedb/%s = %d %s (%v)", identity.AllocationsTable, code, body, err)
 	}
 	if len(rows) != 1 || rows[0].ID != id.ID || rows[0].Refs != 1 || !rows[0].Labels.Equal(id.Labels) {
 		t.Errorf("allocations = %s", body)

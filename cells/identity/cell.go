@@ -9,6 +9,7 @@ import (
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -17,9 +18,13 @@ import (
 var Cell = hive.Module("identity-allocator", "Allocates numeric security identities as CiliumIdentity objects",
 	// Flags: mode, timeout, label rules, cluster name and ID.
 	hive.Config(DefaultConfig),
-	// This agent's references, one row per identity it uses; private because only the allocator writes it.
-	hive.ProvidePrivate(newAllocationsTable),
-	// The allocator itself; registers its jobs (label index, watch, reconciler).
+	// This agent's references, one row per identity it uses
+	// (statedb/identity): writable only here, by the allocator...
+	hive.ProvidePrivate(identity.NewAllocationsTable),
+	// ...and read by the doctor (references) and the CLI.
+	hive.Provide(statedb.RWTable[*identity.Allocation].ToTable),
+	// The allocator itself; registers its jobs (watch, reconciler); it finds
+	// identities by labels with the CiliumIdentity table's labels index.
 	hive.ProvidePrivate(newAllocator),
 	// What the endpoint manager consumes: the narrow interface, not the implementation.
 	hive.Provide(asAllocator),
@@ -41,7 +46,7 @@ type allocatorParams struct {
 	Jobs        hive.Jobs
 	Clientset   k8s.Clientset
 	Identities  statedb.Table[*ciliumv2.CiliumIdentity]
-	Allocations statedb.RWTable[*allocation]
+	Allocations statedb.RWTable[*identity.Allocation]
 	Metrics     reconciler.Metrics `optional:"true"`
 }
 

@@ -26,8 +26,4 @@ var (
 	// deleted and its number was taken by other labels before the agent
 	// could create it again. The endpoints using it need a new identity.
 	ErrIdentityConflict = errors.New("identity number now belongs to other labels")
-
-	// ErrNotStarted is returned when the allocator is used before the hive
-	// started it.
-	ErrNotStarted = errors.New("identity allocator not started")
 )

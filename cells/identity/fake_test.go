@@ -158,7 +158,7 @@ func startAgentArgs(t testing.TB, cs k8s.Clientset, opts *allocatorOptions, args
 	if opts != nil {
 		cell = hive.Module("identity-allocator", "Allocator with a test range",
 			hive.Config(DefaultConfig),
-			hive.ProvidePrivate(newAllocationsTable),
+			hive.ProvidePrivate(identity.NewAllocationsTable),
 			hive.Provide(func(p allocatorParams) (Allocator, error) { return startAllocator(p, *opts) }),
 		)
 	}
@@ -179,7 +179,7 @@ func startAgentArgs(t testing.TB, cs k8s.Clientset, opts *allocatorOptions, args
 
 // refs returns this agent's reference count of id (0: not held).
 func (ta *testAgent) refs(id identity.NumericIdentity) int {
-	row, _, ok := ta.alloc.allocs.Get(ta.db.ReadTxn(), allocIDIndex.Query(id))
+	row, _, ok := ta.alloc.allocs.Get(ta.db.ReadTxn(), identity.AllocationIDIndex.Query(id))
 	if !ok {
 		return 0
 	}

@@ -19,7 +19,10 @@ type Identity struct {
 }
 
 // Allocator resolves label sets to identities and counts this agent's
-// references to them. Safe for concurrent use.
+// references to them. Safe for concurrent use. It has no lookup: readers
+// of identities query the CiliumIdentity table (by name, or by labels with
+// k8stables.CiliumIdentityLabelsIndex) and the identity-allocations table
+// (statedb/identity).
 type Allocator interface {
 	// Allocate returns the identity of lbls, creating the CiliumIdentity if
 	// none exists, and takes a reference. Reserved label sets (e.g.
@@ -28,18 +31,12 @@ type Allocator interface {
 	// Release drops a reference taken by Allocate. The object itself is
 	// left to the operator's identity GC.
 	Release(ctx context.Context, id identity.NumericIdentity) error
-	// Lookup returns a known identity by number.
-	Lookup(id identity.NumericIdentity) (Identity, bool)
-}
-
-// Restorer is implemented by allocators that can use the identities of
-// endpoints restored from their state files before the cluster's
-// identities are listed: after a boot with the API server unreachable,
-// Allocate of a restored label set returns its restored number at once
-// instead of waiting for the API. The reference is kept in the API as
-// usual once it is reachable; a conflict (the number was reused for other
-// labels while the agent was down) is reported by the allocator's health.
-type Restorer interface {
-	// Restore records that lbls had identity id before the restart.
+	// Restore records that lbls had identity id before the restart (an
+	// endpoint restored from its state file): after a boot with the API
+	// server unreachable, Allocate of a restored label set returns its
+	// restored number at once instead of waiting for the API. The
+	// reference is kept in the API as usual once it is reachable; a
+	// conflict (the number was reused for other labels while the agent
+	// was down) is reported by the allocator's health.
 	Restore(lbls labels.Labels, id identity.NumericIdentity)
 }

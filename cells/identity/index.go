@@ -2,22 +2,18 @@ package identity
 
 import (
 	"cmp"
-	"context"
-	"fmt"
-	"maps"
 	"slices"
-	"sync"
 
 	"github.com/cilium/statedb"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
-	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/statedb/identity"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 )
 
-// cidEntry is one CiliumIdentity as the index sees it.
+// cidEntry is one CiliumIdentity as the allocator sees it.
 type cidEntry struct {
 	id     identity.NumericIdentity
 	key    string // labels.SortedList(): equal keys, equal label sets
@@ -25,150 +21,58 @@ type cidEntry struct {
 	obj    *ciliumv2.CiliumIdentity
 }
 
-// labelIndex finds CiliumIdentities by their security labels. The
-// CiliumIdentity table belongs to the k8s cells and is indexed by name
-// only, so the index is built here from the table's change stream.
-//
-// sync brings it up to a given snapshot of the table, so that a caller who
-// has seen an object in the table can count on the index holding it too.
-type labelIndex struct {
-	db    *statedb.DB
-	table statedb.Table[*ciliumv2.CiliumIdentity]
-
-	mu      sync.Mutex
-	changes statedb.ChangeIterator[*ciliumv2.CiliumIdentity] // nil before start and after stop
-	byID    map[identity.NumericIdentity]cidEntry
-	byKey   map[string]map[identity.NumericIdentity]struct{}
-}
-
-func newLabelIndex(db *statedb.DB, table statedb.Table[*ciliumv2.CiliumIdentity]) *labelIndex {
-	return &labelIndex{
-		db:    db,
-		table: table,
-		byID:  map[identity.NumericIdentity]cidEntry{},
-		byKey: map[string]map[identity.NumericIdentity]struct{}{},
-	}
-}
-
-// job keeps the index current (and the table's graveyard drained) while
-// the hive runs.
-func (x *labelIndex) job() hive.Job {
-	return hive.Service("identity-label-index", x.subscribe, x.run)
-}
-
-func (x *labelIndex) subscribe() error {
-	wtxn := x.db.WriteTxn(x.table)
-	changes, err := x.table.Changes(wtxn)
-	wtxn.Commit()
+// toEntry parses a CiliumIdentity; false for an object whose name is not
+// an identity number (not one cellium or Cilium made).
+func toEntry(obj *ciliumv2.CiliumIdentity) (cidEntry, bool) {
+	id, err := identity.ParseNumericIdentity(obj.Name)
 	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", x.table.Name(), err)
+		return cidEntry{}, false
 	}
-	x.mu.Lock()
-	x.changes = changes
-	x.mu.Unlock()
-	return nil
+	lbls := labels.FromMap(obj.SecurityLabels, "")
+	return cidEntry{id: id, key: lbls.SortedList(), labels: lbls, obj: obj}, true
 }
 
-func (x *labelIndex) run(ctx context.Context, h hive.Health) {
-	defer func() {
-		x.mu.Lock()
-		if x.changes != nil {
-			x.changes.Close()
-			x.changes = nil
-		}
-		x.mu.Unlock()
-	}()
-	for {
-		watch, err := x.sync(x.db.ReadTxn())
-		if err != nil {
-			h.Degraded("sync", err)
-			return
-		}
-		h.OK(fmt.Sprintf("%d identities indexed", x.len()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-watch:
-		}
-	}
+// identities queries the CiliumIdentity table (the k8s cells' mirror) by
+// number and by labels (k8stables.CiliumIdentityLabelsIndex). A reader
+// that has seen an object in a snapshot finds it in the indexes of the
+// same snapshot: statedb updates them in the transaction that writes it.
+type identities struct {
+	table statedb.Table[*ciliumv2.CiliumIdentity]
 }
 
-// sync applies every change of the table up to txn. It returns a channel
-// that closes when the table changes again.
-func (x *labelIndex) sync(txn statedb.ReadTxn) (<-chan struct{}, error) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.changes == nil {
-		return nil, ErrNotStarted
+// get returns the identity with number id in txn.
+func (x identities) get(txn statedb.ReadTxn, id identity.NumericIdentity) (cidEntry, bool) {
+	obj, _, found := x.table.Get(txn, k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(id.StringID()))
+	if !found {
+		return cidEntry{}, false
 	}
-	seq, watch := x.changes.Next(txn)
-	for change := range seq {
-		id, err := identity.ParseNumericIdentity(change.Object.Name)
-		if err != nil {
-			continue // not an identity cellium or Cilium made
-		}
-		x.remove(id)
-		if !change.Deleted {
-			lbls := labels.FromMap(change.Object.SecurityLabels, "")
-			e := cidEntry{id: id, key: lbls.SortedList(), labels: lbls, obj: change.Object}
-			x.byID[id] = e
-			if x.byKey[e.key] == nil {
-				x.byKey[e.key] = map[identity.NumericIdentity]struct{}{}
-			}
-			x.byKey[e.key][id] = struct{}{}
-		}
-	}
-	return watch, nil
+	return toEntry(obj)
 }
 
-// remove drops id from the index; x.mu is held.
-func (x *labelIndex) remove(id identity.NumericIdentity) {
-	old, ok := x.byID[id]
-	if !ok {
-		return
-	}
-	delete(x.byID, id)
-	delete(x.byKey[old.key], id)
-	if len(x.byKey[old.key]) == 0 {
-		delete(x.byKey, old.key)
-	}
-}
-
-func (x *labelIndex) len() int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.byID)
-}
-
-// get returns the identity with number id.
-func (x *labelIndex) get(id identity.NumericIdentity) (cidEntry, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	e, ok := x.byID[id]
-	return e, ok
-}
-
-// preferred returns, of the identities with the labels key whose number
-// passes ok, the one every agent picks (see earlier).
-func (x *labelIndex) preferred(key string, ok func(identity.NumericIdentity) bool) (cidEntry, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+// preferred returns, of the identities in txn with the labels key whose
+// number passes ok, the one every agent picks (see earlier).
+func (x identities) preferred(txn statedb.ReadTxn, key string, ok func(identity.NumericIdentity) bool) (cidEntry, bool) {
 	var best cidEntry
 	found := false
-	for id := range x.byKey[key] {
-		e := x.byID[id]
-		if ok(id) && (!found || earlier(e, best)) {
+	for obj := range x.table.List(txn, k8stables.CiliumIdentityLabelsIndex.Query(key)) {
+		e, valid := toEntry(obj)
+		if valid && ok(e.id) && (!found || earlier(e, best)) {
 			best, found = e, true
 		}
 	}
 	return best, found
 }
 
-// all returns every indexed identity, sorted by number.
-func (x *labelIndex) all() []cidEntry {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return slices.SortedFunc(maps.Values(x.byID), func(a, b cidEntry) int { return cmp.Compare(a.id, b.id) })
+// all returns every identity in txn, sorted by number.
+func (x identities) all(txn statedb.ReadTxn) []cidEntry {
+	var out []cidEntry
+	for obj := range x.table.All(txn) {
+		if e, ok := toEntry(obj); ok {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b cidEntry) int { return cmp.Compare(a.id, b.id) })
+	return out
 }
 
 // earlier orders identities with equal labels: the one created first wins,

@@ -19,6 +19,7 @@ import (
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/identity"
+	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 )
 
@@ -178,8 +179,11 @@ func TestIntegrationTwoAgents(t *testing.T) {
 		if !byName[id.StringID()] {
 			t.Errorf("set %d: identity %d has no object", s, id)
 		}
-		if l, ok := agents[1].alloc.Lookup(id); !ok || l.ID != id {
-			t.Errorf("agent b cannot look up %d", id)
-		}
+		eventually(t, fmt.Sprintf("agent b sees identity %d", id), func() error {
+			if _, _, ok := agents[1].cids.Get(agents[1].db.ReadTxn(), k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(id.StringID())); !ok {
+				return fmt.Errorf("not in agent b's CiliumIdentity table")
+			}
+			return nil
+		})
 	}
 }

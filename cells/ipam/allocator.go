@@ -13,10 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cilium/statedb"
+
 	"github.com/cellium/cellium/cells/ipam/pool"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 )
 
-// allocator implements Allocator and Lookup over a pool.Pool that exists
+// allocator implements Allocator over a pool.Pool that exists
 // once the node has pod CIDRs. Every change is written to the state file
 // before the call returns, so that a restarted agent restores it.
 type allocator struct {
@@ -58,6 +61,22 @@ type allocator struct {
 	// loaded is set once restore has read the state file: before, a write
 	// would replace the file with an empty state.
 	loaded bool
+
+	// pub mirrors the allocations into the IPAM allocations table; nil
+	// when the allocator has no table (unit tests of the plain logic).
+	pub *publisher
+}
+
+// publisher mirrors the allocator's allocations into the IPAM allocations
+// table, whose only writer it is.
+type publisher struct {
+	db    *statedb.DB
+	table statedb.RWTable[*ipamtables.Allocation]
+	// mu serializes publish: each takes its snapshot after the previous
+	// one committed, so the table converges on the latest state.
+	mu sync.Mutex
+	// initDone marks the table initialized; nil once called.
+	initDone func(statedb.WriteTxn)
 }
 
 // allocMeta is what the allocator records beside the pool's owner name.
@@ -85,7 +104,6 @@ const gcHistory = 100
 
 var (
 	_ Allocator = (*allocator)(nil)
-	_ Lookup    = (*allocator)(nil)
 )
 
 // newAllocatorCore creates an allocator for node; state may be nil.
@@ -100,6 +118,61 @@ func newAllocatorCore(node string, state *stateStore, log *slog.Logger) *allocat
 		unclaimed: map[netip.Addr]string{},
 		meta:      map[netip.Addr]allocMeta{},
 	}
+}
+
+// attachTable makes the allocator the writer of table: every change of
+// the allocations is mirrored into it, and the table is initialized once
+// the allocator can allocate (the pool exists and every restorer has
+// handed over its addresses). Call it before the allocator is used.
+func (a *allocator) attachTable(db *statedb.DB, table statedb.RWTable[*ipamtables.Allocation]) {
+	wtxn := db.WriteTxn(table)
+	done := table.RegisterInitializer(wtxn, "ipam-pool")
+	wtxn.Commit()
+	a.pub = &publisher{db: db, table: table, initDone: done}
+}
+
+// publish writes the current allocations into the table (if any): rows
+// of freed addresses are deleted, new and changed ones inserted.
+func (a *allocator) publish() {
+	p := a.pub
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a.mu.RLock()
+	want := map[netip.Addr]ipamtables.Allocation{}
+	if a.pool != nil {
+		for ip, owner := range a.pool.Dump() {
+			want[ip] = ipamtables.Allocation{IP: ip, Owner: owner, ContainerID: a.meta[ip].containerID}
+		}
+	}
+	ready := a.isReady
+	a.mu.RUnlock()
+
+	wtxn := p.db.WriteTxn(p.table)
+	defer wtxn.Abort()
+	for _, row := range statedb.Collect(p.table.All(wtxn)) {
+		w, ok := want[row.IP]
+		switch {
+		case !ok:
+			if _, _, err := p.table.Delete(wtxn, row); err != nil {
+				a.log.Error("delete a row of the IPAM allocations table", "ip", row.IP, "error", err)
+			}
+		case w == *row:
+			delete(want, row.IP)
+		}
+	}
+	for _, w := range want {
+		if _, _, err := p.table.Insert(wtxn, &w); err != nil {
+			a.log.Error("insert a row into the IPAM allocations table", "ip", w.IP, "error", err)
+		}
+	}
+	if ready && p.initDone != nil {
+		p.initDone(wtxn)
+		p.initDone = nil
+	}
+	wtxn.Commit()
 }
 
 // restore loads the state file (start hook). Pod addresses written before
@@ -310,7 +383,9 @@ func (a *allocator) takeRestored(name string, claims []Claim) {
 		if err := a.persist(); err != nil {
 			a.log.Warn("persist restored addresses", "error", err)
 		}
+		return
 	}
+	a.publish() // the table may now be initialized
 }
 
 // regrow makes a pool over cidrs holding every current allocation, if the
@@ -399,11 +474,12 @@ func (a *allocator) AllocateNext(ctx context.Context, owner Owner) (Allocation, 
 // undo releases ip if owner still holds it.
 func (a *allocator) undo(ip netip.Addr, owner string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if cur, ok := a.pool.Owner(ip); ok && cur == owner {
 		_ = a.pool.Release(ip)
 		delete(a.meta, ip)
 	}
+	a.mu.Unlock()
+	a.publish()
 }
 
 // AllocateIP implements Allocator. Claiming a restored address with its
@@ -678,8 +754,9 @@ func (a *allocator) RouterIP() (netip.Addr, bool) {
 	return a.pool.RouterIP(), true
 }
 
-// OwnedBy implements Lookup.
-func (a *allocator) OwnedBy(ctx context.Context, owner string) ([]netip.Addr, error) {
+// ownedBy waits (bounded by ctx) until the pool exists, then returns the
+// addresses allocated to owner in ascending order.
+func (a *allocator) ownedBy(ctx context.Context, owner string) ([]netip.Addr, error) {
 	if err := a.wait(ctx); err != nil {
 		return nil, err
 	}
@@ -782,6 +859,7 @@ func (a *allocator) snapshot() *stateFile {
 // persist writes the current state (unless persistence is off) and waits
 // until a write that includes every change made before the call is done.
 func (a *allocator) persist() error {
+	a.publish()
 	if a.state == nil {
 		return nil
 	}

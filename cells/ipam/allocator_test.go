@@ -133,7 +133,7 @@ func TestAllocate(t *testing.T) {
 	if _, err := a.AllocateNext(ctx, Owner{Name: ""}); !errors.Is(err, pool.ErrEmptyOwner) {
 		t.Errorf("empty owner: %v", err)
 	}
-	if got, err := a.OwnedBy(ctx, "ns/p2"); err != nil || len(got) != 1 || got[0] != ip {
+	if got, err := a.ownedBy(ctx, "ns/p2"); err != nil || len(got) != 1 || got[0] != ip {
 		t.Errorf("OwnedBy = %v, %v", got, err)
 	}
 
@@ -272,7 +272,7 @@ func TestRestore(t *testing.T) {
 	if next.IP == p1.IP || next.IP == health.IP {
 		t.Errorf("restored address %v handed out again", next.IP)
 	}
-	if got, _ := b.OwnedBy(ctx, "ns/p2"); len(got) != 0 {
+	if got, _ := b.ownedBy(ctx, "ns/p2"); len(got) != 0 {
 		t.Errorf("address released before the restore was restored: %v", got)
 	}
 
@@ -281,7 +281,7 @@ func TestRestore(t *testing.T) {
 	if err := c.setPodCIDRs(prefixes("10.0.1.0/24")); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := c.OwnedBy(ctx, HealthOwner); len(got) != 1 || got[0] != health.IP {
+	if got, _ := c.ownedBy(ctx, HealthOwner); len(got) != 1 || got[0] != health.IP {
 		t.Errorf("health IP after reboot = %v, want %v", got, health.IP)
 	}
 	if _, err := c.AllocateIP(ctx, p1.IP, Owner{Name: "ns/new"}); err != nil {

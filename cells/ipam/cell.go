@@ -1,6 +1,11 @@
 package ipam
 
-import "github.com/cellium/cellium/cells/hive"
+import (
+	"github.com/cilium/statedb"
+
+	"github.com/cellium/cellium/cells/hive"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
+)
 
 // Cell is the agent's IPAM in cluster-pool mode. It needs k8s.NodeName,
 // statedir.Dir, the k8s CiliumNodes table and, for releasing the restored
@@ -13,16 +18,25 @@ import "github.com/cellium/cellium/cells/hive"
 var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 	// --ipam-gc-grace.
 	hive.Config(DefaultConfig),
+	// The allocations table (statedb/ipam) is written only by the
+	// allocator...
+	hive.ProvidePrivate(ipamtables.NewTable),
+	// ...and read by node discovery (health and router IP), the CNI
+	// configuration writer (can the node allocate?), the endpoint manager
+	// (health endpoint IP), the doctor and the CLI.
+	hive.Provide(statedb.RWTable[*ipamtables.Allocation].ToTable),
 	// The allocator; its start hook reads <--state-dir>/ipam. Private: others
 	// get only the narrow interfaces below.
 	hive.ProvidePrivate(newAllocator),
-	// Allocator for the endpoint manager, Lookup for nodediscovery (health IP),
-	// Lister for the doctor.
-	hive.Provide(asAllocator, asLookup, asLister),
+	// Allocator for the endpoint manager, whose CNI requests claim and
+	// release addresses. Readers use the table.
+	hive.Provide(asAllocator),
 	// POST/DELETE/GET /v1/ipam on the agent API; POST answers with the
 	// PodMTU (optional, from cni-config) too.
 	hive.Provide(apiHandlers),
-	// Jobs: build the pool from this node's CiliumNode pod CIDRs; release
+	// Jobs: build the pool from this node's CiliumNode pod CIDRs; allocate
+	// the health endpoint's address (the CiliumNode's, if it publishes
+	// one, so that it survives a lost state directory); release
 	// restored addresses of pods that no longer exist; free pod addresses
 	// no endpoint has used for --ipam-gc-grace (needs the endpoints table).
 	hive.Invoke(registerJobs),
@@ -31,4 +45,3 @@ var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 )
 
 func asAllocator(a *allocator) Allocator { return a }
-func asLookup(a *allocator) Lookup       { return a }

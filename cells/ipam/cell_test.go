@@ -29,6 +29,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam/pool"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
@@ -46,6 +47,7 @@ type env struct {
 	db     *statedb.DB
 	cns    statedb.RWTable[*ciliumv2.CiliumNode]
 	alloc  ipam.Allocator
+	allocs statedb.Table[*ipamtables.Allocation]
 	health hive.HealthReporter
 	client *http.Client
 }
@@ -60,7 +62,7 @@ func startIPAM(t *testing.T, stateDir string, extra ...hive.Cell) *env {
 	cells := append([]hive.Cell{
 		hive.Provide(func() k8s.NodeName { return "node1" }),
 		testTables, statedir.Cell, ipam.Cell, agentapi.Cell,
-		hivetest.Capture(&e.db), hivetest.Capture(&e.cns), hivetest.Capture(&e.alloc), hivetest.Capture(&e.health),
+		hivetest.Capture(&e.db), hivetest.Capture(&e.cns), hivetest.Capture(&e.alloc), hivetest.Capture(&e.allocs), hivetest.Capture(&e.health),
 	}, extra...)
 	e.h = hivetest.New(t, []string{"--state-dir=" + stateDir, "--socket-path=" + sock}, cells...)
 	if err := e.h.Start(context.Background()); err != nil {
@@ -135,12 +137,14 @@ func TestCellAllocatesOverTheAPI(t *testing.T) {
 	stateDir := t.TempDir()
 	e := startIPAM(t, stateDir)
 	e.setCiliumNode(t, "node1", "10.0.5.0/24", "fd00::/120")
+	// The cell allocates the health endpoint's address first: 10.0.5.2.
+	waitHealthIP(t, e, "10.0.5.2")
 
 	var resp models.IPAMResponse
 	if code := e.do(t, "POST", "/v1/ipam?owner=ns/first", &resp); code != http.StatusCreated {
 		t.Fatalf("POST /v1/ipam = %d", code)
 	}
-	want := models.IPAMAddress{IP: "10.0.5.2", Gateway: "10.0.5.1", CIDRs: []string{"10.0.5.0/24"}, Owner: "ns/first"}
+	want := models.IPAMAddress{IP: "10.0.5.3", Gateway: "10.0.5.1", CIDRs: []string{"10.0.5.0/24"}, Owner: "ns/first"}
 	if resp.IPv4 != nil {
 		want.Since = resp.IPv4.Since // when it was allocated
 	}
@@ -183,15 +187,15 @@ func TestCellAllocatesOverTheAPI(t *testing.T) {
 	}
 
 	// Release is idempotent.
-	released := "10.0.5.3"
+	released := "10.0.5.4"
 	for i := range 2 {
 		if code := e.do(t, "DELETE", "/v1/ipam/"+released, nil); code != http.StatusOK {
 			t.Errorf("DELETE #%d = %d", i+1, code)
 		}
 	}
 	var list []models.IPAMAddress
-	if code := e.do(t, "GET", "/v1/ipam", &list); code != http.StatusOK || len(list) != 51 {
-		t.Fatalf("GET /v1/ipam = %d, %d allocations, want 51 (50 pods and the router)", code, len(list))
+	if code := e.do(t, "GET", "/v1/ipam", &list); code != http.StatusOK || len(list) != 52 {
+		t.Fatalf("GET /v1/ipam = %d, %d allocations, want 52 (50 pods, the router and the health endpoint)", code, len(list))
 	}
 	if s := podCIDRsHealth(e); s.Level != hive.LevelOK {
 		t.Errorf("ipam health = %+v", s)
@@ -203,6 +207,7 @@ func TestCellAllocatesOverTheAPI(t *testing.T) {
 	}
 	e2 := startIPAM(t, stateDir)
 	e2.setCiliumNode(t, "node1", "10.0.5.0/24")
+	waitHealthIP(t, e2, "10.0.5.2") // kept across the restart
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := e2.alloc.AllocateIP(ctx, netip.MustParseAddr(first), ipam.Owner{Name: "ns/first"}); err != nil {
@@ -264,6 +269,29 @@ func TestCellServesFromSavedCIDRsWithoutCiliumNode(t *testing.T) {
 	}
 	e2.setCiliumNode(t, "node1", "10.0.7.0/24")
 	waitHealthMessage(t, e2, "allocating from [10.0.7.0/24]")
+}
+
+// waitHealthIP waits until the health endpoint's address is ip in the
+// allocations table.
+func waitHealthIP(t *testing.T, e *env, ip string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		iter, watch := e.allocs.ListWatch(e.db.ReadTxn(), ipamtables.OwnerIndex.Query(ipam.HealthOwner))
+		var got []string
+		for a := range iter {
+			got = append(got, a.IP.String())
+		}
+		if len(got) == 1 && got[0] == ip {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("health endpoint holds %v, want %s", got, ip)
+		case <-watch:
+		}
+	}
 }
 
 func waitHealthMessage(t *testing.T, e *env, want string) {

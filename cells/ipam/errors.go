@@ -3,12 +3,14 @@ package ipam
 import (
 	"errors"
 	"fmt"
+
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 )
 
 // Owner names that are not pods ("namespace/name").
 const (
 	// HealthOwner owns the address of the node's health endpoint.
-	HealthOwner = "health"
+	HealthOwner = ipamtables.HealthOwner
 )
 
 var (

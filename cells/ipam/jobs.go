@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/endpoints"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/tables"
@@ -43,6 +44,8 @@ type allocatorParams struct {
 
 	StateDir  statedir.Dir
 	NodeName  k8s.NodeName
+	DB        *statedb.DB
+	Table     statedb.RWTable[*ipamtables.Allocation]
 	Lifecycle hive.Lifecycle
 	Log       *slog.Logger
 }
@@ -52,6 +55,7 @@ type allocatorParams struct {
 func newAllocator(p allocatorParams) *allocator {
 	store := newStateStore(filepath.Join(string(p.StateDir), StateSubdir, StateFileName), "")
 	a := newAllocatorCore(string(p.NodeName), store, p.Log)
+	a.attachTable(p.DB, p.Table)
 	p.Lifecycle.Append(hive.Hook{
 		Name: "ipam-restore",
 		OnStart: func(context.Context) error {
@@ -88,6 +92,10 @@ func registerJobs(p jobsParams) {
 	p.Jobs.Add(hive.Service("pod-cidrs", nil, func(ctx context.Context, h hive.Health) {
 		followPodCIDRs(ctx, h, p.DB, p.CiliumNodes, a, p.Log)
 	}))
+	// The health endpoint's address, kept across restarts.
+	p.Jobs.Add(hive.OneShot("health-ip", func(ctx context.Context, h hive.Health) error {
+		return allocateHealthIP(ctx, h, p.DB, p.CiliumNodes, a, p.Log)
+	}, hive.WithRetry(-1, time.Second, 30*time.Second)))
 	if p.Pods != nil {
 		p.Jobs.Add(hive.OneShot("restore-gc", func(ctx context.Context, h hive.Health) error {
 			return restoreGC(ctx, h, p.DB, p.Pods, a, restoreGCGrace, restoreGCInterval, p.Log)

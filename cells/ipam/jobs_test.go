@@ -88,7 +88,7 @@ func TestRestoreGC(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for ip, owner := range map[netip.Addr]string{alive.IP: "ns/alive", claimed.IP: "ns/claimed", health.IP: HealthOwner} {
-		if got, err := b.OwnedBy(ctx, owner); err != nil || len(got) != 1 || got[0] != ip {
+		if got, err := b.ownedBy(ctx, owner); err != nil || len(got) != 1 || got[0] != ip {
 			t.Errorf("%s holds %v, want %v", owner, got, ip)
 		}
 	}
@@ -110,7 +110,7 @@ func TestRestoreGC(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("restoreGC did not end once no restored pod address was left")
 	}
-	if got, _ := b.OwnedBy(ctx, "ns/alive"); len(got) != 0 {
+	if got, _ := b.ownedBy(ctx, "ns/alive"); len(got) != 0 {
 		t.Errorf("ns/alive still holds %v", got)
 	}
 }

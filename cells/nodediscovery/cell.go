@@ -8,7 +8,8 @@ import (
 )
 
 // Cell needs k8s.NodeName, k8s.Clientset, the k8s nodes and CiliumNodes
-// tables, and ipam.Allocator and ipam.Lookup (from ipam.Cell).
+// tables, and IPAM's allocations table (statedb/ipam, from ipam.Cell) for
+// the health endpoint's address and the router IP.
 var Cell = hive.Module("nodediscovery", "Local CiliumNode and the nodes table",
 	// --auto-create-cilium-node-resource.
 	hive.Config(DefaultConfig),
@@ -19,7 +20,7 @@ var Cell = hive.Module("nodediscovery", "Local CiliumNode and the nodes table",
 	hive.Provide(statedb.RWTable[*nodes.LocalNode].ToTable, statedb.RWTable[*nodes.Node].ToTable, newLocalNode),
 	// GET /v1/node for `cellium node list`.
 	hive.Provide(nodeHandlers),
-	// Jobs computing the local-node row and allocating the health IP.
+	// The job computing the local-node row.
 	hive.Invoke(registerDiscovery),
 	// Job mirroring all CiliumNodes into the nodes table.
 	hive.Invoke(registerNodesSync),

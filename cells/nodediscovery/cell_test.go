@@ -38,6 +38,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/nodediscovery"
 	"github.com/cellium/cellium/cells/statedir"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -126,7 +127,7 @@ type env struct {
 	k8sNodes  statedb.RWTable[*corev1.Node]
 	nodeTable statedb.Table[*nodes.Node]
 	local     nodediscovery.LocalNode
-	lookup    ipam.Lookup
+	allocs    statedb.Table[*ipamtables.Allocation]
 	health    hive.HealthReporter
 	client    *http.Client
 }
@@ -144,7 +145,7 @@ func start(t *testing.T, cs *fakeClientset, stateDir string, args ...string) *en
 		),
 		fakeK8s, statedir.Cell, ipam.Cell, nodediscovery.Cell, agentapi.Cell,
 		hivetest.Capture(&e.db), hivetest.Capture(&e.k8sNodes), hivetest.Capture(&e.nodeTable),
-		hivetest.Capture(&e.local), hivetest.Capture(&e.lookup), hivetest.Capture(&e.health),
+		hivetest.Capture(&e.local), hivetest.Capture(&e.allocs), hivetest.Capture(&e.health),
 	)
 	if err := e.h.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -294,7 +295,7 @@ func TestPublishesCiliumNode(t *testing.T) {
 		}
 		return nil
 	})
-	if held, err := e.lookup.OwnedBy(context.Background(), ipam.HealthOwner); err != nil || len(held) != 1 || held[0].String() != health {
+	if held := ipamtables.OwnedBy(e.db.ReadTxn(), e.allocs, ipam.HealthOwner); len(held) != 1 || held[0].String() != health {
 		t.Errorf("IPAM holds %v for %q, want %s", held, ipam.HealthOwner, health)
 	}
 
@@ -406,7 +407,7 @@ func TestHealthIPStableAcrossRestarts(t *testing.T) {
 	if got := healthIP(e); got != first {
 		t.Errorf("health IP with an empty state directory = %v, want %v", got, first)
 	}
-	if held, _ := e.lookup.OwnedBy(context.Background(), ipam.HealthOwner); len(held) != 1 {
+	if held := ipamtables.OwnedBy(e.db.ReadTxn(), e.allocs, ipam.HealthOwner); len(held) != 1 {
 		t.Errorf("health owns %v, want one address", held)
 	}
 }

@@ -6,20 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
-	"time"
 
 	"github.com/cilium/statedb"
 	corev1 "k8s.io/api/core/v1"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
-	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/k8s"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
-	"github.com/cellium/cellium/statedb/tables"
 )
 
 // discovery computes the local-node row from its inputs: the Node object
@@ -31,17 +28,11 @@ type discovery struct {
 	k8sNodes    statedb.Table[*corev1.Node]
 	ciliumNodes statedb.Table[*ciliumv2.CiliumNode]
 	local       statedb.RWTable[*nodes.LocalNode]
-	allocator   ipam.Allocator
-	lookup      ipam.Lookup
+	allocs      statedb.Table[*ipamtables.Allocation]
 	autoCreate  bool
 	log         *slog.Logger
 
 	bootID string // read by the start hook
-
-	mu      sync.Mutex
-	health  netip.Addr
-	router  netip.Addr
-	changed chan struct{} // closed and replaced when health or router change
 }
 
 // discoveryParams are registerDiscovery's inputs.
@@ -54,8 +45,7 @@ type discoveryParams struct {
 	K8sNodes    statedb.Table[*corev1.Node]
 	CiliumNodes statedb.Table[*ciliumv2.CiliumNode]
 	LocalNode   statedb.RWTable[*nodes.LocalNode]
-	Allocator   ipam.Allocator
-	Lookup      ipam.Lookup
+	Allocations statedb.Table[*ipamtables.Allocation]
 	Lifecycle   hive.Lifecycle
 	Jobs        hive.Jobs
 	Log         *slog.Logger
@@ -68,11 +58,9 @@ func registerDiscovery(p discoveryParams) {
 		k8sNodes:    p.K8sNodes,
 		ciliumNodes: p.CiliumNodes,
 		local:       p.LocalNode,
-		allocator:   p.Allocator,
-		lookup:      p.Lookup,
+		allocs:      p.Allocations,
 		autoCreate:  p.Config.AutoCreateCiliumNodeResource,
 		log:         p.Log,
-		changed:     make(chan struct{}),
 	}
 	p.Lifecycle.Append(hive.Hook{
 		Name: "read-boot-id",
@@ -87,76 +75,25 @@ func registerDiscovery(p discoveryParams) {
 	})
 	p.Jobs.Add(
 		hive.Service("local-node", nil, d.run),
-		hive.OneShot("health-ip", d.allocateHealthIP, hive.WithRetry(-1, time.Second, 30*time.Second)),
 	)
 }
 
-// addrs returns the IPAM-derived addresses and a channel closed when they
-// change.
-func (d *discovery) addrs() (health, router netip.Addr, changed <-chan struct{}) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.health, d.router, d.changed
-}
-
-func (d *discovery) setAddrs(health, router netip.Addr) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.health, d.router = health, router
-	close(d.changed)
-	d.changed = make(chan struct{})
-}
-
-// allocateHealthIP allocates the health endpoint's address with owner
-// ipam.HealthOwner, keeping the one the CiliumNode already publishes (or
-// IPAM restored) so that it stays the same across restarts.
-func (d *discovery) allocateHealthIP(ctx context.Context, h hive.Health) error {
-	// Wait for the first list of CiliumNodes, to see the published one.
-	h.OK("waiting for the CiliumNodes table")
-	if err := tables.WaitInitialized(ctx, d.db, d.ciliumNodes); err != nil {
-		return err
+// addrs returns the health endpoint's address and the router IP from
+// IPAM's allocations table, and a channel closed when they may have
+// changed. Both are invalid until IPAM has settled on exactly one health
+// address (it allocates it at start, releasing any second one).
+func (d *discovery) addrs(txn statedb.ReadTxn) (health, router netip.Addr, changed <-chan struct{}) {
+	rows, watch := d.allocs.ListWatch(txn, ipamtables.OwnerIndex.Query(ipamtables.HealthOwner))
+	n := 0
+	for row := range rows {
+		health = row.IP
+		n++
 	}
-	var candidates []netip.Addr
-	if cn, _, found := d.ciliumNodes.Get(d.db.ReadTxn(), cnQuery(d.name)); found {
-		if ip, err := netip.ParseAddr(cn.Spec.HealthAddressing.IPv4); err == nil {
-			candidates = append(candidates, ip)
-		}
+	if n != 1 {
+		return netip.Addr{}, netip.Addr{}, watch
 	}
-	h.OK("waiting for pod CIDRs")
-	held, err := d.lookup.OwnedBy(ctx, ipam.HealthOwner)
-	if err != nil {
-		return fmt.Errorf("health IP: %w", err)
-	}
-	candidates = append(candidates, held...)
-
-	var ip netip.Addr
-	for _, c := range candidates {
-		if _, err := d.allocator.AllocateIP(ctx, c, ipam.Owner{Name: ipam.HealthOwner}); err != nil {
-			d.log.Warn("cannot keep the previous health IP", "ip", c, "error", err)
-			continue
-		}
-		ip = c
-		break
-	}
-	if !ip.IsValid() {
-		al, err := d.allocator.AllocateNext(ctx, ipam.Owner{Name: ipam.HealthOwner})
-		if err != nil {
-			return fmt.Errorf("health IP: %w", err)
-		}
-		ip = al.IP
-	}
-	for _, other := range held {
-		if other != ip {
-			if err := d.allocator.Release(other); err != nil {
-				d.log.Warn("release a second health IP", "ip", other, "error", err)
-			}
-		}
-	}
-	router, _ := d.allocator.RouterIP()
-	d.log.Info("health endpoint address", "ip", ip, "routerIP", router)
-	d.setAddrs(ip, router)
-	h.OK("health IP " + ip.String())
-	return nil
+	router, _ = ipamtables.RouterIP(txn, d.allocs)
+	return health, router, watch
 }
 
 func cnQuery(name string) statedb.Query[*ciliumv2.CiliumNode] {
@@ -174,7 +111,7 @@ func (d *discovery) run(ctx context.Context, h hive.Health) {
 		node, _, nodeWatch, nodeFound := d.k8sNodes.GetWatch(txn, nodeQ)
 		cn, _, cnWatch, cnFound := d.ciliumNodes.GetWatch(txn, cnQuery(d.name))
 		cnInit, cnInitWatch := d.ciliumNodes.Initialized(txn)
-		health, router, addrWatch := d.addrs()
+		health, router, addrWatch := d.addrs(txn)
 		if cnInit {
 			cnInitWatch = nil // closed for good: waiting on it would spin
 		}

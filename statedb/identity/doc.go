@@ -8,6 +8,9 @@
 // of CiliumIdentity objects, the values in kvstore identity keys and the
 // identities carried in packets and BPF maps, so they match Cilium's exactly.
 //
-// The package is pure data and functions: it allocates nothing and keeps no
-// state. The allocators live in the identity cell.
+// It also defines the identity-allocations table (Allocation): the
+// identities this agent holds references to, written only by the identity
+// allocator (cells/identity) and read by the doctor. Otherwise the package
+// is pure data and functions: it allocates nothing and keeps no state. The
+// allocators live in the identity cell.
 package identity

@@ -20,6 +20,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
+	"github.com/cellium/cellium/statedb/labels"
 )
 
 // Object is a Kubernetes object that can live in a table.
@@ -191,9 +192,30 @@ func NewCiliumNodesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumNode],
 	return NewTable[*ciliumv2.CiliumNode](db, CiliumNodesTable)
 }
 
-// NewCiliumIdentitiesTable creates the CiliumIdentity table.
+// CiliumIdentityLabelsIndex indexes CiliumIdentities by their security
+// labels: the key is labels.SortedList of the object's security-labels,
+// so equal label sets have equal keys (CiliumIdentityLabelsKey). The
+// identity allocator finds the cluster's identity for a label set with
+// it; several objects may share one key (agents racing on new labels).
+var CiliumIdentityLabelsIndex = statedb.Index[*ciliumv2.CiliumIdentity, string]{
+	Name: "labels",
+	FromObject: func(c *ciliumv2.CiliumIdentity) index.KeySet {
+		return index.NewKeySet(index.String(CiliumIdentityLabelsKey(c)))
+	},
+	FromKey:    index.String,
+	FromString: index.FromString,
+}
+
+// CiliumIdentityLabelsKey is the key of c in CiliumIdentityLabelsIndex.
+func CiliumIdentityLabelsKey(c *ciliumv2.CiliumIdentity) string {
+	return labels.FromMap(c.SecurityLabels, "").SortedList()
+}
+
+// NewCiliumIdentitiesTable creates the CiliumIdentity table (indexed also
+// by security labels).
 func NewCiliumIdentitiesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumIdentity], error) {
-	return NewTable[*ciliumv2.CiliumIdentity](db, CiliumIdentitiesTable)
+	return NewTable(db, CiliumIdentitiesTable,
+		statedb.Indexer[*ciliumv2.CiliumIdentity](CiliumIdentityLabelsIndex))
 }
 
 // NodeIP is the InternalIP of the named node in the nodes table, or "".

@@ -1,7 +1,9 @@
 // Package layout checks the dependency direction of DESIGN.md §2:
 // control-plane cells and the operator never import the datapath or the
 // BPF code; statedb and api never import cells; no binary imports another
-// binary's package; the operator links no agent-only cell.
+// binary's package; the operator links no agent-only cell; cells meet
+// through tables, not by holding each other's allocator or lookup
+// interfaces (cells_test.go).
 package layout
 
 import (

@@ -8,10 +8,12 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 )
 
 // RouterOwner is the owner recorded for the router IP (see Pool.RouterIP).
-const RouterOwner = "router"
+const RouterOwner = ipamtables.RouterOwner
 
 // Prefix lengths a pod CIDR may have.
 const (
