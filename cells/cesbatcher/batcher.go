@@ -3,6 +3,7 @@ package cesbatcher
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -80,14 +81,14 @@ func (b *Batcher) Plan(ceps []*ciliumv2.CiliumEndpoint, existing []*v2alpha1.Cil
 		s.eps[c.Name] = v2alpha1.CoreFromCiliumEndpoint(c)
 	}
 	// The endpoints without a slice, in a stable order.
-	var todo []string
+	var unplaced []string
 	for key := range now {
 		if _, ok := b.assign[key]; !ok {
-			todo = append(todo, key)
+			unplaced = append(unplaced, key)
 		}
 	}
-	slices.Sort(todo)
-	for _, key := range todo {
+	slices.Sort(unplaced)
+	for _, key := range unplaced {
 		b.place(now[key])
 	}
 }
@@ -166,11 +167,8 @@ func (b *Batcher) remove(key string) {
 	if s == nil {
 		return
 	}
-	for n := range s.eps {
-		if s.ns+"/"+n == key {
-			delete(s.eps, n)
-		}
-	}
+	// The slice holds only its namespace's endpoints, by name.
+	delete(s.eps, strings.TrimPrefix(key, s.ns+"/"))
 	if len(s.eps) == 0 {
 		delete(b.slices, name)
 		delete(b.groups[s.group], name)

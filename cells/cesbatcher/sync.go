@@ -1,6 +1,7 @@
 package cesbatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+	"k8s.io/apimachinery/pkg/api/equality"
 	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/flowcontrol"
@@ -251,7 +253,7 @@ func plan(desired map[string]*v2alpha1.CiliumEndpointSlice, cur []*v2alpha1.Cili
 		if r := rank(x) - rank(y); r != 0 {
 			return r
 		}
-		return compareNames(x, y)
+		return cmp.Compare(name(x), name(y))
 	})
 	return ws
 }
@@ -264,17 +266,6 @@ func rank(w write) int {
 		return 0
 	}
 	return 1
-}
-
-func compareNames(x, y write) int {
-	nx, ny := name(x), name(y)
-	switch {
-	case nx < ny:
-		return -1
-	case nx > ny:
-		return 1
-	}
-	return 0
 }
 
 func name(w write) string {
@@ -295,9 +286,7 @@ func addsEntries(want, cur *v2alpha1.CiliumEndpointSlice) bool {
 		have[e.Name] = e
 	}
 	for _, e := range want.Endpoints {
-		h, ok := have[e.Name]
-		if !ok || !SameContent(&v2alpha1.CiliumEndpointSlice{Endpoints: []v2alpha1.CoreCiliumEndpoint{e}},
-			&v2alpha1.CiliumEndpointSlice{Endpoints: []v2alpha1.CoreCiliumEndpoint{h}}) {
+		if h, ok := have[e.Name]; !ok || !equality.Semantic.DeepEqual(e, h) {
 			return true
 		}
 	}

@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"strconv"
 
@@ -42,12 +41,13 @@ func (SliceConfig) Validate() error { return nil }
 // CiliumEndpointSlicesCell mirrors CiliumEndpointSlices (the operator's
 // input: the slices it wrote before).
 var CiliumEndpointSlicesCell = resource("cilium-endpoint-slices", "CiliumEndpointSlices", k8stables.NewCiliumEndpointSlicesTable,
-	func() listWatch {
-		return func(cs Clientset) cache.ListerWatcher {
-			c := cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices()
-			return typedLW(c.List, c.Watch, fields.Everything())
-		}
-	})
+	func() listWatch { return ciliumEndpointSlicesLW })
+
+// ciliumEndpointSlicesLW lists and watches every CiliumEndpointSlice.
+func ciliumEndpointSlicesLW(cs Clientset) cache.ListerWatcher {
+	c := cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices()
+	return typedLW(c.List, c.Watch, fields.Everything())
+}
 
 // AgentCiliumEndpointsCell is the agent's CiliumEndpoint table. It mirrors
 // every CiliumEndpoint, or, with --enable-cilium-endpoint-slice, holds the
@@ -68,30 +68,13 @@ var AgentCiliumEndpointsCell = hive.Module("cilium-endpoints", "CiliumEndpoints,
 
 func registerCEPsOrSlices(cfg SliceConfig, db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], cs Clientset, jobs hive.Jobs) error {
 	if !cfg.EnableCiliumEndpointSlice {
-		return registerReflector(db, table, cs, func(cs Clientset) cache.ListerWatcher {
-			c := cs.Cilium().CiliumV2().CiliumEndpoints("")
-			return typedLW(c.List, c.Watch, fields.Everything())
-		}, jobs)
+		return registerReflector(db, table, cs, ciliumEndpointsLW, jobs)
 	}
 	txn := db.WriteTxn(table)
 	done := table.RegisterInitializer(txn, "k8s-slice-reflector")
 	txn.Commit()
-	store := NewSliceStore(db, table, done)
-	jobs.Add(hive.Service("reflect-"+k8stables.CiliumEndpointSlicesTable,
-		func() error {
-			if !cs.IsEnabled() {
-				return fmt.Errorf("mirror %s: %w", k8stables.CiliumEndpointSlicesTable, ErrNotConfigured)
-			}
-			return nil
-		},
-		func(ctx context.Context, h hive.Health) {
-			c := cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices()
-			lw := typedLW(c.List, c.Watch, fields.Everything())
-			r := cache.NewReflectorWithOptions(withoutWatchList(lw), &v2alpha1.CiliumEndpointSlice{}, store,
-				cache.ReflectorOptions{Name: k8stables.CiliumEndpointSlicesTable})
-			h.OK("watching CiliumEndpointSlices")
-			r.RunWithContext(ctx)
-		}))
+	addReflectorJob(jobs, k8stables.CiliumEndpointSlicesTable, cs, ciliumEndpointSlicesLW,
+		&v2alpha1.CiliumEndpointSlice{}, NewSliceStore(db, table, done))
 	return nil
 }
 

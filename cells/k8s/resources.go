@@ -58,21 +58,32 @@ func registerReflector[T k8stables.Object](db *statedb.DB, table statedb.RWTable
 	txn := db.WriteTxn(table)
 	done := table.RegisterInitializer(txn, "k8s-reflector")
 	txn.Commit()
-	store := &tableStore[T]{db: db, table: table, initDone: done}
-	jobs.Add(hive.Service("reflect-"+table.Name(),
+	var zero T
+	addReflectorJob(jobs, table.Name(), cs, lw, zero, &tableStore[T]{db: db, table: table, initDone: done})
+	return nil
+}
+
+// addReflectorJob adds the job that runs a reflector of lw's objects (of
+// example's type) into store, once the clientset is configured.
+func addReflectorJob(jobs hive.Jobs, name string, cs Clientset, lw listWatch, example any, store cache.ReflectorStore) {
+	jobs.Add(hive.Service("reflect-"+name,
 		func() error {
 			if !cs.IsEnabled() {
-				return fmt.Errorf("mirror %s: %w", table.Name(), ErrNotConfigured)
+				return fmt.Errorf("mirror %s: %w", name, ErrNotConfigured)
 			}
 			return nil
 		},
 		func(ctx context.Context, h hive.Health) {
-			var zero T
-			r := cache.NewReflectorWithOptions(withoutWatchList(lw(cs)), zero, store, cache.ReflectorOptions{Name: table.Name()})
+			r := cache.NewReflectorWithOptions(withoutWatchList(lw(cs)), example, store, cache.ReflectorOptions{Name: name})
 			h.OK("watching")
 			r.RunWithContext(ctx)
 		}))
-	return nil
+}
+
+// ciliumEndpointsLW lists and watches every CiliumEndpoint.
+func ciliumEndpointsLW(cs Clientset) cache.ListerWatcher {
+	c := cs.Cilium().CiliumV2().CiliumEndpoints("")
+	return typedLW(c.List, c.Watch, fields.Everything())
 }
 
 // withoutWatchList makes the reflector list, then watch, instead of
@@ -237,12 +248,7 @@ var (
 		})
 	// CiliumEndpointsCell mirrors CiliumEndpoints.
 	CiliumEndpointsCell = resource("cilium-endpoints", "CiliumEndpoints", k8stables.NewCiliumEndpointsTable,
-		func() listWatch {
-			return func(cs Clientset) cache.ListerWatcher {
-				c := cs.Cilium().CiliumV2().CiliumEndpoints("")
-				return typedLW(c.List, c.Watch, fields.Everything())
-			}
-		})
+		func() listWatch { return ciliumEndpointsLW })
 	// CiliumNodesCell mirrors CiliumNodes.
 	CiliumNodesCell = resource("cilium-nodes", "CiliumNodes", k8stables.NewCiliumNodesTable,
 		func() listWatch {
