@@ -271,6 +271,9 @@ func TestConvergeOnFirstCreated(t *testing.T) {
 	})
 	// Reactors must be in place before the fake is used concurrently.
 	ag := startAgent(t, cs, nil)
+	// The other agent's identity must reach the table as on a real API
+	// server, which the fake guarantees only once the mirror watches.
+	cs.waitWatching(t)
 	got, err := ag.alloc.Allocate(ctxTimeout(t, 10*time.Second), lbls)
 	if err != nil || got.ID != 60000 {
 		t.Fatalf("Allocate = %v, %v; want the first-created 60000", got, err)

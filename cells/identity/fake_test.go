@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,24 @@ import (
 type fakeClientset struct {
 	kubernetes.Interface
 	cilium *ciliumfake.Clientset
+	// watches counts the CiliumIdentity watches the test mirrors made.
+	watches atomic.Int32
+}
+
+// waitWatching waits until a mirror of this fake watches its
+// CiliumIdentities: the fake's tracker delivers a change only to watches
+// made before it, so a change between the mirror's list and its watch
+// would never reach the table (a real API server replays it from the
+// list's resourceVersion).
+func (f *fakeClientset) waitWatching(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.watches.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the CiliumIdentity mirror never started its watch")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func newFakeClientset(objs ...runtime.Object) *fakeClientset {
@@ -74,7 +93,11 @@ func mirrorIdentities(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumIden
 			return client.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.Watch(ctx, o)
+			w, err := client.Watch(ctx, o)
+			if f, ok := cs.(*fakeClientset); ok && err == nil {
+				f.watches.Add(1)
+			}
+			return w, err
 		},
 	}
 	store := &tableStore{db: db, table: table, initDone: done}
