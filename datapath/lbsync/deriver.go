@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -32,6 +34,12 @@ type Tables struct {
 	Slices    statedb.Table[*discoveryv1.EndpointSlice]
 	Frontends statedb.RWTable[*lb.Frontend]
 	Backends  statedb.RWTable[*lb.Backend]
+	// KubeProxyReplacement derives every Service type's frontends
+	// (lb.DeriveFrontends); NodeName and LocalNode (this node's row,
+	// for its addresses) are read only then.
+	KubeProxyReplacement bool
+	NodeName             string
+	LocalNode            statedb.Table[*nodes.LocalNode]
 }
 
 // Deriver keeps the lb-frontends and lb-backends tables derived from the
@@ -64,6 +72,10 @@ type Deriver struct {
 	failed map[string]struct{}
 	// maxID is the highest backend ID (MaxBackendID; tests lower it).
 	maxID uint32
+	// nodeAddrs are the local node's IPv4 addresses the last step
+	// derived NodePorts on; nodeW closes when its row changes.
+	nodeAddrs []netip.Addr
+	nodeW     <-chan struct{}
 }
 
 // bookkeeping is the deriver's memory of the tables, saved before a step.
@@ -150,6 +162,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		case <-svcW:
 		case <-slW:
 		case <-initW:
+		case <-d.nodeW:
 		}
 	}
 }
@@ -204,6 +217,17 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			initW = w2
 		default:
 			initNow = true
+		}
+	}
+	if d.t.KubeProxyReplacement && d.t.LocalNode != nil {
+		// New node addresses: every NodePort moves.
+		addrs, w := d.localAddrs(rtxn)
+		d.nodeW = w
+		if !slices.Equal(addrs, d.nodeAddrs) {
+			d.nodeAddrs = addrs
+			for svc := range d.t.Services.All(rtxn) {
+				touched[k8stables.Key(svc)] = struct{}{}
+			}
 		}
 	}
 	for name := range d.failed {
@@ -263,7 +287,8 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		for s := range d.t.Slices.List(rtxn, k8stables.EndpointSliceServiceIndex.Query(name)) {
 			sls = append(sls, s)
 		}
-		want = lb.ServiceFrontends(svc, sls)
+		want = lb.DeriveFrontends(svc, sls, lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement,
+			NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs})
 	}
 	var released []lb.L4Addr
 	wanted := map[lb.L4Addr]bool{}
@@ -285,7 +310,8 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		if f.Status.Kind == reconciler.StatusPendingDelete {
 			continue
 		}
-		for _, b := range f.Backends {
+		all, _ := f.AllBackends()
+		for _, b := range all {
 			d.refs[b]--
 			released = append(released, b)
 		}
@@ -296,13 +322,14 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		}
 	}
 	for _, f := range want {
-		f.BackendIDs = make([]uint32, len(f.Backends))
-		for i, b := range f.Backends {
-			id, err := d.acquire(wtxn, b)
-			if err != nil {
+		var err error
+		if f.BackendIDs, err = d.acquireAll(wtxn, f.Backends); err != nil {
+			return nil, err
+		}
+		if f.TwoScopes {
+			if f.IntBackendIDs, err = d.acquireAll(wtxn, f.IntBackends); err != nil {
 				return nil, err
 			}
-			f.BackendIDs[i] = id
 		}
 		if o, _, ok := d.t.Frontends.Get(wtxn, lb.FrontendAddressIndex.Query(f.Address)); ok &&
 			o.Status.Kind != reconciler.StatusPendingDelete && o.SameAs(f) {
@@ -338,6 +365,37 @@ func (d *Deriver) syncOrder(rtxn statedb.ReadTxn, touched map[string]struct{}) [
 		return strings.Compare(a, b)
 	})
 	return names
+}
+
+// localAddrs returns the IPv4 addresses of this node's local-node row
+// (its InternalIPs and ExternalIPs), sorted, and a channel closed when the
+// row changes.
+func (d *Deriver) localAddrs(rtxn statedb.ReadTxn) ([]netip.Addr, <-chan struct{}) {
+	n, _, w, ok := d.t.LocalNode.GetWatch(rtxn, nodes.LocalNodeNameIndex.Query(d.t.NodeName))
+	if !ok {
+		return nil, w
+	}
+	var out []netip.Addr
+	for _, a := range n.NodeAddresses {
+		if a.IP.Is4() {
+			out = append(out, a.IP)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out), w
+}
+
+// acquireAll acquires each of bs and returns their IDs.
+func (d *Deriver) acquireAll(wtxn statedb.WriteTxn, bs []lb.L4Addr) ([]uint32, error) {
+	ids := make([]uint32, len(bs))
+	for i, b := range bs {
+		id, err := d.acquire(wtxn, b)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // acquire takes a reference on backend b, giving it an ID and a row if
