@@ -179,10 +179,12 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 	if err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
 	}
-	if err := o.match.Delete(matches(f.Address, slices.Concat(oldIDs, oldIntIDs), allIDs)); err != nil {
+	// A backend of both scopes has one match.
+	uniq := slices.Compact(slices.Sorted(slices.Values(allIDs)))
+	if err := o.match.Delete(matches(f.Address, slices.Concat(oldIDs, oldIntIDs), uniq)); err != nil {
 		return fmt.Errorf("frontend %v: delete affinity matches: %w", f.Address, err)
 	}
-	if err := o.match.Update(matches(f.Address, allIDs, nil)); err != nil {
+	if err := o.match.Update(matches(f.Address, uniq, nil)); err != nil {
 		return fmt.Errorf("frontend %v: write affinity matches: %w", f.Address, err)
 	}
 	zero := maps.ServiceValue{Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout, NodePort: f.NodePort()}
