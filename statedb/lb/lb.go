@@ -126,7 +126,7 @@ const (
 	TypeClusterIP    = "ClusterIP"
 	TypeNodePort     = "NodePort"     // a node address (or 0.0.0.0, the node's loopback) and the nodePort
 	TypeLoadBalancer = "LoadBalancer" // status.loadBalancer.ingress[].ip and the port
-	TypeExternalIP   = "ExternalIP"   // spec.externalIPs and the port
+	TypeExternalIP   = "ExternalIPs"  // spec.externalIPs and the port (Cilium's name)
 	TypeHostPort     = "HostPort"     // a pod's hostPort (not derived yet)
 )
 
