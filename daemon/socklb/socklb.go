@@ -51,6 +51,9 @@ type Config struct {
 	// externalIPs, traffic policies), see
 	// Documentation/operations/kube-proxy-replacement.md.
 	KubeProxyReplacement string `flag:"kube-proxy-replacement"`
+	// EnableHostPort serves the hostPorts of this node's pods in eBPF
+	// (on with kube-proxy replacement, as in Cilium).
+	EnableHostPort bool `flag:"enable-host-port"`
 }
 
 // DefaultConfig is on, with cgroup2 at /run/cellium/cgroupv2 (Cilium's
@@ -61,14 +64,20 @@ var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgrou
 // KPR reports whether --kube-proxy-replacement is "true".
 func (c Config) KPR() bool { return c.KubeProxyReplacement == "true" }
 
+// HostPort reports whether hostPorts are served: --enable-host-port, or
+// kube-proxy replacement (Cilium turns it on with it).
+func (c Config) HostPort() bool { return c.EnableHostPort || c.KPR() }
+
 // Flags registers --bpf-lb-sock and --cgroup-root.
 func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.Bool("bpf-lb-sock", def.EnableSocketLB,
 		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs, and connect6/recvmsg6/getpeername6 for IPv4-mapped addresses of dual-stack sockets), so that pod egress policy sees the real destination, and drop a pod's packets to a ClusterIP that escaped them (drop reason 174, e.g. raw sockets); false detaches the programs and lifts that guard")
 	fs.String("cgroup-root", def.CgroupRoot,
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
+	fs.Bool("enable-host-port", def.EnableHostPort,
+		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace), so that the portmap CNI chaining is not needed; implied by --kube-proxy-replacement=true")
 	fs.String("kube-proxy-replacement", def.KubeProxyReplacement,
-		"Replace kube-proxy: \"true\" serves every Service type in eBPF (NodePort on the node's addresses and its loopback, LoadBalancer ingress IPs, externalIPs, externalTrafficPolicy and internalTrafficPolicy Local, terminating endpoints), \"false\" only ClusterIPs at the socket (kube-proxy does the rest)")
+		"Replace kube-proxy: \"true\" serves every Service type and the pods' hostPorts in eBPF (NodePort on the node's addresses and its loopback, LoadBalancer ingress IPs, externalIPs, externalTrafficPolicy and internalTrafficPolicy Local, terminating endpoints), \"false\" only ClusterIPs at the socket (kube-proxy does the rest)")
 }
 
 // Validate implements hive.Validator.
@@ -79,6 +88,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--kube-proxy-replacement=true needs the socket load balancer: drop --bpf-lb-sock=false")
 		}
 	case "false":
+		if c.EnableHostPort && !c.EnableSocketLB {
+			return fmt.Errorf("--enable-host-port needs the socket load balancer: drop --bpf-lb-sock=false")
+		}
 	default:
 		return fmt.Errorf("--kube-proxy-replacement=%q: want \"true\" or \"false\"", c.KubeProxyReplacement)
 	}
@@ -176,6 +188,8 @@ type params struct {
 	// --kube-proxy-replacement=true only.
 	NodeName  k8s.NodeName                    `optional:"true"`
 	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
+	// Pods are this node's pods, for their hostPorts (--enable-host-port).
+	Pods      statedb.Table[*corev1.Pod] `optional:"true"`
 	Lifecycle hive.Lifecycle
 	Jobs      hive.Jobs
 	Reconcile reconcilejob.Params
@@ -195,11 +209,17 @@ func register(p params, open Opener) error {
 		return nil
 	}
 	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends}
-	if p.Config.KPR() {
+	if p.Config.KPR() || p.Config.HostPort() {
 		if p.NodeName == "" || p.LocalNode == nil {
-			return fmt.Errorf("--kube-proxy-replacement=true: the agent has no node name or local-node table (NodePorts need the node's addresses)")
+			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")
 		}
-		t.KubeProxyReplacement, t.NodeName, t.LocalNode = true, string(p.NodeName), p.LocalNode
+		t.KubeProxyReplacement, t.NodeName, t.LocalNode = p.Config.KPR(), string(p.NodeName), p.LocalNode
+	}
+	if p.Config.HostPort() {
+		if p.Pods == nil {
+			return fmt.Errorf("--enable-host-port: the agent has no pods table")
+		}
+		t.Pods = p.Pods
 	}
 	var m Targets
 	services := lazyServices{func() lbsync.ServicesMap { return m.Services }}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -40,6 +41,10 @@ type Tables struct {
 	KubeProxyReplacement bool
 	NodeName             string
 	LocalNode            statedb.Table[*nodes.LocalNode]
+	// Pods are this node's pods: with it, their hostPorts are frontends
+	// too (lb.PodHostPortFrontends, --enable-host-port). NodeName and
+	// LocalNode must be set with it.
+	Pods statedb.Table[*corev1.Pod]
 }
 
 // Deriver keeps the lb-frontends and lb-backends tables derived from the
@@ -49,6 +54,8 @@ type Deriver struct {
 	t        Tables
 	svcs     statedb.ChangeIterator[*corev1.Service]
 	slices   statedb.ChangeIterator[*discoveryv1.EndpointSlice]
+	pods     statedb.ChangeIterator[*corev1.Pod] // nil without Tables.Pods
+	podsW    <-chan struct{}
 	initDone []func(statedb.WriteTxn)
 	restore  func() (map[lb.L4Addr]uint32, error)
 
@@ -119,7 +126,11 @@ func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver
 
 // Subscribe starts following the input tables; call it in a start hook.
 func (d *Deriver) Subscribe() error {
-	wtxn := d.t.DB.WriteTxn(d.t.Services, d.t.Slices)
+	tables := []statedb.TableMeta{d.t.Services, d.t.Slices}
+	if d.t.Pods != nil {
+		tables = append(tables, d.t.Pods)
+	}
+	wtxn := d.t.DB.WriteTxn(tables...)
 	defer wtxn.Commit()
 	var err error
 	if d.svcs, err = d.t.Services.Changes(wtxn); err != nil {
@@ -127,6 +138,11 @@ func (d *Deriver) Subscribe() error {
 	}
 	if d.slices, err = d.t.Slices.Changes(wtxn); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", d.t.Slices.Name(), err)
+	}
+	if d.t.Pods != nil {
+		if d.pods, err = d.t.Pods.Changes(wtxn); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", d.t.Pods.Name(), err)
+		}
 	}
 	return nil
 }
@@ -137,6 +153,9 @@ func (d *Deriver) close() {
 	}
 	if d.slices != nil {
 		d.slices.Close()
+	}
+	if d.pods != nil {
+		d.pods.Close()
 	}
 }
 
@@ -163,6 +182,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		case <-slW:
 		case <-initW:
 		case <-d.nodeW:
+		case <-d.podsW:
 		}
 	}
 }
@@ -206,6 +226,13 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			}
 		}
 	}
+	if d.pods != nil {
+		var podCh iter.Seq2[statedb.Change[*corev1.Pod], statedb.Revision]
+		podCh, d.podsW = d.pods.Next(rtxn)
+		for ch := range podCh {
+			touched[lb.HostPortOwner(k8stables.Key(ch.Object))] = struct{}{}
+		}
+	}
 	initNow := false
 	if d.initDone != nil {
 		svcInit, w1 := d.t.Services.Initialized(rtxn)
@@ -219,7 +246,7 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			initNow = true
 		}
 	}
-	if d.t.KubeProxyReplacement && d.t.LocalNode != nil {
+	if (d.t.KubeProxyReplacement || d.t.Pods != nil) && d.t.LocalNode != nil {
 		// New node addresses: every NodePort moves.
 		addrs, w := d.localAddrs(rtxn)
 		d.nodeW = w
@@ -227,6 +254,11 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			d.nodeAddrs = addrs
 			for svc := range d.t.Services.All(rtxn) {
 				touched[k8stables.Key(svc)] = struct{}{}
+			}
+			if d.t.Pods != nil {
+				for pod := range d.t.Pods.All(rtxn) {
+					touched[lb.HostPortOwner(k8stables.Key(pod))] = struct{}{}
+				}
 			}
 		}
 	}
@@ -282,13 +314,19 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 // took them again).
 func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
 	var want []*lb.Frontend
-	if svc, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name)); ok {
+	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs}
+	if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
+		if d.t.Pods != nil {
+			if p, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod)); ok {
+				want = lb.PodHostPortFrontends(p, o)
+			}
+		}
+	} else if svc, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name)); ok {
 		var sls []*discoveryv1.EndpointSlice
 		for s := range d.t.Slices.List(rtxn, k8stables.EndpointSliceServiceIndex.Query(name)) {
 			sls = append(sls, s)
 		}
-		want = lb.DeriveFrontends(svc, sls, lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement,
-			NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs})
+		want = lb.DeriveFrontends(svc, sls, o)
 	}
 	var released []lb.L4Addr
 	wanted := map[lb.L4Addr]bool{}
@@ -352,6 +390,13 @@ func (d *Deriver) syncOrder(rtxn statedb.ReadTxn, touched map[string]struct{}) [
 		names = append(names, name)
 	}
 	gone := func(name string) bool {
+		if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
+			if d.t.Pods == nil {
+				return true
+			}
+			_, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod))
+			return !ok
+		}
 		_, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name))
 		return !ok
 	}

@@ -262,3 +262,71 @@ func protoNumber(p corev1.Protocol) (uint8, bool) {
 	}
 	return 0, false
 }
+
+// HostPortOwner is the Service field of the hostPort frontends of the pod
+// ns/name: "ns/name/host-port" (no Service name has a slash).
+func HostPortOwner(podKey string) string { return podKey + HostPortSuffix }
+
+// HostPortSuffix ends the owner name of hostPort frontends.
+const HostPortSuffix = "/host-port"
+
+// PodHostPortFrontends returns the hostPort frontends of pod (a pod of
+// this node), sorted by address, as --enable-host-port serves them
+// instead of the portmap plugin: for each TCP or UDP container port with a
+// hostPort, hostIP:hostPort when hostIP is an IPv4 address other than
+// 0.0.0.0, else each of o.NodeAddrs and 0.0.0.0 (the node's loopback),
+// with the pod's first IPv4 address and the containerPort as the one
+// backend; flagged Local (the client address is kept, as with portmap's
+// DNAT). A pod without an IPv4 address, with hostNetwork (its hostPort is
+// the host's own port), terminated or being deleted has none.
+func PodHostPortFrontends(pod *corev1.Pod, o Options) []*Frontend {
+	if pod == nil || pod.Spec.HostNetwork || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var podIP netip.Addr
+	for _, s := range append([]string{pod.Status.PodIP}, podIPs(pod)...) {
+		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
+			podIP = ip
+			break
+		}
+	}
+	if !podIP.IsValid() {
+		return nil
+	}
+	owner := HostPortOwner(pod.Namespace + "/" + pod.Name)
+	var out []*Frontend
+	seen := map[L4Addr]bool{}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, p := range c.Ports {
+			proto, ok := protoNumber(p.Protocol)
+			if !ok || p.HostPort <= 0 || p.HostPort > 65535 || p.ContainerPort <= 0 || p.ContainerPort > 65535 {
+				continue
+			}
+			addrs := append(slices.Clone(o.NodeAddrs), netip.IPv4Unspecified())
+			if ip, err := netip.ParseAddr(p.HostIP); err == nil && !ip.IsUnspecified() {
+				addrs = []netip.Addr{ip}
+			}
+			be := L4Addr{Addr: podIP, Port: uint16(p.ContainerPort), Proto: proto}
+			for _, ip := range addrs {
+				addr := L4Addr{Addr: ip, Port: uint16(p.HostPort), Proto: proto}
+				if !ip.Is4() || seen[addr] {
+					continue
+				}
+				seen[addr] = true
+				out = append(out, &Frontend{Address: addr, Type: TypeHostPort, Service: owner, PortName: p.Name,
+					Local: true, Backends: []L4Addr{be}})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *Frontend) int { return a.Address.Compare(b.Address) })
+	return out
+}
+
+func podIPs(pod *corev1.Pod) []string {
+	out := make([]string, 0, len(pod.Status.PodIPs))
+	for _, ip := range pod.Status.PodIPs {
+		out = append(out, ip.IP)
+	}
+	return out
+}

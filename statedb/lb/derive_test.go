@@ -122,3 +122,44 @@ func TestDeriveFrontendsKubeProxyReplacement(t *testing.T) {
 		}
 	}
 }
+
+// A pod's hostPorts: on the node's addresses and 0.0.0.0 or on the
+// hostIP, to the pod's address; none for hostNetwork, a pod without an
+// IPv4 address, a finished pod, or a port without hostPort.
+func TestPodHostPortFrontends(t *testing.T) {
+	pod := func(mut func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Ports: []corev1.ContainerPort{
+				{ContainerPort: 80, HostPort: 8080}, {ContainerPort: 53, Protocol: corev1.ProtocolUDP, HostPort: 53, HostIP: "192.168.56.11"},
+				{ContainerPort: 9090}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "fd00::5"}, {IP: "10.0.1.5"}}}}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	o := Options{NodeAddrs: []netip.Addr{netip.MustParseAddr("192.168.56.11"), netip.MustParseAddr("203.0.113.11")}}
+	var got []string
+	for _, f := range PodHostPortFrontends(pod(nil), o) {
+		if f.Type != TypeHostPort || !f.Local || !f.NodePort() || f.Service != "ns/p/host-port" || len(f.Backends) != 1 {
+			t.Errorf("frontend %+v", f)
+			continue
+		}
+		got = append(got, f.Address.String()+" "+f.Backends[0].String())
+	}
+	want := []string{"0.0.0.0:8080/TCP 10.0.1.5:80/TCP", "192.168.56.11:53/UDP 10.0.1.5:53/UDP",
+		"192.168.56.11:8080/TCP 10.0.1.5:80/TCP", "203.0.113.11:8080/TCP 10.0.1.5:80/TCP"}
+	if !slices.Equal(got, want) {
+		t.Errorf("frontends %q, want %q", got, want)
+	}
+	for name, mut := range map[string]func(*corev1.Pod){
+		"hostNetwork": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"no IPv4":     func(p *corev1.Pod) { p.Status.PodIPs = p.Status.PodIPs[:1] },
+		"succeeded":   func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded },
+		"deleted":     func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now },
+	} {
+		if fes := PodHostPortFrontends(pod(mut), o); len(fes) != 0 {
+			t.Errorf("%s: %d frontends, want none", name, len(fes))
+		}
+	}
+}
