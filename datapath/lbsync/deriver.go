@@ -237,11 +237,26 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 	if d.initDone != nil {
 		svcInit, w1 := d.t.Services.Initialized(rtxn)
 		slInit, w2 := d.t.Slices.Initialized(rtxn)
+		podsInit, w3 := true, (<-chan struct{})(nil)
+		if d.t.Pods != nil {
+			podsInit, w3 = d.t.Pods.Initialized(rtxn)
+		}
+		// NodePorts and hostPorts need the node's row: without it the
+		// first pruning would drop them from the maps of a restarted
+		// agent until the row comes.
+		nodeKnown, w4 := true, (<-chan struct{})(nil)
+		if (d.t.KubeProxyReplacement || d.t.Pods != nil) && d.t.LocalNode != nil {
+			_, _, w4, nodeKnown = d.t.LocalNode.GetWatch(rtxn, nodes.LocalNodeNameIndex.Query(d.t.NodeName))
+		}
 		switch {
 		case !svcInit:
 			initW = w1
 		case !slInit:
 			initW = w2
+		case !podsInit:
+			initW = w3
+		case !nodeKnown:
+			initW = w4
 		default:
 			initNow = true
 		}
