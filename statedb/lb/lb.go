@@ -1,9 +1,11 @@
 // Package lb defines the socket load balancer's tables: frontends
 // (a Service's ClusterIP, port and protocol, with the backends it
-// balances to) and backends (an address, port and protocol with the
-// numeric ID the BPF maps refer to it by), each row with its
-// reconciliation status, and the pure derivation of a Service's frontends
-// from the Service and its EndpointSlices. datapath/lbsync derives the
+// balances to; with kube-proxy replacement also its NodePort,
+// LoadBalancer and externalIP frontends and the pods' hostPorts) and
+// backends (an address, port and protocol with the numeric ID the BPF
+// maps refer to it by), each row with its reconciliation status, and the
+// pure derivation of a Service's frontends from the Service and its
+// EndpointSlices (DeriveFrontends) and of a pod's (PodHostPortFrontends). datapath/lbsync derives the
 // tables from the Kubernetes tables and reconciles them into the BPF maps
 // of bpf/sock.c.
 package lb
