@@ -97,11 +97,15 @@ func TestWriteBudget(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			b := startBudgetRun(t, c, opKube, agentKube, node.Name, mode.slices)
 			// The first pod's labels need a new identity: not steady state.
+			mark := b.mark(t)
 			b.life(t, "warmup")
 			b.settle(t)
+			first := b.countSince(t, mark)
+			t.Logf("first pod, a new identity: %s", first.perPod(1))
+			summary = append(summary, fmt.Sprintf("%s mode, first pod (new identity): %s", mode.name, first.perPod(1)))
 
 			const lives = 5
-			mark := b.mark(t)
+			mark = b.mark(t)
 			for i := range lives {
 				b.life(t, fmt.Sprintf("steady-%d", i))
 			}
