@@ -46,6 +46,10 @@ type target struct {
 	gcGrace time.Duration
 	now     func() time.Time
 
+	// writeMu serializes Update, Delete and sweepOrphans: a sweep never
+	// deletes an orphan that an Update is adopting.
+	writeMu sync.Mutex
+
 	mu   sync.Mutex
 	uids map[string]types.UID // "ns/name" -> UID of the CEP we own
 	// pods is the pod UID each owned CEP was written for: a pod re-created
@@ -103,6 +107,8 @@ func (t *target) setUID(key string, u types.UID) {
 
 // Update creates, adopts or patches the CEP.
 func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	key := d.Key()
 	uid, known := t.uid(key)
 	if known && t.podUID(key) != d.PodUID {
@@ -248,6 +254,8 @@ func (t *target) patch(ctx context.Context, d *DesiredCEP, uid types.UID) error 
 // agent deletes the CEP a moment later, once its pods table had the
 // time to show the pod's deletion.
 func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	key := d.Key()
 	uid, known := t.uid(key)
 	if known && d.PodUID != "" {
@@ -332,6 +340,8 @@ func (t *target) leftToGC(cep *ciliumv2.CiliumEndpoint) bool {
 // since). The CEP mirror says which are gone; a CEP rebuilt from a slice
 // (no UID) is read before it is deleted.
 func (t *target) sweepOrphans(ctx context.Context) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	t.mu.Lock()
 	due := map[string]orphan{}
 	for key, o := range t.orphans {
