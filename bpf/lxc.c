@@ -15,6 +15,7 @@
 #include "include/abi.h"
 #include "include/maps.h"
 #include "include/metrics.h"
+#include "include/nodeport.h"
 
 /* Per-endpoint constants, rewritten at load time. */
 volatile const __u16 ENDPOINT_ID = 0;
@@ -942,6 +943,15 @@ int cil_from_container(struct __sk_buff *skb)
 	int ret = handle(skb, &p, 1, 0, 0, &reply_via_stack);
 
 	if (ret != TC_ACT_OK)
+		return ret;
+	/* A reply of a connection from outside the node that bpf/nodeport.c
+	 * translated to this pod: translated back (to the frontend as source,
+	 * the client as destination) and sent to the client. After handle,
+	 * not before: the pod's conntrack entry and source validation know
+	 * the reply as the pod sent it, from its own address; translated,
+	 * its source is the node's. */
+	ret = nodeport_rev_nat(skb, METRIC_EGRESS, 0);
+	if (ret != NP_NOT_NAT)
 		return ret;
 	if (!reply_via_stack)
 		redirect_local(skb);

@@ -117,3 +117,29 @@ func IPv4Constant(addr netip.Addr) (uint32, error) {
 	b := addr.As4()
 	return binary.LittleEndian.Uint32(b[:]), nil
 }
+
+// NodePortConstants are the load-time constants of the uplink program
+// (bpf/nodeport.c) on one device.
+type NodePortConstants struct {
+	// SNATIPv4 is the node's IPv4 address on the device, the source of
+	// connections translated with externalTrafficPolicy Cluster
+	// (NODEPORT_SNAT_IPV4; invalid: the frontend's own address).
+	SNATIPv4 netip.Addr
+}
+
+// Apply sets the constants in spec, a spec from LoadNodeport, before it
+// is loaded.
+func (c NodePortConstants) Apply(spec *ebpf.CollectionSpec) error {
+	ip4, err := IPv4Constant(c.SNATIPv4)
+	if err != nil {
+		return err
+	}
+	vs, ok := spec.Variables[NodeportVarNODEPORT_SNAT_IPV4]
+	if !ok {
+		return fmt.Errorf("BPF object has no constant %s", NodeportVarNODEPORT_SNAT_IPV4)
+	}
+	if err := vs.Set(ip4); err != nil {
+		return fmt.Errorf("set %s: %w", NodeportVarNODEPORT_SNAT_IPV4, err)
+	}
+	return nil
+}

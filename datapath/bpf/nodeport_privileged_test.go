@@ -1,0 +1,511 @@
+package bpf_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	ebpflink "github.com/cilium/ebpf/link"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/policy"
+)
+
+// The NodePort topology: the two nodes of the overlay tests (native
+// routing) and an "outside" namespace on the same wire, a client that is
+// no node (10.78.0.100). Node 1 runs cil_from_netdev on its uplink eth0;
+// it has backend pod l (10.78.1.20), node 2 backend pod r (10.78.2.20).
+// Both pods run whoami on port 8080: TCP and UDP answer with the source
+// address they see, then TCP echoes.
+var (
+	outsideIP = netip.MustParseAddr("10.78.0.100")
+	npLocalIP = netip.MustParseAddr("10.78.1.20")
+	npRemote  = netip.MustParseAddr("10.78.2.20")
+)
+
+const (
+	npBackendPort          = 8080
+	npIDL, npIDR           = identity.NumericIdentity(32001), identity.NumericIdentity(32002)
+	npEPL, npEPR    uint16 = 41, 42
+
+	// lb.h's flags and scopes.
+	svcAffinity = 0x1
+	svcNodePort = 0x2
+	svcLocal    = 0x4
+	scopeExt    = 0
+)
+
+type npTopology struct {
+	outside ns.NetNS
+	n1, n2  *xnode
+	l, r    *testPod
+	lb      *maps.LBMaps
+	link    ebpflink.Link
+}
+
+// newOutside makes the client namespace: a veth on the wire's bridge with
+// outsideIP/24 and no other route (it reaches the nodes' addresses only).
+func newOutside(tb testing.TB, wire ns.NetNS) ns.NetNS {
+	tb.Helper()
+	o := newNetns(tb)
+	peer := fmt.Sprintf("o-%d", time.Now().UnixNano()%100000)
+	err := wire.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: peer}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(o.Fd()))}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		br, err := netlink.LinkByName("br0")
+		if err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(peer)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(l, br); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l)
+	})
+	if err != nil {
+		tb.Fatalf("outside veth: %v", err)
+	}
+	err = o.Do(func(ns.NetNS) error {
+		for _, name := range []string{"lo", "eth0"} {
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if name == "eth0" {
+				if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: outsideIP.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+					return err
+				}
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("outside eth0: %v", err)
+	}
+	return o
+}
+
+// serveWhoami answers on port in pod p: TCP writes the peer's address and
+// a newline, then echoes; UDP answers each datagram with the sender's
+// address.
+func (p *testPod) serveWhoami(tb testing.TB, port uint16) {
+	tb.Helper()
+	var tl net.Listener
+	var ul net.PacketConn
+	err := p.ns.Do(func(ns.NetNS) error {
+		var err error
+		addr := netip.AddrPortFrom(p.ip, port).String()
+		if tl, err = net.Listen("tcp4", addr); err != nil {
+			return err
+		}
+		ul, err = net.ListenPacket("udp4", addr)
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				peer := c.RemoteAddr().(*net.TCPAddr).IP.String()
+				if _, err := io.WriteString(c, peer+"\n"); err != nil {
+					return
+				}
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := ul.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = ul.WriteTo([]byte(from.(*net.UDPAddr).IP.String()), from)
+		}
+	}()
+	tb.Cleanup(func() {
+		tl.Close()
+		ul.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+}
+
+func newNPTopology(t *testing.T) *npTopology {
+	t.Helper()
+	blackholeRange(t, overlayRange)
+	wire := newWire(t)
+	tp := &npTopology{outside: newOutside(t, wire)}
+	tp.n1, tp.n2 = newXNode(t, wire, 1), newXNode(t, wire, 2)
+	tp.n1.knowNode(t, tp.n2)
+	tp.n2.knowNode(t, tp.n1)
+	allow := []policy.Entry{allowAllEgress, allowAllIngress}
+	tp.l = tp.n1.localPod(t, "npl", npLocalIP, npIDL, npEPL, allow)
+	tp.r = tp.n2.localPod(t, "npr", npRemote, npIDR, npEPR, allow)
+	tp.n1.knowRemotePod(t, tp.r, npIDR, tp.n2, false)
+	tp.n2.knowRemotePod(t, tp.l, npIDL, tp.n1, false)
+	tp.n1.addNativeRoutes(t, tp.n2)
+	tp.n2.addNativeRoutes(t, tp.n1)
+	tp.l.serveWhoami(t, npBackendPort)
+	tp.r.serveWhoami(t, npBackendPort)
+
+	lbm, err := maps.OpenLB(tp.n1.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lbm.Close() })
+	tp.lb = lbm
+	for id, a := range map[uint32]netip.Addr{1: npLocalIP, 2: npRemote} {
+		for _, proto := range []uint8{syscall.IPPROTO_TCP, syscall.IPPROTO_UDP} {
+			// Backend IDs: 1/2 TCP, 11/12 UDP.
+			bid := id
+			if proto == syscall.IPPROTO_UDP {
+				bid += 10
+			}
+			if err := lbm.Backends.Update([]uint32{bid}, []lb.L4Addr{{Addr: a, Port: npBackendPort, Proto: proto}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tp.attach(t)
+	return tp
+}
+
+// attach loads cil_from_netdev against node 1's maps and attaches it to
+// the tcx ingress of node 1's eth0.
+func (tp *npTopology) attach(t *testing.T) {
+	t.Helper()
+	spec, err := maps.LoadNodePortSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (bpf.NodePortConstants{SNATIPv4: tp.n1.ip}).Apply(spec); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: tp.n1.m.NodePortReplacements(tp.lb)})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("load nodeport: %+v", ve)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(coll.Close)
+	err = tp.n1.ns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		tp.link, err = ebpflink.AttachTCX(ebpflink.TCXOptions{Interface: l.Attrs().Index, Program: coll.Programs[bpf.NodeportProgCilFromNetdev], Attach: ebpf.AttachTCXIngress})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.link.Close() })
+}
+
+// service writes frontend node1:port/proto (external scope) with flags and
+// the backend IDs.
+func (tp *npTopology) service(t *testing.T, port uint16, proto uint8, flags uint8, backends ...uint32) {
+	t.Helper()
+	m := tp.n1.lbServices(t)
+	key := func(slot uint16) bpf.SockLb4Key {
+		b := tp.n1.ip.As4()
+		return bpf.SockLb4Key{Address: binary.LittleEndian.Uint32(b[:]), Dport: htons(port), Proto: proto, Scope: scopeExt, Slot: slot}
+	}
+	if err := m.Put(key(0), bpf.SockLb4Service{Count: uint16(len(backends)), Flags: flags, BackendId: 60}); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range backends {
+		if err := m.Put(key(uint16(i+1)), bpf.SockLb4Service{BackendId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lbServices opens node x's pinned cellium_lb4_services raw (the test
+// writes the flags of lb.h that the control plane's helper sets).
+func (x *xnode) lbServices(t *testing.T) *ebpf.Map {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(x.dir+"/"+maps.LB4ServicesMapName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// dialWhoami connects from the outside namespace to node 1's port and
+// returns the connection and the source address the backend saw.
+func (tp *npTopology) dialWhoami(port uint16) (net.Conn, string, error) {
+	var c net.Conn
+	err := tp.outside.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(tp.n1.ip, port).String(), 3*time.Second)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		c.Close()
+		return nil, "", fmt.Errorf("read whoami: %w", err)
+	}
+	return c, strings.TrimSpace(line), nil
+}
+
+// udpWhoami sends datagrams from the outside to node 1's port until one
+// comes back (5 tries) and returns the address the backend saw.
+func (tp *npTopology) udpWhoami(port uint16) (string, error) {
+	var c net.Conn
+	if err := tp.outside.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.Dial("udp4", netip.AddrPortFrom(tp.n1.ip, port).String())
+		return err
+	}); err != nil {
+		return "", err
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	var last error
+	for range 5 {
+		if _, err := c.Write([]byte("who")); err != nil {
+			return "", err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(buf)
+		if err == nil {
+			return string(buf[:n]), nil
+		}
+		last = err
+	}
+	return "", last
+}
+
+// TestPrivilegedNodePort: clients outside the node reach NodePort
+// frontends of node 1 through cil_from_netdev on its uplink (TCP and UDP,
+// real sockets): with externalTrafficPolicy Cluster a backend on the node
+// and one on another node see node 1's address as the source, with Local
+// the backend sees the client's; replies come back through the reverse
+// translation (cil_from_container for the local pod, cil_from_netdev for
+// the remote one); a frontend without backends is refused at once and
+// counted as 158; many connections at once each get their own SNAT port.
+// Without the program nothing listens on the NodePorts and every case
+// fails.
+func TestPrivilegedNodePort(t *testing.T) {
+	tp := newNPTopology(t)
+	n1 := tp.n1.ip.String()
+	tp.service(t, 30080, syscall.IPPROTO_TCP, svcNodePort, 1)
+	tp.service(t, 30080, syscall.IPPROTO_UDP, svcNodePort, 11)
+	tp.service(t, 30081, syscall.IPPROTO_TCP, svcNodePort, 2)
+	tp.service(t, 30081, syscall.IPPROTO_UDP, svcNodePort, 12)
+	tp.service(t, 30082, syscall.IPPROTO_TCP, svcNodePort|svcLocal, 1)
+	tp.service(t, 30082, syscall.IPPROTO_UDP, svcNodePort|svcLocal, 11)
+	tp.service(t, 30083, syscall.IPPROTO_TCP, svcNodePort)
+	tp.service(t, 30084, syscall.IPPROTO_TCP, svcNodePort|svcAffinity, 1, 2)
+	fe := lb.L4Addr{Addr: tp.n1.ip, Port: 30084, Proto: syscall.IPPROTO_TCP}
+	if err := tp.lb.AffinityMatch.Update([]maps.AffinityMatch{{Frontend: fe, BackendID: 1}, {Frontend: fe, BackendID: 2}}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		port uint16
+		want string
+	}{
+		{"cluster local backend", 30080, n1},
+		{"cluster remote backend", 30081, n1},
+		{"local keeps the client", 30082, outsideIP.String()},
+	} {
+		t.Run(c.name+" tcp", func(t *testing.T) {
+			conn, seen, err := tp.dialWhoami(c.port)
+			if err != nil {
+				t.Fatalf("tcp %s:%d from outside: %v", n1, c.port, err)
+			}
+			defer conn.Close()
+			if seen != c.want {
+				t.Errorf("backend saw source %s, want %s", seen, c.want)
+			}
+			if err := roundTrip(conn, "through the nodeport"); err != nil {
+				t.Errorf("echo: %v", err)
+			}
+		})
+		t.Run(c.name+" udp", func(t *testing.T) {
+			seen, err := tp.udpWhoami(c.port)
+			if err != nil {
+				t.Fatalf("udp %s:%d from outside: %v", n1, c.port, err)
+			}
+			if seen != c.want {
+				t.Errorf("backend saw source %s, want %s", seen, c.want)
+			}
+		})
+	}
+
+	t.Run("no backends", func(t *testing.T) {
+		before := dropCount(t, tp.n1.m, maps.DropNoService)
+		start := time.Now()
+		_, _, err := tp.dialWhoami(30083)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("dial a frontend without backends: %v, want connection refused", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("refused after %v, want at once", d)
+		}
+		if after := dropCount(t, tp.n1.m, maps.DropNoService); after <= before {
+			t.Errorf("drop counter 158 %d -> %d, want it counted", before, after)
+		}
+		ev := tp.n1.waitEvent(t, "no-service drop", func(e maps.Event) bool {
+			return e.Type == maps.EventDrop && e.Reason == maps.DropNoService && e.DstPort == 30083
+		})
+		if ev.Src != outsideIP || ev.Dst != tp.n1.ip {
+			t.Errorf("drop event %v: want %s -> %s", ev, outsideIP, tp.n1.ip)
+		}
+	})
+
+	t.Run("session affinity", func(t *testing.T) {
+		var first string
+		for i := range 6 {
+			conn, _, err := tp.dialWhoami(30084)
+			if err != nil {
+				t.Fatal(err)
+			}
+			backend := conn.RemoteAddr().String()
+			conn.Close()
+			conns, err := tp.n1.m.NodePortConnections()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var be string
+			for _, c := range conns {
+				if ntohsT(c.Key.FrontendPort) == 30084 && c.Key.ClientPort == htons(uint16(localPortOf(conn))) {
+					be = fmt.Sprint(c.Entry.BackendId)
+				}
+			}
+			if be == "" {
+				t.Fatalf("no NAT entry for connection %d (%s)", i, backend)
+			}
+			if i == 0 {
+				first = be
+			} else if be != first {
+				t.Errorf("connection %d went to backend %s, the first to %s", i, be, first)
+			}
+		}
+	})
+
+	t.Run("many connections", func(t *testing.T) {
+		const n = 64
+		conns := make([]net.Conn, 0, n)
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for i := range n {
+			c, seen, err := tp.dialWhoami(30081)
+			if err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+			conns = append(conns, c)
+			if seen != n1 {
+				t.Fatalf("connection %d: backend saw %s", i, seen)
+			}
+		}
+		for i, c := range conns {
+			if err := roundTrip(c, fmt.Sprintf("conn %d", i)); err != nil {
+				t.Fatalf("echo on connection %d: %v", i, err)
+			}
+		}
+		entries, err := tp.n1.m.NodePortConnections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports := map[uint16]bool{}
+		open := map[uint16]bool{}
+		for _, c := range conns {
+			open[htons(uint16(localPortOf(c)))] = true
+		}
+		for _, e := range entries {
+			if ntohsT(e.Key.FrontendPort) != 30081 || e.Key.Proto != syscall.IPPROTO_TCP || !open[e.Key.ClientPort] {
+				continue
+			}
+			p := ntohsT(e.Entry.NatPort)
+			if p < 32768 {
+				t.Errorf("SNAT port %d below the NAT range", p)
+			}
+			ports[p] = true
+		}
+		if len(ports) != n {
+			t.Errorf("%d distinct SNAT ports for %d connections", len(ports), n)
+		}
+	})
+}
+
+func ntohsT(v uint16) uint16 { return htons(v) }
+
+func localPortOf(c net.Conn) int { return c.LocalAddr().(*net.TCPAddr).Port }
+
+// dropCount is the packets counted with reason in the ingress direction.
+func dropCount(t *testing.T, m *maps.Maps, reason uint8) uint64 {
+	t.Helper()
+	var total uint64
+	all, err := m.Metrics.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range all {
+		if k.Reason == reason {
+			total += v.Packets
+		}
+	}
+	return total
+}
