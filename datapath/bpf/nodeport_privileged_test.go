@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	ebpflink "github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/loader"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/lb"
@@ -39,9 +39,9 @@ var (
 )
 
 const (
-	npBackendPort          = 8080
-	npIDL, npIDR           = identity.NumericIdentity(32001), identity.NumericIdentity(32002)
-	npEPL, npEPR    uint16 = 41, 42
+	npBackendPort        = 8080
+	npIDL, npIDR         = identity.NumericIdentity(32001), identity.NumericIdentity(32002)
+	npEPL, npEPR  uint16 = 41, 42
 
 	// lb.h's flags and scopes.
 	svcAffinity = 0x1
@@ -55,7 +55,6 @@ type npTopology struct {
 	n1, n2  *xnode
 	l, r    *testPod
 	lb      *maps.LBMaps
-	link    ebpflink.Link
 }
 
 // newOutside makes the client namespace: a veth on the wire's bridge with
@@ -216,38 +215,20 @@ func newNPTopology(t *testing.T) *npTopology {
 	return tp
 }
 
-// attach loads cil_from_netdev against node 1's maps and attaches it to
-// the tcx ingress of node 1's eth0.
+// attach attaches cil_from_netdev to node 1's eth0 the way the agent
+// does: the loader's NodePort, with links pinned in node 1's bpffs and
+// eth0's address as the SNAT source.
 func (tp *npTopology) attach(t *testing.T) {
 	t.Helper()
-	spec, err := maps.LoadNodePortSpec()
-	if err != nil {
+	np := &loader.NodePort{Layout: loader.Layout{Root: tp.n1.root}, Netns: loader.Netns{Path: tp.n1.ns.Path()}}
+	if err := np.Ensure([]string{"eth0"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := (bpf.NodePortConstants{SNATIPv4: tp.n1.ip}).Apply(spec); err != nil {
-		t.Fatal(err)
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: tp.n1.m.NodePortReplacements(tp.lb)})
-	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			t.Fatalf("load nodeport: %+v", ve)
+	t.Cleanup(func() {
+		if err := np.Remove(); err != nil {
+			t.Error(err)
 		}
-		t.Fatal(err)
-	}
-	t.Cleanup(coll.Close)
-	err = tp.n1.ns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		tp.link, err = ebpflink.AttachTCX(ebpflink.TCXOptions{Interface: l.Attrs().Index, Program: coll.Programs[bpf.NodeportProgCilFromNetdev], Attach: ebpf.AttachTCXIngress})
-		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tp.link.Close() })
 }
 
 // service writes frontend node1:port/proto (external scope) with flags and
