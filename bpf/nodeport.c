@@ -19,7 +19,7 @@
  * (bpf/lxc.c), replies through the tunnel by cil_from_overlay
  * (bpf/overlay.c), both with nodeport_rev_nat (include/nodeport.h).
  * Everything else passes untouched. See
- * Documentation/operations/kube-proxy-replacement.md.
+ * Documentation/operations/kube-proxy-replacement-datapath.md.
  */
 #include "include/bpf_api.h"
 #include "include/abi.h"

@@ -7,7 +7,7 @@
  * (a local backend's reply) and bpf/overlay.c cil_from_overlay (a reply
  * through the tunnel). Keep in step with datapath/maps/nodeport.go; every
  * struct here gets a Go type through bpf2go -type. See
- * Documentation/operations/kube-proxy-replacement.md.
+ * Documentation/operations/kube-proxy-replacement-datapath.md.
  */
 #ifndef CELLIUM_NODEPORT_H
 #define CELLIUM_NODEPORT_H
