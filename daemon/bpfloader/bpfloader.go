@@ -176,7 +176,7 @@ type params struct {
 	// when no default route names one (absent: default routes only).
 	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
 	Jobs      hive.Jobs
-	Reconcile  reconcilejob.Params
+	Reconcile reconcilejob.Params
 }
 
 func register(p params, n loader.Netns, src Sources) error {
