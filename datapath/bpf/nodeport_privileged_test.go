@@ -175,7 +175,10 @@ func (p *testPod) serveWhoami(tb testing.TB, port uint16) {
 	})
 }
 
-func newNPTopology(t *testing.T) *npTopology {
+// newNPTopology builds the topology with native routing between the
+// nodes, or with tunnel: cilium_vxlan and the overlay programs on both,
+// the pods' ipcache entries naming their node as tunnel endpoint.
+func newNPTopology(t *testing.T, tunnel bool) *npTopology {
 	t.Helper()
 	blackholeRange(t, overlayRange)
 	wire := newWire(t)
@@ -186,10 +189,22 @@ func newNPTopology(t *testing.T) *npTopology {
 	allow := []policy.Entry{allowAllEgress, allowAllIngress}
 	tp.l = tp.n1.localPod(t, "npl", npLocalIP, npIDL, npEPL, allow)
 	tp.r = tp.n2.localPod(t, "npr", npRemote, npIDR, npEPR, allow)
-	tp.n1.knowRemotePod(t, tp.r, npIDR, tp.n2, false)
-	tp.n2.knowRemotePod(t, tp.l, npIDL, tp.n1, false)
-	tp.n1.addNativeRoutes(t, tp.n2)
-	tp.n2.addNativeRoutes(t, tp.n1)
+	tp.n1.knowRemotePod(t, tp.r, npIDR, tp.n2, tunnel)
+	tp.n2.knowRemotePod(t, tp.l, npIDL, tp.n1, tunnel)
+	if tunnel {
+		for _, x := range []*xnode{tp.n1, tp.n2} {
+			for _, id := range []identity.NumericIdentity{npIDL, npIDR} {
+				if err := x.m.Identities.Add(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		tp.n1.addTunnel(t, tp.n2)
+		tp.n2.addTunnel(t, tp.n1)
+	} else {
+		tp.n1.addNativeRoutes(t, tp.n2)
+		tp.n2.addNativeRoutes(t, tp.n1)
+	}
 	tp.l.serveWhoami(t, npBackendPort)
 	tp.r.serveWhoami(t, npBackendPort)
 
@@ -322,9 +337,19 @@ func (tp *npTopology) udpWhoami(port uint16) (string, error) {
 // the remote one); a frontend without backends is refused at once and
 // counted as 158; many connections at once each get their own SNAT port.
 // Without the program nothing listens on the NodePorts and every case
-// fails.
-func TestPrivilegedNodePort(t *testing.T) {
-	tp := newNPTopology(t)
+// fails. Native routing between the nodes; TestPrivilegedNodePortTunnel
+// runs the same through the tunnel.
+func TestPrivilegedNodePort(t *testing.T) { testNodePort(t, false) }
+
+// TestPrivilegedNodePortTunnel is TestPrivilegedNodePort in tunnel mode:
+// the request to the remote backend leaves node 1 through cilium_vxlan
+// (cil_to_overlay puts the node's identity into the VNI, node 2's
+// cil_from_overlay hands it to the pod's policy); the reply comes back to
+// node 1's address over the wire, to cil_from_netdev.
+func TestPrivilegedNodePortTunnel(t *testing.T) { testNodePort(t, true) }
+
+func testNodePort(t *testing.T, tunnel bool) {
+	tp := newNPTopology(t, tunnel)
 	n1 := tp.n1.ip.String()
 	tp.service(t, 30080, syscall.IPPROTO_TCP, svcNodePort, 1)
 	tp.service(t, 30080, syscall.IPPROTO_UDP, svcNodePort, 11)
