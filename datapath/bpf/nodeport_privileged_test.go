@@ -448,6 +448,42 @@ func testNodePort(t *testing.T, tunnel bool) {
 		}
 	})
 
+	// Pod p admits only the world (outside clients) on its port: Local
+	// keeps the client, whose identity is world, and passes; Cluster
+	// translates the source to the node, whose identity is host, and its
+	// ingress policy drops it, reporting host as the source.
+	t.Run("policy sees the client or the node", func(t *testing.T) {
+		const idP, epP = identity.NumericIdentity(32003), uint16(43)
+		p := tp.n1.localPod(t, "npp", netip.MustParseAddr("10.78.1.30"), idP, epP, []policy.Entry{
+			allowAllEgress,
+			{Key: policy.NewKey(identity.ReservedIdentityWorld, policy.Ingress, policy.ProtoTCP, npBackendPort, 16)},
+		})
+		p.serveWhoami(t, npBackendPort)
+		if err := tp.lb.Backends.Update([]uint32{3}, []lb.L4Addr{{Addr: p.ip, Port: npBackendPort, Proto: syscall.IPPROTO_TCP}}); err != nil {
+			t.Fatal(err)
+		}
+		tp.service(t, 30086, syscall.IPPROTO_TCP, svcNodePort|svcLocal, 3)
+		tp.service(t, 30087, syscall.IPPROTO_TCP, svcNodePort, 3)
+		conn, seen, err := tp.dialWhoami(30086)
+		if err != nil {
+			t.Fatalf("Local to a pod admitting the world: %v", err)
+		}
+		conn.Close()
+		if seen != outsideIP.String() {
+			t.Errorf("backend saw %s, want the client %s", seen, outsideIP)
+		}
+		if conn, _, err := tp.dialWhoami(30087); err == nil {
+			conn.Close()
+			t.Error("Cluster (SNAT to the node) passed a policy that admits only the world")
+		}
+		ev := tp.n1.waitEvent(t, "policy drop of the SNATed connection", func(e maps.Event) bool {
+			return e.Type == maps.EventDrop && e.EndpointID == epP && e.Reason == maps.DropPolicy
+		})
+		if ev.SrcIdentity != identity.ReservedIdentityHost || ev.Src != tp.n1.ip || ev.DstPort != npBackendPort {
+			t.Errorf("drop event %v: want source %s with identity host, to port %d", ev, tp.n1.ip, npBackendPort)
+		}
+	})
+
 	t.Run("many connections", func(t *testing.T) {
 		const n = 64
 		conns := make([]net.Conn, 0, n)
