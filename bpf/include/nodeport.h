@@ -45,6 +45,12 @@ struct nodeport_ct4_key {
 #define NODEPORT_F_SNAT 0x1  /* the source is translated (externalTrafficPolicy Cluster) */
 #define NODEPORT_F_FIN 0x2   /* a TCP FIN went this entry's way */
 #define NODEPORT_F_CLOSED 0x4 /* RST, or a FIN each way: the entry lives CT_LIFETIME_CLOSE */
+/* Reverse entry: the backend's SYN-ACK passed, its sequence number is in
+ * synack_seq. A SYN-ACK of the same tuple with another sequence number is
+ * a connection that did not come through the frontend (the client
+ * reaching the pod directly from the same port after a NodePort connection
+ * ended): the stale entry goes and the packet is left alone. */
+#define NODEPORT_F_SYNACK 0x8
 
 struct nodeport_ct4_entry {
 	__u64 expires; /* ktime_get_ns */
@@ -77,6 +83,8 @@ struct nodeport_rev4_entry {
 	__be16 frontend_port;
 	__u8 flags;
 	__u8 pad[3];
+	__u32 synack_seq; /* with NODEPORT_F_SYNACK */
+	__u32 pad2;
 };
 
 /* cellium_nodeport_affinity4: the backend an outside client (by its
@@ -140,6 +148,7 @@ struct np_pkt {
 	__be16 sport;
 	__be16 dport;
 	__u32 l4_off;
+	__u32 tcp_seq;
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 ttl;
@@ -189,6 +198,7 @@ static __always_inline int np_parse(struct __sk_buff *skb, struct np_pkt *p)
 		if ((void *)(l4 + 20) > data_end)
 			return -1;
 		p->tcp_flags = l4[13];
+		p->tcp_seq = *(__u32 *)(l4 + 4);
 	}
 	return 0;
 }
@@ -375,6 +385,14 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 	now = ktime_get_ns();
 	if (rev->expires <= now)
 		return NP_NOT_NAT;
+	if (p.proto == NP_PROTO_TCP && (p.tcp_flags & NP_TCP_SYN)) {
+		if ((rev->flags & NODEPORT_F_SYNACK) && rev->synack_seq != p.tcp_seq) {
+			map_delete_elem(&cellium_nodeport_rev4, &key);
+			return NP_NOT_NAT;
+		}
+		rev->synack_seq = p.tcp_seq;
+		rev->flags |= NODEPORT_F_SYNACK;
+	}
 	fkey.client = rev->client;
 	fkey.frontend = rev->frontend;
 	fkey.client_port = rev->client_port;

@@ -180,6 +180,8 @@ type LxcNodeportRev4Entry struct {
 	FrontendPort uint16
 	Flags        uint8
 	Pad          [3]uint8
+	SynackSeq    uint32
+	Pad2         uint32
 }
 
 type LxcNodeportRev4Key struct {

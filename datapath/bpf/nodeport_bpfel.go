@@ -219,6 +219,8 @@ type NodeportNodeportRev4Entry struct {
 	FrontendPort uint16
 	Flags        uint8
 	Pad          [3]uint8
+	SynackSeq    uint32
+	Pad2         uint32
 }
 
 type NodeportNodeportRev4Key struct {

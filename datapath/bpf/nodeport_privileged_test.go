@@ -24,6 +24,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/policy"
+	"github.com/cellium/cellium/test/privileged"
 )
 
 // The NodePort topology: the two nodes of the overlay tests (native
@@ -178,7 +179,7 @@ func (p *testPod) serveWhoami(tb testing.TB, port uint16) {
 // newNPTopology builds the topology with native routing between the
 // nodes, or with tunnel: cilium_vxlan and the overlay programs on both,
 // the pods' ipcache entries naming their node as tunnel endpoint.
-func newNPTopology(t *testing.T, tunnel bool) *npTopology {
+func newNPTopology(t testing.TB, tunnel bool) *npTopology {
 	t.Helper()
 	blackholeRange(t, overlayRange)
 	wire := newWire(t)
@@ -233,7 +234,7 @@ func newNPTopology(t *testing.T, tunnel bool) *npTopology {
 // attach attaches cil_from_netdev to node 1's eth0 the way the agent
 // does: the loader's NodePort, with links pinned in node 1's bpffs and
 // eth0's address as the SNAT source.
-func (tp *npTopology) attach(t *testing.T) {
+func (tp *npTopology) attach(t testing.TB) {
 	t.Helper()
 	np := &loader.NodePort{Layout: loader.Layout{Root: tp.n1.root}, Netns: loader.Netns{Path: tp.n1.ns.Path()}}
 	if err := np.Ensure([]string{"eth0"}); err != nil {
@@ -248,7 +249,7 @@ func (tp *npTopology) attach(t *testing.T) {
 
 // service writes frontend node1:port/proto (external scope) with flags and
 // the backend IDs.
-func (tp *npTopology) service(t *testing.T, port uint16, proto uint8, flags uint8, backends ...uint32) {
+func (tp *npTopology) service(t testing.TB, port uint16, proto uint8, flags uint8, backends ...uint32) {
 	t.Helper()
 	m := tp.n1.lbServices(t)
 	key := func(slot uint16) bpf.SockLb4Key {
@@ -267,7 +268,7 @@ func (tp *npTopology) service(t *testing.T, port uint16, proto uint8, flags uint
 
 // lbServices opens node x's pinned cellium_lb4_services raw (the test
 // writes the flags of lb.h that the control plane's helper sets).
-func (x *xnode) lbServices(t *testing.T) *ebpf.Map {
+func (x *xnode) lbServices(t testing.TB) *ebpf.Map {
 	t.Helper()
 	m, err := ebpf.LoadPinnedMap(x.dir+"/"+maps.LB4ServicesMapName, nil)
 	if err != nil {
@@ -484,6 +485,43 @@ func testNodePort(t *testing.T, tunnel bool) {
 		}
 	})
 
+	// Local keeps the client's tuple: after a Local connection ended, the
+	// same client port reaching the pod directly has the very tuple of
+	// its reverse entry; its replies must not be translated.
+	t.Run("direct from the port of an ended Local connection", func(t *testing.T) {
+		if err := tp.outside.Do(func(ns.NetNS) error {
+			err := netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: tp.n1.podCIDR.Addr().AsSlice(), Mask: net.CIDRMask(24, 32)}, Gw: tp.n1.ip.AsSlice()})
+			if errors.Is(err, syscall.EEXIST) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		src := &net.TCPAddr{IP: outsideIP.AsSlice(), Port: 40123}
+		dialFrom := func(dst netip.AddrPort) (string, error) {
+			var c net.Conn
+			if err := tp.outside.Do(func(ns.NetNS) error {
+				var err error
+				c, err = (&net.Dialer{LocalAddr: src, Timeout: 3 * time.Second}).Dial("tcp4", dst.String())
+				return err
+			}); err != nil {
+				return "", err
+			}
+			// Reset on close: no TIME_WAIT holds the port.
+			defer func() { _ = c.(*net.TCPConn).SetLinger(0); c.Close() }()
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			line, err := bufio.NewReader(c).ReadString('\n')
+			return strings.TrimSpace(line), err
+		}
+		if seen, err := dialFrom(netip.AddrPortFrom(tp.n1.ip, 30082)); err != nil || seen != outsideIP.String() {
+			t.Fatalf("Local from port %d: %q, %v", src.Port, seen, err)
+		}
+		if seen, err := dialFrom(netip.AddrPortFrom(npLocalIP, npBackendPort)); err != nil || seen != outsideIP.String() {
+			t.Errorf("then straight to the pod from the same port: %q, %v", seen, err)
+		}
+	})
+
 	t.Run("many connections", func(t *testing.T) {
 		const n = 64
 		conns := make([]net.Conn, 0, n)
@@ -550,4 +588,77 @@ func dropCount(t *testing.T, m *maps.Maps, reason uint8) uint64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkPrivilegedNodePortRR measures a client outside the node
+// talking to a pod on the node, side by side: through cil_from_netdev
+// with externalTrafficPolicy Cluster (DNAT and SNAT) and Local (DNAT),
+// through an nftables DNAT rule in the node's prerouting (what kube-proxy's
+// nftables mode does for a NodePort with Local), and straight to the pod
+// address without a Service. "rr" is one 64-byte request and its echo on
+// an open connection, "connect" a new connection with one round trip.
+func BenchmarkPrivilegedNodePortRR(b *testing.B) {
+	privileged.Require(b)
+	tp := newNPTopology(b, false)
+	tp.service(b, 30080, syscall.IPPROTO_TCP, svcNodePort, 1)
+	tp.service(b, 30082, syscall.IPPROTO_TCP, svcNodePort|svcLocal, 1)
+	privileged.DNAT(b, tp.n1.ns.Path(), "cellium-bench-nodeport", netip.AddrPortFrom(tp.n1.ip, 31080),
+		netip.AddrPortFrom(npLocalIP, npBackendPort))
+	if err := tp.outside.Do(func(ns.NetNS) error {
+		return netlink.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: tp.n1.podCIDR.Addr().AsSlice(), Mask: net.CIDRMask(24, 32)}, Gw: tp.n1.ip.AsSlice()})
+	}); err != nil {
+		b.Fatal(err)
+	}
+	dial := func(dst netip.AddrPort) (net.Conn, error) {
+		var c net.Conn
+		err := tp.outside.Do(func(ns.NetNS) error {
+			var err error
+			c, err = net.DialTimeout("tcp4", dst.String(), 3*time.Second)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := bufio.NewReader(io.LimitReader(c, 32)).ReadString('\n'); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	msg := strings.Repeat("x", 64)
+	for _, c := range []struct {
+		name string
+		dst  netip.AddrPort
+	}{
+		{"bpf-cluster", netip.AddrPortFrom(tp.n1.ip, 30080)},
+		{"bpf-local", netip.AddrPortFrom(tp.n1.ip, 30082)},
+		{"nftables-dnat", netip.AddrPortFrom(tp.n1.ip, 31080)},
+		{"direct", netip.AddrPortFrom(npLocalIP, npBackendPort)},
+	} {
+		b.Run(c.name+"/rr", func(b *testing.B) {
+			conn, err := dial(c.dst)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			b.ResetTimer()
+			for range b.N {
+				if err := roundTrip(conn, msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/connect", func(b *testing.B) {
+			for range b.N {
+				conn, err := dial(c.dst)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := roundTrip(conn, msg); err != nil {
+					b.Fatal(err)
+				}
+				conn.Close()
+			}
+		})
+	}
 }

@@ -152,6 +152,8 @@ type OverlayNodeportRev4Entry struct {
 	FrontendPort uint16
 	Flags        uint8
 	Pad          [3]uint8
+	SynackSeq    uint32
+	Pad2         uint32
 }
 
 type OverlayNodeportRev4Key struct {
