@@ -191,7 +191,12 @@ func register(p params, n loader.Netns, src Sources) error {
 	if src.OpenMaps != nil {
 		maps = src.OpenMaps(layout.Dir())
 	}
-	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec, Monitor: mon}
+	var npCfg loader.NodePortConfig
+	if p.NodePort != nil {
+		npCfg = *p.NodePort
+	}
+	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec, Monitor: mon,
+		KubeProxyReplacement: npCfg.KubeProxyReplacement}
 	if maps != nil {
 		opsCfg.Maps = maps
 	}
@@ -223,10 +228,6 @@ func register(p params, n loader.Netns, src Sources) error {
 			}), r.Describe()),
 	)
 	np := &loader.NodePort{Layout: layout, Netns: n}
-	var npCfg loader.NodePortConfig
-	if p.NodePort != nil {
-		npCfg = *p.NodePort
-	}
 	p.Jobs.Add(hive.Service("attach-nodeport", nil, func(ctx context.Context, h hive.Health) {
 		runNodePort(ctx, h, p.DB, p.LocalNode, npCfg, np)
 	}))

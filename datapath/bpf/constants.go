@@ -29,6 +29,11 @@ type EndpointConstants struct {
 	// AuditMode reports policy denials as audit verdicts and drops
 	// nothing for policy (POLICY_AUDIT_MODE).
 	AuditMode bool
+	// NodePort translates replies of connections the kube-proxy
+	// replacement's uplink program sent to the endpoint back
+	// (NODEPORT_ENABLED, --kube-proxy-replacement). Only set when true: a
+	// spec without the constant is fine while it is off.
+	NodePort bool
 	// Trace emits trace events of passed packets (TRACE_ENABLED), as
 	// many as Aggregation allows.
 	Trace bool
@@ -77,6 +82,15 @@ func (c EndpointConstants) Apply(spec *ebpf.CollectionSpec) error {
 		}
 		if err := vs.Set(v.value); err != nil {
 			return fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	if c.NodePort {
+		vs, ok := spec.Variables[LxcVarNODEPORT_ENABLED]
+		if !ok {
+			return fmt.Errorf("BPF object has no constant %s", LxcVarNODEPORT_ENABLED)
+		}
+		if err := vs.Set(uint8(1)); err != nil {
+			return fmt.Errorf("set %s: %w", LxcVarNODEPORT_ENABLED, err)
 		}
 	}
 	return nil

@@ -239,6 +239,7 @@ const (
 	LxcVarMONITOR_AGGREGATION      = "MONITOR_AGGREGATION"
 	LxcVarMONITOR_REPORT_FLAGS     = "MONITOR_REPORT_FLAGS"
 	LxcVarMONITOR_REPORT_INTERVAL  = "MONITOR_REPORT_INTERVAL"
+	LxcVarNODEPORT_ENABLED         = "NODEPORT_ENABLED"
 	LxcVarPOLICY_AUDIT_MODE        = "POLICY_AUDIT_MODE"
 	LxcVarSECURITY_IDENTITY        = "SECURITY_IDENTITY"
 	LxcVarTRACE_ENABLED            = "TRACE_ENABLED"
@@ -322,6 +323,7 @@ type LxcVariableSpecs struct {
 	MONITOR_AGGREGATION     *ebpf.VariableSpec `ebpf:"MONITOR_AGGREGATION"`
 	MONITOR_REPORT_FLAGS    *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_FLAGS"`
 	MONITOR_REPORT_INTERVAL *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_INTERVAL"`
+	NODEPORT_ENABLED        *ebpf.VariableSpec `ebpf:"NODEPORT_ENABLED"`
 	POLICY_AUDIT_MODE       *ebpf.VariableSpec `ebpf:"POLICY_AUDIT_MODE"`
 	SECURITY_IDENTITY       *ebpf.VariableSpec `ebpf:"SECURITY_IDENTITY"`
 	TRACE_ENABLED           *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
@@ -393,6 +395,7 @@ type LxcVariables struct {
 	MONITOR_AGGREGATION     *ebpf.Variable `ebpf:"MONITOR_AGGREGATION"`
 	MONITOR_REPORT_FLAGS    *ebpf.Variable `ebpf:"MONITOR_REPORT_FLAGS"`
 	MONITOR_REPORT_INTERVAL *ebpf.Variable `ebpf:"MONITOR_REPORT_INTERVAL"`
+	NODEPORT_ENABLED        *ebpf.Variable `ebpf:"NODEPORT_ENABLED"`
 	POLICY_AUDIT_MODE       *ebpf.Variable `ebpf:"POLICY_AUDIT_MODE"`
 	SECURITY_IDENTITY       *ebpf.Variable `ebpf:"SECURITY_IDENTITY"`
 	TRACE_ENABLED           *ebpf.Variable `ebpf:"TRACE_ENABLED"`

@@ -185,6 +185,7 @@ func newNPTopology(t testing.TB, tunnel bool) *npTopology {
 	wire := newWire(t)
 	tp := &npTopology{outside: newOutside(t, wire)}
 	tp.n1, tp.n2 = newXNode(t, wire, 1), newXNode(t, wire, 2)
+	tp.n1.nodePort, tp.n2.nodePort = true, true
 	tp.n1.knowNode(t, tp.n2)
 	tp.n2.knowNode(t, tp.n1)
 	allow := []policy.Entry{allowAllEgress, allowAllIngress}
