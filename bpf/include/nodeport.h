@@ -103,11 +103,13 @@ struct nodeport_affinity4_value {
 	__u32 pad;
 };
 
+/* LRU maps are preallocated: 65536 connections at a time per node (about
+ * 6 MiB each) cost memory on every node, also with the replacement off. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct nodeport_ct4_key);
 	__type(value, struct nodeport_ct4_entry);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 65536);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_nodeport_ct4 SEC(".maps");
 
@@ -115,7 +117,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct nodeport_rev4_key);
 	__type(value, struct nodeport_rev4_entry);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 65536);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_nodeport_rev4 SEC(".maps");
 
