@@ -51,7 +51,7 @@ type SockLb4Key struct {
 	Address uint32
 	Dport   uint16
 	Proto   uint8
-	Pad     uint8
+	Scope   uint8
 	Slot    uint16
 	Pad2    uint16
 }
