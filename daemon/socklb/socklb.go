@@ -75,7 +75,7 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 	fs.String("cgroup-root", def.CgroupRoot,
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
 	fs.Bool("enable-host-port", def.EnableHostPort,
-		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace), so that the portmap CNI chaining is not needed; implied by --kube-proxy-replacement=true")
+		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace); from outside the node only with --kube-proxy-replacement=true (the uplink program), which implies it: with both, the portmap CNI chaining is not needed")
 	fs.String("kube-proxy-replacement", def.KubeProxyReplacement,
 		"Replace kube-proxy: \"true\" serves every Service type and the pods' hostPorts in eBPF (NodePort on the node's addresses and its loopback, LoadBalancer ingress IPs, externalIPs, externalTrafficPolicy and internalTrafficPolicy Local, terminating endpoints), \"false\" only ClusterIPs at the socket (kube-proxy does the rest)")
 }
