@@ -138,6 +138,12 @@ func checkNodePorts(t *testing.T, c *Cluster, space, backend string, kpr bool) {
 			t.Fatalf("node %s answered NodePort %d (externalTrafficPolicy Local, no local backend): %q", without.Name, nodePortLocal, body)
 		}
 	}
+	served := "kube-proxy"
+	if kpr {
+		served = "cellium's kube-proxy replacement (no kube-proxy tables on either node)"
+	}
+	t.Logf("NodePorts served by %s: Cluster from this machine through both nodes and from each node, SNAT to %s through it; Local keeps the client %s, nothing answers through %s",
+		served, without.IP, BridgeAddr, without.Name)
 }
 
 // curlOnNode runs curl for url as a process of node n: in its network and
