@@ -57,11 +57,6 @@ var pendingCalls = map[string]string{
 	// endpoints (Restore); lookups go through the CiliumIdentity and
 	// identity-allocations tables.
 	"endpointmanager -> cells/identity.Allocator": "identity references of endpoints",
-	// The doctor reads the CiliumEndpoints the ipcache refuses from a
-	// list the ipcache deriver keeps beside its table; a status column on
-	// a table of CEPs would replace it (cells/ipcache is being reworked
-	// for CiliumEndpointSlices meanwhile).
-	"doctor -> cells/ipcache.RefusedCEPs": "the ipcache's refused CiliumEndpoints",
 }
 
 func TestCellsMeetThroughTables(t *testing.T) {
