@@ -19,6 +19,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
+	"github.com/cellium/cellium/statedb/identity"
 	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/mapstate"
@@ -34,11 +35,12 @@ type managerParams struct {
 	Namespaces statedb.Table[*corev1.Namespace]
 	Clientset  k8s.Clientset
 	IPAM       ipam.Allocator
-	Identities identitycell.Allocator
-	Filter     identitycell.LabelFilter
-	Cluster    identitycell.ClusterName
-	StateDir   statedir.Dir
-	Node       k8s.NodeName
+	// Requests is the identity requests table (cell.go).
+	Requests statedb.RWTable[*identity.Request]
+	Filter   identitycell.LabelFilter
+	Cluster  identitycell.ClusterName
+	StateDir statedir.Dir
+	Node     k8s.NodeName
 	// CEPs lets restore rebuild an endpoint whose state file is unreadable.
 	CEPs statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
 	// Programs is the eBPF loader's table (absent without the loader):
@@ -56,7 +58,7 @@ type managerParams struct {
 func newManager(p managerParams) *Manager {
 	return &Manager{
 		log: p.Log, db: p.DB, table: p.Table, pods: p.Pods, namespaces: p.Namespaces,
-		clientset: p.Clientset, ipam: p.IPAM, identities: p.Identities, filter: p.Filter,
+		clientset: p.Clientset, ipam: p.IPAM, requests: p.Requests, filter: p.Filter,
 		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints", now: time.Now}, node: p.Node, now: time.Now,
 		ceps: p.CEPs, sysClassNet: "/sys/class/net", programs: p.Programs, policies: p.Policies, policyMaps: p.PolicyMaps,
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -48,12 +49,15 @@ type Manager struct {
 	namespaces statedb.Table[*corev1.Namespace]
 	clientset  k8s.Clientset
 	ipam       ipam.Allocator
-	identities identitycell.Allocator
-	filter     identitycell.LabelFilter
-	cluster    identitycell.ClusterName
-	store      store
-	node       k8s.NodeName
-	now        func() time.Time
+	// requests is the identity requests table: the manager writes what
+	// each endpoint asks, the identity allocator answers (identity.go).
+	requests statedb.RWTable[*identity.Request]
+	attempts atomic.Uint64
+	filter   identitycell.LabelFilter
+	cluster  identitycell.ClusterName
+	store    store
+	node     k8s.NodeName
+	now      func() time.Time
 
 	// mu serialises endpoint ID choice and row replacement; the slow parts
 	// (identity allocation) run outside it.
@@ -329,7 +333,7 @@ func namedPorts(pod *corev1.Pod) ciliumv2.NamedPorts {
 func (m *Manager) insertNew(ep *endpoints.Endpoint) (*endpoints.Endpoint, []*endpoints.Endpoint, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	txn := m.db.WriteTxn(m.table)
+	txn := m.db.WriteTxn(m.table, m.requests)
 	defer txn.Abort()
 	if ep.ContainerID != "" {
 		if old, _, ok := m.table.Get(txn, endpoints.ContainerIndex.Query(ep.ContainerID)); ok {
@@ -344,6 +348,9 @@ func (m *Manager) insertNew(ep *endpoints.Endpoint) (*endpoints.Endpoint, []*end
 		for old := range m.table.List(txn, endpoints.PodIndex.Query(ep.PodKey())) {
 			replaced = append(replaced, old)
 			if _, _, err := m.table.Delete(txn, old); err != nil {
+				return nil, nil, err
+			}
+			if err := m.withdrawIdentity(txn, old.ID); err != nil {
 				return nil, nil, err
 			}
 			// Inside the transaction: the new endpoint may get this ID.
@@ -379,42 +386,39 @@ func (m *Manager) freeID(txn statedb.ReadTxn) (uint16, error) {
 	return 0, ErrIDsExhausted
 }
 
-// resolveIdentity allocates the identity of ep's labels and makes it
-// ready, releasing the identity it had before (label change).
+// resolveIdentity asks for the identity of ep's labels and makes it
+// ready. The endpoint's request holds the reference: the one to the
+// identity it had before (label change) is dropped by the allocator as
+// it answers.
 func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
-	id, err := m.identities.Allocate(ctx, ep.Labels)
+	id, err := m.requestIdentity(ctx, ep)
+	if errors.Is(err, errSuperseded) {
+		cur, ok := m.Get(ep.ID)
+		if !ok {
+			return nil, fmt.Errorf("%w: endpoint %d was deleted while resolving its identity", ErrNotFound, ep.ID)
+		}
+		return cur, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	var (
-		updated *endpoints.Endpoint
-		old     identity.NumericIdentity
-	)
+	var updated *endpoints.Endpoint
 	err = m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
-		if !cur.Labels.Equal(ep.Labels) {
+		if !sameEndpoint(cur, ep) || !cur.Labels.Equal(ep.Labels) {
 			return nil // labels changed meanwhile: that change resolves again
 		}
-		old = cur.Identity
 		c := cur.Clone()
-		c.Identity = id.ID
+		c.Identity = id
 		state, msg := m.inServiceState(c)
-		c = c.WithState(state, msg+" (identity "+id.ID.String()+")", m.now())
+		c = c.WithState(state, msg+" (identity "+id.String()+")", m.now())
 		c.IdentityPending = false
 		updated = c
 		return c
 	})
 	if err != nil {
-		_ = m.identities.Release(ctx, id.ID)
 		return nil, err
 	}
-	// The reference to the identity the endpoint had before.
-	if updated != nil && old != identity.InvalidIdentity {
-		if err := m.identities.Release(ctx, old); err != nil {
-			m.log.Warn("release previous identity", "endpoint", ep.ID, "identity", old, "error", err)
-		}
-	}
 	if updated == nil {
-		_ = m.identities.Release(ctx, id.ID)
 		cur, ok := m.Get(ep.ID)
 		if !ok {
 			return nil, fmt.Errorf("%w: endpoint %d was deleted while resolving its identity", ErrNotFound, ep.ID)
@@ -516,7 +520,7 @@ func sameEndpoint(cur, ep *endpoints.Endpoint) bool {
 // the address, so concurrent deletes, a delete racing a replacement or a
 // restore release each once. It reports whether this call removed it.
 func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP bool) bool {
-	txn := m.db.WriteTxn(m.table)
+	txn := m.db.WriteTxn(m.table, m.requests)
 	defer txn.Abort()
 	cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(ep.ID))
 	if !ok || !sameEndpoint(cur, ep) {
@@ -524,6 +528,10 @@ func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP 
 	}
 	if _, _, err := m.table.Delete(txn, cur); err != nil {
 		m.log.Warn("delete endpoint row", "endpoint", ep.ID, "error", err)
+		return false
+	}
+	if err := m.withdrawIdentity(txn, cur.ID); err != nil {
+		m.log.Warn("withdraw identity request", "endpoint", ep.ID, "error", err)
 		return false
 	}
 	// Inside the transaction: a new endpoint may get this ID once it
@@ -551,15 +559,11 @@ func (m *Manager) releaseIP(ep *endpoints.Endpoint, why string) {
 	}
 }
 
-// cleanup releases the identity of an endpoint its caller removed from the
-// table (with its state file). A replaced sandbox's IP is released too:
+// cleanup finishes the removal of an endpoint its caller removed from the
+// table (with its state file and its identity request, whose reference
+// the identity allocator drops). A replaced sandbox's IP is released:
 // its CNI DEL will not find an endpoint to release it through.
-func (m *Manager) cleanup(ctx context.Context, ep *endpoints.Endpoint, replacedWhy string) {
-	if ep.Identity != identity.InvalidIdentity {
-		if err := m.identities.Release(ctx, ep.Identity); err != nil {
-			m.log.Warn("release identity", "endpoint", ep.ID, "identity", ep.Identity, "error", err)
-		}
-	}
+func (m *Manager) cleanup(_ context.Context, ep *endpoints.Endpoint, replacedWhy string) {
 	if replacedWhy != "" {
 		m.log.Info("endpoint removed", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", replacedWhy)
 		m.releaseIP(ep, replacedWhy)

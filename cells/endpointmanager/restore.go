@@ -47,7 +47,7 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	txn := m.db.WriteTxn(m.table)
+	txn := m.db.WriteTxn(m.table, m.requests)
 	defer txn.Abort()
 	var restored []*endpoints.Endpoint
 	for _, ep := range saved {
@@ -61,7 +61,9 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 		// same labels while the cluster's identities are not listed
 		// (booted with the API server down).
 		if ep.Identity != identity.InvalidIdentity {
-			m.identities.Restore(ep.Labels, ep.Identity)
+			if _, _, err := m.requests.Insert(txn, restoreIdentityRequest(ep, ep.Identity)); err != nil {
+				return nil, fmt.Errorf("restore the identity request of endpoint %d: %w", ep.ID, err)
+			}
 		}
 		// This process holds no reference to the old identity yet: the
 		// endpoint gets one when restore resolves its labels again.

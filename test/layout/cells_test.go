@@ -52,11 +52,6 @@ var pendingCalls = map[string]string{
 	// ipam-allocations table; the requests would become a request table
 	// IPAM answers.
 	"endpointmanager -> cells/ipam.Allocator": "address claims and releases of the CNI API (PUT/DELETE /v1/endpoint)",
-	// Identity requests: the endpoint manager takes and drops references
-	// (Allocate/Release) and hands over the identities of restored
-	// endpoints (Restore); lookups go through the CiliumIdentity and
-	// identity-allocations tables.
-	"endpointmanager -> cells/identity.Allocator": "identity references of endpoints",
 }
 
 func TestCellsMeetThroughTables(t *testing.T) {
