@@ -283,6 +283,8 @@ type env struct {
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
+	// reqs is the identity requests table the manager writes.
+	reqs statedb.Table[*identity.Request]
 	// policy writes each endpoint's policy row, as the policy cell does.
 	policy *endpointpolicytest.StandIn
 	ipam   *fakeIPAM
@@ -329,8 +331,8 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 		e.policy.Cell(),
 		endpointmanager.Cell, identitycell.Responder,
 		hive.Group(extra...),
-		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
-			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols = db, pods, nss, eps, cepTable, pols
+		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow], reqs identity.RequestAnswers) {
+			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols, e.reqs = db, pods, nss, eps, cepTable, pols, reqs
 			txn := db.WriteTxn(pods, nss, cepTable)
 			for _, c := range ceps {
 				cepTable.Insert(txn, c)
@@ -1045,4 +1047,52 @@ func TestDeleteRacingRestoreReleasesOnce(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Each endpoint has exactly one identity request, answered with the
+// identity the endpoint shows; deleting the endpoint deletes its request
+// (and so drops the reference), and so does a failed ADD.
+func TestIdentityRequestsFollowEndpoints(t *testing.T) {
+	ids := newIDs(0)
+	e := start(t, t.TempDir(), ids, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+		pods.Insert(txn, pod("web-2", "uid-2", map[string]string{"app": "other"}))
+	})
+	var ep models.Endpoint
+	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &ep); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	req, _, ok := e.reqs.Get(e.db.ReadTxn(), identity.RequestEndpointIndex.Query(uint16(ep.ID)))
+	if !ok || !req.Answered() || int64(req.Result.ID) != ep.Status.Identity.ID {
+		t.Fatalf("request of endpoint %d: %+v (found %v), want answered with identity %d", ep.ID, req, ok, ep.Status.Identity.ID)
+	}
+	if code := e.do(t, "DELETE", "/endpoint?container-id=c1", nil, nil); code != 200 {
+		t.Fatalf("delete: %d", code)
+	}
+	if _, _, ok := e.reqs.Get(e.db.ReadTxn(), identity.RequestEndpointIndex.Query(uint16(ep.ID))); ok {
+		t.Error("the deleted endpoint's identity request is still there")
+	}
+	waitFor(t, "the deleted endpoint's reference dropped", func() bool {
+		ids.mu.Lock()
+		defer ids.mu.Unlock()
+		return ids.refs[identity.NumericIdentity(ep.Status.Identity.ID)] == 0
+	})
+
+	// A failed ADD leaves no request behind.
+	ids.mu.Lock()
+	ids.failN = 1
+	ids.mu.Unlock()
+	if code := e.add(t, addReq("c2", "web-2", "10.0.0.11"), nil); code < 500 {
+		t.Fatalf("ADD with a failing identity allocation: %d, want a 5xx", code)
+	}
+	// (The health endpoint's request stays.)
+	txn := e.db.ReadTxn()
+	for r := range e.reqs.All(txn) {
+		if _, _, ok := e.eps.Get(txn, endpoints.IDIndex.Query(r.Endpoint)); !ok {
+			t.Errorf("identity request of endpoint %d, which does not exist: %+v", r.Endpoint, r)
+		}
+	}
+	if n := e.reqs.NumObjects(txn); n != e.eps.NumObjects(txn) {
+		t.Errorf("%d identity requests for %d endpoints", n, e.eps.NumObjects(txn))
+	}
 }
