@@ -11,6 +11,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 )
 
 // Cell provides the endpoints table and the endpoint API.
@@ -25,6 +26,12 @@ var Cell = hive.Module("endpoint-manager", "Local endpoints",
 	hive.ProvidePrivate(identity.NewRequestsTable),
 	hive.Provide(func(t statedb.RWTable[*identity.Request]) identity.RequestAnswers {
 		return identity.RequestAnswers{RWTable: t}
+	}),
+	// The IPAM requests: the manager asks (claims and releases of the
+	// CNI API, restored addresses), IPAM answers in the rows' Result.
+	hive.ProvidePrivate(ipamtables.NewRequestsTable),
+	hive.Provide(func(t statedb.RWTable[*ipamtables.Request]) ipamtables.RequestAnswers {
+		return ipamtables.RequestAnswers{RWTable: t}
 	}),
 	// The manager; created here, restored and run by the hooks below.
 	hive.ProvidePrivate(newManager),

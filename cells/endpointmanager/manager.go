@@ -25,6 +25,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/mapstate"
@@ -48,7 +49,10 @@ type Manager struct {
 	pods       statedb.Table[*corev1.Pod]
 	namespaces statedb.Table[*corev1.Namespace]
 	clientset  k8s.Clientset
-	ipam       ipam.Allocator
+	// ipamReqs is the IPAM requests table: the manager asks, the IPAM
+	// cell answers (ipam.go); ipamIDs numbers the requests.
+	ipamReqs statedb.RWTable[*ipamtables.Request]
+	ipamIDs  atomic.Uint64
 	// requests is the identity requests table: the manager writes what
 	// each endpoint asks, the identity allocator answers (identity.go).
 	requests statedb.RWTable[*identity.Request]
@@ -116,7 +120,7 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 		return nil, err
 	}
 	owner := ipam.Owner{Name: req.K8sNamespace + "/" + req.K8sPodName, ContainerID: req.ContainerID}
-	switch err := m.ipam.Claim(ctx, ip, owner); {
+	switch err := m.claimIP(ctx, ip, owner); {
 	case errors.Is(err, ipam.ErrNotAllocated):
 		return nil, invalid("%v", err)
 	case errors.Is(err, ipam.ErrNotOwner):
@@ -462,7 +466,7 @@ func (m *Manager) DeleteByContainer(ctx context.Context, containerID string, ip 
 		did = m.delete(ctx, ep)
 	}
 	if ip.IsValid() {
-		released, err := m.ipam.ReleaseOwned(ip, ipam.Owner{ContainerID: containerID})
+		released, err := m.releaseOwned(ctx, ip, ipam.Owner{ContainerID: containerID})
 		switch {
 		case errors.Is(err, ipam.ErrNotOwner):
 			m.log.Warn("not releasing an address another container holds", "containerID", containerID, "ip", ip, "error", err)
@@ -471,7 +475,7 @@ func (m *Manager) DeleteByContainer(ctx context.Context, containerID string, ip 
 		}
 		did = did || released
 	} else {
-		released, err := m.ipam.ReleaseContainer(containerID)
+		released, err := m.releaseContainer(ctx, containerID)
 		for _, al := range released {
 			m.log.Info("released an address of a deleted container", "containerID", containerID, "ip", al.IP, "owner", al.Owner)
 		}
@@ -542,19 +546,19 @@ func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP 
 	txn.Commit()
 	m.cleanup(ctx, cur, "")
 	if releaseIP {
-		m.releaseIP(cur, "")
+		m.releaseIP(ctx, cur, "")
 	}
 	return true
 }
 
 // releaseIP frees ep's address if ep's container (or, without one, its
 // owner) still holds it.
-func (m *Manager) releaseIP(ep *endpoints.Endpoint, why string) {
+func (m *Manager) releaseIP(ctx context.Context, ep *endpoints.Endpoint, why string) {
 	owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
 	if ep.Health {
 		owner.Name = HealthIPOwner
 	}
-	if _, err := m.ipam.ReleaseOwned(ep.IPv4, owner); err != nil {
+	if _, err := m.releaseOwned(ctx, ep.IPv4, owner); err != nil {
 		m.log.Warn("release endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "reason", why, "error", err)
 	}
 }
@@ -563,10 +567,10 @@ func (m *Manager) releaseIP(ep *endpoints.Endpoint, why string) {
 // table (with its state file and its identity request, whose reference
 // the identity allocator drops). A replaced sandbox's IP is released:
 // its CNI DEL will not find an endpoint to release it through.
-func (m *Manager) cleanup(_ context.Context, ep *endpoints.Endpoint, replacedWhy string) {
+func (m *Manager) cleanup(ctx context.Context, ep *endpoints.Endpoint, replacedWhy string) {
 	if replacedWhy != "" {
 		m.log.Info("endpoint removed", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", replacedWhy)
-		m.releaseIP(ep, replacedWhy)
+		m.releaseIP(ctx, ep, replacedWhy)
 	}
 }
 

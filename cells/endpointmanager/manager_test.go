@@ -329,7 +329,7 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 		),
 		// The policy engine's table and a stand-in writing it.
 		e.policy.Cell(),
-		endpointmanager.Cell, identitycell.Responder,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hive.Group(extra...),
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow], reqs identity.RequestAnswers) {
 			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols, e.reqs = db, pods, nss, eps, cepTable, pols, reqs
@@ -962,7 +962,7 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointpolicytest.New().Cell(),
-		endpointmanager.Cell, identitycell.Responder,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
 			db, cns, alloc, podsRW = d, c, a, pods
 			// The pods table is not synced yet: restore waits for it.

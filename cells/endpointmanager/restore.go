@@ -236,7 +236,7 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 		}
 		// IPAM holds the address since the start (HoldForRestore); a CNI
 		// DEL that ran meanwhile released it, and the claim fails.
-		if err := m.ipam.Claim(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
+		if err := m.claimIP(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
 			if m.remove(ctx, ep, false) {
 				m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
 			}
@@ -281,7 +281,7 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 				m.remove(ctx, ep, true)
 				continue
 			}
-			if err := m.ipam.Claim(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
+			if err := m.claimIP(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
 				if m.remove(ctx, ep, false) {
 					m.log.Warn("rebuilt endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
 				}
