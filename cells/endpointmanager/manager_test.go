@@ -283,8 +283,10 @@ type env struct {
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
-	// reqs is the identity requests table the manager writes.
-	reqs statedb.Table[*identity.Request]
+	// reqs and ipamReqs are the identity and IPAM requests tables the
+	// manager writes.
+	reqs     statedb.Table[*identity.Request]
+	ipamReqs statedb.Table[*ipamtables.Request]
 	// policy writes each endpoint's policy row, as the policy cell does.
 	policy *endpointpolicytest.StandIn
 	ipam   *fakeIPAM
@@ -331,8 +333,8 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 		e.policy.Cell(),
 		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hive.Group(extra...),
-		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow], reqs identity.RequestAnswers) {
-			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols, e.reqs = db, pods, nss, eps, cepTable, pols, reqs
+		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow], reqs identity.RequestAnswers, ipamReqs ipamtables.RequestAnswers) {
+			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols, e.reqs, e.ipamReqs = db, pods, nss, eps, cepTable, pols, reqs, ipamReqs
 			txn := db.WriteTxn(pods, nss, cepTable)
 			for _, c := range ceps {
 				cepTable.Insert(txn, c)
@@ -617,6 +619,12 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	if next.ID == live.ID {
 		t.Errorf("new endpoint reused restored ID %d", live.ID)
 	}
+	// The discarded endpoint's identity request went with it; the
+	// restored addresses' hold rows go once IPAM has taken them.
+	if _, _, ok := e.reqs.Get(e.db.ReadTxn(), identity.RequestEndpointIndex.Query(uint16(gone.ID))); ok {
+		t.Errorf("the discarded endpoint's identity request is still there")
+	}
+	waitFor(t, "the IPAM hold rows deleted", func() bool { return e.ipamReqs.NumObjects(e.db.ReadTxn()) == 0 })
 }
 
 // TestRestoredEndpointsHaveIdentityWhenInitialized: the endpoints table
@@ -1094,5 +1102,9 @@ func TestIdentityRequestsFollowEndpoints(t *testing.T) {
 	}
 	if n := e.reqs.NumObjects(txn); n != e.eps.NumObjects(txn) {
 		t.Errorf("%d identity requests for %d endpoints", n, e.eps.NumObjects(txn))
+	}
+	// Every IPAM request was answered and deleted by its asker.
+	if n := e.ipamReqs.NumObjects(txn); n != 0 {
+		t.Errorf("%d IPAM requests left: %v", n, statedb.Collect(e.ipamReqs.All(txn)))
 	}
 }
