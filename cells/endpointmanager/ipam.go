@@ -25,6 +25,11 @@ import (
 // says more than the context's).
 const answerGrace = time.Second
 
+// releaseTimeout bounds the wait for IPAM's answer to a release, which
+// IPAM answers at once while it runs (a caller without a deadline does not
+// hang on a stopped agent).
+const releaseTimeout = 30 * time.Second
+
 // errNoAnswer: the IPAM cell did not answer in time.
 var errNoAnswer = errors.New("no answer from IPAM")
 
@@ -83,6 +88,8 @@ func (m *Manager) claimIP(ctx context.Context, ip netip.Addr, owner ipam.Owner) 
 // with no error, when ip was free. Possible errors: ipam.ErrNotOwner,
 // IPAM's others.
 func (m *Manager) releaseOwned(ctx context.Context, ip netip.Addr, owner ipam.Owner) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
 	res, err := m.askIPAM(ctx, &ipamtables.Request{Op: ipamtables.OpReleaseOwned, IP: ip, Owner: owner.Name, ContainerID: owner.ContainerID})
 	return len(res.Released) > 0, err
 }
@@ -90,6 +97,8 @@ func (m *Manager) releaseOwned(ctx context.Context, ip netip.Addr, owner ipam.Ow
 // releaseContainer asks IPAM to free every address allocated with
 // containerID and returns them.
 func (m *Manager) releaseContainer(ctx context.Context, containerID string) ([]ipamtables.Allocation, error) {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
 	res, err := m.askIPAM(ctx, &ipamtables.Request{Op: ipamtables.OpReleaseContainer, ContainerID: containerID})
 	return res.Released, err
 }

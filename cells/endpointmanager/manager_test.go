@@ -1108,3 +1108,61 @@ func TestIdentityRequestsFollowEndpoints(t *testing.T) {
 		t.Errorf("%d IPAM requests left: %v", n, statedb.Collect(e.ipamReqs.All(txn)))
 	}
 }
+
+// Concurrent ADDs of pods with the same labels share one identity with
+// one reference each; concurrent DELs drop every reference and leave no
+// request behind.
+func TestConcurrentAddsShareIdentityReferences(t *testing.T) {
+	const n = 12
+	ids := newIDs(0)
+	e := start(t, t.TempDir(), ids, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		for i := range n {
+			pods.Insert(txn, pod(fmt.Sprintf("web-%d", i), fmt.Sprintf("uid-%d", i), map[string]string{"app": "web"}))
+		}
+	})
+	eps := make([]models.Endpoint, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if code := e.add(t, addReq(fmt.Sprintf("c%d", i), fmt.Sprintf("web-%d", i), fmt.Sprintf("10.0.0.%d", 10+i)), &eps[i]); code != 201 {
+				t.Errorf("create web-%d: %d", i, code)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	id := identity.NumericIdentity(eps[0].Status.Identity.ID)
+	for i, ep := range eps {
+		if identity.NumericIdentity(ep.Status.Identity.ID) != id {
+			t.Errorf("web-%d has identity %d, web-0 %d", i, ep.Status.Identity.ID, id)
+		}
+	}
+	ids.mu.Lock()
+	refs := ids.refs[id]
+	ids.mu.Unlock()
+	if refs != n {
+		t.Errorf("%d references to identity %d, want %d", refs, id, n)
+	}
+	for i := range n {
+		wg.Go(func() {
+			if code := e.do(t, "DELETE", fmt.Sprintf("/endpoint?container-id=c%d", i), nil, nil); code != 200 {
+				t.Errorf("delete c%d: %d", i, code)
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "every reference dropped", func() bool {
+		ids.mu.Lock()
+		defer ids.mu.Unlock()
+		return ids.refs[id] == 0
+	})
+	txn := e.db.ReadTxn()
+	if got, want := e.reqs.NumObjects(txn), e.eps.NumObjects(txn); got != want {
+		t.Errorf("%d identity requests for %d endpoints", got, want)
+	}
+	if got := e.ipamReqs.NumObjects(txn); got != 0 {
+		t.Errorf("%d IPAM requests left", got)
+	}
+}
