@@ -175,26 +175,11 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		}
 	}
 	defer d.close()
-	for {
+	tables.RunDeriver(ctx, health, "write ipcache", func(ws *statedb.WatchSet) (string, error) {
 		w, err := d.step()
-		if err != nil {
-			health.Degraded("write ipcache", err)
-		} else {
-			health.OK(d.status())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.eps:
-		case <-w.local:
-		case <-w.nodes:
-		case <-w.ceps:
-		case <-w.cidrs:
-		case <-w.ids:
-		case <-w.fes:
-		case <-w.init:
-		}
-	}
+		ws.Add(w.eps, w.local, w.nodes, w.ceps, w.cidrs, w.ids, w.fes, w.init)
+		return d.status(), err
+	})
 }
 
 // watches are the channels that close when the deriver has more to do.
