@@ -103,11 +103,14 @@ manifests:
 ## UP_FLAGS adds devcluster up flags, e.g. UP_FLAGS="--set agent.ipv4Masquerade=true".
 ## NODES=N (1 to 4, default 1) asks for N real nodes; several run each in network and
 ## mount namespaces of their own (Documentation/contributing/real-node.md).
+## KPR=true runs no kube-proxy: cellium's kube-proxy replacement serves every Service
+## (Documentation/operations/kube-proxy-replacement.md).
 NODE ?= real
 NODES ?= 1
+KPR ?= false
 UP_FLAGS ?=
 up: deps k8s-binaries build $(if $(filter real,$(NODE)),node-binaries)
-	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(if $(filter real,$(NODE)),--nodes $(NODES)) $(UP_FLAGS)
+	$(BIN)/devcluster up --dir $(DEVDIR) --bin-dir $(BIN) --node $(NODE) $(if $(filter real,$(NODE)),--nodes $(NODES)) $(if $(filter true,$(KPR)),--kube-proxy-replacement) $(UP_FLAGS)
 
 ## down: stop what `make up` started and remove everything it made on the host
 down:

@@ -15,6 +15,7 @@
 #include "include/abi.h"
 #include "include/maps.h"
 #include "include/metrics.h"
+#include "include/nodeport.h"
 
 /* Per-endpoint constants, rewritten at load time. */
 volatile const __u16 ENDPOINT_ID = 0;
@@ -25,6 +26,10 @@ volatile const __u64 ENDPOINT_MAC = 0;
  * its packets may carry (0: none, so every IPv4 packet it sends drops). */
 volatile const __u32 ENDPOINT_IPV4 = 0;
 volatile const __u8 POLICY_AUDIT_MODE = 0;
+/* The kube-proxy replacement is on (--kube-proxy-replacement): replies of
+ * connections bpf/nodeport.c translated to this pod are translated back
+ * (nodeport_rev_nat); off, the lookup is not even made. */
+volatile const __u8 NODEPORT_ENABLED = 0;
 volatile const __u8 TRACE_ENABLED = 0;
 /* --monitor-aggregation (MONITOR_AGG_*, abi.h), --monitor-aggregation-interval
  * in seconds, --monitor-aggregation-flags as a mask of TCP flags: which
@@ -943,6 +948,17 @@ int cil_from_container(struct __sk_buff *skb)
 
 	if (ret != TC_ACT_OK)
 		return ret;
+	/* A reply of a connection from outside the node that bpf/nodeport.c
+	 * translated to this pod: translated back (to the frontend as source,
+	 * the client as destination) and sent to the client. After handle,
+	 * not before: the pod's conntrack entry and source validation know
+	 * the reply as the pod sent it, from its own address; translated,
+	 * its source is the node's. */
+	if (NODEPORT_ENABLED) {
+		ret = nodeport_rev_nat(skb, METRIC_EGRESS, 0);
+		if (ret != NP_NOT_NAT)
+			return ret;
+	}
 	if (!reply_via_stack)
 		redirect_local(skb);
 	/* No other endpoint's program took it (a tail call does not

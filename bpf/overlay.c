@@ -19,6 +19,7 @@
 #include "include/abi.h"
 #include "include/maps.h"
 #include "include/metrics.h"
+#include "include/nodeport.h"
 
 volatile const __u8 TRACE_ENABLED = 0;
 /* --monitor-aggregation (MONITOR_AGG_*, abi.h) and the TCP flags that
@@ -288,8 +289,17 @@ int cil_from_overlay(struct __sk_buff *skb)
 	p.dst_identity = v ? v->sec_identity : IDENTITY_WORLD;
 	/* The node itself, and its health endpoint (answered by the node's
 	 * stack when it is not in cellium_lxc). */
-	if (v && !v->tunnel_endpoint && (p.dst_identity == IDENTITY_HOST || p.dst_identity == IDENTITY_HEALTH))
+	if (v && !v->tunnel_endpoint && (p.dst_identity == IDENTITY_HOST || p.dst_identity == IDENTITY_HEALTH)) {
+		/* A backend's reply to a connection bpf/nodeport.c translated
+		 * on this node (source NAT to the node's address): translated
+		 * back and sent to the client. */
+		if (p.dst_identity == IDENTITY_HOST) {
+			ret = nodeport_rev_nat(skb, METRIC_INGRESS, 1);
+			if (ret != NP_NOT_NAT)
+				return ret;
+		}
 		return pass(skb, &p, METRIC_INGRESS, TRACE_FROM_OVERLAY);
+	}
 	return drop(skb, &p, DROP_UNKNOWN_TARGET, METRIC_INGRESS);
 }
 

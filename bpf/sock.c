@@ -23,7 +23,13 @@
  *                          address reaches cil_sock4_sendmsg (see below).
  *
  * Only addresses in cellium_lb4_services are touched: everything else
- * passes unchanged. A frontend with session affinity (sessionAffinity:
+ * passes unchanged. With --kube-proxy-replacement the map also holds the
+ * NodePort frontends (every address of the node, and 0.0.0.0, which stands
+ * for the node's loopback: 127.0.0.1:nodePort from the host namespace,
+ * HOST_NETNS_COOKIE, reaches the NodePort, from a pod it stays the pod's
+ * own loopback), LoadBalancer and externalIP frontends; a frontend whose
+ * slot 0 has LB4_SVC_TWO_SCOPES is served from its internal scope
+ * (LB4_SCOPE_INT): a socket is always a client inside the cluster. A frontend with session affinity (sessionAffinity:
  * ClientIP) keeps sending a client, i.e. a network namespace, to the same
  * backend while its cellium_lb4_affinity entry is younger than the
  * frontend's timeout and cellium_lb4_affinity_match says that backend is
@@ -39,6 +45,27 @@
 
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+
+/* HOST_NETNS_COOKIE is the cookie of the node's host network namespace,
+ * set at load time (datapath/socklb); 0 stands for the initial one. */
+volatile const __u64 HOST_NETNS_COOKIE = 0;
+
+/* in_host_netns reports whether ctx's socket is in the node's host network
+ * namespace (the agent's, hostNetwork pods'). */
+static __always_inline int in_host_netns(struct bpf_sock_addr *ctx)
+{
+	__u64 host = HOST_NETNS_COOKIE;
+
+	if (!host)
+		host = get_netns_cookie(0);
+	return get_netns_cookie(ctx) == host;
+}
+
+/* is_v4_loopback reports whether addr is in 127.0.0.0/8. */
+static __always_inline int is_v4_loopback(__be32 addr)
+{
+	return (addr & __builtin_bswap32(0xff000000)) == __builtin_bswap32(0x7f000000);
+}
 
 /* sock_proto returns the socket's protocol if the load balancer handles
  * it (TCP, UDP), else 0. */
@@ -98,6 +125,7 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx, __be32 *addr, __
 	const struct lb4_service *svc, *slot;
 	const struct lb4_backend *be = 0;
 	__u8 proto = sock_proto(ctx);
+	__be32 orig = *addr;
 	__u32 id = 0;
 	__u64 now = 0;
 	int affinity;
@@ -107,9 +135,31 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx, __be32 *addr, __
 	key.address = *addr;
 	key.dport = *port;
 	key.proto = proto;
+	key.scope = LB4_SCOPE_EXT;
 	svc = map_lookup_elem(&cellium_lb4_services, &key);
+	if (!svc && is_v4_loopback(key.address) && in_host_netns(ctx)) {
+		/* 127.0.0.1:nodePort on the node: the NodePort's wildcard
+		 * frontend, 0.0.0.0. */
+		key.address = 0;
+		svc = map_lookup_elem(&cellium_lb4_services, &key);
+		if (svc && !(svc->flags & LB4_SVC_NODEPORT))
+			svc = 0;
+	}
 	if (!svc)
 		return 0;
+	if (svc->flags & LB4_SVC_TWO_SCOPES) {
+		/* The agent writes the internal scope before it sets the
+		 * flag: a missing one is a frontend being rewritten, served
+		 * from its external scope meanwhile. */
+		const struct lb4_service *isvc;
+
+		key.scope = LB4_SCOPE_INT;
+		isvc = map_lookup_elem(&cellium_lb4_services, &key);
+		if (isvc)
+			svc = isvc;
+		else
+			key.scope = LB4_SCOPE_EXT;
+	}
 	if (svc->count == 0)
 		return -EHOSTUNREACH;
 	affinity = svc->flags & LB4_SVC_AFFINITY;
@@ -142,7 +192,7 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx, __be32 *addr, __
 	rkey.cookie = get_socket_cookie(ctx);
 	rkey.address = be->address;
 	rkey.port = be->port;
-	rval.address = key.address;
+	rval.address = orig; /* 127.0.0.1 for the wildcard, as asked */
 	rval.port = key.dport;
 	rval.proto = proto;
 	/* A full LRU map evicts; an update cannot fail for lack of room. */
@@ -171,6 +221,8 @@ static __always_inline int xlate_rev(struct bpf_sock_addr *ctx, __be32 *addr, __
 	if (!rval)
 		return 0;
 	key.address = rval->address;
+	if (is_v4_loopback(key.address))
+		key.address = 0; /* a NodePort reached at 127.0.0.1 */
 	key.dport = rval->port;
 	key.proto = rval->proto;
 	if (!map_lookup_elem(&cellium_lb4_services, &key)) {

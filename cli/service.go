@@ -17,12 +17,12 @@ import (
 func (a *app) serviceCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "service",
-		Short: "Inspect the socket load balancer: Service ClusterIPs and their backends",
+		Short: "Inspect the load balancer: Service frontends (ClusterIPs; with --kube-proxy-replacement also NodePorts, LoadBalancer IPs, externalIPs) and their backends",
 	}
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the ClusterIP frontends with their session affinity (None, or ClientIP and its timeout), their backends (by backend ID) and the reconciliation status of their map entries",
+		Short:   "List the frontends with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries; a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
 		Example: `  cellium service list
   cellium service list -o json`,
 		Args: cobra.NoArgs,
@@ -63,22 +63,35 @@ func writeServices(w io.Writer, fes []*lb.Frontend) error {
 		if f.PortName != "" {
 			svc += ":" + f.PortName
 		}
-		if len(f.Backends) == 0 {
-			t.row(f.Address.String(), "ClusterIP", svc, f.AffinityString(), "(none)", f.Status.String())
-			continue
+		typ := f.TypeName()
+		if f.Local {
+			typ += " (Local)"
 		}
-		for i, b := range f.Backends {
-			id := uint32(0)
-			if i < len(f.BackendIDs) {
-				id = f.BackendIDs[i]
-			}
-			be := fmt.Sprintf("%d => %s/%s", id, netip.AddrPortFrom(b.Addr, b.Port), lb.ProtoName(b.Proto))
-			if i == 0 {
-				t.row(f.Address.String(), "ClusterIP", svc, f.AffinityString(), be, f.Status.String())
-			} else {
-				t.row("", "", "", "", be, "")
-			}
+		serviceRows(t, f.Address.String(), typ, svc, f.AffinityString(), f.Backends, f.BackendIDs, f.Status.String())
+		if f.TwoScopes {
+			// The internal scope, as Cilium shows it: the address with /i.
+			serviceRows(t, f.Address.String()+"/i", f.TypeName(), svc, f.AffinityString(), f.IntBackends, f.IntBackendIDs, f.Status.String())
 		}
 	}
 	return t.flush(w)
+}
+
+// serviceRows adds the lines of one frontend scope: one per backend.
+func serviceRows(t *table, fe, typ, svc, affinity string, bs []lb.L4Addr, ids []uint32, status string) {
+	if len(bs) == 0 {
+		t.row(fe, typ, svc, affinity, "(none)", status)
+		return
+	}
+	for i, b := range bs {
+		id := uint32(0)
+		if i < len(ids) {
+			id = ids[i]
+		}
+		be := fmt.Sprintf("%d => %s/%s", id, netip.AddrPortFrom(b.Addr, b.Port), lb.ProtoName(b.Proto))
+		if i == 0 {
+			t.row(fe, typ, svc, affinity, be, status)
+		} else {
+			t.row("", "", "", "", be, "")
+		}
+	}
 }

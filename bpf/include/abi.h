@@ -37,15 +37,25 @@
 #define DROP_INVALID 134          /* Invalid packet */
 #define DROP_CT_INVALID_HDR 135   /* CT: Truncated or invalid header */
 #define DROP_UNKNOWN_L3 139       /* Unsupported L3 protocol */
+/* The kube-proxy replacement (bpf/nodeport.c, nodeport.h) could not
+ * rewrite a packet it translates. */
+#define DROP_WRITE_ERROR 141      /* Error writing to packet */
 /* Tunnel (overlay) drops, bpf/overlay.c. */
 #define DROP_NO_TUNNEL_KEY 147    /* Error retrieving tunnel key */
 /* A tunnel packet for an address of this node's pods that has no local
  * endpoint, or for another node's pod: it is not for this node. */
 #define DROP_UNKNOWN_TARGET 150   /* Unknown L3 target address */
 #define DROP_CT_CREATE_FAILED 155 /* CT: Map insertion failed */
+/* A packet from outside the node to a NodePort, LoadBalancer or
+ * externalIP frontend without backends (bpf/nodeport.c). */
+#define DROP_NO_SERVICE 158       /* Service backend not found */
 /* A packet routed into the tunnel device whose destination has no
  * tunnel endpoint (a node) in the ipcache. */
 #define DROP_NO_TUNNEL_ENDPOINT 160 /* No tunnel/encapsulation endpoint (datapath BUG!) */
+/* bpf/nodeport.c found no free SNAT port for a new connection. */
+#define DROP_NAT_NO_MAPPING 167   /* No mapping for NAT masquerade */
+/* bpf/nodeport.c found no route to a translated packet's destination. */
+#define DROP_NO_FIB 169           /* FIB lookup failed */
 /* A tunnel packet whose VNI is not a known security identity. */
 #define DROP_INVALID_IDENTITY 171 /* Invalid identity */
 /* A tunnel packet whose outer source address is not a node's. */

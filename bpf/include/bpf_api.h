@@ -145,6 +145,43 @@ static long (*skb_set_tunnel_key)(struct __sk_buff *skb, struct bpf_tunnel_key *
 				  __u64 flags) = (void *)21;
 static long (*skb_change_type)(struct __sk_buff *skb, __u32 type) = (void *)32;
 
+/* struct bpf_fib_lookup (include/uapi/linux/bpf.h), 64 bytes: the input
+ * and output of the fib_lookup helper, IPv4 only here (the IPv6 address
+ * unions are padded to their size). smac and dmac share their place with
+ * the input-only mark of newer kernels. */
+struct bpf_fib_lookup {
+	__u8 family;
+	__u8 l4_protocol;
+	__be16 sport;
+	__be16 dport;
+	__u16 tot_len; /* in: the datagram's length; out: mtu_result */
+	__u32 ifindex; /* in: the ingress device; out: the egress device */
+	__u32 tos;
+	__be32 ipv4_src;
+	__u32 src_pad[3];
+	__be32 ipv4_dst;
+	__u32 dst_pad[3];
+	__u32 vlan; /* out: h_vlan_proto, h_vlan_TCI */
+	__u8 smac[6];
+	__u8 dmac[6];
+};
+
+/* fib_lookup results (enum BPF_FIB_LKUP_RET_*). */
+#define BPF_FIB_LKUP_RET_SUCCESS 0
+#define BPF_FIB_LKUP_RET_NO_NEIGH 7
+
+/* l3_csum_replace / l4_csum_replace flags. */
+#define BPF_F_PSEUDO_HDR (1ULL << 4)
+#define BPF_F_MARK_MANGLED_0 (1ULL << 5)
+
+static long (*skb_store_bytes)(struct __sk_buff *skb, __u32 offset, const void *from, __u32 len,
+			       __u64 flags) = (void *)9;
+static long (*l3_csum_replace)(struct __sk_buff *skb, __u32 offset, __u64 from, __u64 to, __u64 size) = (void *)10;
+static long (*l4_csum_replace)(struct __sk_buff *skb, __u32 offset, __u64 from, __u64 to, __u64 flags) = (void *)11;
+static long (*redirect)(__u32 ifindex, __u64 flags) = (void *)23;
+static long (*fib_lookup)(void *ctx, struct bpf_fib_lookup *params, int plen, __u32 flags) = (void *)69;
+static long (*redirect_neigh)(__u32 ifindex, void *params, int plen, __u64 flags) = (void *)152;
+
 /* Byte order: the programs are built for bpfel only. */
 #define bpf_htons(x) ((__be16)__builtin_bswap16(x))
 #define bpf_ntohs(x) ((__u16)__builtin_bswap16(x))

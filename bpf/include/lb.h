@@ -17,13 +17,18 @@ struct lb4_key {
 	__be32 address;
 	__be16 dport;
 	__u8 proto;
-	__u8 pad;
+	__u8 scope; /* LB4_SCOPE_EXT or LB4_SCOPE_INT */
 	__u16 slot;
 	__u16 pad2;
 };
 
 /* lb4_service.flags (slot 0). */
 #define LB4_SVC_AFFINITY 0x1 /* sessionAffinity: ClientIP */
+#define LB4_SVC_NODEPORT 0x2   /* NodePort, LoadBalancer or externalIP frontend: also served to outside clients (bpf/nodeport.c) */
+#define LB4_SVC_LOCAL 0x4      /* externalTrafficPolicy Local: the external scope's slots hold only this node's backends; the client address is kept */
+#define LB4_SVC_TWO_SCOPES 0x8 /* an internal-scope entry (scope LB4_SCOPE_INT) exists for traffic from inside the cluster */
+#define LB4_SCOPE_EXT 0
+#define LB4_SCOPE_INT 1
 
 struct lb4_service {
 	union {

@@ -2,9 +2,12 @@
 // its CiliumEndpoint: same name and namespace as the pod, an ownerReference
 // to the pod, and .status equal to what `cellium endpoint get` shows. It
 // never takes over a CEP that another pod or node owns, writes only when the
-// status changes, deletes the CEP with the endpoint, and at start (once the
-// endpoint restore is done) deletes CEPs of this node that match no
-// endpoint.
+// status changes and the endpoint rests (a new pod's CEP is created once,
+// ready), leaves the CEP of a deleted endpoint to Kubernetes' garbage
+// collector and deletes it itself only when the collector has not
+// (GCGrace) or the pod lives on, and at start (once the endpoint restore is
+// done) deletes CEPs of this node that match no endpoint. Its budget: one
+// API write per pod life (Documentation/operations/api-write-budget.md).
 package cepsync
 
 import (

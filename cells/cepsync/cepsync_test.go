@@ -432,3 +432,39 @@ func TestCEPOfRecreatedPod(t *testing.T) {
 	a.create(t, ns, "web", "c-new", "10.1.0.21", string(fresh.UID))
 	eventually(t, "the CEP of the re-created pod", ownedBy(fresh.UID))
 }
+
+// Without a garbage collector (this API server runs no
+// kube-controller-manager), the CEP of a deleted pod whose endpoint went
+// (the kubelet's order: pod terminating, CNI DEL, pod removed) is deleted
+// by the agent once cepsync.GCGrace has passed, and not before.
+func TestCEPOfDeletedPodWithoutGarbageCollector(t *testing.T) {
+	c, cs := setup(t, "cep-node-gc", "192.0.2.12")
+	ns := c.TestNamespace(t)
+	pod := createPod(t, c, ns, "web", "cep-node-gc")
+	a := startAgent(t, c, "cep-node-gc", "192.0.2.12", t.TempDir())
+	defer a.stop(t)
+	a.create(t, ns, "web", "c-web", "10.1.0.40", string(pod.UID))
+	eventually(t, "the CEP of web", func() error {
+		_, err := cs.CiliumV2().CiliumEndpoints(ns).Get(t.Context(), "web", metav1.GetOptions{})
+		return err
+	})
+	if err := c.Clientset().CoreV1().Pods(ns).Delete(t.Context(), "web", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	went := time.Now()
+	if err := a.call("DELETE", "/endpoint?container-id=c-web", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the CEP of the deleted pod to go", func() error {
+		_, err := cs.CiliumV2().CiliumEndpoints(ns).Get(t.Context(), "web", metav1.GetOptions{})
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	if took := time.Since(went); took < cepsync.GCGrace-time.Second {
+		t.Errorf("the agent deleted the CEP after %s, within the garbage collector's grace %s", took, cepsync.GCGrace)
+	} else {
+		t.Logf("the agent deleted the CEP %s after the endpoint", took.Round(10*time.Millisecond))
+	}
+}

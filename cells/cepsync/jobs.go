@@ -29,6 +29,24 @@ import (
 // deleted behind the agent's back) and stale ones pruned.
 const FullInterval = 30 * time.Second
 
+// SettleMax is how long the CEP write of an endpoint between two resting
+// states (waiting-to-regenerate, regenerating) waits for it to rest
+// (ready, not-ready): a new pod's CEP is created once, ready, instead of
+// created and then patched at each step; an endpoint stuck longer gets
+// its CEP (or update) showing why.
+const SettleMax = 3 * time.Second
+
+// GCGrace is how long the CEP of a deleted endpoint whose pod is gone or
+// terminating is left to Kubernetes' garbage collector (the CEP's
+// ownerReference names the pod) before the agent deletes it itself: in a
+// cluster with a collector the agent does not write at all, in one
+// without (a bare API server) the CEP still goes.
+const GCGrace = 5 * time.Second
+
+// sweepInterval is how often the CEPs left to the garbage collector are
+// checked.
+const sweepInterval = time.Second
+
 type jobsParams struct {
 	hive.In
 	Config    Config
@@ -59,7 +77,13 @@ func registerJobs(p jobsParams) error {
 	initDone := p.Desired.RegisterInitializer(txn, "endpoints")
 	txn.Commit()
 
-	d := &deriver{p: p, init: tables.NewInitGate(initDone)}
+	d := &deriver{p: p, init: tables.NewInitGate(initDone), now: time.Now}
+	tgt := &target{
+		log: p.Log, client: p.Clientset.Cilium(), db: p.DB, ceps: p.CEPs, nodeIP: nodeIP,
+		healthName: "cilium-health-" + string(p.Node), uids: map[string]types.UID{},
+		endpoints: p.Endpoints, pods: p.Pods, gcGrace: GCGrace, now: time.Now,
+		orphans: map[string]orphan{},
+	}
 	// Its job is "reconcile-cilium-endpoints".
 	_, err := reconcilejob.New(p.Reconcile, reconciler.Config[*DesiredCEP]{
 		Name:      "cilium-endpoints",
@@ -70,11 +94,7 @@ func registerJobs(p jobsParams) error {
 			c.Reconcile = s
 			return &c
 		},
-		Operations: &target{
-			log: p.Log, client: p.Clientset.Cilium(), db: p.DB, ceps: p.CEPs, nodeIP: nodeIP,
-			healthName: "cilium-health-" + string(p.Node), uids: map[string]types.UID{},
-			endpoints: p.Endpoints,
-		},
+		Operations:   tgt,
 		FullInterval: FullInterval,
 		RetryMin:     100 * time.Millisecond,
 		RetryMax:     10 * time.Second,
@@ -82,7 +102,8 @@ func registerJobs(p jobsParams) error {
 	if err != nil {
 		return err
 	}
-	p.Jobs.Add(hive.Service("derive-desired-ceps", d.subscribe, d.run))
+	p.Jobs.Add(hive.Service("derive-desired-ceps", d.subscribe, d.run),
+		hive.Timer("sweep-orphaned-ceps", tgt.sweepOrphans, sweepInterval))
 	return nil
 }
 
@@ -92,6 +113,7 @@ func registerJobs(p jobsParams) error {
 type deriver struct {
 	p        jobsParams
 	init     tables.InitGate
+	now      func() time.Time
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	pods     statedb.ChangeIterator[*corev1.Pod]
 	policies statedb.ChangeIterator[*statepolicy.EndpointPolicyRow]
@@ -120,7 +142,13 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 	// next change.
 	touched := map[uint16]bool{}
 	deleted := map[string]uint16{}
+	// held are the endpoints whose CEP write waits for them to settle,
+	// until when at the latest.
+	held := map[uint16]time.Time{}
 	for {
+		for id := range held {
+			touched[id] = true
+		}
 		rtxn := d.p.DB.ReadTxn()
 		epChanges, epWatch := d.eps.Next(rtxn)
 		for c := range epChanges {
@@ -147,7 +175,8 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 				touched[ep.ID] = true
 			}
 		}
-		if err := d.apply(rtxn, touched, deleted, lastNodeIP); err != nil {
+		held = map[uint16]time.Time{}
+		if err := d.apply(rtxn, touched, deleted, held, lastNodeIP); err != nil {
 			d.p.Log.Error("Writing the desired CEPs failed", "error", err)
 			h.Degraded("write the desired CEPs", err)
 		} else {
@@ -155,9 +184,21 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 			deleted = map[string]uint16{}
 			h.OK("in sync")
 		}
+		var settled <-chan time.Time
+		if len(held) > 0 {
+			next := time.Time{}
+			for _, at := range held {
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
+			}
+			// A timer nobody stops is collected once it fires (Go 1.23).
+			settled = time.After(max(next.Sub(d.now()), 10*time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-settled:
 		case <-epWatch:
 		case <-podWatch:
 		case <-polWatch:
@@ -169,9 +210,9 @@ func (d *deriver) run(ctx context.Context, h hive.Health) {
 // apply writes the desired rows of the touched endpoints and removes the
 // rows of deleted ones. Unchanged rows are not rewritten. A failed write
 // aborts the transaction and is returned.
-func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted map[string]uint16, nodeIP string) error {
+func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted map[string]uint16, held map[uint16]time.Time, nodeIP string) error {
 	txn := d.p.DB.WriteTxn(d.p.Desired)
-	if err := d.write(rtxn, txn, touched, deleted, nodeIP); err != nil {
+	if err := d.write(rtxn, txn, touched, deleted, held, nodeIP); err != nil {
 		txn.Abort()
 		return err
 	}
@@ -184,8 +225,10 @@ func (d *deriver) apply(rtxn statedb.ReadTxn, touched map[uint16]bool, deleted m
 	return nil
 }
 
-// write is apply's part in txn.
-func (d *deriver) write(rtxn statedb.ReadTxn, txn statedb.WriteTxn, touched map[uint16]bool, deleted map[string]uint16, nodeIP string) error {
+// write is apply's part in txn. The endpoints whose write waits for them
+// to settle are added to held, with the time they are written anyway.
+func (d *deriver) write(rtxn statedb.ReadTxn, txn statedb.WriteTxn, touched map[uint16]bool, deleted map[string]uint16, held map[uint16]time.Time, nodeIP string) error {
+	now := d.now()
 	for key, id := range deleted {
 		cur, _, ok := d.p.Desired.Get(txn, DesiredKeyIndex.Query(key))
 		if ok && cur.EndpointID == id {
@@ -200,6 +243,10 @@ func (d *deriver) write(rtxn statedb.ReadTxn, txn statedb.WriteTxn, touched map[
 			continue
 		}
 		want := d.desired(rtxn, ep, nodeIP)
+		if until, ok := settling(ep, now); ok && want != nil {
+			held[id] = until
+			continue
+		}
 		cur, _, exists := d.p.Desired.Get(txn, DesiredKeyIndex.Query(ep.CEPKey()))
 		switch {
 		case want == nil:
@@ -218,6 +265,24 @@ func (d *deriver) write(rtxn statedb.ReadTxn, txn statedb.WriteTxn, touched map[
 		}
 	}
 	return nil
+}
+
+// settling reports whether ep is between two resting states (its policy
+// is being computed or taken) for less than SettleMax, and until when:
+// its CEP is written when it rests, or then. The time it entered its
+// state is its last log entry's (a second's precision), or its creation.
+func settling(ep *endpoints.Endpoint, now time.Time) (time.Time, bool) {
+	if ep.State != ciliumv2.EndpointStateWaitingToRegenerate && ep.State != ciliumv2.EndpointStateRegenerating {
+		return time.Time{}, false
+	}
+	since := ep.Created
+	if n := len(ep.Log); n > 0 && ep.Log[n-1].State == string(ep.State) {
+		if ts, err := time.Parse(time.RFC3339, ep.Log[n-1].Timestamp); err == nil && ts.After(since) {
+			since = ts
+		}
+	}
+	until := since.Add(SettleMax)
+	return until, now.Before(until)
 }
 
 // desired is the CEP of ep, or nil when it should have none (yet): no

@@ -18,12 +18,13 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
-// A pod re-created under the same name while the old CEP's delete failed
-// (the API server was down; the reconciler drops a pending delete when the
-// key is desired again): the agent must not patch the old pod's CEP with the
-// new pod's status, leaving it owned by the old pod. It deletes that CEP and
-// creates one owned by the new pod. The chaos soak found a pod without a CEP
-// for a minute so, until the operator's GC removed the old one.
+// A pod re-created under the same name while the old pod's CEP is still
+// there (left to the garbage collector, which has not come, and the
+// agent's own delete fails: the API server is down): the agent must not
+// patch the old pod's CEP with the new pod's status, leaving it owned by
+// the old pod. It deletes that CEP and creates one owned by the new pod.
+// The chaos soak found a pod without a CEP for a minute so, until the
+// operator's GC removed the old one.
 func TestRecreatedPodAfterFailedDelete(t *testing.T) {
 	db := statedb.New()
 	cepTable, err := k8stables.NewCiliumEndpointsTable(db)
@@ -64,8 +65,12 @@ func TestRecreatedPodAfterFailedDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	failDeletes.Store(true)
-	if err := tg.Delete(ctx, nil, desired("pod-old", 1)); err == nil {
-		t.Fatal("delete succeeded with the API failing deletes")
+	// The endpoint goes: its CEP is left to the garbage collector.
+	if err := tg.Delete(ctx, nil, desired("pod-old", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if owner() != "pod-old" {
+		t.Fatal("the old pod's CEP is gone")
 	}
 	// The new pod's endpoint: while deletes fail, the update fails too
 	// (retried by the reconciler) rather than patching the old pod's CEP.

@@ -3,12 +3,16 @@ package cepsync
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,12 +38,35 @@ type target struct {
 	// endpoints keeps the CEPs of endpoints that exist but have no
 	// desired CEP yet (restored, stuck) from being pruned.
 	endpoints statedb.Table[*endpoints.Endpoint]
+	// pods tells whether the pod of a deleted endpoint is going away, so
+	// that its CEP can be left to the garbage collector.
+	pods statedb.Table[*corev1.Pod]
+	// gcGrace is how long a CEP left to the garbage collector may
+	// outlive its endpoint before the agent deletes it itself.
+	gcGrace time.Duration
+	now     func() time.Time
+
+	// writeMu serializes Update, Delete and sweepOrphans: a sweep never
+	// deletes an orphan that an Update is adopting.
+	writeMu sync.Mutex
 
 	mu   sync.Mutex
 	uids map[string]types.UID // "ns/name" -> UID of the CEP we own
 	// pods is the pod UID each owned CEP was written for: a pod re-created
 	// under the same name needs a new CEP (owner reference), not a patch.
-	pods map[string]string
+	podUIDs map[string]string
+	// orphans are the CEPs of deleted endpoints not deleted yet: left to
+	// the garbage collector, or to sweepOrphans.
+	orphans map[string]orphan
+}
+
+// orphan is a CEP of ours whose endpoint was deleted (see Delete): the
+// garbage collector deletes it once its owner pod is gone (its
+// ownerReference), or sweepOrphans does.
+type orphan struct {
+	uid             types.UID
+	podName, podUID string
+	since           time.Time
 }
 
 // owned records that the CEP key (UID cep) is ours, written for pod UID pod.
@@ -47,17 +74,17 @@ func (t *target) owned(key string, cep types.UID, pod string) {
 	t.setUID(key, cep)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.pods == nil {
-		t.pods = map[string]string{}
+	if t.podUIDs == nil {
+		t.podUIDs = map[string]string{}
 	}
-	t.pods[key] = pod
+	t.podUIDs[key] = pod
 }
 
 // podUID is the pod UID the owned CEP key was written for.
 func (t *target) podUID(key string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.pods[key]
+	return t.podUIDs[key]
 }
 
 func (t *target) uid(key string) (types.UID, bool) {
@@ -72,7 +99,7 @@ func (t *target) setUID(key string, u types.UID) {
 	defer t.mu.Unlock()
 	if u == "" {
 		delete(t.uids, key)
-		delete(t.pods, key)
+		delete(t.podUIDs, key)
 	} else {
 		t.uids[key] = u
 	}
@@ -80,6 +107,8 @@ func (t *target) setUID(key string, u types.UID) {
 
 // Update creates, adopts or patches the CEP.
 func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	key := d.Key()
 	uid, known := t.uid(key)
 	if known && t.podUID(key) != d.PodUID {
@@ -100,17 +129,34 @@ func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) e
 		return t.patch(ctx, d, uid)
 	}
 	api := t.client.CiliumV2().CiliumEndpoints(d.Namespace)
+	if _, _, mirrored := t.ceps.Get(t.db.ReadTxn(), k8stables.NameIndex[*ciliumv2.CiliumEndpoint]().Query(key)); !mirrored {
+		// The usual case, a new pod: create at once, without reading
+		// first (the mirror would show a CEP of that name).
+		err := t.create(ctx, d)
+		if !k8serrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
 	cur, err := api.Get(ctx, d.Name, metav1.GetOptions{})
 	switch {
 	case k8serrors.IsNotFound(err):
-		created, err := api.Create(ctx, t.newCEP(d), metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("create CiliumEndpoint %s: %w", key, err)
-		}
-		t.owned(key, created.UID, d.PodUID)
-		return nil
+		return t.create(ctx, d)
 	case err != nil:
 		return fmt.Errorf("get CiliumEndpoint %s: %w", key, err)
+	}
+	if o, ok := t.orphan(key); ok && o.uid == cur.UID {
+		if o.podUID != d.PodUID {
+			// Our CEP of the pod's previous life (a pod re-created under
+			// the same name), left to the garbage collector, which has
+			// not come yet: the new pod's replaces it now.
+			if err := t.deleteUID(ctx, d.Namespace, d.Name, cur.UID); err != nil {
+				return err
+			}
+			t.forgetOrphan(key, cur.UID)
+			return t.create(ctx, d)
+		}
+		// The same pod's new endpoint (a new sandbox): adopted below.
+		t.forgetOrphan(key, cur.UID)
 	}
 	if why := t.notOurs(cur, d); why != "" {
 		return fmt.Errorf("CiliumEndpoint %s (UID %s) %s: not taking it over; retrying until it is deleted", key, cur.UID, why)
@@ -120,6 +166,17 @@ func (t *target) Update(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) e
 		return nil
 	}
 	return t.patch(ctx, d, cur.UID)
+}
+
+// create creates d's CEP and records it as ours. An error wraps the API
+// server's (k8serrors.IsAlreadyExists works on it).
+func (t *target) create(ctx context.Context, d *DesiredCEP) error {
+	created, err := t.client.CiliumV2().CiliumEndpoints(d.Namespace).Create(ctx, t.newCEP(d), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create CiliumEndpoint %s: %w", d.Key(), err)
+	}
+	t.owned(d.Key(), created.UID, d.PodUID)
+	return nil
 }
 
 // notOurs says why an existing CEP may not be adopted, or "".
@@ -188,10 +245,29 @@ func (t *target) patch(ctx context.Context, d *DesiredCEP, uid types.UID) error 
 	return nil
 }
 
-// Delete deletes the CEP if it is the one we own.
+// Delete deletes the CEP if it is the one we own. A CEP we own that has
+// an owner pod is handed to sweepOrphans instead: if the pod is gone or
+// terminating, the garbage collector deletes the CEP (its ownerReference
+// names the pod) once the pod is gone, and the agent does not write at
+// all, unless the collector has not within gcGrace (a cluster without
+// one); if the pod lives on (a finished pod, a sandbox that went), the
+// agent deletes the CEP a moment later, once its pods table had the
+// time to show the pod's deletion.
 func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	key := d.Key()
 	uid, known := t.uid(key)
+	if known && d.PodUID != "" {
+		t.mu.Lock()
+		if t.orphans == nil {
+			t.orphans = map[string]orphan{}
+		}
+		t.orphans[key] = orphan{uid: uid, podName: d.PodName, podUID: d.PodUID, since: t.clock()}
+		t.mu.Unlock()
+		t.setUID(key, "")
+		return nil
+	}
 	if !known {
 		cur, err := t.client.CiliumV2().CiliumEndpoints(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
 		if k8serrors.IsNotFound(err) {
@@ -210,6 +286,103 @@ func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) e
 	}
 	t.setUID(key, "")
 	return nil
+}
+
+// podGoing reports whether the owner pod of the orphan key is gone from
+// the pods table, replaced by another of the same name, or terminating:
+// the garbage collector then deletes the CEP once the pod is gone.
+func (t *target) podGoing(rtxn statedb.ReadTxn, key string, o orphan) bool {
+	if t.pods == nil {
+		return true
+	}
+	ns, _, _ := strings.Cut(key, "/")
+	pod, _, ok := t.pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(ns+"/"+o.podName))
+	return !ok || string(pod.UID) != o.podUID || pod.DeletionTimestamp != nil
+}
+
+func (t *target) clock() time.Time {
+	if t.now == nil {
+		return time.Now()
+	}
+	return t.now()
+}
+
+func (t *target) orphan(key string) (orphan, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.orphans[key]
+	return o, ok
+}
+
+// forgetOrphan forgets the orphan key if it is the CEP uid.
+func (t *target) forgetOrphan(key string, uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o, ok := t.orphans[key]; ok && o.uid == uid {
+		delete(t.orphans, key)
+	}
+}
+
+// aliveGrace is how long a CEP whose endpoint went is kept while its pod
+// looks alive: the agent's pods table may show the pod's deletion a
+// moment after the endpoint's (the CNI DEL follows it closely).
+const aliveGrace = time.Second
+
+// leftToGC reports whether cep is an orphan whose grace has not passed
+// (sweepOrphans deletes it then if need be, not Prune).
+func (t *target) leftToGC(cep *ciliumv2.CiliumEndpoint) bool {
+	o, ok := t.orphan(cep.Namespace + "/" + cep.Name)
+	return ok && (cep.UID == "" || cep.UID == o.uid) && t.clock().Sub(o.since) < t.gcGrace
+}
+
+// sweepOrphans forgets the orphans the garbage collector deleted and
+// deletes those it has not after gcGrace (by UID: never a CEP created
+// since). The CEP mirror says which are gone; a CEP rebuilt from a slice
+// (no UID) is read before it is deleted.
+func (t *target) sweepOrphans(ctx context.Context) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.mu.Lock()
+	due := map[string]orphan{}
+	for key, o := range t.orphans {
+		due[key] = o
+	}
+	t.mu.Unlock()
+	rtxn := t.db.ReadTxn()
+	now := t.clock()
+	var errs []error
+	for key, o := range due {
+		cur, _, ok := t.ceps.Get(rtxn, k8stables.NameIndex[*ciliumv2.CiliumEndpoint]().Query(key))
+		if !ok || cur.UID != "" && cur.UID != o.uid {
+			t.forgetOrphan(key, o.uid) // the collector (or someone) deleted it
+			continue
+		}
+		switch age := now.Sub(o.since); {
+		case age < aliveGrace:
+			continue // the pods table may not show the pod's deletion yet
+		case age < t.gcGrace && t.podGoing(rtxn, key, o):
+			continue // the garbage collector's
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		if cur.UID == "" {
+			real, err := t.client.CiliumV2().CiliumEndpoints(ns).Get(ctx, name, metav1.GetOptions{})
+			if k8serrors.IsNotFound(err) || err == nil && real.UID != o.uid {
+				t.forgetOrphan(key, o.uid)
+				continue
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("get CiliumEndpoint %s: %w", key, err))
+				continue
+			}
+		}
+		t.log.Debug("deleting the CiliumEndpoint of a deleted endpoint", "cep", key, "uid", o.uid, "after", now.Sub(o.since).Round(time.Millisecond))
+		if err := t.deleteUID(ctx, ns, name, o.uid); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.forgetOrphan(key, o.uid)
+	}
+	return errors.Join(errs...)
 }
 
 func (t *target) deleteUID(ctx context.Context, ns, name string, uid types.UID) error {
@@ -256,7 +429,7 @@ func (t *target) Prune(ctx context.Context, _ statedb.ReadTxn, desired iter.Seq2
 	var stale []*ciliumv2.CiliumEndpoint
 	for cep := range t.ceps.All(rtxn) {
 		key := cep.Namespace + "/" + cep.Name
-		if statusNode(cep) == nodeIP && !want[key] && cep.Name != t.healthName && !t.pending(rtxn, cep) {
+		if statusNode(cep) == nodeIP && !want[key] && cep.Name != t.healthName && !t.pending(rtxn, cep) && !t.leftToGC(cep) {
 			stale = append(stale, cep)
 		}
 	}

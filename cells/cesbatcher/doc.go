@@ -7,7 +7,10 @@
 // leaves its slice, one whose identity changes moves to a slice of its new
 // identity, and a slice left empty is deleted. The CiliumEndpoints are the
 // truth: a slice entry that disagrees with its CiliumEndpoint is
-// rewritten. Writes to the API server pass a token bucket
+// rewritten. Changes are coalesced into rounds of writes (a round once
+// the CiliumEndpoints are quiet for half a second, at most two seconds
+// after a change: a burst of pods costs a few slice writes, not one per
+// pod), and writes to the API server pass a token bucket
 // (--ces-write-qps-limit, --ces-write-qps-burst).
 //
 // On start (and on gaining leadership) it adopts the slices that exist:

@@ -41,24 +41,37 @@ type Syncer struct {
 	log     *slog.Logger
 	health  hive.Health
 
-	// Delay coalesces the changes of a burst into one round of writes;
+	// Delay and MaxDelay coalesce the changes of a burst into few rounds
+	// of writes: a round starts once the CiliumEndpoints have been quiet
+	// for Delay, or MaxDelay after the change that ended the last wait,
+	// whichever comes first (so that endless churn is still written).
 	// EchoTimeout bounds the wait for the slice table to show a round's
 	// writes; RetryDelay follows a failed round. NewName names new
 	// slices (nil: NewSliceName).
-	Delay, EchoTimeout, RetryDelay time.Duration
-	NewName                        func() string
+	Delay, MaxDelay, EchoTimeout, RetryDelay time.Duration
+	NewName                                  func() string
 }
+
+// The coalescing defaults: a burst of 100 pods created (or deleted) on a
+// node costs a few slice writes, not one per endpoint, and a remote pod's
+// entry is in its slice at most about DefaultMaxDelay after its
+// CiliumEndpoint (Documentation/operations/api-write-budget.md).
+const (
+	DefaultDelay    = 500 * time.Millisecond
+	DefaultMaxDelay = 2 * time.Second
+)
 
 // NewSyncer returns a syncer with cfg's size limit and write rate.
 func NewSyncer(cfg Config, t Tables, client ciliumclient.CiliumEndpointSlicesGetter, log *slog.Logger, health hive.Health) *Syncer {
 	return &Syncer{cfg: cfg, tables: t, client: client, log: log, health: health,
 		limiter: flowcontrol.NewTokenBucketRateLimiter(float32(cfg.CESWriteQPSLimit), cfg.CESWriteQPSBurst),
-		Delay:   500 * time.Millisecond, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}
+		Delay:   DefaultDelay, MaxDelay: DefaultMaxDelay, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}
 }
 
 // Run batches until ctx ends: it waits for both tables to be listed,
 // adopts the slices there are, and then writes a round after every change
-// of the CiliumEndpoints or the slices. It returns nil.
+// of the CiliumEndpoints or the slices, coalesced (Delay, MaxDelay). It
+// returns nil.
 func (s *Syncer) Run(ctx context.Context) error {
 	defer s.health.Stopped("not leading")
 	s.health.OK("waiting for the CiliumEndpoints and CiliumEndpointSlices tables")
@@ -73,7 +86,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		ceps := statedb.Collect(cepIter)
 		cur := statedb.Collect(cesIter)
 		b.Plan(ceps, cur)
-		n, err := s.Round(ctx, b, cur)
+		_, err := s.Round(ctx, b, cur)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -87,20 +100,44 @@ func (s *Syncer) Run(ctx context.Context) error {
 		default:
 			s.health.OK(fmt.Sprintf("%d endpoints in %d slices", len(ceps), len(b.slices)))
 		}
-		if n > 0 {
-			// Our own writes change the slice table: read it again once it
-			// shows them, not before (that would undo nothing, but write
-			// twice).
-			continue
-		}
+		// Our own writes (n > 0) changed the slice table: Round waited
+		// until it shows them, so the next plan starts from them; the
+		// endpoints that changed meanwhile wait for the next round like
+		// any others.
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-cepW:
 		case <-cesW:
 		}
-		if !sleep(ctx, s.Delay) {
+		if !s.coalesce(ctx) {
 			return nil
+		}
+	}
+}
+
+// coalesce waits until the CiliumEndpoints have not changed for Delay,
+// but no longer than MaxDelay (at least Delay). It returns false when ctx
+// ends.
+func (s *Syncer) coalesce(ctx context.Context) bool {
+	deadline := time.Now().Add(max(s.MaxDelay, s.Delay))
+	for {
+		wait := min(s.Delay, time.Until(deadline))
+		if wait <= 0 {
+			return true
+		}
+		_, changed := s.tables.CEPs.AllWatch(s.tables.DB.ReadTxn())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+			if wait == s.Delay {
+				return true // quiet for Delay
+			}
+		case <-changed:
+			t.Stop()
 		}
 	}
 }

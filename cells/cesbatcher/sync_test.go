@@ -36,6 +36,8 @@ type syncEnv struct {
 	ceps   statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	slices statedb.RWTable[*v2alpha1.CiliumEndpointSlice]
 	runs   int
+	// delay and maxDelay, if set, replace the syncer's 10ms and 2s.
+	delay, maxDelay time.Duration
 }
 
 func newSyncEnv(t *testing.T, cs *k8stest.Clientset) *syncEnv {
@@ -61,6 +63,9 @@ func (e *syncEnv) run(max int) (stop func()) {
 	s := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices}, e.cs.Cilium().CiliumV2alpha1(),
 		hivetest.Logger(e.t), &k8stest.HealthRecorder{})
 	s.Delay, s.RetryDelay = 10*time.Millisecond, 20*time.Millisecond
+	if e.delay != 0 {
+		s.Delay, s.MaxDelay = e.delay, e.maxDelay
+	}
 	// Names in creation order (ties between slices break by name).
 	e.runs++
 	n, run := 0, e.runs
@@ -196,6 +201,34 @@ func TestSyncer(t *testing.T) {
 		}
 	}
 	e.waitShape("the deleted slice re-created", "a: x1=1000,x4=1000", "a: x2=2000", "a: x3=1000")
+}
+
+// TestSyncerCoalescesABurst: endpoints that arrive one after another
+// faster than Delay are written in a round every MaxDelay, not in one
+// round per Delay; the last ones once the endpoints are quiet.
+func TestSyncerCoalescesABurst(t *testing.T) {
+	e := newSyncEnv(t, k8stest.NewClientset())
+	e.delay, e.maxDelay = 100*time.Millisecond, 500*time.Millisecond
+	e.initCEPs()
+	e.run(200)
+	var want []string
+	began := time.Now()
+	for i := range 100 {
+		e.set(cep("a", fmt.Sprintf("x%03d", i), 1000, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1)))
+		want = append(want, fmt.Sprintf("x%03d=1000", i))
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(began)
+	e.waitShape("all in one slice", "a: "+strings.Join(want, ","))
+	w := e.writes()
+	rounds := w["create"] + w["update"]
+	// One round per MaxDelay of the burst, one at its end, and one for
+	// the time the test's goroutine was not scheduled (1 s of -race on
+	// a busy machine may be 2); one round per Delay would be ten or more.
+	if max := int(took/e.maxDelay) + 3; rounds > max {
+		t.Errorf("%d slice writes (%v) for 100 endpoints arriving over %s, want at most %d", rounds, w, took.Round(time.Millisecond), max)
+	}
+	t.Logf("%d slice writes for 100 endpoints arriving over %s", rounds, took.Round(time.Millisecond))
 }
 
 // TestSyncerRestartAdopts: a new syncer (a restarted or new leader) keeps

@@ -165,9 +165,15 @@ func cidrClaims(ci *policy.CIDRIdentity) claims {
 // balancer translates is world (2), marked as a frontend (the winner's
 // ServiceFrontend), unless a source of higher precedence holds it. Each
 // port of a ClusterIP is an owner of its own, so the address stays
-// marked while any of its frontends is left.
+// marked while any of its frontends is left. Only ClusterIPs: the other
+// frontends of kube-proxy replacement are node addresses (NodePort) or
+// addresses outside the cluster (LoadBalancer, externalIPs) that keep
+// the identity they have.
 func frontendClaims(f *lb.Frontend) claims {
 	c := claims{}
+	if f.TypeName() != lb.TypeClusterIP {
+		return c
+	}
 	c.add(f.Address.Addr, claim{id: identity.ReservedIdentityWorld, source: ipcache.SourceServiceFrontend})
 	return c
 }

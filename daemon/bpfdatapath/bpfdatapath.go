@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/daemon/bpfloader"
 	"github.com/cellium/cellium/daemon/bpfmaps"
+	"github.com/cellium/cellium/daemon/hostrouting"
 	"github.com/cellium/cellium/daemon/socklb"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
@@ -28,5 +29,24 @@ var Cell = hive.Module("bpf-datapath", "eBPF programs on the pod veths and the m
 		bpfmaps.Maps(bpfmaps.OpenPinned),
 		// ClusterIPs translated at the socket (--bpf-lb-sock).
 		socklb.Cell,
+		// The uplink program of the kube-proxy replacement (the loader's
+		// attach-nodeport job): on with --kube-proxy-replacement, on the
+		// --devices.
+		hive.Provide(NodePortConfig),
 	),
 )
+
+// NodePortParams are what NodePortConfig reads.
+type NodePortParams struct {
+	hive.In
+	SocketLB socklb.Config
+	// Routing is absent with --enable-endpoint-routes=false: the devices
+	// are then detected.
+	Routing hostrouting.Config `optional:"true"`
+}
+
+// NodePortConfig switches the uplink program (bpf/nodeport.c) with
+// --kube-proxy-replacement and gives it the devices of --devices.
+func NodePortConfig(p NodePortParams) *loader.NodePortConfig {
+	return &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices}
+}

@@ -82,3 +82,27 @@ func TestRelativeBPFRootRefused(t *testing.T) {
 		t.Fatalf("hive with --bpf-root=relative: %v, want an error naming --bpf-root", err)
 	}
 }
+
+// The uplink program's configuration comes from --kube-proxy-replacement
+// and --devices; --devices is there only with the host routing cell.
+func TestNodePortConfig(t *testing.T) {
+	c := bpfdatapath.NodePortConfig(bpfdatapath.NodePortParams{})
+	if c == nil || c.KubeProxyReplacement || len(c.Devices) != 0 {
+		t.Errorf("default: %+v, want off, detected devices", c)
+	}
+	p := bpfdatapath.NodePortParams{}
+	p.SocketLB.KubeProxyReplacement = "true"
+	p.Routing.Devices = []string{"eth0", "eth1"}
+	if c := bpfdatapath.NodePortConfig(p); !c.KubeProxyReplacement || strings.Join(c.Devices, ",") != "eth0,eth1" {
+		t.Errorf("--kube-proxy-replacement=true --devices=eth0,eth1: %+v", c)
+	}
+	out, err := run(t, "hive", "--kube-proxy-replacement=true")
+	if err != nil {
+		t.Fatalf("agent graph with --kube-proxy-replacement=true: %v\n%s", err, out)
+	}
+	for _, want := range []string{"--kube-proxy-replacement=true (default false)", "--enable-host-port=false (default false)", "*loader.NodePortConfig"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent hive output lacks %q", want)
+		}
+	}
+}

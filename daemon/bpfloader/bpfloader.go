@@ -9,6 +9,7 @@ package bpfloader
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/routes"
 )
@@ -166,8 +168,15 @@ type params struct {
 	// Kubernetes client), mirrored into cellium_identities: the VNIs the
 	// overlay programs accept.
 	Identities statedb.Table[*ciliumv2.CiliumIdentity] `optional:"true"`
-	Jobs       hive.Jobs
-	Reconcile  reconcilejob.Params
+	// NodePort switches the kube-proxy replacement's uplink program
+	// (absent: off). The agent provides it from --kube-proxy-replacement
+	// and --devices.
+	NodePort *loader.NodePortConfig `optional:"true"`
+	// LocalNode gives the node's InternalIP, whose device is an uplink
+	// when no default route names one (absent: default routes only).
+	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
+	Jobs      hive.Jobs
+	Reconcile reconcilejob.Params
 }
 
 func register(p params, n loader.Netns, src Sources) error {
@@ -182,7 +191,12 @@ func register(p params, n loader.Netns, src Sources) error {
 	if src.OpenMaps != nil {
 		maps = src.OpenMaps(layout.Dir())
 	}
-	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec, Monitor: mon}
+	var npCfg loader.NodePortConfig
+	if p.NodePort != nil {
+		npCfg = *p.NodePort
+	}
+	opsCfg := loader.OpsConfig{Layout: layout, Netns: n, Spec: src.Spec, Monitor: mon,
+		KubeProxyReplacement: npCfg.KubeProxyReplacement}
 	if maps != nil {
 		opsCfg.Maps = maps
 	}
@@ -213,6 +227,10 @@ func register(p params, n loader.Netns, src Sources) error {
 				}
 			}), r.Describe()),
 	)
+	np := &loader.NodePort{Layout: layout, Netns: n}
+	p.Jobs.Add(hive.Service("attach-nodeport", nil, func(ctx context.Context, h hive.Health) {
+		runNodePort(ctx, h, p.DB, p.LocalNode, npCfg, np)
+	}))
 	if p.Devices != nil {
 		o := &loader.Overlay{Layout: layout, Netns: n, Trace: true, Monitor: mon}
 		p.Jobs.Add(hive.Service("attach-overlay", nil, func(ctx context.Context, h hive.Health) {
@@ -259,6 +277,60 @@ func runIdentities(ctx context.Context, h reconciler.Health, db *statedb.DB, ids
 			next = time.After(overlayRetry)
 		} else {
 			h.OK(fmt.Sprintf("%d identities", len(want)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-next:
+		}
+	}
+}
+
+// runNodePort keeps cil_from_netdev (bpf/nodeport.c) on the uplink
+// devices while the kube-proxy replacement is on: the devices named, or
+// detected (default routes, else the device of the node's InternalIP)
+// again on every change of the local node and every FullInterval, which
+// also re-attaches a link removed behind the agent's back. Off, it removes
+// the program once (pins an earlier run left).
+func runNodePort(ctx context.Context, h reconciler.Health, db *statedb.DB, local statedb.Table[*nodes.LocalNode],
+	cfg loader.NodePortConfig, np *loader.NodePort) {
+	if !cfg.KubeProxyReplacement {
+		if err := np.Remove(); err != nil {
+			h.Degraded("remove the nodeport program", err)
+		} else {
+			h.OK("kube-proxy replacement off")
+		}
+		return
+	}
+	for {
+		next := time.After(FullInterval)
+		var nodeIP netip.Addr
+		var watch <-chan struct{}
+		if local != nil {
+			txn := db.ReadTxn()
+			all, w := local.AllWatch(txn)
+			for n := range all {
+				nodeIP = n.InternalIP
+			}
+			watch = w
+		}
+		devices, err := cfg.Devices, error(nil)
+		if len(devices) == 0 {
+			devices, err = loader.DetectNodePortDevices(np.Netns, nodeIP)
+		}
+		switch {
+		case err != nil:
+		case len(devices) == 0:
+			err = fmt.Errorf("no uplink device: no IPv4 default route and no device holds the node's address %v (set --devices)", nodeIP)
+		default:
+			err = np.Ensure(devices)
+		}
+		if err != nil {
+			h.Degraded("attach the nodeport program", err)
+			next = time.After(overlayRetry)
+		} else {
+			h.OK(fmt.Sprintf("nodeport program on %v", devices))
 		}
 		select {
 		case <-ctx.Done():

@@ -23,11 +23,13 @@ import (
 
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
+	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/lbsync"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/socklb"
 	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 // FullInterval is how often the services and backends maps are checked
@@ -44,11 +46,27 @@ type Config struct {
 	EnableSocketLB bool `flag:"bpf-lb-sock"`
 	// CgroupRoot is where the cgroup v2 hierarchy is (mounted if not).
 	CgroupRoot string `flag:"cgroup-root"`
+	// KubeProxyReplacement is "true" or "false" (Cilium's values): true
+	// derives every Service type's frontends (NodePort, LoadBalancer,
+	// externalIPs, traffic policies), see
+	// Documentation/operations/kube-proxy-replacement.md.
+	KubeProxyReplacement string `flag:"kube-proxy-replacement"`
+	// EnableHostPort serves the hostPorts of this node's pods in eBPF
+	// (on with kube-proxy replacement, as in Cilium).
+	EnableHostPort bool `flag:"enable-host-port"`
 }
 
 // DefaultConfig is on, with cgroup2 at /run/cellium/cgroupv2 (Cilium's
-// place, /run/cilium/cgroupv2, with cellium's name).
-var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2"}
+// place, /run/cilium/cgroupv2, with cellium's name), without kube-proxy
+// replacement (Cilium's default).
+var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2", KubeProxyReplacement: "false"}
+
+// KPR reports whether --kube-proxy-replacement is "true".
+func (c Config) KPR() bool { return c.KubeProxyReplacement == "true" }
+
+// HostPort reports whether hostPorts are served: --enable-host-port, or
+// kube-proxy replacement (Cilium turns it on with it).
+func (c Config) HostPort() bool { return c.EnableHostPort || c.KPR() }
 
 // Flags registers --bpf-lb-sock and --cgroup-root.
 func (def Config) Flags(fs *pflag.FlagSet) {
@@ -56,10 +74,26 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Translate Service ClusterIPs to backends at the socket (cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs, and connect6/recvmsg6/getpeername6 for IPv4-mapped addresses of dual-stack sockets), so that pod egress policy sees the real destination, and drop a pod's packets to a ClusterIP that escaped them (drop reason 174, e.g. raw sockets); false detaches the programs and lifts that guard")
 	fs.String("cgroup-root", def.CgroupRoot,
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
+	fs.Bool("enable-host-port", def.EnableHostPort,
+		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace); from outside the node only with --kube-proxy-replacement=true (the uplink program), which implies it: with both, the portmap CNI chaining is not needed")
+	fs.String("kube-proxy-replacement", def.KubeProxyReplacement,
+		"Replace kube-proxy: \"true\" serves every Service type and the pods' hostPorts in eBPF (NodePort on the node's addresses and its loopback, LoadBalancer ingress IPs, externalIPs, externalTrafficPolicy and internalTrafficPolicy Local, terminating endpoints), \"false\" only ClusterIPs at the socket (kube-proxy does the rest)")
 }
 
 // Validate implements hive.Validator.
 func (c Config) Validate() error {
+	switch c.KubeProxyReplacement {
+	case "true":
+		if !c.EnableSocketLB {
+			return fmt.Errorf("--kube-proxy-replacement=true needs the socket load balancer: drop --bpf-lb-sock=false")
+		}
+	case "false":
+		if c.EnableHostPort && !c.EnableSocketLB {
+			return fmt.Errorf("--enable-host-port needs the socket load balancer: drop --bpf-lb-sock=false")
+		}
+	default:
+		return fmt.Errorf("--kube-proxy-replacement=%q: want \"true\" or \"false\"", c.KubeProxyReplacement)
+	}
 	if c.EnableSocketLB && !filepath.IsAbs(c.CgroupRoot) {
 		return fmt.Errorf("--cgroup-root %q is not an absolute path", c.CgroupRoot)
 	}
@@ -103,7 +137,11 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 	if err != nil {
 		return Targets{}, fmt.Errorf("open the socket LB maps in %s: %w", pinDir, err)
 	}
-	if err := socklb.Attach(m, c.CgroupRoot, filepath.Join(pinDir, LinkSubdir)); err != nil {
+	// The agent runs in the node's host namespace: its loopback reaches
+	// NodePorts. Without the cookie (a kernel before 5.14), the initial
+	// namespace's is the programs' default.
+	cookie, _ := socklb.NetnsCookie()
+	if err := socklb.AttachWith(m, c.CgroupRoot, filepath.Join(pinDir, LinkSubdir), socklb.Options{HostNetnsCookie: cookie}); err != nil {
 		_ = m.Close()
 		return Targets{}, fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", c.CgroupRoot, err)
 	}
@@ -127,6 +165,9 @@ func NewCell(open Opener) hive.Cell {
 		// addresses only then, so the datapath drops untranslated packets to
 		// them (174 "Is a ClusterIP").
 		hive.Provide(func(c Config) lb.SocketLB { return lb.SocketLB{Enabled: c.EnableSocketLB} }),
+		// Whether every Service type is served (--kube-proxy-replacement):
+		// the programs on the node's uplinks attach only then.
+		hive.Provide(func(c Config) lb.KubeProxyReplacement { return lb.KubeProxyReplacement{Enabled: c.KPR()} }),
 		// Services in, maps and cgroup programs out; or, when off, the
 		// programs detached.
 		hive.Invoke(func(p params) error { return register(p, open) }),
@@ -142,6 +183,13 @@ type params struct {
 	Slices    statedb.Table[*discoveryv1.EndpointSlice]
 	Frontends statedb.RWTable[*lb.Frontend]
 	Backends  statedb.RWTable[*lb.Backend]
+	// NodeName and LocalNode give the node's addresses and name, for
+	// NodePorts and traffic policy Local; needed with
+	// --kube-proxy-replacement=true only.
+	NodeName  k8s.NodeName                    `optional:"true"`
+	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
+	// Pods are this node's pods, for their hostPorts (--enable-host-port).
+	Pods      statedb.Table[*corev1.Pod] `optional:"true"`
 	Lifecycle hive.Lifecycle
 	Jobs      hive.Jobs
 	Reconcile reconcilejob.Params
@@ -161,6 +209,18 @@ func register(p params, open Opener) error {
 		return nil
 	}
 	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends}
+	if p.Config.KPR() || p.Config.HostPort() {
+		if p.NodeName == "" || p.LocalNode == nil {
+			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")
+		}
+		t.KubeProxyReplacement, t.NodeName, t.LocalNode = p.Config.KPR(), string(p.NodeName), p.LocalNode
+	}
+	if p.Config.HostPort() {
+		if p.Pods == nil {
+			return fmt.Errorf("--enable-host-port: the agent has no pods table")
+		}
+		t.Pods = p.Pods
+	}
 	var m Targets
 	services := lazyServices{func() lbsync.ServicesMap { return m.Services }}
 	backends := lazyBackends{func() lbsync.BackendsMap { return m.Backends }}

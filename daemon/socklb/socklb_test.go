@@ -87,3 +87,25 @@ func TestCgroupRootValidated(t *testing.T) {
 		t.Errorf("default config: %v", err)
 	}
 }
+
+// --kube-proxy-replacement takes Cilium's "true" and "false" only, and
+// "true" needs the socket load balancer.
+func TestKubeProxyReplacementValidated(t *testing.T) {
+	for _, tc := range []struct {
+		kpr  string
+		sock bool
+		ok   bool
+	}{
+		{"false", true, true}, {"true", true, true}, {"false", false, true},
+		{"true", false, false}, {"strict", true, false}, {"", true, false},
+	} {
+		c := socklb.DefaultConfig
+		c.KubeProxyReplacement, c.EnableSocketLB = tc.kpr, tc.sock
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("--kube-proxy-replacement=%q --bpf-lb-sock=%v: %v, want ok %v", tc.kpr, tc.sock, err, tc.ok)
+		}
+	}
+	if socklb.DefaultConfig.KPR() {
+		t.Error("kube-proxy replacement on by default (Cilium's default is false)")
+	}
+}

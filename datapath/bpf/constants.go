@@ -29,6 +29,11 @@ type EndpointConstants struct {
 	// AuditMode reports policy denials as audit verdicts and drops
 	// nothing for policy (POLICY_AUDIT_MODE).
 	AuditMode bool
+	// NodePort translates replies of connections the kube-proxy
+	// replacement's uplink program sent to the endpoint back
+	// (NODEPORT_ENABLED, --kube-proxy-replacement). Only set when true: a
+	// spec without the constant is fine while it is off.
+	NodePort bool
 	// Trace emits trace events of passed packets (TRACE_ENABLED), as
 	// many as Aggregation allows.
 	Trace bool
@@ -79,6 +84,15 @@ func (c EndpointConstants) Apply(spec *ebpf.CollectionSpec) error {
 			return fmt.Errorf("set %s: %w", v.name, err)
 		}
 	}
+	if c.NodePort {
+		vs, ok := spec.Variables[LxcVarNODEPORT_ENABLED]
+		if !ok {
+			return fmt.Errorf("BPF object has no constant %s", LxcVarNODEPORT_ENABLED)
+		}
+		if err := vs.Set(uint8(1)); err != nil {
+			return fmt.Errorf("set %s: %w", LxcVarNODEPORT_ENABLED, err)
+		}
+	}
 	return nil
 }
 
@@ -116,4 +130,30 @@ func IPv4Constant(addr netip.Addr) (uint32, error) {
 	}
 	b := addr.As4()
 	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+// NodePortConstants are the load-time constants of the uplink program
+// (bpf/nodeport.c) on one device.
+type NodePortConstants struct {
+	// SNATIPv4 is the node's IPv4 address on the device, the source of
+	// connections translated with externalTrafficPolicy Cluster
+	// (NODEPORT_SNAT_IPV4; invalid: the frontend's own address).
+	SNATIPv4 netip.Addr
+}
+
+// Apply sets the constants in spec, a spec from LoadNodeport, before it
+// is loaded.
+func (c NodePortConstants) Apply(spec *ebpf.CollectionSpec) error {
+	ip4, err := IPv4Constant(c.SNATIPv4)
+	if err != nil {
+		return err
+	}
+	vs, ok := spec.Variables[NodeportVarNODEPORT_SNAT_IPV4]
+	if !ok {
+		return fmt.Errorf("BPF object has no constant %s", NodeportVarNODEPORT_SNAT_IPV4)
+	}
+	if err := vs.Set(ip4); err != nil {
+		return fmt.Errorf("set %s: %w", NodeportVarNODEPORT_SNAT_IPV4, err)
+	}
+	return nil
 }

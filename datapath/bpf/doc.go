@@ -24,8 +24,15 @@
 // LoadOverlay returns the collection spec of the tunnel device's programs
 // (bpf/overlay.c: cil_to_overlay on the egress and cil_from_overlay on the
 // ingress of cilium_vxlan), which share the global maps of LoadLxc.
+//
+// LoadNodeport returns the collection spec of the kube-proxy replacement's
+// uplink program (bpf/nodeport.c: cil_from_netdev on the tcx ingress of
+// each --devices device), which shares the global maps of LoadLxc (among
+// them the NodePort NAT maps of bpf/include/nodeport.h) and the load
+// balancer maps of LoadSock, with the Nodeport* struct types.
 package bpf
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type ipcache_key -type ipcache_value -type endpoint_key -type endpoint_info -type policy_key -type policy_entry -type ct4_key -type ct_entry -type metrics_key -type metrics_value -type event Lxc ../../bpf/lxc.c -- -mcpu=v3 -Wall -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value -type lb4_affinity_key -type lb4_affinity_value -type lb4_affinity_match_key Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf Overlay ../../bpf/overlay.c -- -mcpu=v3 -Wall -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type nodeport_ct4_key -type nodeport_ct4_entry -type nodeport_rev4_key -type nodeport_rev4_entry -type nodeport_affinity4_key -type nodeport_affinity4_value Nodeport ../../bpf/nodeport.c -- -mcpu=v3 -Wall -Werror

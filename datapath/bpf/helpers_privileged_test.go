@@ -58,6 +58,8 @@ type endpointConfig struct {
 	Trace    bool
 	// Aggregation is MONITOR_AGGREGATION (none unless set).
 	Aggregation bpf.Aggregation
+	// NodePort is NODEPORT_ENABLED.
+	NodePort bool
 }
 
 // loadEndpoint loads the programs for one endpoint with its constants and
@@ -71,7 +73,7 @@ func loadEndpoint(tb testing.TB, m *maps.Maps, pm *maps.PolicyMap, c endpointCon
 	}
 	consts := bpf.EndpointConstants{
 		EndpointID: c.ID, Identity: uint32(c.Identity), IfIndex: c.IfIndex, MAC: c.MAC, IPv4: c.IPv4,
-		AuditMode: c.Audit, Trace: c.Trace, Aggregation: c.Aggregation,
+		AuditMode: c.Audit, Trace: c.Trace, Aggregation: c.Aggregation, NodePort: c.NodePort,
 	}
 	if err := consts.Apply(spec); err != nil {
 		tb.Fatal(err)

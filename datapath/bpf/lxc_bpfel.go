@@ -133,6 +133,67 @@ type LxcMetricsValue struct {
 	Bytes   uint64
 }
 
+type LxcNodeportAffinity4Key struct {
+	_            structs.HostLayout
+	Client       uint32
+	Frontend     uint32
+	FrontendPort uint16
+	Proto        uint8
+	Pad          uint8
+}
+
+type LxcNodeportAffinity4Value struct {
+	_         structs.HostLayout
+	LastUsed  uint64
+	BackendId uint32
+	Pad       uint32
+}
+
+type LxcNodeportCt4Entry struct {
+	_           structs.HostLayout
+	Expires     uint64
+	Backend     uint32
+	NatAddr     uint32
+	BackendPort uint16
+	NatPort     uint16
+	BackendId   uint32
+	Flags       uint8
+	Pad         [7]uint8
+}
+
+type LxcNodeportCt4Key struct {
+	_            structs.HostLayout
+	Client       uint32
+	Frontend     uint32
+	ClientPort   uint16
+	FrontendPort uint16
+	Proto        uint8
+	Pad          [3]uint8
+}
+
+type LxcNodeportRev4Entry struct {
+	_            structs.HostLayout
+	Expires      uint64
+	Client       uint32
+	Frontend     uint32
+	ClientPort   uint16
+	FrontendPort uint16
+	Flags        uint8
+	Pad          [3]uint8
+	SynackSeq    uint32
+	Pad2         uint32
+}
+
+type LxcNodeportRev4Key struct {
+	_           structs.HostLayout
+	Backend     uint32
+	NatAddr     uint32
+	BackendPort uint16
+	NatPort     uint16
+	Proto       uint8
+	Pad         [3]uint8
+}
+
 type LxcPolicyEntry struct {
 	_               structs.HostLayout
 	Deny            uint8
@@ -163,6 +224,9 @@ const (
 	LxcMapCelliumLb4ReverseSkRef   = "cellium_lb4_reverse_sk_ref"
 	LxcMapCelliumLxc               = "cellium_lxc"
 	LxcMapCelliumMetrics           = "cellium_metrics"
+	LxcMapCelliumNodeportAffinity4 = "cellium_nodeport_affinity4"
+	LxcMapCelliumNodeportCt4       = "cellium_nodeport_ct4"
+	LxcMapCelliumNodeportRev4      = "cellium_nodeport_rev4"
 	LxcMapCelliumPolicy            = "cellium_policy"
 	LxcMapCelliumPolicyProgs       = "cellium_policy_progs"
 	LxcProgCilFromContainer        = "cil_from_container"
@@ -175,6 +239,7 @@ const (
 	LxcVarMONITOR_AGGREGATION      = "MONITOR_AGGREGATION"
 	LxcVarMONITOR_REPORT_FLAGS     = "MONITOR_REPORT_FLAGS"
 	LxcVarMONITOR_REPORT_INTERVAL  = "MONITOR_REPORT_INTERVAL"
+	LxcVarNODEPORT_ENABLED         = "NODEPORT_ENABLED"
 	LxcVarPOLICY_AUDIT_MODE        = "POLICY_AUDIT_MODE"
 	LxcVarSECURITY_IDENTITY        = "SECURITY_IDENTITY"
 	LxcVarTRACE_ENABLED            = "TRACE_ENABLED"
@@ -240,6 +305,9 @@ type LxcMapSpecs struct {
 	CelliumLb4ReverseSkRef   *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
+	CelliumNodeportAffinity4 *ebpf.MapSpec `ebpf:"cellium_nodeport_affinity4"`
+	CelliumNodeportCt4       *ebpf.MapSpec `ebpf:"cellium_nodeport_ct4"`
+	CelliumNodeportRev4      *ebpf.MapSpec `ebpf:"cellium_nodeport_rev4"`
 	CelliumPolicy            *ebpf.MapSpec `ebpf:"cellium_policy"`
 	CelliumPolicyProgs       *ebpf.MapSpec `ebpf:"cellium_policy_progs"`
 }
@@ -255,6 +323,7 @@ type LxcVariableSpecs struct {
 	MONITOR_AGGREGATION     *ebpf.VariableSpec `ebpf:"MONITOR_AGGREGATION"`
 	MONITOR_REPORT_FLAGS    *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_FLAGS"`
 	MONITOR_REPORT_INTERVAL *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_INTERVAL"`
+	NODEPORT_ENABLED        *ebpf.VariableSpec `ebpf:"NODEPORT_ENABLED"`
 	POLICY_AUDIT_MODE       *ebpf.VariableSpec `ebpf:"POLICY_AUDIT_MODE"`
 	SECURITY_IDENTITY       *ebpf.VariableSpec `ebpf:"SECURITY_IDENTITY"`
 	TRACE_ENABLED           *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
@@ -289,6 +358,9 @@ type LxcMaps struct {
 	CelliumLb4ReverseSkRef   *ebpf.Map `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
+	CelliumNodeportAffinity4 *ebpf.Map `ebpf:"cellium_nodeport_affinity4"`
+	CelliumNodeportCt4       *ebpf.Map `ebpf:"cellium_nodeport_ct4"`
+	CelliumNodeportRev4      *ebpf.Map `ebpf:"cellium_nodeport_rev4"`
 	CelliumPolicy            *ebpf.Map `ebpf:"cellium_policy"`
 	CelliumPolicyProgs       *ebpf.Map `ebpf:"cellium_policy_progs"`
 }
@@ -304,6 +376,9 @@ func (m *LxcMaps) Close() error {
 		m.CelliumLb4ReverseSkRef,
 		m.CelliumLxc,
 		m.CelliumMetrics,
+		m.CelliumNodeportAffinity4,
+		m.CelliumNodeportCt4,
+		m.CelliumNodeportRev4,
 		m.CelliumPolicy,
 		m.CelliumPolicyProgs,
 	)
@@ -320,6 +395,7 @@ type LxcVariables struct {
 	MONITOR_AGGREGATION     *ebpf.Variable `ebpf:"MONITOR_AGGREGATION"`
 	MONITOR_REPORT_FLAGS    *ebpf.Variable `ebpf:"MONITOR_REPORT_FLAGS"`
 	MONITOR_REPORT_INTERVAL *ebpf.Variable `ebpf:"MONITOR_REPORT_INTERVAL"`
+	NODEPORT_ENABLED        *ebpf.Variable `ebpf:"NODEPORT_ENABLED"`
 	POLICY_AUDIT_MODE       *ebpf.Variable `ebpf:"POLICY_AUDIT_MODE"`
 	SECURITY_IDENTITY       *ebpf.Variable `ebpf:"SECURITY_IDENTITY"`
 	TRACE_ENABLED           *ebpf.Variable `ebpf:"TRACE_ENABLED"`

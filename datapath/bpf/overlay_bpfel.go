@@ -105,6 +105,67 @@ type OverlayMetricsValue struct {
 	Bytes   uint64
 }
 
+type OverlayNodeportAffinity4Key struct {
+	_            structs.HostLayout
+	Client       uint32
+	Frontend     uint32
+	FrontendPort uint16
+	Proto        uint8
+	Pad          uint8
+}
+
+type OverlayNodeportAffinity4Value struct {
+	_         structs.HostLayout
+	LastUsed  uint64
+	BackendId uint32
+	Pad       uint32
+}
+
+type OverlayNodeportCt4Entry struct {
+	_           structs.HostLayout
+	Expires     uint64
+	Backend     uint32
+	NatAddr     uint32
+	BackendPort uint16
+	NatPort     uint16
+	BackendId   uint32
+	Flags       uint8
+	Pad         [7]uint8
+}
+
+type OverlayNodeportCt4Key struct {
+	_            structs.HostLayout
+	Client       uint32
+	Frontend     uint32
+	ClientPort   uint16
+	FrontendPort uint16
+	Proto        uint8
+	Pad          [3]uint8
+}
+
+type OverlayNodeportRev4Entry struct {
+	_            structs.HostLayout
+	Expires      uint64
+	Client       uint32
+	Frontend     uint32
+	ClientPort   uint16
+	FrontendPort uint16
+	Flags        uint8
+	Pad          [3]uint8
+	SynackSeq    uint32
+	Pad2         uint32
+}
+
+type OverlayNodeportRev4Key struct {
+	_           structs.HostLayout
+	Backend     uint32
+	NatAddr     uint32
+	BackendPort uint16
+	NatPort     uint16
+	Proto       uint8
+	Pad         [3]uint8
+}
+
 type OverlayPolicyEntry struct {
 	_               structs.HostLayout
 	Deny            uint8
@@ -135,6 +196,9 @@ const (
 	OverlayMapCelliumLb4ReverseSkRef   = "cellium_lb4_reverse_sk_ref"
 	OverlayMapCelliumLxc               = "cellium_lxc"
 	OverlayMapCelliumMetrics           = "cellium_metrics"
+	OverlayMapCelliumNodeportAffinity4 = "cellium_nodeport_affinity4"
+	OverlayMapCelliumNodeportCt4       = "cellium_nodeport_ct4"
+	OverlayMapCelliumNodeportRev4      = "cellium_nodeport_rev4"
 	OverlayMapCelliumPolicy            = "cellium_policy"
 	OverlayMapCelliumPolicyProgs       = "cellium_policy_progs"
 	OverlayProgCilFromOverlay          = "cil_from_overlay"
@@ -203,6 +267,9 @@ type OverlayMapSpecs struct {
 	CelliumLb4ReverseSkRef   *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
+	CelliumNodeportAffinity4 *ebpf.MapSpec `ebpf:"cellium_nodeport_affinity4"`
+	CelliumNodeportCt4       *ebpf.MapSpec `ebpf:"cellium_nodeport_ct4"`
+	CelliumNodeportRev4      *ebpf.MapSpec `ebpf:"cellium_nodeport_rev4"`
 	CelliumPolicy            *ebpf.MapSpec `ebpf:"cellium_policy"`
 	CelliumPolicyProgs       *ebpf.MapSpec `ebpf:"cellium_policy_progs"`
 }
@@ -245,6 +312,9 @@ type OverlayMaps struct {
 	CelliumLb4ReverseSkRef   *ebpf.Map `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
+	CelliumNodeportAffinity4 *ebpf.Map `ebpf:"cellium_nodeport_affinity4"`
+	CelliumNodeportCt4       *ebpf.Map `ebpf:"cellium_nodeport_ct4"`
+	CelliumNodeportRev4      *ebpf.Map `ebpf:"cellium_nodeport_rev4"`
 	CelliumPolicy            *ebpf.Map `ebpf:"cellium_policy"`
 	CelliumPolicyProgs       *ebpf.Map `ebpf:"cellium_policy_progs"`
 }
@@ -260,6 +330,9 @@ func (m *OverlayMaps) Close() error {
 		m.CelliumLb4ReverseSkRef,
 		m.CelliumLxc,
 		m.CelliumMetrics,
+		m.CelliumNodeportAffinity4,
+		m.CelliumNodeportCt4,
+		m.CelliumNodeportRev4,
 		m.CelliumPolicy,
 		m.CelliumPolicyProgs,
 	)

@@ -56,6 +56,8 @@ type xnode struct {
 	// overlayMonitor, when set, loads the tunnel device's programs with
 	// traces on at its aggregation (else traces off).
 	overlayMonitor *bpf.Monitor
+	// nodePort loads localPod's programs with NODEPORT_ENABLED.
+	nodePort bool
 }
 
 // blackholeRange routes prefix to a blackhole in the root namespace until
@@ -205,7 +207,8 @@ func (x *xnode) localPod(tb testing.TB, name string, ip netip.Addr, id identity.
 	if err := pm.BatchUpdate(pol); err != nil {
 		tb.Fatal(err)
 	}
-	coll := loadEndpoint(tb, x.m, pm, endpointConfig{ID: ep, Identity: id, IfIndex: uint32(p.res.HostIfIndex), MAC: p.res.PodMAC, IPv4: p.ip})
+	coll := loadEndpoint(tb, x.m, pm, endpointConfig{ID: ep, Identity: id, IfIndex: uint32(p.res.HostIfIndex), MAC: p.res.PodMAC, IPv4: p.ip,
+		NodePort: x.nodePort})
 	x.attach(tb, p, coll)
 	if err := x.m.PolicyProgs.Set(ep, coll.Programs[bpf.LxcProgCilLxcPolicy]); err != nil {
 		tb.Fatal(err)

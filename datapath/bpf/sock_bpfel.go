@@ -51,7 +51,7 @@ type SockLb4Key struct {
 	Address uint32
 	Dport   uint16
 	Proto   uint8
-	Pad     uint8
+	Scope   uint8
 	Slot    uint16
 	Pad2    uint16
 }
@@ -96,6 +96,7 @@ const (
 	SockProgCilSock6Connect        = "cil_sock6_connect"
 	SockProgCilSock6Getpeername    = "cil_sock6_getpeername"
 	SockProgCilSock6Recvmsg        = "cil_sock6_recvmsg"
+	SockVarHOST_NETNS_COOKIE       = "HOST_NETNS_COOKIE"
 )
 
 // LoadSock returns the embedded CollectionSpec for Sock.
@@ -164,6 +165,7 @@ type SockMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SockVariableSpecs struct {
+	HOST_NETNS_COOKIE *ebpf.VariableSpec `ebpf:"HOST_NETNS_COOKIE"`
 }
 
 // SockObjects contains all objects after they have been loaded into the kernel.
@@ -207,6 +209,7 @@ func (m *SockMaps) Close() error {
 //
 // It can be passed to LoadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SockVariables struct {
+	HOST_NETNS_COOKIE *ebpf.Variable `ebpf:"HOST_NETNS_COOKIE"`
 }
 
 // SockPrograms contains all programs after they have been loaded into the kernel.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/tables"
 )
@@ -33,6 +36,16 @@ type Tables struct {
 	Slices    statedb.Table[*discoveryv1.EndpointSlice]
 	Frontends statedb.RWTable[*lb.Frontend]
 	Backends  statedb.RWTable[*lb.Backend]
+	// KubeProxyReplacement derives every Service type's frontends
+	// (lb.DeriveFrontends); NodeName and LocalNode (this node's row,
+	// for its addresses) are read only then.
+	KubeProxyReplacement bool
+	NodeName             string
+	LocalNode            statedb.Table[*nodes.LocalNode]
+	// Pods are this node's pods: with it, their hostPorts are frontends
+	// too (lb.PodHostPortFrontends, --enable-host-port). NodeName and
+	// LocalNode must be set with it.
+	Pods statedb.Table[*corev1.Pod]
 }
 
 // Deriver keeps the lb-frontends and lb-backends tables derived from the
@@ -42,6 +55,8 @@ type Deriver struct {
 	t       Tables
 	svcs    statedb.ChangeIterator[*corev1.Service]
 	slices  statedb.ChangeIterator[*discoveryv1.EndpointSlice]
+	pods    statedb.ChangeIterator[*corev1.Pod] // nil without Tables.Pods
+	podsW   <-chan struct{}
 	init    tables.InitGate
 	restore func() (map[lb.L4Addr]uint32, error)
 
@@ -65,6 +80,10 @@ type Deriver struct {
 	failed map[string]struct{}
 	// maxID is the highest backend ID (MaxBackendID; tests lower it).
 	maxID uint32
+	// nodeAddrs are the local node's IPv4 addresses the last step
+	// derived NodePorts on; nodeW closes when its row changes.
+	nodeAddrs []netip.Addr
+	nodeW     <-chan struct{}
 }
 
 // bookkeeping is the deriver's memory of the tables, saved before a step.
@@ -108,7 +127,11 @@ func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver
 
 // Subscribe starts following the input tables; call it in a start hook.
 func (d *Deriver) Subscribe() error {
-	wtxn := d.t.DB.WriteTxn(d.t.Services, d.t.Slices)
+	tables := []statedb.TableMeta{d.t.Services, d.t.Slices}
+	if d.t.Pods != nil {
+		tables = append(tables, d.t.Pods)
+	}
+	wtxn := d.t.DB.WriteTxn(tables...)
 	defer wtxn.Commit()
 	var err error
 	if d.svcs, err = d.t.Services.Changes(wtxn); err != nil {
@@ -116,6 +139,11 @@ func (d *Deriver) Subscribe() error {
 	}
 	if d.slices, err = d.t.Slices.Changes(wtxn); err != nil {
 		return fmt.Errorf("subscribe to %s: %w", d.t.Slices.Name(), err)
+	}
+	if d.t.Pods != nil {
+		if d.pods, err = d.t.Pods.Changes(wtxn); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", d.t.Pods.Name(), err)
+		}
 	}
 	return nil
 }
@@ -126,6 +154,9 @@ func (d *Deriver) close() {
 	}
 	if d.slices != nil {
 		d.slices.Close()
+	}
+	if d.pods != nil {
+		d.pods.Close()
 	}
 }
 
@@ -151,6 +182,8 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		case <-svcW:
 		case <-slW:
 		case <-initW:
+		case <-d.nodeW:
+		case <-d.podsW:
 		}
 	}
 }
@@ -194,17 +227,55 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			}
 		}
 	}
+	if d.pods != nil {
+		var podCh iter.Seq2[statedb.Change[*corev1.Pod], statedb.Revision]
+		podCh, d.podsW = d.pods.Next(rtxn)
+		for ch := range podCh {
+			touched[lb.HostPortOwner(k8stables.Key(ch.Object))] = struct{}{}
+		}
+	}
 	initNow := false
 	if d.init.Closed() {
 		svcInit, w1 := d.t.Services.Initialized(rtxn)
 		slInit, w2 := d.t.Slices.Initialized(rtxn)
+		podsInit, w3 := true, (<-chan struct{})(nil)
+		if d.t.Pods != nil {
+			podsInit, w3 = d.t.Pods.Initialized(rtxn)
+		}
+		// NodePorts and hostPorts need the node's row: without it the
+		// first pruning would drop them from the maps of a restarted
+		// agent until the row comes.
+		nodeKnown, w4 := true, (<-chan struct{})(nil)
+		if (d.t.KubeProxyReplacement || d.t.Pods != nil) && d.t.LocalNode != nil {
+			_, _, w4, nodeKnown = d.t.LocalNode.GetWatch(rtxn, nodes.LocalNodeNameIndex.Query(d.t.NodeName))
+		}
 		switch {
 		case !svcInit:
 			initW = w1
 		case !slInit:
 			initW = w2
+		case !podsInit:
+			initW = w3
+		case !nodeKnown:
+			initW = w4
 		default:
 			initNow = true
+		}
+	}
+	if (d.t.KubeProxyReplacement || d.t.Pods != nil) && d.t.LocalNode != nil {
+		// New node addresses: every NodePort moves.
+		addrs, w := d.localAddrs(rtxn)
+		d.nodeW = w
+		if !slices.Equal(addrs, d.nodeAddrs) {
+			d.nodeAddrs = addrs
+			for svc := range d.t.Services.All(rtxn) {
+				touched[k8stables.Key(svc)] = struct{}{}
+			}
+			if d.t.Pods != nil {
+				for pod := range d.t.Pods.All(rtxn) {
+					touched[lb.HostPortOwner(k8stables.Key(pod))] = struct{}{}
+				}
+			}
 		}
 	}
 	for name := range d.failed {
@@ -256,12 +327,19 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 // took them again).
 func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
 	var want []*lb.Frontend
-	if svc, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name)); ok {
+	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs}
+	if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
+		if d.t.Pods != nil {
+			if p, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod)); ok {
+				want = lb.PodHostPortFrontends(p, o)
+			}
+		}
+	} else if svc, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name)); ok {
 		var sls []*discoveryv1.EndpointSlice
 		for s := range d.t.Slices.List(rtxn, k8stables.EndpointSliceServiceIndex.Query(name)) {
 			sls = append(sls, s)
 		}
-		want = lb.ServiceFrontends(svc, sls)
+		want = lb.DeriveFrontends(svc, sls, o)
 	}
 	var released []lb.L4Addr
 	wanted := map[lb.L4Addr]bool{}
@@ -283,7 +361,8 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		if f.Status.Kind == reconciler.StatusPendingDelete {
 			continue
 		}
-		for _, b := range f.Backends {
+		all, _ := f.AllBackends()
+		for _, b := range all {
 			d.refs[b]--
 			released = append(released, b)
 		}
@@ -294,13 +373,14 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		}
 	}
 	for _, f := range want {
-		f.BackendIDs = make([]uint32, len(f.Backends))
-		for i, b := range f.Backends {
-			id, err := d.acquire(wtxn, b)
-			if err != nil {
+		var err error
+		if f.BackendIDs, err = d.acquireAll(wtxn, f.Backends); err != nil {
+			return nil, err
+		}
+		if f.TwoScopes {
+			if f.IntBackendIDs, err = d.acquireAll(wtxn, f.IntBackends); err != nil {
 				return nil, err
 			}
-			f.BackendIDs[i] = id
 		}
 		if o, _, ok := d.t.Frontends.Get(wtxn, lb.FrontendAddressIndex.Query(f.Address)); ok &&
 			o.Status.Kind != reconciler.StatusPendingDelete && o.SameAs(f) {
@@ -323,6 +403,13 @@ func (d *Deriver) syncOrder(rtxn statedb.ReadTxn, touched map[string]struct{}) [
 		names = append(names, name)
 	}
 	gone := func(name string) bool {
+		if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
+			if d.t.Pods == nil {
+				return true
+			}
+			_, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod))
+			return !ok
+		}
 		_, _, ok := d.t.Services.Get(rtxn, k8stables.NameIndex[*corev1.Service]().Query(name))
 		return !ok
 	}
@@ -336,6 +423,37 @@ func (d *Deriver) syncOrder(rtxn statedb.ReadTxn, touched map[string]struct{}) [
 		return strings.Compare(a, b)
 	})
 	return names
+}
+
+// localAddrs returns the IPv4 addresses of this node's local-node row
+// (its InternalIPs and ExternalIPs), sorted, and a channel closed when the
+// row changes.
+func (d *Deriver) localAddrs(rtxn statedb.ReadTxn) ([]netip.Addr, <-chan struct{}) {
+	n, _, w, ok := d.t.LocalNode.GetWatch(rtxn, nodes.LocalNodeNameIndex.Query(d.t.NodeName))
+	if !ok {
+		return nil, w
+	}
+	var out []netip.Addr
+	for _, a := range n.NodeAddresses {
+		if a.IP.Is4() {
+			out = append(out, a.IP)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out), w
+}
+
+// acquireAll acquires each of bs and returns their IDs.
+func (d *Deriver) acquireAll(wtxn statedb.WriteTxn, bs []lb.L4Addr) ([]uint32, error) {
+	ids := make([]uint32, len(bs))
+	for i, b := range bs {
+		id, err := d.acquire(wtxn, b)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // acquire takes a reference on backend b, giving it an ID and a row if

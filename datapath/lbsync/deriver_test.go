@@ -16,6 +16,7 @@ import (
 
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/nodes"
 )
 
 type testTables struct {
@@ -324,4 +325,70 @@ func TestDeriverFailedStepRollsBack(t *testing.T) {
 		t.Fatalf("frontends: %v, want %v", got, want)
 	}
 	checkIDs(t, tt.Tables, txn)
+}
+
+// With kube-proxy replacement the tables are initialized (and the maps
+// pruned) only once the node's row exists, so that a restarted agent's
+// first pruning keeps its NodePorts; the NodePort frontends follow the
+// row's addresses.
+func TestDeriverKPRWaitsForLocalNode(t *testing.T) {
+	tt := newTables(t)
+	local, err := nodes.NewLocalNodeTable(tt.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt.KubeProxyReplacement, tt.NodeName, tt.LocalNode = true, "node1", local
+	wtxn := tt.DB.WriteTxn(tt.svcs, tt.slices)
+	svcDone := tt.svcs.RegisterInitializer(wtxn, "test")
+	slDone := tt.slices.RegisterInitializer(wtxn, "test")
+	wtxn.Commit()
+	d := NewDeriver(tt.Tables, nil)
+	if err := d.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	svc := service(1, "http TCP 80")
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc.Spec.Ports[0].NodePort = 30080
+	wtxn = tt.DB.WriteTxn(tt.svcs, tt.slices)
+	_, _, _ = tt.svcs.Insert(wtxn, svc)
+	_, _, _ = tt.slices.Insert(wtxn, slice("a", 1, map[int]bool{1: true}, "http TCP 8080"))
+	svcDone(wtxn)
+	slDone(wtxn)
+	wtxn.Commit()
+	_, _, initW, err := d.Step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := func() []string {
+		var out []string
+		for f := range tt.Frontends.All(tt.DB.ReadTxn()) {
+			out = append(out, f.Address.String()+" "+f.TypeName())
+		}
+		return out
+	}
+	if ok, _ := tt.Frontends.Initialized(tt.DB.ReadTxn()); ok {
+		t.Fatal("frontends table initialized before the node's row exists")
+	}
+	if got, want := addrs(), []string{"0.0.0.0:30080/TCP NodePort", "10.96.0.1:80/TCP ClusterIP"}; !slices.Equal(got, want) {
+		t.Errorf("frontends %q, want %q", got, want)
+	}
+	wtxn = tt.DB.WriteTxn(local)
+	_, _, _ = local.Insert(wtxn, &nodes.LocalNode{Name: "node1",
+		NodeAddresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: mustAddr("192.168.56.11")}, {Type: nodes.AddressInternalIP, IP: mustAddr("fd00::11")}}})
+	wtxn.Commit()
+	select {
+	case <-initW:
+	default:
+		t.Fatal("the step's init channel did not close when the node's row came")
+	}
+	if _, _, _, err := d.Step(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := tt.Frontends.Initialized(tt.DB.ReadTxn()); !ok {
+		t.Fatal("frontends table not initialized with the node's row there")
+	}
+	if got, want := addrs(), []string{"0.0.0.0:30080/TCP NodePort", "10.96.0.1:80/TCP ClusterIP", "192.168.56.11:30080/TCP NodePort"}; !slices.Equal(got, want) {
+		t.Errorf("frontends %q, want %q", got, want)
+	}
 }

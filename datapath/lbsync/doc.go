@@ -2,16 +2,20 @@
 // BPF maps (bpf/sock.c) in step with the cluster's Services:
 //
 //   - Deriver derives the lb-frontends and lb-backends tables from the
-//     k8s-services and k8s-endpoint-slices tables, incrementally: a change
-//     of a Service or of one of its EndpointSlices recomputes that
-//     Service's frontends only. Backends are shared between frontends and
+//     k8s-services and k8s-endpoint-slices tables (with kube-proxy
+//     replacement also from local-node, for the NodePorts' addresses, and
+//     with hostPorts from k8s-pods), incrementally: a change of a Service
+//     or of one of its EndpointSlices recomputes that Service's frontends
+//     only, a change of the node's addresses every Service's. Backends are shared between frontends and
 //     counted; a backend gets a numeric ID when a frontend first uses it
 //     and loses it when the last one stops;
 //   - FrontendOps and BackendOps reconcile the two tables into
 //     cellium_lb4_services and cellium_lb4_backends with the generic
 //     reconciler (statedb/reconciler). A frontend is written only once
 //     all its backends are in the backends map, slots first and the
-//     count last, so a program never picks a slot that is not there yet.
+//     count last, so a program never picks a slot that is not there yet;
+//     a frontend with two scopes gets its internal scope written before
+//     the external slot 0 announces it.
 //     FrontendOps also keeps cellium_lb4_affinity_match, the (frontend,
 //     backend ID) pairs the programs check before following a session
 //     affinity entry, in step with the slots: a lost backend's pair

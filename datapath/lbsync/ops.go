@@ -69,11 +69,12 @@ func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Tabl
 	return &FrontendOps{m: m, match: match, backends: backends}
 }
 
-// slotIDs returns the backend IDs of slots 1..n of frontend fe in the map.
-func (o *FrontendOps) slotIDs(fe lb.L4Addr, n int) ([]uint32, error) {
+// slotIDs returns the backend IDs of slots 1..n of frontend fe's scope in
+// the map.
+func (o *FrontendOps) slotIDs(fe lb.L4Addr, scope uint8, n int) ([]uint32, error) {
 	var ids []uint32
 	for s := 1; s <= n; s++ {
-		v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Slot: uint16(s)})
+		v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s)})
 		if err != nil {
 			return nil, err
 		}
@@ -82,6 +83,17 @@ func (o *FrontendOps) slotIDs(fe lb.L4Addr, n int) ([]uint32, error) {
 		}
 	}
 	return ids, nil
+}
+
+// scopeIDs returns slot 0 of frontend fe's scope, whether it exists, and
+// the backend IDs of its slots.
+func (o *FrontendOps) scopeIDs(fe lb.L4Addr, scope uint8) (maps.ServiceValue, bool, []uint32, error) {
+	v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Scope: scope})
+	if err != nil || !ok {
+		return v, ok, nil, err
+	}
+	ids, err := o.slotIDs(fe, scope, int(v.Count))
+	return v, ok, ids, err
 }
 
 // matches returns the affinity match keys of fe for ids not in except.
@@ -95,99 +107,149 @@ func matches(fe lb.L4Addr, ids []uint32, except []uint32) []maps.AffinityMatch {
 	return out
 }
 
-// Update implements reconciler.Operations: once every backend of f is in
-// the backends map (its row Done), it deletes the affinity matches of
-// the backends f lost (so that no affinity entry leads to them from now
-// on) and adds those of its backends, writes slots 1..n, then slot 0
-// with the count n, flags and affinity timeout, then deletes the slots
-// above n that an older version had.
-func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Frontend) error {
-	if len(f.BackendIDs) != len(f.Backends) {
-		return fmt.Errorf("frontend %v: %d backends but %d IDs", f.Address, len(f.Backends), len(f.BackendIDs))
-	}
-	for i, id := range f.BackendIDs {
-		b, _, ok := o.backends.Get(txn, lb.BackendIDIndex.Query(id))
-		if !ok || b.Address != f.Backends[i] || b.Status.Kind != reconciler.StatusDone {
-			return fmt.Errorf("frontend %v: backend %v (ID %d): %w", f.Address, f.Backends[i], id, ErrBackendNotReady)
-		}
-	}
-	old, hadOld, err := o.m.Lookup(maps.ServiceSlot{Frontend: f.Address})
-	if err != nil {
-		return fmt.Errorf("frontend %v: %w", f.Address, err)
-	}
-	var oldIDs []uint32
-	if hadOld {
-		if oldIDs, err = o.slotIDs(f.Address, int(old.Count)); err != nil {
-			return fmt.Errorf("frontend %v: %w", f.Address, err)
-		}
-	}
-	if err := o.match.Delete(matches(f.Address, oldIDs, f.BackendIDs)); err != nil {
-		return fmt.Errorf("frontend %v: delete affinity matches: %w", f.Address, err)
-	}
-	if err := o.match.Update(matches(f.Address, f.BackendIDs, nil)); err != nil {
-		return fmt.Errorf("frontend %v: write affinity matches: %w", f.Address, err)
-	}
-	n := len(f.BackendIDs)
-	keys := make([]maps.ServiceSlot, 0, n+1)
-	vals := make([]maps.ServiceValue, 0, n+1)
-	for i, id := range f.BackendIDs {
-		keys = append(keys, maps.ServiceSlot{Frontend: f.Address, Slot: uint16(i + 1)})
+// writeScope writes slots 1..n of fe's scope with ids, then slot 0 with
+// zero (its Count set to n), then deletes the slots above n up to
+// oldCount.
+func (o *FrontendOps) writeScope(fe lb.L4Addr, scope uint8, ids []uint32, zero maps.ServiceValue, oldCount int) error {
+	n := len(ids)
+	keys := make([]maps.ServiceSlot, 0, n)
+	vals := make([]maps.ServiceValue, 0, n)
+	for i, id := range ids {
+		keys = append(keys, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(i + 1)})
 		vals = append(vals, maps.ServiceValue{BackendID: id})
 	}
 	if n > 0 {
 		if err := o.m.Update(keys, vals); err != nil {
-			return fmt.Errorf("frontend %v: write slots: %w", f.Address, err)
+			return fmt.Errorf("write slots: %w", err)
 		}
 	}
-	zero := maps.ServiceValue{Count: uint16(n), Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout}
-	if err := o.m.Update([]maps.ServiceSlot{{Frontend: f.Address}}, []maps.ServiceValue{zero}); err != nil {
-		return fmt.Errorf("frontend %v: write count: %w", f.Address, err)
+	zero.Count = uint16(n)
+	if err := o.m.Update([]maps.ServiceSlot{{Frontend: fe, Scope: scope}}, []maps.ServiceValue{zero}); err != nil {
+		return fmt.Errorf("write count: %w", err)
 	}
-	if hadOld && int(old.Count) > n {
+	if oldCount > n {
 		var stale []maps.ServiceSlot
-		for s := n + 1; s <= int(old.Count); s++ {
-			stale = append(stale, maps.ServiceSlot{Frontend: f.Address, Slot: uint16(s)})
+		for s := n + 1; s <= oldCount; s++ {
+			stale = append(stale, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s)})
 		}
 		if err := o.m.Delete(stale); err != nil {
-			return fmt.Errorf("frontend %v: delete slots above %d: %w", f.Address, n, err)
+			return fmt.Errorf("delete slots above %d: %w", n, err)
 		}
 	}
 	return nil
 }
 
-// Delete implements reconciler.Operations: slot 0 first (the frontend is
-// gone for the programs), then its slots and affinity matches.
-func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
-	n := len(f.BackendIDs)
-	if v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: f.Address}); err != nil {
-		return fmt.Errorf("frontend %v: %w", f.Address, err)
-	} else if ok {
-		n = max(n, int(v.Count))
+// deleteScope deletes slot 0 of fe's scope, then its slots 1..n.
+func (o *FrontendOps) deleteScope(fe lb.L4Addr, scope uint8, n int) error {
+	slots := []maps.ServiceSlot{{Frontend: fe, Scope: scope}}
+	for s := 1; s <= n; s++ {
+		slots = append(slots, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s)})
 	}
-	ids, err := o.slotIDs(f.Address, n)
+	if err := o.m.Delete(slots[:1]); err != nil {
+		return err
+	}
+	return o.m.Delete(slots[1:])
+}
+
+// Update implements reconciler.Operations: once every backend of f is in
+// the backends map (its row Done), it deletes the affinity matches of
+// the backends f lost (so that no affinity entry leads to them from now
+// on) and adds those of its backends; with TwoScopes it writes the
+// internal scope first (slots, then slot 0); then the external scope,
+// slots 1..n, then slot 0 with the count n, flags and affinity timeout,
+// then deletes the slots above n that an older version had; an internal
+// scope f no longer has goes last.
+func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Frontend) error {
+	if len(f.BackendIDs) != len(f.Backends) || len(f.IntBackendIDs) != len(f.IntBackends) {
+		return fmt.Errorf("frontend %v: %d+%d backends but %d+%d IDs", f.Address, len(f.Backends), len(f.IntBackends),
+			len(f.BackendIDs), len(f.IntBackendIDs))
+	}
+	all, allIDs := f.AllBackends()
+	for i, id := range allIDs {
+		b, _, ok := o.backends.Get(txn, lb.BackendIDIndex.Query(id))
+		if !ok || b.Address != all[i] || b.Status.Kind != reconciler.StatusDone {
+			return fmt.Errorf("frontend %v: backend %v (ID %d): %w", f.Address, all[i], id, ErrBackendNotReady)
+		}
+	}
+	old, _, oldIDs, err := o.scopeIDs(f.Address, maps.ScopeExt)
 	if err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
 	}
-	ids = append(ids, f.BackendIDs...)
-	if err := o.m.Delete([]maps.ServiceSlot{{Frontend: f.Address}}); err != nil {
-		return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+	oldInt, hadInt, oldIntIDs, err := o.scopeIDs(f.Address, maps.ScopeInt)
+	if err != nil {
+		return fmt.Errorf("frontend %v: %w", f.Address, err)
 	}
-	var slots []maps.ServiceSlot
-	for s := 1; s <= n; s++ {
-		slots = append(slots, maps.ServiceSlot{Frontend: f.Address, Slot: uint16(s)})
+	// A backend of both scopes has one match.
+	uniq := slices.Compact(slices.Sorted(slices.Values(allIDs)))
+	if err := o.match.Delete(matches(f.Address, slices.Concat(oldIDs, oldIntIDs), uniq)); err != nil {
+		return fmt.Errorf("frontend %v: delete affinity matches: %w", f.Address, err)
 	}
-	if err := o.m.Delete(slots); err != nil {
-		return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+	if err := o.match.Update(matches(f.Address, uniq, nil)); err != nil {
+		return fmt.Errorf("frontend %v: write affinity matches: %w", f.Address, err)
 	}
+	zero := maps.ServiceValue{Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout, NodePort: f.NodePort()}
+	if f.TwoScopes {
+		if err := o.writeScope(f.Address, maps.ScopeInt, f.IntBackendIDs, zero, int(oldInt.Count)); err != nil {
+			return fmt.Errorf("frontend %v internal scope: %w", f.Address, err)
+		}
+	}
+	ext := zero
+	ext.Local, ext.TwoScopes = f.Local, f.TwoScopes
+	if err := o.writeScope(f.Address, maps.ScopeExt, f.BackendIDs, ext, int(old.Count)); err != nil {
+		return fmt.Errorf("frontend %v: %w", f.Address, err)
+	}
+	if hadInt && !f.TwoScopes {
+		if err := o.deleteScope(f.Address, maps.ScopeInt, int(oldInt.Count)); err != nil {
+			return fmt.Errorf("frontend %v: delete internal scope: %w", f.Address, err)
+		}
+	}
+	return nil
+}
+
+// Delete implements reconciler.Operations: slot 0 of the external scope
+// first (the frontend is gone for the programs), then its slots, the
+// internal scope and the affinity matches.
+func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
+	_, allIDs := f.AllBackends()
+	var ids []uint32
+	for _, scope := range []uint8{maps.ScopeExt, maps.ScopeInt} {
+		n := len(f.BackendIDs)
+		if scope == maps.ScopeInt {
+			n = len(f.IntBackendIDs)
+		}
+		v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: f.Address, Scope: scope})
+		if err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+		if ok {
+			n = max(n, int(v.Count))
+		}
+		sids, err := o.slotIDs(f.Address, scope, n)
+		if err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+		ids = append(ids, sids...)
+		if err := o.deleteScope(f.Address, scope, n); err != nil {
+			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+		}
+	}
+	ids = append(ids, allIDs...)
 	if err := o.match.Delete(matches(f.Address, ids, nil)); err != nil {
 		return fmt.Errorf("delete frontend %v: affinity matches: %w", f.Address, err)
 	}
 	return nil
 }
 
+// scopeKey is a frontend's scope.
+type scopeKey struct {
+	fe    lb.L4Addr
+	scope uint8
+}
+
 // Prune implements reconciler.Operations: it lists the maps, then
-// deletes the frontends no row wants (slot 0 first), the slots above each
-// desired frontend's count and the affinity matches no row has.
+// deletes the frontends no row wants (slot 0 of the external scope
+// first), the slots above each desired scope's count, the scopes no row
+// has and the affinity matches no row has.
 func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
 	have, err := o.m.Dump()
 	if err != nil {
@@ -197,11 +259,15 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	if err != nil {
 		return fmt.Errorf("list affinity match map: %w", err)
 	}
-	want := map[lb.L4Addr]int{}
+	want := map[scopeKey]int{}
 	wantMatch := map[maps.AffinityMatch]bool{}
 	for f := range desired {
-		want[f.Address] = len(f.BackendIDs)
-		for _, id := range f.BackendIDs {
+		want[scopeKey{f.Address, maps.ScopeExt}] = len(f.BackendIDs)
+		if f.TwoScopes {
+			want[scopeKey{f.Address, maps.ScopeInt}] = len(f.IntBackendIDs)
+		}
+		_, ids := f.AllBackends()
+		for _, id := range ids {
 			wantMatch[maps.AffinityMatch{Frontend: f.Address, BackendID: id}] = true
 		}
 	}
@@ -213,9 +279,9 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	}
 	var zero, rest []maps.ServiceSlot
 	for k := range have {
-		n, ok := want[k.Frontend]
+		n, ok := want[scopeKey{k.Frontend, k.Scope}]
 		switch {
-		case !ok && k.Slot == 0:
+		case !ok && k.Slot == 0 && k.Scope == maps.ScopeExt:
 			zero = append(zero, k)
 		case !ok || int(k.Slot) > n:
 			rest = append(rest, k)

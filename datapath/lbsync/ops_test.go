@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/statedb"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 
@@ -75,13 +76,17 @@ func (s fakeServices) Update(keys []dpmaps.ServiceSlot, vals []dpmaps.ServiceVal
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
 	for i, k := range keys {
+		scope := ""
+		if k.Scope == dpmaps.ScopeInt {
+			scope = "int "
+		}
 		if k.Slot > 0 {
 			if _, ok := s.f.backends[vals[i].BackendID]; !ok {
 				s.f.dangling = append(s.f.dangling, fmt.Sprintf("%v slot %d -> %d", k.Frontend, k.Slot, vals[i].BackendID))
 			}
-			s.f.log = append(s.f.log, fmt.Sprintf("slot %d=%d", k.Slot, vals[i].BackendID))
+			s.f.log = append(s.f.log, fmt.Sprintf("%sslot %d=%d", scope, k.Slot, vals[i].BackendID))
 		} else {
-			s.f.log = append(s.f.log, fmt.Sprintf("count %d", vals[i].Count))
+			s.f.log = append(s.f.log, fmt.Sprintf("%scount %d", scope, vals[i].Count))
 		}
 		s.f.services[k] = vals[i]
 	}
@@ -92,6 +97,9 @@ func (s fakeServices) Delete(keys []dpmaps.ServiceSlot) error {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
 	for _, k := range keys {
+		if _, ok := s.f.services[k]; ok && k.Scope == dpmaps.ScopeInt {
+			s.f.log = append(s.f.log, fmt.Sprintf("int delete %d", k.Slot))
+		}
 		delete(s.f.services, k)
 	}
 	return nil
@@ -425,6 +433,73 @@ func TestFrontendOpsAffinity(t *testing.T) {
 		t.Errorf("slot 0 after affinity off %+v, want count 2 only", v)
 	}
 	// Deleted (the row names fewer backends than the map holds).
+	if err := ops.Delete(ctx, txn, &lb.Frontend{Address: fe, Service: "ns/s"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.services) != 0 || len(f.match) != 0 {
+		t.Errorf("after delete: services %v, matches %v", f.services, f.match)
+	}
+}
+
+// A frontend with two scopes (externalTrafficPolicy Local) gets its
+// internal scope written before the external scope's slot 0 says it has
+// one; when it loses it, slot 0 says so before the internal entries go;
+// Prune removes an internal scope no row has; Delete removes both.
+func TestFrontendOpsTwoScopes(t *testing.T) {
+	tt := newTables(t)
+	f := newFakeLB()
+	ops := NewFrontendOps(fakeServices{f}, fakeMatch{f}, tt.Backends)
+	fe := lb.L4Addr{Addr: mustAddr("192.168.56.11"), Port: 30080, Proto: lb.TCP}
+	be := func(i int) lb.L4Addr {
+		return lb.L4Addr{Addr: mustAddr(fmt.Sprintf("10.0.0.%d", i)), Port: 8080, Proto: lb.TCP}
+	}
+	wtxn := tt.DB.WriteTxn(tt.Backends)
+	for i := 1; i <= 2; i++ {
+		_, _, _ = tt.Backends.Insert(wtxn, &lb.Backend{Address: be(i), ID: uint32(i), Status: reconciler.Done()})
+		f.backends[uint32(i)] = be(i)
+	}
+	txn := wtxn.Commit()
+	ctx := context.Background()
+	local := &lb.Frontend{Address: fe, Type: lb.TypeNodePort, Service: "ns/s", Local: true, TwoScopes: true,
+		Backends: []lb.L4Addr{be(1)}, BackendIDs: []uint32{1},
+		IntBackends: []lb.L4Addr{be(1), be(2)}, IntBackendIDs: []uint32{1, 2}}
+	if err := ops.Update(ctx, txn, local); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"match+ 1", "match+ 2", "int slot 1=1", "int slot 2=2", "int count 2", "slot 1=1", "count 1"}; !slices.Equal(f.log, want) {
+		t.Errorf("writes %q, want %q", f.log, want)
+	}
+	if v := f.services[dpmaps.ServiceSlot{Frontend: fe}]; v != (dpmaps.ServiceValue{Count: 1, NodePort: true, Local: true, TwoScopes: true}) {
+		t.Errorf("external slot 0 %+v", v)
+	}
+	if v := f.services[dpmaps.ServiceSlot{Frontend: fe, Scope: dpmaps.ScopeInt}]; v != (dpmaps.ServiceValue{Count: 2, NodePort: true}) {
+		t.Errorf("internal slot 0 %+v", v)
+	}
+	// externalTrafficPolicy Cluster: one scope with both backends.
+	f.log = nil
+	cluster := &lb.Frontend{Address: fe, Type: lb.TypeNodePort, Service: "ns/s",
+		Backends: []lb.L4Addr{be(1), be(2)}, BackendIDs: []uint32{1, 2}}
+	if err := ops.Update(ctx, txn, cluster); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"match+ 1", "match+ 2", "slot 1=1", "slot 2=2", "count 2", "int delete 0", "int delete 1", "int delete 2"}; !slices.Equal(f.log, want) {
+		t.Errorf("writes %q, want %q", f.log, want)
+	}
+	if len(f.services) != 3 {
+		t.Errorf("services map %v, want slot 0..2 of the external scope", f.services)
+	}
+	// A stray internal scope (a crash between the writes) is pruned.
+	f.services[dpmaps.ServiceSlot{Frontend: fe, Scope: dpmaps.ScopeInt}] = dpmaps.ServiceValue{Count: 1}
+	f.services[dpmaps.ServiceSlot{Frontend: fe, Scope: dpmaps.ScopeInt, Slot: 1}] = dpmaps.ServiceValue{BackendID: 2}
+	if err := ops.Prune(ctx, txn, func(yield func(*lb.Frontend, statedb.Revision) bool) { yield(cluster, 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.services) != 3 {
+		t.Errorf("after prune %v, want slot 0..2 of the external scope", f.services)
+	}
+	if err := ops.Update(ctx, txn, local); err != nil {
+		t.Fatal(err)
+	}
 	if err := ops.Delete(ctx, txn, &lb.Frontend{Address: fe, Service: "ns/s"}); err != nil {
 		t.Fatal(err)
 	}

@@ -79,6 +79,10 @@ type OpsConfig struct {
 	// Monitor is the monitor aggregation the programs trace with (the
 	// zero value traces every packet).
 	Monitor bpf.Monitor
+	// KubeProxyReplacement loads the programs with the reverse
+	// translation of NodePort replies (NODEPORT_ENABLED), as the uplink
+	// program (NodePort) needs.
+	KubeProxyReplacement bool
 }
 
 // hook is one attachment point of one program.
@@ -208,7 +212,7 @@ func (o *Ops) load(p *bpfprog.Program, ifindex int) (*ebpf.Collection, error) {
 		EndpointID: p.EndpointID, Identity: uint32(p.Identity), IfIndex: uint32(ifindex),
 		MAC: mac, IPv4: p.IPv4, AuditMode: p.AuditMode,
 		Trace: true, Aggregation: o.cfg.Monitor.Aggregation, ReportInterval: o.cfg.Monitor.ReportInterval,
-		ReportFlags: o.cfg.Monitor.ReportFlags,
+		ReportFlags: o.cfg.Monitor.ReportFlags, NodePort: o.cfg.KubeProxyReplacement,
 	}
 	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -27,14 +28,31 @@ const (
 var lbNames = []string{LB4ServicesMapName, LB4BackendsMapName, LB4ReverseSKMapName,
 	LB4AffinityMapName, LB4AffinityMatchMapName}
 
-// serviceFlagAffinity is LB4_SVC_AFFINITY of lb4_service.flags.
-const serviceFlagAffinity = 0x1
+// lb4_service.flags (LB4_SVC_* of bpf/include/lb.h).
+const (
+	serviceFlagAffinity  = 0x1
+	serviceFlagNodePort  = 0x2
+	serviceFlagLocal     = 0x4
+	serviceFlagTwoScopes = 0x8
+)
 
-// ServiceSlot is a key of cellium_lb4_services: slot 0 of a frontend
-// holds its backend count, slots 1..count a backend ID each.
+// Scopes of a frontend's entries (lb4_key.scope, LB4_SCOPE_*).
+const (
+	// ScopeExt is a frontend's only scope, or with TwoScopes the one
+	// clients outside the cluster get.
+	ScopeExt uint8 = 0
+	// ScopeInt is the scope clients inside the cluster get when slot 0
+	// of ScopeExt has TwoScopes.
+	ScopeInt uint8 = 1
+)
+
+// ServiceSlot is a key of cellium_lb4_services: slot 0 of a frontend's
+// scope holds its backend count, slots 1..count a backend ID each.
 type ServiceSlot struct {
 	Frontend lb.L4Addr
-	Slot     uint16
+	// Scope is ScopeExt (the zero value) or ScopeInt.
+	Scope uint8
+	Slot  uint16
 }
 
 // ServiceValue is a value of cellium_lb4_services.
@@ -48,12 +66,47 @@ type ServiceValue struct {
 	// where the slots keep their backend ID).
 	Affinity        bool
 	AffinityTimeout uint32
+	// NodePort, Local and TwoScopes are slot 0's LB4_SVC_NODEPORT (a
+	// NodePort, LoadBalancer or externalIP frontend), LB4_SVC_LOCAL
+	// (externalTrafficPolicy Local) and LB4_SVC_TWO_SCOPES (a ScopeInt
+	// entry exists).
+	NodePort  bool
+	Local     bool
+	TwoScopes bool
+}
+
+// FlagString is slot 0's flags as "nodeport,local,two-scopes" ("-" for
+// none); session affinity is not among them.
+func (v ServiceValue) FlagString() string {
+	var fs []string
+	if v.NodePort {
+		fs = append(fs, "nodeport")
+	}
+	if v.Local {
+		fs = append(fs, "local")
+	}
+	if v.TwoScopes {
+		fs = append(fs, "two-scopes")
+	}
+	if len(fs) == 0 {
+		return "-"
+	}
+	return strings.Join(fs, ",")
 }
 
 func (v ServiceValue) bpf() bpf.SockLb4Service {
 	out := bpf.SockLb4Service{BackendId: v.BackendID, Count: v.Count}
 	if v.Affinity {
 		out.Flags |= serviceFlagAffinity
+	}
+	if v.NodePort {
+		out.Flags |= serviceFlagNodePort
+	}
+	if v.Local {
+		out.Flags |= serviceFlagLocal
+	}
+	if v.TwoScopes {
+		out.Flags |= serviceFlagTwoScopes
 	}
 	if v.AffinityTimeout != 0 {
 		out.BackendId = v.AffinityTimeout
@@ -66,7 +119,9 @@ func serviceValue(slot uint16, v *bpf.SockLb4Service) ServiceValue {
 	if slot != 0 {
 		return ServiceValue{BackendID: v.BackendId}
 	}
-	out := ServiceValue{Count: v.Count, Affinity: v.Flags&serviceFlagAffinity != 0}
+	out := ServiceValue{Count: v.Count, Affinity: v.Flags&serviceFlagAffinity != 0,
+		NodePort: v.Flags&serviceFlagNodePort != 0, Local: v.Flags&serviceFlagLocal != 0,
+		TwoScopes: v.Flags&serviceFlagTwoScopes != 0}
 	if out.Affinity {
 		out.AffinityTimeout = v.BackendId
 	}
@@ -209,11 +264,11 @@ func lb4Key(k ServiceSlot) (bpf.SockLb4Key, error) {
 	if err != nil {
 		return bpf.SockLb4Key{}, err
 	}
-	return bpf.SockLb4Key{Address: a, Dport: htons(k.Frontend.Port), Proto: k.Frontend.Proto, Slot: k.Slot}, nil
+	return bpf.SockLb4Key{Address: a, Dport: htons(k.Frontend.Port), Proto: k.Frontend.Proto, Scope: k.Scope, Slot: k.Slot}, nil
 }
 
 func lb4Slot(k *bpf.SockLb4Key) ServiceSlot {
-	return ServiceSlot{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}, Slot: k.Slot}
+	return ServiceSlot{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}, Scope: k.Scope, Slot: k.Slot}
 }
 
 // Update writes the pairs keys[i] -> vals[i] in one batch where the

@@ -73,6 +73,32 @@ func TestPrivilegedLBMaps(t *testing.T) {
 	if v, err := m.Services.Lookup(maps.ServiceSlot{Frontend: fe, Slot: 1}); err != nil || v != (maps.ServiceValue{BackendID: 7}) {
 		t.Errorf("slot 1: %+v, %v", v, err)
 	}
+	// Kube-proxy replacement's flags and the internal scope, an entry of
+	// its own beside the external one.
+	kpr := maps.ServiceValue{Count: 1, NodePort: true, Local: true, TwoScopes: true}
+	internal := maps.ServiceSlot{Frontend: fe, Scope: maps.ScopeInt}
+	if err := m.Services.Update([]maps.ServiceSlot{internal, {Frontend: fe}}, []maps.ServiceValue{{Count: 2, NodePort: true}, kpr}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Services.Lookup(maps.ServiceSlot{Frontend: fe}); err != nil || v != kpr {
+		t.Errorf("external slot 0: %+v, %v, want %+v", v, err, kpr)
+	}
+	if v, err := m.Services.Lookup(internal); err != nil || v != (maps.ServiceValue{Count: 2, NodePort: true}) {
+		t.Errorf("internal slot 0: %+v, %v", v, err)
+	}
+	seen := false
+	if err := m.Services.Iterate(func(k maps.ServiceSlot, _ maps.ServiceValue) bool {
+		seen = seen || k == internal
+		return true
+	}); err != nil || !seen {
+		t.Errorf("iterate: internal scope seen %v, %v", seen, err)
+	}
+	if err := m.Services.Delete([]maps.ServiceSlot{internal}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Services.Update([]maps.ServiceSlot{{Frontend: fe}}, []maps.ServiceValue{{Count: 1, Affinity: true, AffinityTimeout: 10800}}); err != nil {
+		t.Fatal(err)
+	}
 	match := maps.AffinityMatch{Frontend: fe, BackendID: 7}
 	if err := m.AffinityMatch.Update([]maps.AffinityMatch{match}); err != nil {
 		t.Fatal(err)

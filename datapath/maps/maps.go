@@ -39,6 +39,16 @@ const (
 	// cellium_lb4_reverse_sk while it is on (OpenLB, UnpinLB): the veth
 	// programs read the ClusterIP a socket asked for from it.
 	SockXlateRefMapName = bpf.LxcMapCelliumLb4ReverseSkRef
+	// NodePortCT4MapName holds the connections from outside the node to
+	// NodePort, LoadBalancer and externalIP frontends (bpf/nodeport.c),
+	// keyed as they arrive, with their translation.
+	NodePortCT4MapName = bpf.LxcMapCelliumNodeportCt4
+	// NodePortRev4MapName holds the same connections keyed by their
+	// replies, for the reverse translation.
+	NodePortRev4MapName = bpf.LxcMapCelliumNodeportRev4
+	// NodePortAffinity4MapName holds the backend of an outside client
+	// for a frontend with session affinity.
+	NodePortAffinity4MapName = bpf.LxcMapCelliumNodeportAffinity4
 )
 
 // Maps are the global maps, open. Close them when done; the pins stay.
@@ -59,15 +69,20 @@ type Maps struct {
 	Identities *Identities
 	// SockXlateRef is cellium_lb4_reverse_sk_ref (SockXlateRefMapName).
 	SockXlateRef *ebpf.Map
+	// NodePortCT4, NodePortRev4 and NodePortAffinity4 are the NAT state of
+	// the kube-proxy replacement (soft state of the programs).
+	NodePortCT4, NodePortRev4, NodePortAffinity4 *ebpf.Map
 }
 
 // globalNames are the global maps, pinned by name.
-var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, EventsLostMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName, SockXlateRefMapName}
+var globalNames = []string{IPCacheMapName, EndpointsMapName, CT4MapName, MetricsMapName, EventsMapName, EventsLostMapName, PolicyProgsMapName, FragMapName, IdentitiesMapName, SockXlateRefMapName,
+	NodePortCT4MapName, NodePortRev4MapName, NodePortAffinity4MapName}
 
 // softState are the global maps whose contents the programs rebuild from
 // traffic: a pin of another layout (an upgrade changed it) is replaced by
 // a new map instead of failing, at the cost of its entries.
-var softState = map[string]bool{CT4MapName: true, FragMapName: true, SockXlateRefMapName: true}
+var softState = map[string]bool{CT4MapName: true, FragMapName: true, SockXlateRefMapName: true,
+	NodePortCT4MapName: true, NodePortRev4MapName: true, NodePortAffinity4MapName: true}
 
 // globalSpecs returns the specs of the global maps, pinned by name.
 func globalSpecs() (map[string]*ebpf.MapSpec, error) {
@@ -139,6 +154,10 @@ func Open(dir string) (*Maps, error) {
 		Identities:  &Identities{m: opened[IdentitiesMapName]},
 
 		SockXlateRef: opened[SockXlateRefMapName],
+
+		NodePortCT4:       opened[NodePortCT4MapName],
+		NodePortRev4:      opened[NodePortRev4MapName],
+		NodePortAffinity4: opened[NodePortAffinity4MapName],
 	}, nil
 }
 
@@ -146,7 +165,7 @@ func Open(dir string) (*Maps, error) {
 func (m *Maps) Close() error {
 	return errors.Join(m.IPCache.m.Close(), m.Endpoints.m.Close(), m.CT4.m.Close(),
 		m.Metrics.m.Close(), m.Events.Close(), m.EventsLost.m.Close(), m.PolicyProgs.m.Close(), m.Frags.Close(), m.Identities.m.Close(),
-		m.SockXlateRef.Close())
+		m.SockXlateRef.Close(), m.NodePortCT4.Close(), m.NodePortRev4.Close(), m.NodePortAffinity4.Close())
 }
 
 // Replacements returns the maps to load an endpoint's programs with
@@ -166,6 +185,10 @@ func (m *Maps) Replacements(policy *PolicyMap) map[string]*ebpf.Map {
 		PolicyMapName:      policy.m,
 
 		SockXlateRefMapName: m.SockXlateRef,
+
+		NodePortCT4MapName:       m.NodePortCT4,
+		NodePortRev4MapName:      m.NodePortRev4,
+		NodePortAffinity4MapName: m.NodePortAffinity4,
 	}
 }
 
@@ -184,6 +207,10 @@ func (m *Maps) OverlayReplacements() map[string]*ebpf.Map {
 		PolicyProgsMapName: m.PolicyProgs.m,
 		FragMapName:        m.Frags,
 		IdentitiesMapName:  m.Identities.m,
+
+		NodePortCT4MapName:       m.NodePortCT4,
+		NodePortRev4MapName:      m.NodePortRev4,
+		NodePortAffinity4MapName: m.NodePortAffinity4,
 	}
 }
 

@@ -12,10 +12,14 @@ const (
 	DropInvalid          uint8 = 134 // Invalid packet
 	DropCTInvalidHeader  uint8 = 135 // CT: Truncated or invalid header
 	DropUnknownL3        uint8 = 139 // Unsupported L3 protocol
+	DropWriteError       uint8 = 141 // Error writing to packet
 	DropNoTunnelKey      uint8 = 147 // Error retrieving tunnel key
 	DropUnknownTarget    uint8 = 150 // Unknown L3 target address
 	DropCTCreateFailed   uint8 = 155 // CT: Map insertion failed
+	DropNoService        uint8 = 158 // Service backend not found
 	DropNoTunnelEndpoint uint8 = 160 // No tunnel/encapsulation endpoint (datapath BUG!)
+	DropNATNoMapping     uint8 = 167 // No mapping for NAT masquerade
+	DropNoFIB            uint8 = 169 // FIB lookup failed
 	DropInvalidIdentity  uint8 = 171 // Invalid identity
 	DropUnknownSender    uint8 = 172 // Unknown sender
 	DropIsClusterIP      uint8 = 174 // Is a ClusterIP
@@ -46,10 +50,13 @@ var dropReasons = map[uint8]string{
 	151: "Stale or unroutable IP",
 	155: "CT: Map insertion failed",
 	157: "IP fragmentation not supported",
+	158: "Service backend not found",
 	160: "No tunnel/encapsulation endpoint (datapath BUG!)",
 	163: "Unknown connection tracking state",
 	174: "Is a ClusterIP",
 	166: "Unsupported L2 protocol",
+	167: "No mapping for NAT masquerade",
+	169: "FIB lookup failed",
 	171: "Invalid identity",
 	172: "Unknown sender",
 	175: "First logical datagram fragment not found",

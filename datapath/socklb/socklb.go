@@ -78,6 +78,34 @@ func EnsureCgroup2(path string) (mounted bool, err error) {
 // that is none of Programs (left by another version of the agent) is
 // removed, which detaches its program.
 func Attach(m *maps.LBMaps, cgroupRoot, linkDir string) error {
+	return AttachWith(m, cgroupRoot, linkDir, Options{})
+}
+
+// Options are the programs' load-time settings.
+type Options struct {
+	// HostNetnsCookie is the cookie of the node's host network namespace
+	// (NetnsCookie of the agent's): there, 127.0.0.1:nodePort reaches a
+	// NodePort. 0 stands for the machine's initial namespace.
+	HostNetnsCookie uint64
+}
+
+// NetnsCookie returns the cookie of the calling thread's network
+// namespace (SO_NETNS_COOKIE, Linux 5.14+).
+func NetnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("netns cookie: %w", err)
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("netns cookie (SO_NETNS_COOKIE): %w", err)
+	}
+	return c, nil
+}
+
+// AttachWith is Attach with load-time options.
+func AttachWith(m *maps.LBMaps, cgroupRoot, linkDir string, o Options) error {
 	ok, err := IsCgroup2(cgroupRoot)
 	if err != nil {
 		return err
@@ -88,6 +116,9 @@ func Attach(m *maps.LBMaps, cgroupRoot, linkDir string) error {
 	spec, err := bpf.LoadSock()
 	if err != nil {
 		return fmt.Errorf("load embedded socket LB object: %w", err)
+	}
+	if err := spec.Variables[bpf.SockVarHOST_NETNS_COOKIE].Set(o.HostNetnsCookie); err != nil {
+		return fmt.Errorf("set the host netns cookie: %w", err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.Replacements()})
 	if err != nil {

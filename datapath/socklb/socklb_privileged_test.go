@@ -50,7 +50,7 @@ func runChild(args string) error {
 		kind, addr, _ := strings.Cut(item, "=")
 		var done bool
 		var err error
-		for _, run := range []func(kind, arg string) (bool, error){runAffinityItem, runMappedItem, runBenchItem} {
+		for _, run := range []func(kind, arg string) (bool, error){runAffinityItem, runMappedItem, runBenchItem, runKPRItem} {
 			if done, err = run(kind, addr); done || err != nil {
 				break
 			}

@@ -1,9 +1,13 @@
 package lb
 
 import (
+	"maps"
+	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -53,5 +57,109 @@ func TestServiceFrontendsSessionAffinity(t *testing.T) {
 	c.AffinityTimeout = 2
 	if b.SameAs(&c) {
 		t.Error("SameAs ignores the affinity timeout")
+	}
+}
+
+// Without kube-proxy replacement a NodePort Service with externalIPs and
+// a LoadBalancer IP has its ClusterIP frontend only, traffic policies are
+// ignored and a terminating endpoint is never used; with it, the node's
+// addresses, 0.0.0.0, the ingress IP and the externalIP are frontends,
+// and internalTrafficPolicy Local with externalTrafficPolicy Cluster
+// gives the external scope every ready backend and the internal scope
+// this node's (TwoScopes, not Local).
+func TestDeriveFrontendsKubeProxyReplacement(t *testing.T) {
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}, Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.20", ExternalIPs: []string{"198.51.100.7", "2001:db8::1"},
+		InternalTrafficPolicy: &local,
+		Ports:                 []corev1.ServicePort{{Name: "a", Port: 80, NodePort: 30080}},
+	}}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.16.0.10"}, {Hostname: "lb.example"}}
+	yes, no := true, false
+	n1, n2 := "node1", "node2"
+	port, name := int32(8080), "a"
+	sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.0.1.1"}, NodeName: &n1, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"10.0.2.1"}, NodeName: &n2, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"10.0.1.9"}, NodeName: &n1, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+		}}
+	be := func(s string) L4Addr { return L4Addr{Addr: netip.MustParseAddr(s), Port: 8080, Proto: TCP} }
+
+	off := DeriveFrontends(svc, []*discoveryv1.EndpointSlice{sl}, Options{NodeName: n1, NodeAddrs: []netip.Addr{netip.MustParseAddr("192.168.56.11")}})
+	if len(off) != 1 || off[0].TypeName() != TypeClusterIP || !slices.Equal(off[0].Backends, []L4Addr{be("10.0.1.1"), be("10.0.2.1")}) {
+		t.Fatalf("without KPR: %+v", off)
+	}
+
+	on := DeriveFrontends(svc, []*discoveryv1.EndpointSlice{sl}, Options{KubeProxyReplacement: true, NodeName: n1,
+		NodeAddrs: []netip.Addr{netip.MustParseAddr("192.168.56.11"), netip.MustParseAddr("fd00::11")}})
+	got := map[string]*Frontend{}
+	for _, f := range on {
+		got[f.Address.String()] = f
+	}
+	want := map[string]string{"10.96.0.20:80/TCP": TypeClusterIP, "0.0.0.0:30080/TCP": TypeNodePort,
+		"192.168.56.11:30080/TCP": TypeNodePort, "172.16.0.10:80/TCP": TypeLoadBalancer, "198.51.100.7:80/TCP": TypeExternalIP}
+	if len(got) != len(want) {
+		t.Errorf("frontends %v, want %v", slices.Collect(maps.Keys(got)), want)
+	}
+	for a, typ := range want {
+		f := got[a]
+		if f == nil || f.Type != typ {
+			t.Errorf("%s: %+v, want type %s", a, f, typ)
+			continue
+		}
+		if typ == TypeClusterIP {
+			// internalTrafficPolicy Local: this node's only.
+			if f.TwoScopes || !slices.Equal(f.Backends, []L4Addr{be("10.0.1.1")}) {
+				t.Errorf("%s: %+v, want node1's backend only", a, f)
+			}
+			continue
+		}
+		if f.Local || !f.TwoScopes || !f.NodePort() || !slices.Equal(f.Backends, []L4Addr{be("10.0.1.1"), be("10.0.2.1")}) ||
+			!slices.Equal(f.IntBackends, []L4Addr{be("10.0.1.1")}) {
+			t.Errorf("%s: %+v, want every backend outside, node1's inside", a, f)
+		}
+	}
+}
+
+// A pod's hostPorts: on the node's addresses and 0.0.0.0 or on the
+// hostIP, to the pod's address; none for hostNetwork, a pod without an
+// IPv4 address, a finished pod, or a port without hostPort.
+func TestPodHostPortFrontends(t *testing.T) {
+	pod := func(mut func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Ports: []corev1.ContainerPort{
+				{ContainerPort: 80, HostPort: 8080}, {ContainerPort: 53, Protocol: corev1.ProtocolUDP, HostPort: 53, HostIP: "192.168.56.11"},
+				{ContainerPort: 9090}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "fd00::5"}, {IP: "10.0.1.5"}}}}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	o := Options{NodeAddrs: []netip.Addr{netip.MustParseAddr("192.168.56.11"), netip.MustParseAddr("203.0.113.11")}}
+	var got []string
+	for _, f := range PodHostPortFrontends(pod(nil), o) {
+		if f.Type != TypeHostPort || !f.Local || !f.NodePort() || f.Service != "ns/p/host-port" || len(f.Backends) != 1 {
+			t.Errorf("frontend %+v", f)
+			continue
+		}
+		got = append(got, f.Address.String()+" "+f.Backends[0].String())
+	}
+	want := []string{"0.0.0.0:8080/TCP 10.0.1.5:80/TCP", "192.168.56.11:53/UDP 10.0.1.5:53/UDP",
+		"192.168.56.11:8080/TCP 10.0.1.5:80/TCP", "203.0.113.11:8080/TCP 10.0.1.5:80/TCP"}
+	if !slices.Equal(got, want) {
+		t.Errorf("frontends %q, want %q", got, want)
+	}
+	for name, mut := range map[string]func(*corev1.Pod){
+		"hostNetwork": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"no IPv4":     func(p *corev1.Pod) { p.Status.PodIPs = p.Status.PodIPs[:1] },
+		"succeeded":   func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded },
+		"deleted":     func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now },
+	} {
+		if fes := PodHostPortFrontends(pod(mut), o); len(fes) != 0 {
+			t.Errorf("%s: %d frontends, want none", name, len(fes))
+		}
 	}
 }

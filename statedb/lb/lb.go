@@ -1,9 +1,11 @@
 // Package lb defines the socket load balancer's tables: frontends
 // (a Service's ClusterIP, port and protocol, with the backends it
-// balances to) and backends (an address, port and protocol with the
-// numeric ID the BPF maps refer to it by), each row with its
-// reconciliation status, and the pure derivation of a Service's frontends
-// from the Service and its EndpointSlices. datapath/lbsync derives the
+// balances to; with kube-proxy replacement also its NodePort,
+// LoadBalancer and externalIP frontends and the pods' hostPorts) and
+// backends (an address, port and protocol with the numeric ID the BPF
+// maps refer to it by), each row with its reconciliation status, and the
+// pure derivation of a Service's frontends from the Service and its
+// EndpointSlices (DeriveFrontends) and of a pod's (PodHostPortFrontends). datapath/lbsync derives the
 // tables from the Kubernetes tables and reconciles them into the BPF maps
 // of bpf/sock.c.
 package lb
@@ -110,11 +112,44 @@ type SocketLB struct {
 	Enabled bool
 }
 
-// Frontend is one ClusterIP:port/protocol of a Service and the backends
-// connections to it go to. Rows are immutable: copy, then insert.
+// KubeProxyReplacement says whether the agent replaces kube-proxy
+// (--kube-proxy-replacement): then the frontends table also holds every
+// Service's NodePort, LoadBalancer and externalIP frontends with traffic
+// policies applied, for the socket load balancer and for the programs on
+// the node's uplinks. The cell that owns the tables (daemon/socklb)
+// provides it; the zero value is off.
+type KubeProxyReplacement struct {
+	// Enabled is --kube-proxy-replacement=true.
+	Enabled bool
+}
+
+// Frontend types (Frontend.Type): how the Service exposes the address.
+const (
+	TypeClusterIP    = "ClusterIP"
+	TypeNodePort     = "NodePort"     // a node address (or 0.0.0.0, the node's loopback) and the nodePort
+	TypeLoadBalancer = "LoadBalancer" // status.loadBalancer.ingress[].ip and the port
+	TypeExternalIP   = "ExternalIPs"  // spec.externalIPs and the port (Cilium's name)
+	TypeHostPort     = "HostPort"     // a pod's hostPort (not derived yet)
+)
+
+// Scope names of a frontend's two entries (Frontend.TwoScopes).
+const (
+	ScopeExternal = "external"
+	ScopeInternal = "internal"
+)
+
+// Frontend is one address:port/protocol of a Service (its ClusterIP, or
+// with --kube-proxy-replacement a NodePort, LoadBalancer or externalIP
+// frontend) and the backends connections to it go to. Rows are
+// immutable: copy, then insert.
 type Frontend struct {
-	// Address is the ClusterIP, the Service port and its protocol.
+	// Address is the frontend's address, port and protocol: the
+	// ClusterIP and the Service port, or a node address and the
+	// nodePort, ...
 	Address L4Addr `json:"address"`
+	// Type is one of TypeClusterIP, TypeNodePort, TypeLoadBalancer,
+	// TypeExternalIP ("" is a ClusterIP).
+	Type string `json:"type,omitempty"`
 	// Service is the Service's "namespace/name", PortName its port's name.
 	Service  string `json:"service"`
 	PortName string `json:"port-name,omitempty"`
@@ -130,6 +165,17 @@ type Frontend struct {
 	// seconds ago or the backend is gone.
 	SessionAffinity bool   `json:"session-affinity,omitempty"`
 	AffinityTimeout uint32 `json:"affinity-timeout,omitempty"`
+	// Local is externalTrafficPolicy Local on a NodePort, LoadBalancer or
+	// externalIP frontend: Backends are this node's only, and the
+	// client's address is kept.
+	Local bool `json:"local,omitempty"`
+	// TwoScopes says that clients inside the cluster (sockets, pods) get
+	// IntBackends instead of Backends: the Service's internal and
+	// external traffic policies differ. Backends are then the external
+	// scope's.
+	TwoScopes     bool     `json:"two-scopes,omitempty"`
+	IntBackends   []L4Addr `json:"int-backends,omitempty"`
+	IntBackendIDs []uint32 `json:"int-backend-ids,omitempty"`
 	// Status is the reconciliation status of the services map entries.
 	Status reconciler.Status `json:"status"`
 }
@@ -138,7 +184,50 @@ type Frontend struct {
 func (f *Frontend) SameAs(o *Frontend) bool {
 	return f.Address == o.Address && f.Service == o.Service && f.PortName == o.PortName &&
 		f.SessionAffinity == o.SessionAffinity && f.AffinityTimeout == o.AffinityTimeout &&
-		slices.Equal(f.Backends, o.Backends) && slices.Equal(f.BackendIDs, o.BackendIDs)
+		slices.Equal(f.Backends, o.Backends) && slices.Equal(f.BackendIDs, o.BackendIDs) &&
+		f.Type == o.Type && f.Local == o.Local && f.TwoScopes == o.TwoScopes &&
+		slices.Equal(f.IntBackends, o.IntBackends) && slices.Equal(f.IntBackendIDs, o.IntBackendIDs)
+}
+
+// TypeName is Type, "ClusterIP" when empty.
+func (f *Frontend) TypeName() string {
+	if f.Type == "" {
+		return TypeClusterIP
+	}
+	return f.Type
+}
+
+// NodePort reports whether outside clients reach the frontend through
+// the node (LB4_SVC_NODEPORT): a NodePort, LoadBalancer or externalIP
+// frontend.
+func (f *Frontend) NodePort() bool {
+	switch f.Type {
+	case TypeNodePort, TypeLoadBalancer, TypeExternalIP, TypeHostPort:
+		return true
+	}
+	return false
+}
+
+// AllBackends returns Backends followed by IntBackends, and their IDs:
+// every backend the frontend references.
+func (f *Frontend) AllBackends() ([]L4Addr, []uint32) {
+	return slices.Concat(f.Backends, f.IntBackends), slices.Concat(f.BackendIDs, f.IntBackendIDs)
+}
+
+// FlagsString is "local,two-scopes" for the flags beside session
+// affinity, "-" for none.
+func (f *Frontend) FlagsString() string {
+	var fs []string
+	if f.Local {
+		fs = append(fs, "local")
+	}
+	if f.TwoScopes {
+		fs = append(fs, "two-scopes")
+	}
+	if len(fs) == 0 {
+		return "-"
+	}
+	return strings.Join(fs, ",")
 }
 
 // WithStatus returns a copy of f with status s.
@@ -150,7 +239,7 @@ func (f *Frontend) WithStatus(s reconciler.Status) *Frontend {
 
 // TableHeader implements statedb.TableWritable.
 func (*Frontend) TableHeader() []string {
-	return []string{"Address", "Service", "Affinity", "Backends", "Status"}
+	return []string{"Address", "Service", "Affinity", "Backends", "Type", "Flags", "IntBackends", "Status"}
 }
 
 // AffinityString is "ClientIP 10800s" with session affinity, else "None"
@@ -164,22 +253,29 @@ func (f *Frontend) AffinityString() string {
 
 // TableRow implements statedb.TableWritable.
 func (f *Frontend) TableRow() []string {
-	bs := make([]string, len(f.Backends))
-	for i, b := range f.Backends {
-		bs[i] = fmt.Sprintf("%s#%d", netip.AddrPortFrom(b.Addr, b.Port), f.id(i))
-	}
 	svc := f.Service
 	if f.PortName != "" {
 		svc += ":" + f.PortName
 	}
-	return []string{f.Address.String(), svc, f.AffinityString(), strings.Join(bs, ", "), f.Status.String()}
+	ints := "-"
+	if f.TwoScopes {
+		ints = backendsString(f.IntBackends, f.IntBackendIDs)
+	}
+	return []string{f.Address.String(), svc, f.AffinityString(), backendsString(f.Backends, f.BackendIDs),
+		f.TypeName(), f.FlagsString(), ints, f.Status.String()}
 }
 
-func (f *Frontend) id(i int) uint32 {
-	if i < len(f.BackendIDs) {
-		return f.BackendIDs[i]
+// backendsString is "10.0.1.20:8080#3, 10.0.2.21:8080#4".
+func backendsString(bs []L4Addr, ids []uint32) string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		id := uint32(0)
+		if i < len(ids) {
+			id = ids[i]
+		}
+		out[i] = fmt.Sprintf("%s#%d", netip.AddrPortFrom(b.Addr, b.Port), id)
 	}
-	return 0
+	return strings.Join(out, ", ")
 }
 
 // l4AddrKey is the index key of an L4Addr in its text form.

@@ -235,16 +235,26 @@ func (m *Maps) Dump(name string) (header []string, rows [][]string, err error) {
 				rows = append(rows, []string{k.String(), strconv.Itoa(int(v.EndpointID)), u32(v.Identity), u32(v.IfIndex), mac(v.MAC), mac(v.NodeMAC)})
 			}
 		case ServicesMap:
-			header = []string{"Frontend", "Slot", "BackendID", "Count", "Affinity"}
+			// Scope and Flags last: a file may leave them out (maps/cmp
+			// compares the columns the file names).
+			header = []string{"Frontend", "Slot", "BackendID", "Count", "Affinity", "Scope", "Flags"}
 			for _, k := range slices.SortedFunc(maps.Keys(m.services), func(a, b dpmaps.ServiceSlot) int {
-				return cmp.Or(compareL4(a.Frontend, b.Frontend), cmp.Compare(a.Slot, b.Slot))
+				return cmp.Or(compareL4(a.Frontend, b.Frontend), cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Slot, b.Slot))
 			}) {
 				v := m.services[k]
-				aff := "-"
+				aff, flags := "-", "-"
 				if v.Affinity {
 					aff = fmt.Sprintf("%ds", v.AffinityTimeout)
 				}
-				rows = append(rows, []string{l4(k.Frontend), strconv.Itoa(int(k.Slot)), u32(v.BackendID), strconv.Itoa(int(v.Count)), aff})
+				if k.Slot == 0 {
+					flags = v.FlagString()
+				}
+				scope := "ext"
+				if k.Scope == dpmaps.ScopeInt {
+					scope = "int"
+				}
+				rows = append(rows, []string{l4(k.Frontend), strconv.Itoa(int(k.Slot)), u32(v.BackendID), strconv.Itoa(int(v.Count)), aff,
+					scope, flags})
 			}
 		case BackendsMap:
 			header = []string{"ID", "Address"}

@@ -118,6 +118,20 @@ type Options struct {
 	APIServerArgs         []string
 	ControllerManagerArgs []string
 
+	// AuditPolicy, if not empty, is an audit policy (an audit.k8s.io/v1
+	// Policy in YAML) the API server logs requests by, one JSON event a
+	// line, into [AuditLogFile] in the work directory
+	// ([Cluster.AuditLogPath]; read it with [ReadAuditLog]). Blocking mode:
+	// an event is in the file before its request's response is sent.
+	AuditPolicy string
+
+	// BeforeControllerManager, if set, runs once the API server is ready
+	// and before kube-controller-manager starts (with ControllerManager):
+	// for objects its controllers should know from their start, such as
+	// CRDs, whose resources the garbage collector otherwise discovers only
+	// at its next resync, up to 30 seconds later. An error fails Start.
+	BeforeControllerManager func(ctx context.Context, c *Cluster) error
+
 	// Binaries are the programs to run; if KubeAPIServer is empty, Start calls
 	// EnsureBinaries (which may build them).
 	Binaries Binaries
@@ -263,6 +277,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	if opts.ControllerManager {
+		if f := opts.BeforeControllerManager; f != nil {
+			if err := f(startCtx, c); err != nil {
+				return nil, fmt.Errorf("start cluster: before kube-controller-manager: %w", err)
+			}
+		}
 		if err := c.startControllerManager(startCtx); err != nil {
 			return nil, fmt.Errorf("start cluster: %w", err)
 		}
@@ -477,6 +496,14 @@ func (c *Cluster) startAPIServer(ctx context.Context, svcRange string) error {
 			"--allow-privileged=true",
 			"--profiling=false",
 		)
+		if c.opts.AuditPolicy != "" {
+			policy := filepath.Join(c.dir, auditPolicyFile)
+			if err := os.WriteFile(policy, []byte(c.opts.AuditPolicy), 0o644); err != nil {
+				return fmt.Errorf("start kube-apiserver: write the audit policy: %w", err)
+			}
+			args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+c.AuditLogPath(),
+				"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0")
+		}
 		if c.opts.NodeAuthorizer {
 			args = append(args, "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 				// How the API server calls kubelets (logs, exec, port-forward):

@@ -74,6 +74,10 @@ type ClusterOptions struct {
 	// (HubbleRelaySpec), and Up waits for it to be Ready: make up's. The
 	// operator then serves the service map (hubble.serviceMap.enabled).
 	HubbleRelay bool
+	// KubeProxyReplacement runs no kube-proxy on any node and installs
+	// cellium with the chart's kubeProxyReplacement=true: cellium's
+	// datapath serves every Service type (make up KPR=true).
+	KubeProxyReplacement bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -171,6 +175,10 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 2 * time.Minute
 	}
+	if opts.KubeProxyReplacement {
+		// Before the caller's values: theirs win.
+		opts.Values = append([]string{"kubeProxyReplacement=true"}, opts.Values...)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -266,7 +274,7 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 		Dir:          c.state.NodeDir,
 		Images:       images,
 		Scheduler:    true,
-		KubeProxy:    true,
+		KubeProxy:    !opts.KubeProxyReplacement,
 		ClusterCIDR:  opts.PodCIDR,
 		StartTimeout: opts.StartTimeout,
 		Detach:       opts.Detach,

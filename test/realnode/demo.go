@@ -34,6 +34,12 @@ type DemoPod struct {
 // balancer).
 var demoServices = []string{"web", "db"}
 
+// DemoNodePort is the NodePort of the demo's "web" Service (type
+// NodePort): http://<any node's address>:30080/ answers from the machine
+// and from every node, through kube-proxy or, with kube-proxy replacement,
+// through cellium's datapath.
+const DemoNodePort = 30080
+
 // demoPods are the pods DeployDemo creates: name and app label.
 var demoPods = [][2]string{{"web-1", "web"}, {"web-2", "web"}, {"db-1", "db"}}
 
@@ -76,6 +82,10 @@ func (c *Cluster) DeployDemo(ctx context.Context, timeout time.Duration) ([]Demo
 				Selector: map[string]string{"app": app},
 				Ports:    []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromInt32(8080)}},
 			},
+		}
+		if app == "web" {
+			svc.Spec.Type = corev1.ServiceTypeNodePort
+			svc.Spec.Ports[0].NodePort = DemoNodePort
 		}
 		got, err := cs.CoreV1().Services(DemoNamespace).Create(ctx, svc, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {

@@ -430,6 +430,11 @@ const podPool = "10.231.0.0/16"
 // netns (an http.Client would dial on another goroutine, in the host's
 // namespace).
 func httpGetIn(netns ns.NetNS, addr string) (string, error) {
+	return httpGetPathIn(netns, addr, "/")
+}
+
+// httpGetPathIn is httpGetIn for path.
+func httpGetPathIn(netns ns.NetNS, addr, path string) (string, error) {
 	var body string
 	err := netns.Do(func(ns.NetNS) error {
 		d := net.Dialer{Timeout: 2 * time.Second}
@@ -439,7 +444,7 @@ func httpGetIn(netns ns.NetNS, addr string) (string, error) {
 		}
 		defer conn.Close()
 		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-		if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\nHost: demo\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.0\r\nHost: demo\r\n\r\n"); err != nil {
 			return err
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -148,7 +148,7 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 			Dir:          nodeDir,
 			Images:       images,
 			Scheduler:    i == 1,
-			KubeProxy:    true,
+			KubeProxy:    !opts.KubeProxyReplacement,
 			ClusterCIDR:  opts.PodCIDR,
 			StartTimeout: opts.StartTimeout,
 			Detach:       opts.Detach,

@@ -37,22 +37,25 @@ import (
 // node (checkAgentKill), and the node removed. Stop then leaves nothing on
 // the host (ClusterLeftovers).
 func TestPrivilegedRealClusterTwoNodes(t *testing.T) {
-	testTwoNodes(t, "tunnel", nil)
+	testTwoNodes(t, "tunnel", false, nil)
 }
 
 // TestPrivilegedRealClusterTwoNodesNative is the same in native routing
 // mode: each node routes the other's pod CIDR via the other's address
 // (auto-direct-node-routes), no tunnel device; and with
 // CiliumEndpointSlices (ciliumEndpointSlice.enabled): the agents learn the
-// other node's pods from the operator's slices, not from CiliumEndpoints.
+// other node's pods from the operator's slices, not from CiliumEndpoints;
+// and with kube-proxy replacement (kubeProxyReplacement=true, no
+// kube-proxy on either node): NodePorts with both external traffic
+// policies are cellium's (checkNodePorts).
 func TestPrivilegedRealClusterTwoNodesNative(t *testing.T) {
-	testTwoNodes(t, "native", []string{"routingMode=native", "autoDirectNodeRoutes=true",
+	testTwoNodes(t, "native", true, []string{"routingMode=native", "autoDirectNodeRoutes=true",
 		"ipv4NativeRoutingCIDR=" + DefaultPodCIDR, "ciliumEndpointSlice.enabled=true"})
 }
 
 // testTwoNodes runs the two-node checks in routing mode mode, installed
-// with values.
-func testTwoNodes(t *testing.T, mode string, values []string) {
+// with values, with kube-proxy or (kpr) cellium's kube-proxy replacement.
+func testTwoNodes(t *testing.T, mode string, kpr bool, values []string) {
 	privileged.Require(t)
 	bins := nodeBinaries(t)
 	ctx := t.Context()
@@ -81,7 +84,7 @@ func testTwoNodes(t *testing.T, mode string, values []string) {
 		_ = os.RemoveAll(dir)
 	})
 	began := time.Now()
-	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Values: values, Logger: logger})
+	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Values: values, KubeProxyReplacement: kpr, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +192,10 @@ func testTwoNodes(t *testing.T, mode string, values []string) {
 	// Across the nodes, both ways.
 	eventually(t, 30*time.Second, "a (node "+c.Nodes[0].Name+") reaching b (node "+c.Nodes[1].Name+") at "+ips["b"], func() error { return reach("a", "b") })
 	eventually(t, 30*time.Second, "b reaching a at "+ips["a"], func() error { return reach("b", "a") })
+
+	// NodePorts from outside the nodes and from each node; a runs on
+	// node 1.
+	checkNodePorts(t, c, space, "a", kpr)
 
 	// Default-deny ingress on b: a's connections to b stop, b still
 	// reaches a.

@@ -1,6 +1,7 @@
 // Command demoapp is the demo application of the real test node: an HTTP
 // server that answers every request with "hello from <hostname>\n" (the pod's
-// name), on the address given by --listen (default :8080), and says so on
+// name), and GET /clientip with the address the request came from (what a
+// Service's traffic policy keeps or replaces), on the address given by --listen (default :8080), and says so on
 // standard error when it starts. It exits on SIGTERM or SIGINT. test/realnode packs it, built static, into an image of
 // its own. With --get URL it is the client instead: it sends GET URL, prints
 // the answer's body and exits (1 on failure), so that one demo pod can call
@@ -51,7 +52,15 @@ func main() {
 	srv := &http.Server{
 		Addr:              *listen,
 		ReadHeaderTimeout: 5 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/clientip" {
+				ip, _, err := net.SplitHostPort(r.RemoteAddr)
+				if err != nil {
+					ip = r.RemoteAddr
+				}
+				fmt.Fprintln(w, ip)
+				return
+			}
 			fmt.Fprintf(w, "hello from %s\n", host)
 		}),
 	}

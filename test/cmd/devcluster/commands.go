@@ -90,7 +90,7 @@ func newUpCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node.demoPods, node.values, node.binDir, node.nodes)
+				return upReal(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), abs, timeout, node)
 			}
 			return up(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), dir, opts, node)
 		},

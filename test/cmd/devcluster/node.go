@@ -63,6 +63,9 @@ type nodeOptions struct {
 	masquerade       bool
 	bpf              bool
 	socketLB         bool
+	// kubeProxyReplacement: with --node real, no kube-proxy; cellium
+	// serves every Service type (the chart's kubeProxyReplacement=true).
+	kubeProxyReplacement bool
 	agentArgs        []string
 	operatorArgs     []string
 
@@ -81,6 +84,7 @@ func (o *nodeOptions) register(cmd *cobra.Command) {
 	fs.StringArrayVar(&o.values, "set", nil, "with --node "+nodeReal+": a chart value for cellium's install, helm's --set syntax, after make up's own (repeatable), e.g. --set 'agent.extraArgs={--enable-policy=always}'")
 	fs.BoolVar(&o.controlPlaneOnly, "control-plane-only", false, "run etcd and kube-apiserver (and the controller-manager) only: no cellium, no root needed")
 	fs.StringVar(&o.binDir, "bin-dir", "", "directory with cellium-agent, cellium-operator, cellium-cni, devkubelet (and cellium) from `make build`; empty: the directory of this program if it has them, else build them with `go build`")
+	fs.BoolVar(&o.kubeProxyReplacement, "kube-proxy-replacement", false, "with --node "+nodeReal+": run no kube-proxy and install cellium with kubeProxyReplacement=true, so that its datapath serves ClusterIP, NodePort, LoadBalancer and externalIPs (make up KPR=true)")
 	fs.IntVar(&o.nodes, "nodes", 1, "with --node "+nodeReal+": how many real nodes (1 to 4; several run each in network and mount namespaces of its own on a bridge, 10.250.0.<i>)")
 	fs.StringVar(&o.nodeName, "node-name", "cellium-node", "name of the node the agent and the devkubelet run")
 	fs.StringVar(&o.nodeIP, "node-ip", "127.0.0.2", "the node's InternalIP (reported only, never routed to: a 127.0.0.0/8 address)")

@@ -24,12 +24,14 @@ const (
 	nodeDev  = "dev"  // the devkubelet and an agent process
 )
 
-// upReal starts a control plane and a real node in dir with cellium
-// installed from its chart (realnode.Up, detached; values are more chart
-// values), then the demo pods, and prints what to try. binDir (make
-// build's bin/, may be empty) is where cellium's image finds its programs;
-// nodes is the number of real nodes.
-func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, demoPods bool, values []string, binDir string, nodes int) error {
+// upReal starts a control plane and real nodes in dir with cellium
+// installed from its chart (realnode.Up, detached), then the demo pods, and
+// prints what to try. Of o it reads the chart values (--set), the
+// number of nodes, whether to run kube-proxy or cellium's replacement, the
+// demo pods switch and binDir (make build's bin/, may be empty: where
+// cellium's image finds its programs).
+func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout time.Duration, o nodeOptions) error {
+	demoPods := o.demoPods
 	if err := checkRoot(os.Geteuid(), false); err != nil {
 		return err
 	}
@@ -52,11 +54,13 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 		Detach:       true,
 		NodeBinaries: bins,
 		HubbleRelay:  true,
-		Values:       values,
-		BinDir:       binDir,
-		Nodes:        nodes,
+		Values:       o.values,
+		BinDir:       o.binDir,
+		Nodes:        o.nodes,
 		StartTimeout: timeout,
 		Logger:       log,
+
+		KubeProxyReplacement: o.kubeProxyReplacement,
 	})
 	if err != nil {
 		return fmt.Errorf("%w%s", err, hint)
@@ -79,8 +83,12 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	if len(names) == 0 {
 		names = append(names, c.Node.Name)
 	}
-	fmt.Fprintf(stdout, "cluster is up: kube-apiserver %s, node %s (containerd, kubelet, kube-scheduler, kube-proxy nftables)\n",
-		c.Control.APIServerURL(), strings.Join(names, ", "))
+	services := "kube-proxy nftables"
+	if o.kubeProxyReplacement {
+		services = "no kube-proxy: cellium's kube-proxy replacement"
+	}
+	fmt.Fprintf(stdout, "cluster is up: kube-apiserver %s, node %s (containerd, kubelet, kube-scheduler, %s)\n",
+		c.Control.APIServerURL(), strings.Join(names, ", "), services)
 	fmt.Fprintf(stdout, "cellium installed from its chart: %s (DaemonSet %s, Deployment %s in %s)\n",
 		relativeToWD(c.Node.Dir+"/cellium.yaml"), realnode.AgentDaemonSet, realnode.OperatorDeployment, install.Namespace)
 	fmt.Fprintf(stdout, "cluster DNS: CoreDNS %s (Deployment %s, Service %s %s in %s), domain %s\n",
@@ -118,6 +126,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 			fmt.Sprintf("%s -n %s exec %s -- demoapp --get http://%s:8080/", k, realnode.DemoNamespace, demo[0].Name, demo[1].IP),
 			fmt.Sprintf("%s -n %s get services   # then: exec %s -- demoapp --get http://%s:8080/ (Service db's ClusterIP)", k, realnode.DemoNamespace, demo[0].Name, demo[len(demo)-1].ServiceIP),
 			fmt.Sprintf("%s -n %s logs %s", k, realnode.DemoNamespace, demo[1].Name),
+			fmt.Sprintf("curl http://%s:%d/   # the demo's NodePort (Service web), from this machine", nodeAddress(c), realnode.DemoNodePort),
 			fmt.Sprintf("%s run hello --image=%s --image-pull-policy=Never", k, realnode.DemoImage),
 		)
 	}
@@ -129,7 +138,7 @@ func upReal(ctx context.Context, stdout, stderr io.Writer, dir string, timeout t
 	try = append(try, "make down")
 	printTry(stdout, try)
 	nodeDir := "node"
-	if nodes > 1 {
+	if o.nodes > 1 {
 		nodeDir = "node<i>" // one directory per node: node1, node2, ...
 	}
 	fmt.Fprintf(stdout, "logs: %s/*.log (control plane), %s/%s/*.log (node), %s/%s/pod-logs (pods)\n",
@@ -202,4 +211,13 @@ func hubbleCommand() string {
 		return b.Hubble
 	}
 	return "hubble"
+}
+
+// nodeAddress is the address of the cluster's first node: the one node's,
+// or of several the first's.
+func nodeAddress(c *realnode.Cluster) string {
+	if len(c.Nodes) > 0 {
+		return c.Nodes[0].IP.String()
+	}
+	return c.Node.IP.String()
 }
