@@ -159,7 +159,7 @@ func startAgent(t *testing.T, c *harness.Cluster, node, nodeIP, stateDir string)
 			nodes.NewLocalNodeTable,
 			statedb.RWTable[*nodes.LocalNode].ToTable,
 		),
-		a.policy.Cell(), endpointmanager.Cell, cepsync.Cell,
+		a.policy.Cell(), endpointmanager.Cell, identitycell.Responder, ipam.Responder, cepsync.Cell,
 		hivetest.Capture(&a.db), hivetest.Capture(&a.eps), hivetest.Capture(&a.des), hivetest.Capture(&local),
 		hivetest.Capture(&a.pols),
 	)

@@ -97,7 +97,7 @@ func TestDoctorOverRealCells(t *testing.T) {
 		),
 		ipam.Cell,
 		endpointpolicytest.New().Cell(),
-		endpointmanager.Cell,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		doctor.Cell,
 		hivetest.Capture(&db), hivetest.Capture(&cns), hivetest.Capture(&pods),
 	)

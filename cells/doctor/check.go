@@ -13,11 +13,11 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
-	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/ipcache"
 	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
@@ -123,7 +123,7 @@ type Facts struct {
 	ClusterNodesKnown bool
 
 	// RefusedCEPs are the CEPs of other nodes the ipcache refuses.
-	RefusedCEPs      []ipcachecell.RefusedCEP
+	RefusedCEPs      []*ipcache.RefusedCEP
 	RefusedCEPsKnown bool
 
 	// NodePaths are the health probes of the other nodes.
@@ -242,11 +242,11 @@ func (c *checker) cepRefusals() {
 	for _, r := range c.f.RefusedCEPs {
 		var hint string
 		switch r.Reason {
-		case ipcachecell.RefusedAddressOutsideNode:
+		case ipcache.RefusedAddressOutsideNode:
 			hint = "an address of the CEP is outside the pod CIDRs of node " + r.NodeIP + " (cellium node list): a stale or forged CEP, or a pod CIDR refused to that node"
-		case ipcachecell.RefusedUnknownNode:
+		case ipcache.RefusedUnknownNode:
 			hint = "no node has InternalIP " + r.NodeIP + " (cellium node list): the node left, or the CEP is stale or forged"
-		case ipcachecell.RefusedUnknownIdentity:
+		case ipcache.RefusedUnknownIdentity:
 			hint = fmt.Sprintf("no CiliumIdentity %d (kubectl get ciliumidentity %d): it may still be coming", r.Identity, r.Identity)
 		default:
 			hint = "see Documentation/concepts/ipcache-trust.md"

@@ -9,10 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cellium/cellium/cells/doctor"
-	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/ipcache"
 	"github.com/cellium/cellium/statedb/nodes"
 )
 
@@ -52,8 +52,8 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name: "refused CEPs",
-			f: doctor.Facts{RefusedCEPsKnown: true, RefusedCEPs: []ipcachecell.RefusedCEP{
-				{CEP: "default/evil", Reason: ipcachecell.RefusedAddressOutsideNode, Identity: 3000, NodeIP: "192.168.0.2"},
+			f: doctor.Facts{RefusedCEPsKnown: true, RefusedCEPs: []*ipcache.RefusedCEP{
+				{CEP: "default/evil", Reason: ipcache.RefusedAddressOutsideNode, Identity: 3000, NodeIP: "192.168.0.2"},
 			}},
 			want: []string{`cep-refused cep default/evil: CiliumEndpoint default/evil (identity 3000, node 192.168.0.2) is refused by the ipcache: address-outside-node`},
 		},

@@ -18,7 +18,6 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/cepsync"
 	"github.com/cellium/cellium/cells/hive"
-	ipcachecell "github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/bpfprog"
@@ -26,6 +25,7 @@ import (
 	"github.com/cellium/cellium/statedb/health"
 	"github.com/cellium/cellium/statedb/identity"
 	ipamtables "github.com/cellium/cellium/statedb/ipam"
+	"github.com/cellium/cellium/statedb/ipcache"
 	"github.com/cellium/cellium/statedb/mapstate"
 	"github.com/cellium/cellium/statedb/nodes"
 )
@@ -66,8 +66,8 @@ type Params struct {
 	PolicyMaps statedb.Table[*mapstate.PolicyMap] `optional:"true"`
 	// ClusterNodes is the nodes table (CiliumNodes, with refusals).
 	ClusterNodes statedb.Table[*nodes.Node] `optional:"true"`
-	// RefusedCEPs are the CEPs the ipcache refuses.
-	RefusedCEPs ipcachecell.RefusedCEPs `optional:"true"`
+	// RefusedCEPs is the ipcache's table of the CEPs it refuses.
+	RefusedCEPs statedb.Table[*ipcache.RefusedCEP] `optional:"true"`
 	// NodePaths are the health probes of other nodes (absent with
 	// --enable-health-checking=false).
 	NodePaths statedb.Table[*health.NodePath] `optional:"true"`
@@ -136,7 +136,7 @@ func (d *Doctor) Facts() *Facts {
 		f.NodePaths, f.NodePathsKnown = statedb.Collect(d.p.NodePaths.All(txn)), true
 	}
 	if d.p.RefusedCEPs != nil {
-		f.RefusedCEPs, f.RefusedCEPsKnown = d.p.RefusedCEPs.RefusedCEPs(), true
+		f.RefusedCEPs, f.RefusedCEPsKnown = statedb.Collect(d.p.RefusedCEPs.All(txn)), true
 	}
 	d.allocations(f)
 	d.links(f)

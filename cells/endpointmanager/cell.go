@@ -10,6 +10,8 @@ import (
 
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/statedb/endpoints"
+	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 )
 
 // Cell provides the endpoints table and the endpoint API.
@@ -18,6 +20,19 @@ var Cell = hive.Module("endpoint-manager", "Local endpoints",
 	hive.ProvidePrivate(endpoints.NewTable),
 	// ...and read by the CEP synchronizer, the datapath and the CLI.
 	hive.Provide(statedb.RWTable[*endpoints.Endpoint].ToTable),
+	// The identity requests: the manager asks (one row per endpoint), the
+	// identity allocator answers in the rows' Result and holds their
+	// references.
+	hive.ProvidePrivate(identity.NewRequestsTable),
+	hive.Provide(func(t statedb.RWTable[*identity.Request]) identity.RequestAnswers {
+		return identity.RequestAnswers{RWTable: t}
+	}),
+	// The IPAM requests: the manager asks (claims and releases of the
+	// CNI API, restored addresses), IPAM answers in the rows' Result.
+	hive.ProvidePrivate(ipamtables.NewRequestsTable),
+	hive.Provide(func(t statedb.RWTable[*ipamtables.Request]) ipamtables.RequestAnswers {
+		return ipamtables.RequestAnswers{RWTable: t}
+	}),
 	// The manager; created here, restored and run by the hooks below.
 	hive.ProvidePrivate(newManager),
 	// PUT/DELETE/GET /v1/endpoint...

@@ -13,12 +13,13 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	identitycell "github.com/cellium/cellium/cells/identity"
-	"github.com/cellium/cellium/cells/ipam"
+
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/statedir"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/health"
+	"github.com/cellium/cellium/statedb/identity"
 	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/mapstate"
@@ -33,12 +34,14 @@ type managerParams struct {
 	Pods       statedb.Table[*corev1.Pod]
 	Namespaces statedb.Table[*corev1.Namespace]
 	Clientset  k8s.Clientset
-	IPAM       ipam.Allocator
-	Identities identitycell.Allocator
-	Filter     identitycell.LabelFilter
-	Cluster    identitycell.ClusterName
-	StateDir   statedir.Dir
-	Node       k8s.NodeName
+	// IPAMRequests is the IPAM requests table (cell.go).
+	IPAMRequests statedb.RWTable[*ipamtables.Request]
+	// Requests is the identity requests table (cell.go).
+	Requests statedb.RWTable[*identity.Request]
+	Filter   identitycell.LabelFilter
+	Cluster  identitycell.ClusterName
+	StateDir statedir.Dir
+	Node     k8s.NodeName
 	// CEPs lets restore rebuild an endpoint whose state file is unreadable.
 	CEPs statedb.Table[*ciliumv2.CiliumEndpoint] `optional:"true"`
 	// Programs is the eBPF loader's table (absent without the loader):
@@ -56,7 +59,7 @@ type managerParams struct {
 func newManager(p managerParams) *Manager {
 	return &Manager{
 		log: p.Log, db: p.DB, table: p.Table, pods: p.Pods, namespaces: p.Namespaces,
-		clientset: p.Clientset, ipam: p.IPAM, identities: p.Identities, filter: p.Filter,
+		clientset: p.Clientset, ipamReqs: p.IPAMRequests, requests: p.Requests, filter: p.Filter,
 		cluster: p.Cluster, store: store{dir: string(p.StateDir) + "/endpoints", now: time.Now}, node: p.Node, now: time.Now,
 		ceps: p.CEPs, sysClassNet: "/sys/class/net", programs: p.Programs, policies: p.Policies, policyMaps: p.PolicyMaps,
 	}
@@ -88,14 +91,24 @@ func registerJobs(p jobsParams) {
 	restoreDone := p.Table.RegisterInitializer(txn, "endpoint-restore")
 	txn.Commit()
 
-	// IPAM hands out no address before it holds those of the restored
-	// endpoints (released at once if loading fails: start-up stops then).
-	handOver := m.ipam.HoldForRestore("endpoint-manager")
+	// IPAM hands out no address before the IPAM requests table is
+	// initialized, with the addresses of the restored endpoints in it
+	// (and without, at once, if loading fails: start-up stops then).
+	txn = p.DB.WriteTxn(m.ipamReqs)
+	holdsDone := m.ipamReqs.RegisterInitializer(txn, "endpoint-restore")
+	txn.Commit()
 	var restored []*endpoints.Endpoint
 	p.Lifecycle.Append(hive.Hook{
 		Name: "endpoint-restore-load",
 		OnStart: func(context.Context) (err error) {
-			defer func() { handOver(restoredClaims(restored)) }()
+			defer func() {
+				if herr := m.holdRestored(restored, holdsDone); herr != nil {
+					m.log.Error("restored endpoints' addresses not held", "error", herr)
+					txn := p.DB.WriteTxn(m.ipamReqs)
+					holdsDone(txn)
+					txn.Commit()
+				}
+			}()
 			if _, err := p.StateDir.Sub("endpoints"); err != nil {
 				return err
 			}
@@ -112,6 +125,8 @@ func registerJobs(p jobsParams) {
 		hive.OneShot("endpoint-restore", func(ctx context.Context, _ hive.Health) error {
 			return m.validateRestored(ctx, restored, restoreDone)
 		}),
+		// The restored addresses' requests go once IPAM holds them.
+		hive.OneShot("ipam-holds", func(ctx context.Context, _ hive.Health) error { return m.dropHolds(ctx) }),
 		// Pod label changes move endpoints to the matching identity.
 		hive.ObserveTable("pod-labels", p.DB, p.Pods, func(ctx context.Context, c statedb.Change[*corev1.Pod]) error {
 			if c.Deleted {

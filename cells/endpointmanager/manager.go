@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/statedb"
@@ -24,6 +25,7 @@ import (
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/identity"
+	ipamtables "github.com/cellium/cellium/statedb/ipam"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/mapstate"
@@ -47,13 +49,19 @@ type Manager struct {
 	pods       statedb.Table[*corev1.Pod]
 	namespaces statedb.Table[*corev1.Namespace]
 	clientset  k8s.Clientset
-	ipam       ipam.Allocator
-	identities identitycell.Allocator
-	filter     identitycell.LabelFilter
-	cluster    identitycell.ClusterName
-	store      store
-	node       k8s.NodeName
-	now        func() time.Time
+	// ipamReqs is the IPAM requests table: the manager asks, the IPAM
+	// cell answers (ipam.go); ipamIDs numbers the requests.
+	ipamReqs statedb.RWTable[*ipamtables.Request]
+	ipamIDs  atomic.Uint64
+	// requests is the identity requests table: the manager writes what
+	// each endpoint asks, the identity allocator answers (identity.go).
+	requests statedb.RWTable[*identity.Request]
+	attempts atomic.Uint64
+	filter   identitycell.LabelFilter
+	cluster  identitycell.ClusterName
+	store    store
+	node     k8s.NodeName
+	now      func() time.Time
 
 	// mu serialises endpoint ID choice and row replacement; the slow parts
 	// (identity allocation) run outside it.
@@ -112,7 +120,7 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 		return nil, err
 	}
 	owner := ipam.Owner{Name: req.K8sNamespace + "/" + req.K8sPodName, ContainerID: req.ContainerID}
-	switch err := m.ipam.Claim(ctx, ip, owner); {
+	switch err := m.claimIP(ctx, ip, owner); {
 	case errors.Is(err, ipam.ErrNotAllocated):
 		return nil, invalid("%v", err)
 	case errors.Is(err, ipam.ErrNotOwner):
@@ -329,7 +337,7 @@ func namedPorts(pod *corev1.Pod) ciliumv2.NamedPorts {
 func (m *Manager) insertNew(ep *endpoints.Endpoint) (*endpoints.Endpoint, []*endpoints.Endpoint, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	txn := m.db.WriteTxn(m.table)
+	txn := m.db.WriteTxn(m.table, m.requests)
 	defer txn.Abort()
 	if ep.ContainerID != "" {
 		if old, _, ok := m.table.Get(txn, endpoints.ContainerIndex.Query(ep.ContainerID)); ok {
@@ -344,6 +352,9 @@ func (m *Manager) insertNew(ep *endpoints.Endpoint) (*endpoints.Endpoint, []*end
 		for old := range m.table.List(txn, endpoints.PodIndex.Query(ep.PodKey())) {
 			replaced = append(replaced, old)
 			if _, _, err := m.table.Delete(txn, old); err != nil {
+				return nil, nil, err
+			}
+			if err := m.withdrawIdentity(txn, old.ID); err != nil {
 				return nil, nil, err
 			}
 			// Inside the transaction: the new endpoint may get this ID.
@@ -379,42 +390,39 @@ func (m *Manager) freeID(txn statedb.ReadTxn) (uint16, error) {
 	return 0, ErrIDsExhausted
 }
 
-// resolveIdentity allocates the identity of ep's labels and makes it
-// ready, releasing the identity it had before (label change).
+// resolveIdentity asks for the identity of ep's labels and makes it
+// ready. The endpoint's request holds the reference: the one to the
+// identity it had before (label change) is dropped by the allocator as
+// it answers.
 func (m *Manager) resolveIdentity(ctx context.Context, ep *endpoints.Endpoint) (*endpoints.Endpoint, error) {
-	id, err := m.identities.Allocate(ctx, ep.Labels)
+	id, err := m.requestIdentity(ctx, ep)
+	if errors.Is(err, errSuperseded) {
+		cur, ok := m.Get(ep.ID)
+		if !ok {
+			return nil, fmt.Errorf("%w: endpoint %d was deleted while resolving its identity", ErrNotFound, ep.ID)
+		}
+		return cur, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	var (
-		updated *endpoints.Endpoint
-		old     identity.NumericIdentity
-	)
+	var updated *endpoints.Endpoint
 	err = m.modify(ep.ID, func(cur *endpoints.Endpoint) *endpoints.Endpoint {
-		if !cur.Labels.Equal(ep.Labels) {
+		if !sameEndpoint(cur, ep) || !cur.Labels.Equal(ep.Labels) {
 			return nil // labels changed meanwhile: that change resolves again
 		}
-		old = cur.Identity
 		c := cur.Clone()
-		c.Identity = id.ID
+		c.Identity = id
 		state, msg := m.inServiceState(c)
-		c = c.WithState(state, msg+" (identity "+id.ID.String()+")", m.now())
+		c = c.WithState(state, msg+" (identity "+id.String()+")", m.now())
 		c.IdentityPending = false
 		updated = c
 		return c
 	})
 	if err != nil {
-		_ = m.identities.Release(ctx, id.ID)
 		return nil, err
 	}
-	// The reference to the identity the endpoint had before.
-	if updated != nil && old != identity.InvalidIdentity {
-		if err := m.identities.Release(ctx, old); err != nil {
-			m.log.Warn("release previous identity", "endpoint", ep.ID, "identity", old, "error", err)
-		}
-	}
 	if updated == nil {
-		_ = m.identities.Release(ctx, id.ID)
 		cur, ok := m.Get(ep.ID)
 		if !ok {
 			return nil, fmt.Errorf("%w: endpoint %d was deleted while resolving its identity", ErrNotFound, ep.ID)
@@ -458,7 +466,7 @@ func (m *Manager) DeleteByContainer(ctx context.Context, containerID string, ip 
 		did = m.delete(ctx, ep)
 	}
 	if ip.IsValid() {
-		released, err := m.ipam.ReleaseOwned(ip, ipam.Owner{ContainerID: containerID})
+		released, err := m.releaseOwned(ctx, ip, ipam.Owner{ContainerID: containerID})
 		switch {
 		case errors.Is(err, ipam.ErrNotOwner):
 			m.log.Warn("not releasing an address another container holds", "containerID", containerID, "ip", ip, "error", err)
@@ -467,7 +475,7 @@ func (m *Manager) DeleteByContainer(ctx context.Context, containerID string, ip 
 		}
 		did = did || released
 	} else {
-		released, err := m.ipam.ReleaseContainer(containerID)
+		released, err := m.releaseContainer(ctx, containerID)
 		for _, al := range released {
 			m.log.Info("released an address of a deleted container", "containerID", containerID, "ip", al.IP, "owner", al.Owner)
 		}
@@ -516,7 +524,7 @@ func sameEndpoint(cur, ep *endpoints.Endpoint) bool {
 // the address, so concurrent deletes, a delete racing a replacement or a
 // restore release each once. It reports whether this call removed it.
 func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP bool) bool {
-	txn := m.db.WriteTxn(m.table)
+	txn := m.db.WriteTxn(m.table, m.requests)
 	defer txn.Abort()
 	cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(ep.ID))
 	if !ok || !sameEndpoint(cur, ep) {
@@ -524,6 +532,10 @@ func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP 
 	}
 	if _, _, err := m.table.Delete(txn, cur); err != nil {
 		m.log.Warn("delete endpoint row", "endpoint", ep.ID, "error", err)
+		return false
+	}
+	if err := m.withdrawIdentity(txn, cur.ID); err != nil {
+		m.log.Warn("withdraw identity request", "endpoint", ep.ID, "error", err)
 		return false
 	}
 	// Inside the transaction: a new endpoint may get this ID once it
@@ -534,35 +546,31 @@ func (m *Manager) remove(ctx context.Context, ep *endpoints.Endpoint, releaseIP 
 	txn.Commit()
 	m.cleanup(ctx, cur, "")
 	if releaseIP {
-		m.releaseIP(cur, "")
+		m.releaseIP(ctx, cur, "")
 	}
 	return true
 }
 
 // releaseIP frees ep's address if ep's container (or, without one, its
 // owner) still holds it.
-func (m *Manager) releaseIP(ep *endpoints.Endpoint, why string) {
+func (m *Manager) releaseIP(ctx context.Context, ep *endpoints.Endpoint, why string) {
 	owner := ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}
 	if ep.Health {
 		owner.Name = HealthIPOwner
 	}
-	if _, err := m.ipam.ReleaseOwned(ep.IPv4, owner); err != nil {
+	if _, err := m.releaseOwned(ctx, ep.IPv4, owner); err != nil {
 		m.log.Warn("release endpoint IP", "endpoint", ep.ID, "ip", ep.IPv4, "reason", why, "error", err)
 	}
 }
 
-// cleanup releases the identity of an endpoint its caller removed from the
-// table (with its state file). A replaced sandbox's IP is released too:
+// cleanup finishes the removal of an endpoint its caller removed from the
+// table (with its state file and its identity request, whose reference
+// the identity allocator drops). A replaced sandbox's IP is released:
 // its CNI DEL will not find an endpoint to release it through.
 func (m *Manager) cleanup(ctx context.Context, ep *endpoints.Endpoint, replacedWhy string) {
-	if ep.Identity != identity.InvalidIdentity {
-		if err := m.identities.Release(ctx, ep.Identity); err != nil {
-			m.log.Warn("release identity", "endpoint", ep.ID, "identity", ep.Identity, "error", err)
-		}
-	}
 	if replacedWhy != "" {
 		m.log.Info("endpoint removed", "endpoint", ep.ID, "pod", ep.PodKey(), "reason", replacedWhy)
-		m.releaseIP(ep, replacedWhy)
+		m.releaseIP(ctx, ep, replacedWhy)
 	}
 }
 

@@ -283,6 +283,10 @@ type env struct {
 	ceps statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	eps  statedb.Table[*endpoints.Endpoint]
 	pols statedb.RWTable[*statepolicy.EndpointPolicyRow]
+	// reqs and ipamReqs are the identity and IPAM requests tables the
+	// manager writes.
+	reqs     statedb.Table[*identity.Request]
+	ipamReqs statedb.Table[*ipamtables.Request]
 	// policy writes each endpoint's policy row, as the policy cell does.
 	policy *endpointpolicytest.StandIn
 	ipam   *fakeIPAM
@@ -327,10 +331,10 @@ func startWith(t *testing.T, dir string, ids *fakeIdentities, seed func(txn stat
 		),
 		// The policy engine's table and a stand-in writing it.
 		e.policy.Cell(),
-		endpointmanager.Cell,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hive.Group(extra...),
-		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow]) {
-			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols = db, pods, nss, eps, cepTable, pols
+		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], nss statedb.RWTable[*corev1.Namespace], eps statedb.Table[*endpoints.Endpoint], cepTable statedb.RWTable[*ciliumv2.CiliumEndpoint], pols statedb.RWTable[*statepolicy.EndpointPolicyRow], reqs identity.RequestAnswers, ipamReqs ipamtables.RequestAnswers) {
+			e.db, e.pods, e.nss, e.eps, e.ceps, e.pols, e.reqs, e.ipamReqs = db, pods, nss, eps, cepTable, pols, reqs, ipamReqs
 			txn := db.WriteTxn(pods, nss, cepTable)
 			for _, c := range ceps {
 				cepTable.Insert(txn, c)
@@ -615,6 +619,12 @@ func TestRestoreKeepsLiveEndpointsAndDropsGone(t *testing.T) {
 	if next.ID == live.ID {
 		t.Errorf("new endpoint reused restored ID %d", live.ID)
 	}
+	// The discarded endpoint's identity request went with it; the
+	// restored addresses' hold rows go once IPAM has taken them.
+	if _, _, ok := e.reqs.Get(e.db.ReadTxn(), identity.RequestEndpointIndex.Query(uint16(gone.ID))); ok {
+		t.Errorf("the discarded endpoint's identity request is still there")
+	}
+	waitFor(t, "the IPAM hold rows deleted", func() bool { return e.ipamReqs.NumObjects(e.db.ReadTxn()) == 0 })
 }
 
 // TestRestoredEndpointsHaveIdentityWhenInitialized: the endpoints table
@@ -960,7 +970,7 @@ func TestRestoredAddressesHeldBeforeIPAMServes(t *testing.T) {
 			func() k8s.NodeName { return "node-a" },
 		),
 		endpointpolicytest.New().Cell(),
-		endpointmanager.Cell,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hive.Invoke(func(d *statedb.DB, c statedb.RWTable[*ciliumv2.CiliumNode], a ipam.Allocator, pods statedb.RWTable[*corev1.Pod]) {
 			db, cns, alloc, podsRW = d, c, a, pods
 			// The pods table is not synced yet: restore waits for it.
@@ -1045,4 +1055,114 @@ func TestDeleteRacingRestoreReleasesOnce(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Each endpoint has exactly one identity request, answered with the
+// identity the endpoint shows; deleting the endpoint deletes its request
+// (and so drops the reference), and so does a failed ADD.
+func TestIdentityRequestsFollowEndpoints(t *testing.T) {
+	ids := newIDs(0)
+	e := start(t, t.TempDir(), ids, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		pods.Insert(txn, pod("web-1", "uid-1", map[string]string{"app": "web"}))
+		pods.Insert(txn, pod("web-2", "uid-2", map[string]string{"app": "other"}))
+	})
+	var ep models.Endpoint
+	if code := e.add(t, addReq("c1", "web-1", "10.0.0.10"), &ep); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	req, _, ok := e.reqs.Get(e.db.ReadTxn(), identity.RequestEndpointIndex.Query(uint16(ep.ID)))
+	if !ok || !req.Answered() || int64(req.Result.ID) != ep.Status.Identity.ID {
+		t.Fatalf("request of endpoint %d: %+v (found %v), want answered with identity %d", ep.ID, req, ok, ep.Status.Identity.ID)
+	}
+	if code := e.do(t, "DELETE", "/endpoint?container-id=c1", nil, nil); code != 200 {
+		t.Fatalf("delete: %d", code)
+	}
+	if _, _, ok := e.reqs.Get(e.db.ReadTxn(), identity.RequestEndpointIndex.Query(uint16(ep.ID))); ok {
+		t.Error("the deleted endpoint's identity request is still there")
+	}
+	waitFor(t, "the deleted endpoint's reference dropped", func() bool {
+		ids.mu.Lock()
+		defer ids.mu.Unlock()
+		return ids.refs[identity.NumericIdentity(ep.Status.Identity.ID)] == 0
+	})
+
+	// A failed ADD leaves no request behind.
+	ids.mu.Lock()
+	ids.failN = 1
+	ids.mu.Unlock()
+	if code := e.add(t, addReq("c2", "web-2", "10.0.0.11"), nil); code < 500 {
+		t.Fatalf("ADD with a failing identity allocation: %d, want a 5xx", code)
+	}
+	// (The health endpoint's request stays.)
+	txn := e.db.ReadTxn()
+	for r := range e.reqs.All(txn) {
+		if _, _, ok := e.eps.Get(txn, endpoints.IDIndex.Query(r.Endpoint)); !ok {
+			t.Errorf("identity request of endpoint %d, which does not exist: %+v", r.Endpoint, r)
+		}
+	}
+	if n := e.reqs.NumObjects(txn); n != e.eps.NumObjects(txn) {
+		t.Errorf("%d identity requests for %d endpoints", n, e.eps.NumObjects(txn))
+	}
+	// Every IPAM request was answered and deleted by its asker.
+	if n := e.ipamReqs.NumObjects(txn); n != 0 {
+		t.Errorf("%d IPAM requests left: %v", n, statedb.Collect(e.ipamReqs.All(txn)))
+	}
+}
+
+// Concurrent ADDs of pods with the same labels share one identity with
+// one reference each; concurrent DELs drop every reference and leave no
+// request behind.
+func TestConcurrentAddsShareIdentityReferences(t *testing.T) {
+	const n = 12
+	ids := newIDs(0)
+	e := start(t, t.TempDir(), ids, func(txn statedb.WriteTxn, pods statedb.RWTable[*corev1.Pod]) {
+		for i := range n {
+			pods.Insert(txn, pod(fmt.Sprintf("web-%d", i), fmt.Sprintf("uid-%d", i), map[string]string{"app": "web"}))
+		}
+	})
+	eps := make([]models.Endpoint, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if code := e.add(t, addReq(fmt.Sprintf("c%d", i), fmt.Sprintf("web-%d", i), fmt.Sprintf("10.0.0.%d", 10+i)), &eps[i]); code != 201 {
+				t.Errorf("create web-%d: %d", i, code)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	id := identity.NumericIdentity(eps[0].Status.Identity.ID)
+	for i, ep := range eps {
+		if identity.NumericIdentity(ep.Status.Identity.ID) != id {
+			t.Errorf("web-%d has identity %d, web-0 %d", i, ep.Status.Identity.ID, id)
+		}
+	}
+	ids.mu.Lock()
+	refs := ids.refs[id]
+	ids.mu.Unlock()
+	if refs != n {
+		t.Errorf("%d references to identity %d, want %d", refs, id, n)
+	}
+	for i := range n {
+		wg.Go(func() {
+			if code := e.do(t, "DELETE", fmt.Sprintf("/endpoint?container-id=c%d", i), nil, nil); code != 200 {
+				t.Errorf("delete c%d: %d", i, code)
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "every reference dropped", func() bool {
+		ids.mu.Lock()
+		defer ids.mu.Unlock()
+		return ids.refs[id] == 0
+	})
+	txn := e.db.ReadTxn()
+	if got, want := e.reqs.NumObjects(txn), e.eps.NumObjects(txn); got != want {
+		t.Errorf("%d identity requests for %d endpoints", got, want)
+	}
+	if got := e.ipamReqs.NumObjects(txn); got != 0 {
+		t.Errorf("%d IPAM requests left", got)
+	}
 }

@@ -91,7 +91,7 @@ func TestBootWithoutAPIServer(t *testing.T) {
 			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
 		),
 		endpointpolicytest.New().Cell(),
-		endpointmanager.Cell,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hivetest.Capture(&db), hivetest.Capture(&eps),
 	)
 	t.Logf("agent started in %v without the API server", time.Since(began))

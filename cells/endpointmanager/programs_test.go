@@ -117,7 +117,7 @@ func startWithPrograms(t *testing.T, seed func(txn statedb.WriteTxn, pods stated
 		),
 		// The policy engine's table and a stand-in writing it.
 		endpointpolicytest.New().Cell(),
-		endpointmanager.Cell,
+		endpointmanager.Cell, identitycell.Responder, ipam.Responder,
 		hive.Invoke(func(db *statedb.DB, pods statedb.RWTable[*corev1.Pod], eps statedb.Table[*endpoints.Endpoint], rows statedb.RWTable[*bpfprog.Program]) {
 			e.db, e.pods, e.eps = db, pods, eps
 			fl.db, fl.eps, fl.rows = db, eps, rows

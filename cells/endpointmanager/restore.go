@@ -47,7 +47,7 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	txn := m.db.WriteTxn(m.table)
+	txn := m.db.WriteTxn(m.table, m.requests)
 	defer txn.Abort()
 	var restored []*endpoints.Endpoint
 	for _, ep := range saved {
@@ -61,7 +61,9 @@ func (m *Manager) loadRestored() ([]*endpoints.Endpoint, error) {
 		// same labels while the cluster's identities are not listed
 		// (booted with the API server down).
 		if ep.Identity != identity.InvalidIdentity {
-			m.identities.Restore(ep.Labels, ep.Identity)
+			if _, _, err := m.requests.Insert(txn, restoreIdentityRequest(ep, ep.Identity)); err != nil {
+				return nil, fmt.Errorf("restore the identity request of endpoint %d: %w", ep.ID, err)
+			}
 		}
 		// This process holds no reference to the old identity yet: the
 		// endpoint gets one when restore resolves its labels again.
@@ -234,7 +236,7 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 		}
 		// IPAM holds the address since the start (HoldForRestore); a CNI
 		// DEL that ran meanwhile released it, and the claim fails.
-		if err := m.ipam.Claim(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
+		if err := m.claimIP(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
 			if m.remove(ctx, ep, false) {
 				m.log.Warn("restored endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
 			}
@@ -279,7 +281,7 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 				m.remove(ctx, ep, true)
 				continue
 			}
-			if err := m.ipam.Claim(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
+			if err := m.claimIP(ctx, ep.IPv4, ipam.Owner{Name: ep.PodKey(), ContainerID: ep.ContainerID}); err != nil {
 				if m.remove(ctx, ep, false) {
 					m.log.Warn("rebuilt endpoint's IP cannot be claimed; discarding it", "endpoint", ep.ID, "ip", ep.IPv4, "error", err)
 				}

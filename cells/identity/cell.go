@@ -26,8 +26,12 @@ var Cell = hive.Module("identity-allocator", "Allocates numeric security identit
 	// The allocator itself; registers its jobs (watch, reconciler); it finds
 	// identities by labels with the CiliumIdentity table's labels index.
 	hive.ProvidePrivate(newAllocator),
-	// What the endpoint manager consumes: the narrow interface, not the implementation.
+	// The allocator's narrow interface, which the responder below uses
+	// (no other cell may: test/layout).
 	hive.Provide(asAllocator),
+	// Answers the endpoint manager's identity requests (its
+	// identity-requests table) and holds their references.
+	Responder,
 	// The endpoint manager turns pod labels into identity labels with these.
 	hive.Provide(newLabelFilter, newClusterName),
 	// GET /v1/identity and /v1/identity/{id}.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellium/cellium/cells/ipam/pool"
 	ipamtables "github.com/cellium/cellium/statedb/ipam"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // allocator implements Allocator over a pool.Pool that exists
@@ -75,8 +76,8 @@ type publisher struct {
 	// mu serializes publish: each takes its snapshot after the previous
 	// one committed, so the table converges on the latest state.
 	mu sync.Mutex
-	// initDone marks the table initialized; nil once called.
-	initDone func(statedb.WriteTxn)
+	// init marks the table initialized once the allocator can allocate.
+	init tables.InitGate
 }
 
 // allocMeta is what the allocator records beside the pool's owner name.
@@ -128,7 +129,7 @@ func (a *allocator) attachTable(db *statedb.DB, table statedb.RWTable[*ipamtable
 	wtxn := db.WriteTxn(table)
 	done := table.RegisterInitializer(wtxn, "ipam-pool")
 	wtxn.Commit()
-	a.pub = &publisher{db: db, table: table, initDone: done}
+	a.pub = &publisher{db: db, table: table, init: tables.NewInitGate(done)}
 }
 
 // publish writes the current allocations into the table (if any): rows
@@ -168,9 +169,8 @@ func (a *allocator) publish() {
 			a.log.Error("insert a row into the IPAM allocations table", "ip", w.IP, "error", err)
 		}
 	}
-	if ready && p.initDone != nil {
-		p.initDone(wtxn)
-		p.initDone = nil
+	if ready {
+		p.init.Open(wtxn)
 	}
 	wtxn.Commit()
 }

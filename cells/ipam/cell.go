@@ -28,9 +28,13 @@ var Cell = hive.Module("ipam", "Pod IP address management in cluster-pool mode",
 	// The allocator; its start hook reads <--state-dir>/ipam. Private: others
 	// get only the narrow interfaces below.
 	hive.ProvidePrivate(newAllocator),
-	// Allocator for the endpoint manager, whose CNI requests claim and
-	// release addresses. Readers use the table.
+	// The allocator's narrow interface, which the responder below uses
+	// (no other cell may: test/layout).
 	hive.Provide(asAllocator),
+	// Answers the endpoint manager's requests (its ipam-requests table):
+	// the CNI API's claims and releases, and the addresses of restored
+	// endpoints. Readers use the allocations table.
+	Responder,
 	// POST/DELETE/GET /v1/ipam on the agent API; POST answers with the
 	// PodMTU (optional, from cni-config) too.
 	hive.Provide(apiHandlers),

@@ -26,11 +26,13 @@ var Cell = hive.Module("ipcache", "IP prefix to identity, from endpoints, nodes,
 	// reconciler also writes the rows' status.
 	hive.Provide(statedb.RWTable[*ipcache.Entry].ToTable,
 		func(t statedb.RWTable[*ipcache.Entry]) ipcache.StatusTable { return ipcache.StatusTable{RWTable: t} }),
+	// The CiliumEndpoints the checks refuse: rows written only here, by
+	// the deriver, read by the doctor and the CLI.
+	hive.ProvidePrivate(ipcache.NewRefusedTable),
+	hive.Provide(statedb.RWTable[*ipcache.RefusedCEP].ToTable),
 	// Input tables in, prefixes out; the CiliumEndpoint checks' metrics.
 	hive.ProvidePrivate(register),
 	hive.Invoke(func(*Deriver) {}),
-	// The refused CEPs, for the doctor.
-	hive.Provide(func(d *Deriver) RefusedCEPs { return d }),
 )
 
 type params struct {
@@ -48,6 +50,7 @@ type params struct {
 	SocketLB   lb.SocketLB                 `optional:"true"`
 	Frontends  statedb.Table[*lb.Frontend] `optional:"true"`
 	IPCache    statedb.RWTable[*ipcache.Entry]
+	Refused    statedb.RWTable[*ipcache.RefusedCEP]
 	Jobs       hive.Jobs
 	Log        *slog.Logger
 	Registerer prometheus.Registerer `optional:"true"`
@@ -55,7 +58,7 @@ type params struct {
 
 func register(p params) (*Deriver, error) {
 	t := Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
-		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache}
+		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache, Refused: p.Refused}
 	if p.SocketLB.Enabled {
 		// Only what the socket LB translates is guarded: with it off, a
 		// ClusterIP is world to the datapath (Documentation/operations/socket-lb.md).

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/cilium/statedb"
 
@@ -39,6 +38,9 @@ type Tables struct {
 	// balancer is off (its addresses are then left as they are: world).
 	Frontends statedb.Table[*lb.Frontend]
 	IPCache   statedb.RWTable[*ipcache.Entry]
+	// Refused is the refused-CEPs table the deriver writes beside the
+	// ipcache (the doctor reads it); nil: not kept.
+	Refused statedb.RWTable[*ipcache.RefusedCEP]
 }
 
 func (t Tables) inputs() []statedb.TableMeta {
@@ -85,7 +87,10 @@ type Deriver struct {
 	// acceptable CEPs disagree.
 	refused   map[string]refusal
 	refusedBy map[Refusal]int
-	conflicts map[netip.Prefix]struct{}
+	// refusedDirty are the keys of refused whose rows in the refused-CEPs
+	// table are to be written again.
+	refusedDirty map[string]struct{}
+	conflicts    map[netip.Prefix]struct{}
 	// synced is set once every input table is initialized: refusals are
 	// logged and counted from then on (before, a CEP listed ahead of its
 	// CiliumIdentity or CiliumNode is no news).
@@ -107,7 +112,7 @@ func NewDeriver(t Tables, log *slog.Logger) *Deriver {
 	wtxn := t.DB.WriteTxn(t.IPCache)
 	d := &Deriver{t: t, st: newState(), localAddrs: map[netip.Addr]bool{}, deferred: map[netip.Prefix]struct{}{},
 		init:    tables.NewInitGate(t.IPCache.RegisterInitializer(wtxn, "ipcache-sources")),
-		nodeIPs: map[string][]netip.Addr{}, refused: map[string]refusal{}, refusedBy: map[Refusal]int{}, conflicts: map[netip.Prefix]struct{}{},
+		nodeIPs: map[string][]netip.Addr{}, refused: map[string]refusal{}, refusedBy: map[Refusal]int{}, refusedDirty: map[string]struct{}{}, conflicts: map[netip.Prefix]struct{}{},
 		stats: newTrustStats(), log: log}
 	wtxn.Commit()
 	return d
@@ -170,26 +175,11 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		}
 	}
 	defer d.close()
-	for {
+	tables.RunDeriver(ctx, health, "write ipcache", func(ws *statedb.WatchSet) (string, error) {
 		w, err := d.step()
-		if err != nil {
-			health.Degraded("write ipcache", err)
-		} else {
-			health.OK(d.status())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.eps:
-		case <-w.local:
-		case <-w.nodes:
-		case <-w.ceps:
-		case <-w.cidrs:
-		case <-w.ids:
-		case <-w.fes:
-		case <-w.init:
-		}
-	}
+		ws.Add(w.eps, w.local, w.nodes, w.ceps, w.cidrs, w.ids, w.fes, w.init)
+		return d.status(), err
+	})
 }
 
 // watches are the channels that close when the deriver has more to do.
@@ -353,7 +343,7 @@ func (d *Deriver) step() (watches, error) {
 	for p := range touched {
 		d.noteConflict(p)
 	}
-	d.stats.set(d.refusedBy, len(d.conflicts), d.refusedList())
+	d.stats.set(d.refusedBy, len(d.conflicts))
 	return w, d.write(rtxn, touched)
 }
 
@@ -401,29 +391,18 @@ func (d *Deriver) setCEP(cep *ciliumv2.CiliumEndpoint, tr trust, touched map[net
 		d.unrefuse(key)
 		r := refusal{why: why, id: cep.Status.Identity.ID, node: cep.Status.Networking.NodeIP}
 		d.refused[key] = r
+		d.refusedDirty[key] = struct{}{}
 		d.refusedBy[why]++
 		d.report(key, r)
 	}
 }
-
-// refusedList is the refused CEPs, sorted by key.
-func (d *Deriver) refusedList() []RefusedCEP {
-	out := make([]RefusedCEP, 0, len(d.refused))
-	for key, r := range d.refused {
-		out = append(out, RefusedCEP{CEP: key, Reason: r.why, Identity: r.id, NodeIP: r.node})
-	}
-	slices.SortFunc(out, func(a, b RefusedCEP) int { return strings.Compare(a.CEP, b.CEP) })
-	return out
-}
-
-// RefusedCEPs implements RefusedCEPs.
-func (d *Deriver) RefusedCEPs() []RefusedCEP { return d.stats.refusedCEPs() }
 
 // unrefuse forgets that the CEP key is refused.
 func (d *Deriver) unrefuse(key string) {
 	if r, ok := d.refused[key]; ok {
 		delete(d.refused, key)
 		d.refusedBy[r.why]--
+		d.refusedDirty[key] = struct{}{}
 	}
 }
 
@@ -483,15 +462,22 @@ func (d *Deriver) ready(rtxn statedb.ReadTxn) bool {
 // run rely on. Initialization decides about those prefixes again.
 func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{}) error {
 	initNow := d.init.Closed() && d.ready(rtxn)
-	if len(touched) == 0 && !initNow {
+	if len(touched) == 0 && !initNow && (d.t.Refused == nil || len(d.refusedDirty) == 0) {
 		return nil
 	}
 	if initNow {
 		maps.Copy(touched, d.deferred)
 		clear(d.deferred)
 	}
-	wtxn := d.t.DB.WriteTxn(d.t.IPCache)
+	tbls := []statedb.TableMeta{d.t.IPCache}
+	if d.t.Refused != nil {
+		tbls = append(tbls, d.t.Refused)
+	}
+	wtxn := d.t.DB.WriteTxn(tbls...)
 	defer wtxn.Abort()
+	if err := d.writeRefused(wtxn); err != nil {
+		return err
+	}
 	for p := range touched {
 		cur, _, found := d.t.IPCache.Get(wtxn, ipcache.PrefixIndex.Query(p))
 		pendingDelete := found && cur.Status.Kind == reconciler.StatusPendingDelete
@@ -514,6 +500,31 @@ func (d *Deriver) write(rtxn statedb.ReadTxn, touched map[netip.Prefix]struct{})
 		d.init.Open(wtxn)
 	}
 	wtxn.Commit()
+	clear(d.refusedDirty)
+	return nil
+}
+
+// writeRefused writes the rows of the refused-CEPs table whose CEPs
+// changed since the last write.
+func (d *Deriver) writeRefused(wtxn statedb.WriteTxn) error {
+	if d.t.Refused == nil {
+		return nil
+	}
+	for key := range d.refusedDirty {
+		r, ok := d.refused[key]
+		if !ok {
+			if _, _, err := d.t.Refused.Delete(wtxn, &ipcache.RefusedCEP{CEP: key}); err != nil {
+				return fmt.Errorf("delete refused CEP %s: %w", key, err)
+			}
+			continue
+		}
+		row := &ipcache.RefusedCEP{CEP: key, Reason: r.why, Identity: r.id, NodeIP: r.node}
+		if _, _, err := d.t.Refused.Insert(wtxn, row); err != nil {
+			return fmt.Errorf("insert refused CEP %s: %w", key, err)
+		}
+	}
+	// Cleared only once the transaction commits: a failed write is
+	// retried with the next step.
 	return nil
 }
 

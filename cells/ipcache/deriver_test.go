@@ -59,9 +59,11 @@ func newTables(t *testing.T) rw {
 	must(err)
 	ipc, err := ipcache.NewTable(db)
 	must(err)
+	refused, err := ipcache.NewRefusedTable(db)
+	must(err)
 	// The socket load balancer is on: its frontends are an input.
 	r.Tables = Tables{DB: db, Endpoints: r.eps, LocalNode: r.local, Nodes: r.nodes, CEPs: r.ceps, CIDRs: r.cidrs,
-		Identities: r.ids, Frontends: r.fes, IPCache: ipc}
+		Identities: r.ids, Frontends: r.fes, IPCache: ipc, Refused: refused}
 	return r
 }
 

@@ -2,7 +2,6 @@ package ipcache
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,29 +19,11 @@ type TrustStats struct {
 	Conflicts int
 }
 
-// RefusedCEP is a CiliumEndpoint of another node the ipcache refuses.
-type RefusedCEP struct {
-	// CEP is namespace/name.
-	CEP string
-	// Reason is why.
-	Reason Refusal
-	// Identity and NodeIP are what its status claims.
-	Identity int64
-	NodeIP   string
-}
-
-// RefusedCEPs lists the CiliumEndpoints the ipcache refuses now, for the
-// doctor. Safe to call from any goroutine.
-type RefusedCEPs interface {
-	RefusedCEPs() []RefusedCEP
-}
-
 // trustStats is the deriver's TrustStats, written by its goroutine and read
 // by scrapes.
 type trustStats struct {
-	mu   sync.Mutex
-	s    TrustStats
-	ceps []RefusedCEP
+	mu sync.Mutex
+	s  TrustStats
 }
 
 func newTrustStats() *trustStats {
@@ -56,11 +37,10 @@ func (t *trustStats) count(why Refusal) {
 	t.s.RefusedTotal[why]++
 }
 
-// set replaces the current numbers and list.
-func (t *trustStats) set(refused map[Refusal]int, conflicts int, ceps []RefusedCEP) {
+// set replaces the current numbers.
+func (t *trustStats) set(refused map[Refusal]int, conflicts int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.ceps = ceps
 	clear(t.s.Refused)
 	for why, n := range refused {
 		if n > 0 {
@@ -68,12 +48,6 @@ func (t *trustStats) set(refused map[Refusal]int, conflicts int, ceps []RefusedC
 		}
 	}
 	t.s.Conflicts = conflicts
-}
-
-func (t *trustStats) refusedCEPs() []RefusedCEP {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return slices.Clone(t.ceps)
 }
 
 func (t *trustStats) get() TrustStats {

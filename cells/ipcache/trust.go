@@ -9,37 +9,24 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/ipcache"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
 	"github.com/cellium/cellium/statedb/nodes"
 )
 
 // Refusal is why the claims of a CiliumEndpoint of another node are kept
-// out of the ipcache; it is the reason label of the
-// cellium_ipcache_cep_refused metrics. Anyone who may write a CEP could
-// otherwise give any address any identity.
-type Refusal string
+// out of the ipcache (see ipcache.Refusal, the refused-CEPs table's
+// reason).
+type Refusal = ipcache.Refusal
 
-// The refusals, in the order they are checked.
+// The refusals, in the order they are checked (see ipcache.Refusal).
 const (
-	// RefusedReservedIdentity: status.identity.id is not a cluster-scope
-	// identity a CiliumIdentity can stand for: below 256 (the reserved
-	// identities host, world, health, remote-node, ... and the
-	// user-reserved 128-255), node-local (CIDR, FQDN: scope 1<<24) or
-	// remote-node scope (2<<24), negative, or beyond 32 bits.
-	RefusedReservedIdentity Refusal = "reserved-identity"
-	// RefusedUnknownIdentity: no CiliumIdentity has that number.
-	RefusedUnknownIdentity Refusal = "unknown-identity"
-	// RefusedNamespaceMismatch: the CiliumIdentity's namespace label
-	// (k8s:io.kubernetes.pod.namespace) is not the CEP's namespace, or it
-	// has none.
-	RefusedNamespaceMismatch Refusal = "namespace-mismatch"
-	// RefusedUnknownNode: status.networking.node is no node's InternalIP
-	// (from the nodes' CiliumNodes).
-	RefusedUnknownNode Refusal = "unknown-node"
-	// RefusedAddressOutsideNode: an address of status.networking.addressing
-	// is outside the pod CIDRs of the node the CEP names, or does not parse.
-	RefusedAddressOutsideNode Refusal = "address-outside-node"
+	RefusedReservedIdentity   = ipcache.RefusedReservedIdentity
+	RefusedUnknownIdentity    = ipcache.RefusedUnknownIdentity
+	RefusedNamespaceMismatch  = ipcache.RefusedNamespaceMismatch
+	RefusedUnknownNode        = ipcache.RefusedUnknownNode
+	RefusedAddressOutsideNode = ipcache.RefusedAddressOutsideNode
 )
 
 // Refusals lists every Refusal, in the order they are checked.

@@ -1,6 +1,7 @@
 package ipcache
 
 import (
+	"maps"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -247,6 +248,8 @@ func TestCEPRefusalsCounted(t *testing.T) {
 	if msg := d.status(); !strings.Contains(msg, "5 CiliumEndpoints refused") || !strings.Contains(msg, "1 addresses with conflicting") {
 		t.Errorf("health %q does not mention the refusals and the conflict", msg)
 	}
+	wantRefused(t, r, map[string]Refusal{"default/reserved": RefusedReservedIdentity, "default/unknown": RefusedUnknownIdentity,
+		"default/other-ns": RefusedNamespaceMismatch, "default/no-node": RefusedUnknownNode, "default/outside": RefusedAddressOutsideNode})
 
 	// The unknown identity appears; the reserved one changes reason;
 	// the disagreeing CEP goes.
@@ -267,6 +270,8 @@ func TestCEPRefusalsCounted(t *testing.T) {
 		t.Errorf("%d conflicts after the disagreeing CEP went", s.Conflicts)
 	}
 	wantRow(t, r, "10.2.0.21/32", 4242, "cep default/unknown")
+	wantRefused(t, r, map[string]Refusal{"default/reserved": RefusedNamespaceMismatch,
+		"default/other-ns": RefusedNamespaceMismatch, "default/no-node": RefusedUnknownNode, "default/outside": RefusedAddressOutsideNode})
 
 	r.write(func(w statedb.WriteTxn) {
 		for _, c := range bad {
@@ -282,6 +287,23 @@ func TestCEPRefusalsCounted(t *testing.T) {
 	}
 	if msg := d.status(); strings.Contains(msg, "refused") {
 		t.Errorf("health %q still mentions refusals", msg)
+	}
+	wantRefused(t, r, map[string]Refusal{})
+}
+
+// wantRefused checks the refused-CEPs table: want is its rows' CEPs and
+// reasons.
+func wantRefused(t *testing.T, r rw, want map[string]Refusal) {
+	t.Helper()
+	got := map[string]Refusal{}
+	for rc := range r.Refused.All(r.DB.ReadTxn()) {
+		got[rc.CEP] = rc.Reason
+		if rc.Identity == 0 || rc.NodeIP == "" {
+			t.Errorf("refused CEP %s: identity %d, node %q: want what its status claims", rc.CEP, rc.Identity, rc.NodeIP)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("refused-CEPs table %v, want %v", got, want)
 	}
 }
 
@@ -340,7 +362,7 @@ func TestCEPOfNodeHealthEndpointNotRefused(t *testing.T) {
 	if s.Refused[RefusedReservedIdentity] != 1 {
 		t.Errorf("%d CEPs refused for a reserved identity, want 1 (default/evil only)", s.Refused[RefusedReservedIdentity])
 	}
-	for _, rc := range d.RefusedCEPs() {
+	for rc := range r.Refused.All(r.DB.ReadTxn()) {
 		if strings.Contains(rc.CEP, "cilium-health") {
 			t.Errorf("the health endpoint's CEP is refused: %+v", rc)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
 	"github.com/cellium/cellium/cells/hive"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // FlagEnableCiliumEndpointSlice switches CiliumEndpointSlices on (Cilium's
@@ -86,9 +87,9 @@ var _ cache.ReflectorStore = (*SliceStore)(nil)
 // slice it joins before the one it leaves) is taken from the slice
 // written last (the higher resourceVersion).
 type SliceStore struct {
-	db       *statedb.DB
-	table    statedb.RWTable[*ciliumv2.CiliumEndpoint]
-	initDone func(statedb.WriteTxn)
+	db    *statedb.DB
+	table statedb.RWTable[*ciliumv2.CiliumEndpoint]
+	init  tables.InitGate
 
 	// slices by name, and the names of the slices holding each
 	// endpoint ("namespace/name").
@@ -99,8 +100,12 @@ type SliceStore struct {
 // NewSliceStore returns a store that writes table; initDone (nil: none)
 // is called in the transaction of the first Replace.
 func NewSliceStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], initDone func(statedb.WriteTxn)) *SliceStore {
-	return &SliceStore{db: db, table: table, initDone: initDone,
+	s := &SliceStore{db: db, table: table,
 		slices: map[string]*v2alpha1.CiliumEndpointSlice{}, holders: map[string]map[string]struct{}{}}
+	if initDone != nil {
+		s.init.Add(initDone)
+	}
+	return s
 }
 
 // Add adds one slice.
@@ -241,10 +246,7 @@ func (s *SliceStore) write(touched map[string]struct{}, replace bool) error {
 				}
 			}
 		}
-		if s.initDone != nil {
-			s.initDone(txn)
-			s.initDone = nil
-		}
+		s.init.Open(txn)
 	}
 	txn.Commit()
 	return nil

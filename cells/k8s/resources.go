@@ -17,6 +17,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // NodeName is the name of the node this agent runs on.
@@ -59,7 +60,7 @@ func registerReflector[T k8stables.Object](db *statedb.DB, table statedb.RWTable
 	done := table.RegisterInitializer(txn, "k8s-reflector")
 	txn.Commit()
 	var zero T
-	addReflectorJob(jobs, table.Name(), cs, lw, zero, &tableStore[T]{db: db, table: table, initDone: done})
+	addReflectorJob(jobs, table.Name(), cs, lw, zero, &tableStore[T]{db: db, table: table, init: tables.NewInitGate(done)})
 	return nil
 }
 
@@ -106,9 +107,9 @@ func (listWatchNoStream) IsWatchListSemanticsUnSupported() bool { return true }
 
 // tableStore is the reflector's store: it writes into the table.
 type tableStore[T k8stables.Object] struct {
-	db       *statedb.DB
-	table    statedb.RWTable[T]
-	initDone func(statedb.WriteTxn)
+	db    *statedb.DB
+	table statedb.RWTable[T]
+	init  tables.InitGate
 }
 
 func (s *tableStore[T]) Add(obj any) error    { return s.upsert(obj) }
@@ -176,10 +177,7 @@ func (s *tableStore[T]) Replace(list []any, _ string) error {
 			}
 		}
 	}
-	if s.initDone != nil {
-		s.initDone(txn)
-		s.initDone = nil
-	}
+	s.init.Open(txn)
 	txn.Commit()
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // nodesSyncParams are registerNodesSync's inputs.
@@ -35,7 +36,7 @@ type nodesSyncParams struct {
 // CiliumNodes table is and its content has been copied.
 func registerNodesSync(p nodesSyncParams) error {
 	txn := p.DB.WriteTxn(p.Nodes)
-	initDone := p.Nodes.RegisterInitializer(txn, "ciliumnodes")
+	initGate := tables.NewInitGate(p.Nodes.RegisterInitializer(txn, "ciliumnodes"))
 	txn.Commit()
 
 	stats := &refusalStats{refused: map[nodes.RefusalReason]int{}, total: map[nodes.RefusalReason]uint64{}}
@@ -68,7 +69,7 @@ func registerNodesSync(p nodesSyncParams) error {
 					changed = true
 				}
 				init, initWatch := p.CiliumNodes.Initialized(wtxn)
-				if changed || (init && initDone != nil) {
+				if changed || (init && initGate.Closed()) {
 					// One node's change can settle another's dispute
 					// (the holder of an address goes): all again.
 					if err := syncNodes(wtxn, p.CiliumNodes, p.Nodes, local); err != nil {
@@ -78,9 +79,8 @@ func registerNodesSync(p nodesSyncParams) error {
 						h.OK(healthMessage(stats))
 					}
 				}
-				if init && initDone != nil {
-					initDone(wtxn)
-					initDone = nil
+				if init {
+					initGate.Open(wtxn)
 				}
 				wtxn.Commit()
 				if init {

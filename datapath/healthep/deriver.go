@@ -13,6 +13,7 @@ import (
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 	"github.com/cellium/cellium/statedb/routes"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // Names are the names of what Ops makes. The zero Names are Cilium's.
@@ -77,7 +78,7 @@ type Deriver struct {
 	endpoints statedb.Table[*endpoints.Endpoint]
 	local     statedb.Table[*nodes.LocalNode]
 	netns     statedb.RWTable[*health.Netns]
-	initDone  func(statedb.WriteTxn)
+	init      tables.InitGate
 }
 
 // NewDeriver registers the deriver as the health-netns table's
@@ -86,7 +87,7 @@ func NewDeriver(names Names, db *statedb.DB, eps statedb.Table[*endpoints.Endpoi
 	wtxn := db.WriteTxn(netns)
 	done := netns.RegisterInitializer(wtxn, "health-endpoint")
 	wtxn.Commit()
-	return &Deriver{names: names, db: db, endpoints: eps, local: local, netns: netns, initDone: done}
+	return &Deriver{names: names, db: db, endpoints: eps, local: local, netns: netns, init: tables.NewInitGate(done)}
 }
 
 // Run derives until ctx ends, each time the endpoints or the local node
@@ -118,10 +119,9 @@ func (d *Deriver) Run(ctx context.Context, h reconciler.Health) {
 			wtxn.Abort()
 			h.Degraded("write the desired health endpoint", err)
 		} else {
-			if d.initDone != nil {
+			if d.init.Closed() {
 				if ok, w := d.endpoints.Initialized(rtxn); ok {
-					d.initDone(wtxn)
-					d.initDone = nil
+					d.init.Open(wtxn)
 				} else {
 					initWatch = w // wake up when the restore is done
 				}

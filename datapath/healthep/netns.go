@@ -58,17 +58,7 @@ func removeNetns(path string) error { return netns.Remove(path) }
 
 // inNetns runs f on a locked OS thread inside the namespace at path ("" is
 // the caller's own).
-func inNetns(path string, f func() error) error {
-	if path == "" {
-		path = "/proc/self/ns/net"
-	}
-	n, err := ns.GetNS(path)
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", path, err)
-	}
-	defer n.Close()
-	return n.Do(func(ns.NetNS) error { return f() })
-}
+func inNetns(path string, f func() error) error { return netns.Do(path, f) }
 
 // linkAttrs returns the index and MAC of the link called name in the
 // namespace at path.

@@ -19,6 +19,7 @@ import (
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
+	"github.com/cellium/cellium/statedb/tables"
 )
 
 // MaxBackendID is the highest backend ID (the backends map holds 65536
@@ -51,13 +52,13 @@ type Tables struct {
 // Services and EndpointSlices tables (lb.ServiceFrontends per Service).
 // Create it with NewDeriver; Run it in one goroutine.
 type Deriver struct {
-	t        Tables
-	svcs     statedb.ChangeIterator[*corev1.Service]
-	slices   statedb.ChangeIterator[*discoveryv1.EndpointSlice]
-	pods     statedb.ChangeIterator[*corev1.Pod] // nil without Tables.Pods
-	podsW    <-chan struct{}
-	initDone []func(statedb.WriteTxn)
-	restore  func() (map[lb.L4Addr]uint32, error)
+	t       Tables
+	svcs    statedb.ChangeIterator[*corev1.Service]
+	slices  statedb.ChangeIterator[*discoveryv1.EndpointSlice]
+	pods    statedb.ChangeIterator[*corev1.Pod] // nil without Tables.Pods
+	podsW   <-chan struct{}
+	init    tables.InitGate
+	restore func() (map[lb.L4Addr]uint32, error)
 
 	// sliceSvc is the Service each slice was last seen to belong to, so
 	// that a slice moving to another Service recomputes both.
@@ -115,10 +116,10 @@ func after(dt time.Duration) <-chan struct{} {
 // starts nothing.
 func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver {
 	wtxn := t.DB.WriteTxn(t.Frontends, t.Backends)
-	d := &Deriver{t: t, restore: restore, initDone: []func(statedb.WriteTxn){
+	d := &Deriver{t: t, restore: restore, init: tables.NewInitGate(
 		t.Frontends.RegisterInitializer(wtxn, "k8s-services"),
 		t.Backends.RegisterInitializer(wtxn, "k8s-services"),
-	}, sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
+	), sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
 		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID}
 	wtxn.Commit()
 	return d
@@ -234,7 +235,7 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 		}
 	}
 	initNow := false
-	if d.initDone != nil {
+	if d.init.Closed() {
 		svcInit, w1 := d.t.Services.Initialized(rtxn)
 		slInit, w2 := d.t.Slices.Initialized(rtxn)
 		podsInit, w3 := true, (<-chan struct{})(nil)
@@ -313,10 +314,7 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 		}
 	}
 	if initNow {
-		for _, f := range d.initDone {
-			f(wtxn)
-		}
-		d.initDone = nil
+		d.init.Open(wtxn)
 		// Every Service has been derived: what was not taken back is gone.
 		d.restored, d.reserved = nil, nil
 	}

@@ -10,11 +10,12 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/cellium/cellium/datapath/netns"
 )
 
-// selfNetnsPath names the network namespace of the calling process (of
-// its main thread, which Go never moves).
-const selfNetnsPath = "/proc/self/ns/net"
+// selfNetnsPath names the network namespace of the calling process.
+const selfNetnsPath = netns.Self
 
 // dumpAttempts bounds retries of netlink dumps that the kernel flags as
 // interrupted (NLM_F_DUMP_INTR: links or routes changed during the dump,
@@ -41,18 +42,7 @@ func openNetns(path string) (ns.NetNS, error) {
 // moves the thread back, and if that fails it keeps the thread locked so
 // the runtime discards it instead of reusing it in the wrong namespace.
 // The socket stays bound to n after the thread leaves.
-func newHandle(n ns.NetNS) (*netlink.Handle, error) {
-	var h *netlink.Handle
-	err := n.Do(func(ns.NetNS) error {
-		var err error
-		h, err = netlink.NewHandle(syscall.NETLINK_ROUTE)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("netlink handle in %s: %w", n.Path(), err)
-	}
-	return h, nil
-}
+func newHandle(n ns.NetNS) (*netlink.Handle, error) { return netns.NewHandleIn(n) }
 
 // sysctl is one /proc/sys/net setting of a network namespace.
 type sysctl struct {

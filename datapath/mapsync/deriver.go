@@ -86,21 +86,11 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 		}
 	}
 	defer d.close()
-	for {
+	tables.RunDeriver(ctx, health, "derive map tables", func(ws *statedb.WatchSet) (string, error) {
 		epW, polW, initW, err := d.step()
-		if err != nil {
-			health.Degraded("derive map tables", err)
-		} else {
-			health.OK("derived")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-epW:
-		case <-polW:
-		case <-initW:
-		}
-	}
+		ws.Add(epW, polW, initW)
+		return "derived", err
+	})
 }
 
 // step consumes the changes up to now and writes the rows they affect.

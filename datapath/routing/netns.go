@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/cellium/cellium/datapath/netns"
 )
 
 // dumpAttempts bounds retries of dumps the kernel flags as interrupted.
@@ -22,41 +22,17 @@ type Netns struct {
 
 func (n Netns) path() string {
 	if n.Path == "" {
-		return "/proc/self/ns/net"
+		return netns.Self
 	}
 	return n.Path
 }
 
 // handle runs f with a netlink handle whose socket lives in n.
-func (n Netns) handle(f func(h *netlink.Handle) error) error {
-	nsh, err := ns.GetNS(n.path())
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", n.path(), err)
-	}
-	defer nsh.Close()
-	var h *netlink.Handle
-	err = nsh.Do(func(ns.NetNS) error {
-		var err error
-		h, err = netlink.NewHandle(syscall.NETLINK_ROUTE)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("netlink handle in %s: %w", n.path(), err)
-	}
-	defer h.Close()
-	return f(h)
-}
+func (n Netns) handle(f func(h *netlink.Handle) error) error { return netns.WithHandle(n.Path, f) }
 
 // do runs f on a thread inside n (for /proc/sys/net, which shows the
 // namespace of the thread that opens it).
-func (n Netns) do(f func() error) error {
-	nsh, err := ns.GetNS(n.path())
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", n.path(), err)
-	}
-	defer nsh.Close()
-	return nsh.Do(func(ns.NetNS) error { return f() })
-}
+func (n Netns) do(f func() error) error { return netns.Do(n.Path, f) }
 
 // writeSysctl writes value to /proc/sys/<path> in n, unless it already
 // reads value.
