@@ -36,8 +36,6 @@ volatile const __u32 NODEPORT_SNAT_IPV4 = 0;
 /* BPF_FIB_LKUP_RET_NOT_FWDED: the destination is local (or not unicast). */
 #define NP_FIB_NOT_FWDED 4
 
-#define NP_NSEC_PER_SEC 1000000000ULL
-
 /* np_affinity_backend returns the backend ID an outside client was sent to
  * for frontend fe, refreshing its entry, or 0 when there is none, it
  * expired or its backend is no backend of fe any more (as sock.c does for
@@ -45,23 +43,19 @@ volatile const __u32 NODEPORT_SNAT_IPV4 = 0;
 static __always_inline __u32 np_affinity_backend(const struct lb4_key *fe, const struct lb4_service *svc,
 						 const struct nodeport_affinity4_key *akey, __u64 now)
 {
-	struct lb4_affinity_match_key mkey = {};
 	struct nodeport_affinity4_value *val;
+	__u32 id;
 
 	val = map_lookup_elem(&cellium_nodeport_affinity4, akey);
 	if (!val)
 		return 0;
-	mkey.address = fe->address;
-	mkey.dport = fe->dport;
-	mkey.proto = fe->proto;
-	mkey.backend_id = val->backend_id;
-	if (val->last_used + (__u64)svc->affinity_timeout * NP_NSEC_PER_SEC < now ||
-	    !map_lookup_elem(&cellium_lb4_affinity_match, &mkey)) {
+	id = val->backend_id;
+	if (!lb4_affinity_valid(fe, svc, id, val->last_used, now)) {
 		map_delete_elem(&cellium_nodeport_affinity4, akey);
 		return 0;
 	}
 	val->last_used = now;
-	return mkey.backend_id;
+	return id;
 }
 
 /* np_no_service handles a packet to a frontend without backends: counted

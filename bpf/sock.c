@@ -78,34 +78,26 @@ static __always_inline __u8 sock_proto(const struct bpf_sock_addr *ctx)
 	return 0;
 }
 
-#define NSEC_PER_SEC 1000000000ULL
-
 /* affinity_backend returns the backend ID the client of akey was sent to
  * for frontend fe, refreshing its entry, or 0 when there is none, it
  * expired or its backend is no backend of fe any more (the entry goes). */
 static __always_inline __u32 affinity_backend(const struct lb4_key *fe, const struct lb4_service *svc,
 					      const struct lb4_affinity_key *akey, __u64 now)
 {
-	struct lb4_affinity_match_key mkey = {};
 	struct lb4_affinity_value *val;
+	__u32 id;
 
 	val = map_lookup_elem(&cellium_lb4_affinity, akey);
 	if (!val)
 		return 0;
-	mkey.address = fe->address;
-	mkey.dport = fe->dport;
-	mkey.proto = fe->proto;
-	mkey.backend_id = val->backend_id;
-	/* Not now - last_used: another CPU may have refreshed the entry
-	 * after this program read the clock. */
-	if (val->last_used + (__u64)svc->affinity_timeout * NSEC_PER_SEC < now ||
-	    !map_lookup_elem(&cellium_lb4_affinity_match, &mkey)) {
+	id = val->backend_id;
+	if (!lb4_affinity_valid(fe, svc, id, val->last_used, now)) {
 		map_delete_elem(&cellium_lb4_affinity, akey);
 		return 0;
 	}
 	/* Racing sockets of the namespace write the same backend. */
 	val->last_used = now;
-	return mkey.backend_id;
+	return id;
 }
 
 /* xlate_fwd translates the IPv4 destination *addr:*port of ctx's socket

@@ -133,4 +133,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_lb4_affinity_match SEC(".maps");
 
+/* lb4_affinity_valid reports whether a client's affinity entry (the
+ * backend it was sent to and when, bpf_ktime_get_ns) still holds for
+ * frontend fe, whose slot 0 is svc: not older than the frontend's timeout
+ * and its backend still a backend of fe. Compared as last_used + timeout <
+ * now, not now - last_used: another CPU may have refreshed the entry after
+ * the caller read the clock. sock.c keys entries by the client's network
+ * namespace, nodeport.c by the client's address. */
+static __always_inline int lb4_affinity_valid(const struct lb4_key *fe, const struct lb4_service *svc,
+					      __u32 backend_id, __u64 last_used, __u64 now)
+{
+	struct lb4_affinity_match_key mkey = {
+		.address = fe->address,
+		.dport = fe->dport,
+		.proto = fe->proto,
+		.backend_id = backend_id,
+	};
+
+	return last_used + (__u64)svc->affinity_timeout * 1000000000ULL >= now &&
+	       map_lookup_elem(&cellium_lb4_affinity_match, &mkey);
+}
 #endif /* CELLIUM_LB_H */
