@@ -139,6 +139,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./statedb/reconciler/
 	$(GO) test -run '^$$' -bench 'Privileged' -benchtime 20x ./datapath/mapsync/
 
+## bench-nodeport: a client outside the node -> NodePort -> pod (root, network namespaces of its own):
+## request/response and connect latency through cellium's uplink program (externalTrafficPolicy
+## Cluster and Local), through an nftables DNAT rule as kube-proxy's nftables mode has, and
+## straight to the pod, side by side in one run
+bench-nodeport:
+	$(GO) test -run '^$$' -bench 'PrivilegedNodePortRR' -benchtime 2000x $(BENCH_FLAGS) ./datapath/bpf/
+
 ## bench-policy: policy engine benchmarks (full computation, incremental changes, 20k non-selecting rules)
 # The full computations run 5 times each, the short cases for the default
 # second. BENCH_FLAGS adds flags to both (e.g. BENCH_FLAGS=-count=3).
