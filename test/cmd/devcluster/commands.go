@@ -203,12 +203,27 @@ func up(ctx context.Context, stdout, stderr io.Writer, dir string, opts harness.
 	return nil
 }
 
+// e2eDirs are the folders the e2e commands keep in make's --dir
+// (make e2e-binaries packs the e2e images there before any make up).
+var e2eDirs = []string{"e2e-netpol", "e2e-conformance"}
+
+// onlyE2EDirs reports whether entries are at most e2eDirs: a directory
+// that holds no cluster.
+func onlyE2EDirs(entries []os.DirEntry) bool {
+	for _, e := range entries {
+		if !e.IsDir() || !slices.Contains(e2eDirs, e.Name()) {
+			return false
+		}
+	}
+	return true
+}
+
 // prepareDir makes sure dir can take a new cluster: it does not exist, is
 // empty, or holds the state of a devcluster that is not running any more
 // (which is removed).
 func prepareDir(dir string, log io.Writer) error {
 	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0 {
+	if errors.Is(err, os.ErrNotExist) || err == nil && onlyE2EDirs(entries) {
 		return os.MkdirAll(dir, 0o755)
 	}
 	if err != nil {

@@ -123,6 +123,29 @@ func TestUpAfterCrash(t *testing.T) {
 	}
 }
 
+// TestUpAfterE2EBinaries: a directory with only the e2e commands' folders
+// (make e2e-binaries before the first make up) is a directory for up; one
+// with anything else is not.
+func TestUpAfterE2EBinaries(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "e2e-netpol", "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if err := prepareDir(dir, &log); err != nil {
+		t.Fatalf("a directory with e2e-netpol only: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "e2e-netpol", "images")); err != nil {
+		t.Errorf("the e2e folder went: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "e2e-conformance"), nil, 0o644); err != nil { // a file, not the folder
+		t.Fatal(err)
+	}
+	if err := prepareDir(dir, &log); err == nil || !strings.Contains(err.Error(), "choose another --dir") {
+		t.Errorf("a directory with a foreign file: %v", err)
+	}
+}
+
 // waitGone waits until pid no longer exists (our own children are reaped by
 // the harness).
 func waitGone(pid int) error {

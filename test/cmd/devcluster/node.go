@@ -66,8 +66,8 @@ type nodeOptions struct {
 	// kubeProxyReplacement: with --node real, no kube-proxy; cellium
 	// serves every Service type (the chart's kubeProxyReplacement=true).
 	kubeProxyReplacement bool
-	agentArgs        []string
-	operatorArgs     []string
+	agentArgs            []string
+	operatorArgs         []string
 
 	timeout time.Duration
 	bins    devnode.Binaries
