@@ -101,10 +101,15 @@ func TestPrivilegedRealClusterHubble(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		return out.String(), err
+		// Only stdout is parsed: kubectl's own warnings (its websocket
+		// client logs "Unknown stream id" to stderr) are not hubble's
+		// output and go into the error when the command fails.
+		var out, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			return out.String(), fmt.Errorf("%w: %s", err, stderr.String())
+		}
+		return out.String(), nil
 	}
 
 	// The demo pods: web-1 on node 1, web-2 and db-1 on node 2.
