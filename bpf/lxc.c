@@ -12,6 +12,7 @@
  * the conntrack table; see bpf/README.md for the model.
  */
 #include "include/bpf_api.h"
+#include "include/net.h"
 #include "include/abi.h"
 #include "include/maps.h"
 #include "include/metrics.h"
@@ -37,32 +38,6 @@ volatile const __u8 TRACE_ENABLED = 0;
 volatile const __u8 MONITOR_AGGREGATION = 0;
 volatile const __u32 MONITOR_REPORT_INTERVAL = 5;
 volatile const __u8 MONITOR_REPORT_FLAGS = 0x07; /* FIN, SYN, RST */
-
-#define ETH_HLEN 14
-#define ETH_P_IP 0x0800
-#define ETH_P_ARP 0x0806
-#define ETH_P_IPV6 0x86DD
-
-#define IPPROTO_ICMP 1
-#define IPPROTO_TCP 6
-#define IPPROTO_UDP 17
-#define IPPROTO_SCTP 132
-
-#define ICMP_ECHOREPLY 0
-#define ICMP_DEST_UNREACH 3
-#define ICMP_ECHO 8
-#define ICMP_TIME_EXCEEDED 11
-#define ICMP_PARAMETERPROB 12
-
-#define TCP_FIN 0x01
-#define TCP_SYN 0x02
-#define TCP_RST 0x04
-#define TCP_ACK 0x10
-
-#define IP_MF 0x2000
-#define IP_OFFSET 0x1fff
-
-#define NSEC_PER_SEC 1000000000ULL
 
 /* How much of the packet must be in the linear area: Ethernet, the
  * longest IPv4 header, and then either a TCP header without options or an

@@ -22,6 +22,7 @@
  * Documentation/operations/kube-proxy-replacement-datapath.md.
  */
 #include "include/bpf_api.h"
+#include "include/net.h"
 #include "include/abi.h"
 #include "include/maps.h"
 #include "include/metrics.h"
@@ -70,7 +71,7 @@ static __always_inline int np_no_service(struct __sk_buff *skb, const struct np_
 
 	count(skb->len, DROP_NO_SERVICE, METRIC_INGRESS);
 	np_emit_drop(skb, p, DROP_NO_SERVICE, METRIC_INGRESS);
-	fib.family = NP_AF_INET;
+	fib.family = CELLIUM_AF_INET;
 	fib.ifindex = skb->ingress_ifindex;
 	fib.ipv4_src = p->saddr;
 	fib.ipv4_dst = p->daddr;
@@ -164,7 +165,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	fkey.proto = p.proto;
 	fwd = map_lookup_elem(&cellium_nodeport_ct4, &fkey);
 	if (fwd && fwd->expires > now &&
-	    !((fwd->flags & NODEPORT_F_CLOSED) && (p.tcp_flags & (NP_TCP_SYN | NP_TCP_ACK)) == NP_TCP_SYN)) {
+	    !((fwd->flags & NODEPORT_F_CLOSED) && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)) {
 		id = fwd->backend_id;
 		be = map_lookup_elem(&cellium_lb4_backends, &id);
 		if (be && be->address == fwd->backend && be->port == fwd->backend_port) {
@@ -194,7 +195,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	/* Only a SYN opens a TCP connection; any other segment without an
 	 * entry goes to the stack, which resets it. */
-	if (p.proto == NP_PROTO_TCP && (p.tcp_flags & (NP_TCP_SYN | NP_TCP_ACK | NP_TCP_RST | NP_TCP_FIN)) != NP_TCP_SYN)
+	if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN)) != TCP_SYN)
 		return TC_ACT_OK;
 	if (svc->count == 0)
 		return np_no_service(skb, &p);

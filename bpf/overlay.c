@@ -16,6 +16,7 @@
  *                     cellium_policy_progs) with the VNI's identity.
  */
 #include "include/bpf_api.h"
+#include "include/net.h"
 #include "include/abi.h"
 #include "include/maps.h"
 #include "include/metrics.h"
@@ -26,12 +27,6 @@ volatile const __u8 TRACE_ENABLED = 0;
  * are news at MEDIUM and above (--monitor-aggregation-flags). */
 volatile const __u8 MONITOR_AGGREGATION = 0;
 volatile const __u8 MONITOR_REPORT_FLAGS = 0x07; /* FIN, SYN, RST */
-
-#define ETH_HLEN 14
-#define ETH_P_IP 0x0800
-#define IPPROTO_ICMP 1
-#define IPPROTO_TCP 6
-#define IPPROTO_UDP 17
 
 /* skb->cb slot carrying the source identity into cil_lxc_policy (as the
  * same-node redirect of bpf/lxc.c does). */

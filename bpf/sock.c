@@ -41,10 +41,8 @@
  * Documentation/operations/socket-lb.md.
  */
 #include "include/bpf_api.h"
+#include "include/net.h"
 #include "include/lb.h"
-
-#define IPPROTO_TCP 6
-#define IPPROTO_UDP 17
 
 /* HOST_NETNS_COOKIE is the cookie of the node's host network namespace,
  * set at load time (datapath/socklb); 0 stands for the initial one. */

@@ -8,6 +8,7 @@
 #define CELLIUM_LB_H
 
 #include "bpf_api.h"
+#include "net.h"
 
 /* cellium_lb4_services: a frontend (ClusterIP, port, protocol) has slot 0,
  * whose value holds the number of backends in count and the frontend's
@@ -150,7 +151,7 @@ static __always_inline int lb4_affinity_valid(const struct lb4_key *fe, const st
 		.backend_id = backend_id,
 	};
 
-	return last_used + (__u64)svc->affinity_timeout * 1000000000ULL >= now &&
+	return last_used + (__u64)svc->affinity_timeout * NSEC_PER_SEC >= now &&
 	       map_lookup_elem(&cellium_lb4_affinity_match, &mkey);
 }
 #endif /* CELLIUM_LB_H */

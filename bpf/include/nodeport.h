@@ -13,6 +13,7 @@
 #define CELLIUM_NODEPORT_H
 
 #include "bpf_api.h"
+#include "net.h"
 #include "abi.h"
 #include "maps.h"
 #include "metrics.h"
@@ -129,16 +130,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_nodeport_affinity4 SEC(".maps");
 
-#define NP_ETH_HLEN 14
-#define NP_ETH_P_IP 0x0800
-#define NP_AF_INET 2
-#define NP_PROTO_TCP 6
-#define NP_PROTO_UDP 17
-#define NP_TCP_FIN 0x01
-#define NP_TCP_SYN 0x02
-#define NP_TCP_RST 0x04
-#define NP_TCP_ACK 0x10
-
 /* nodeport_rev_nat's result when the packet is no reply of a NodePort
  * connection: the caller goes on with it. */
 #define NP_NOT_NAT (-1)
@@ -165,14 +156,14 @@ static __always_inline int np_parse(struct __sk_buff *skb, struct np_pkt *p)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	__u8 *ip = data + NP_ETH_HLEN, *l4;
+	__u8 *ip = data + ETH_HLEN, *l4;
 	__u32 ihl;
 
 	if ((void *)(ip + 20) > data_end)
 		return -1;
-	if (bpf_ntohs(*(__be16 *)(data + 12)) != NP_ETH_P_IP || (ip[0] >> 4) != 4)
+	if (bpf_ntohs(*(__be16 *)(data + 12)) != ETH_P_IP || (ip[0] >> 4) != 4)
 		return -1;
-	if (ip[9] != NP_PROTO_TCP && ip[9] != NP_PROTO_UDP)
+	if (ip[9] != IPPROTO_TCP && ip[9] != IPPROTO_UDP)
 		return -1;
 	/* Any fragment: only the first has the ports (not translated). */
 	if (bpf_ntohs(*(__be16 *)(ip + 6)) & 0x3fff)
@@ -181,10 +172,10 @@ static __always_inline int np_parse(struct __sk_buff *skb, struct np_pkt *p)
 	if (ihl < 20 || ihl > 60)
 		return -1;
 	if ((void *)(ip + ihl + 20) > data_end) {
-		skb_pull_data(skb, NP_ETH_HLEN + ihl + 20 < skb->len ? NP_ETH_HLEN + ihl + 20 : skb->len);
+		skb_pull_data(skb, ETH_HLEN + ihl + 20 < skb->len ? ETH_HLEN + ihl + 20 : skb->len);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		ip = data + NP_ETH_HLEN;
+		ip = data + ETH_HLEN;
 	}
 	l4 = ip + ihl;
 	if ((void *)(ip + 20) > data_end || (void *)(l4 + 8) > data_end)
@@ -195,8 +186,8 @@ static __always_inline int np_parse(struct __sk_buff *skb, struct np_pkt *p)
 	p->daddr = *(__be32 *)(ip + 16);
 	p->sport = *(__be16 *)l4;
 	p->dport = *(__be16 *)(l4 + 2);
-	p->l4_off = NP_ETH_HLEN + ihl;
-	if (p->proto == NP_PROTO_TCP) {
+	p->l4_off = ETH_HLEN + ihl;
+	if (p->proto == IPPROTO_TCP) {
 		if ((void *)(l4 + 20) > data_end)
 			return -1;
 		p->tcp_flags = l4[13];
@@ -208,7 +199,7 @@ static __always_inline int np_parse(struct __sk_buff *skb, struct np_pkt *p)
 /* np_csum_off is the offset of the L4 checksum in its header. */
 static __always_inline __u32 np_csum_off(const struct np_pkt *p)
 {
-	return p->l4_off + (p->proto == NP_PROTO_TCP ? 16 : 6);
+	return p->l4_off + (p->proto == IPPROTO_TCP ? 16 : 6);
 }
 
 /* np_rewrite replaces the source (src) or destination address and port
@@ -217,15 +208,15 @@ static __always_inline __u32 np_csum_off(const struct np_pkt *p)
 static __always_inline int np_rewrite(struct __sk_buff *skb, const struct np_pkt *p, int src, __be32 old_addr,
 				      __be32 new_addr, __be16 old_port, __be16 new_port)
 {
-	__u64 mangled = p->proto == NP_PROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	__u64 mangled = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 	__u32 csum = np_csum_off(p);
 
 	if (old_addr != new_addr) {
 		if (l4_csum_replace(skb, csum, old_addr, new_addr, BPF_F_PSEUDO_HDR | mangled | 4) < 0)
 			return DROP_WRITE_ERROR;
-		if (l3_csum_replace(skb, NP_ETH_HLEN + 10, old_addr, new_addr, 4) < 0)
+		if (l3_csum_replace(skb, ETH_HLEN + 10, old_addr, new_addr, 4) < 0)
 			return DROP_WRITE_ERROR;
-		if (skb_store_bytes(skb, NP_ETH_HLEN + (src ? 12 : 16), &new_addr, 4, 0) < 0)
+		if (skb_store_bytes(skb, ETH_HLEN + (src ? 12 : 16), &new_addr, 4, 0) < 0)
 			return DROP_WRITE_ERROR;
 	}
 	if (old_port != new_port) {
@@ -259,11 +250,11 @@ static __always_inline int np_forward(struct __sk_buff *skb, const struct np_pkt
 		old_word = bpf_htons((__u16)ttl << 8 | p->proto);
 		new_word = bpf_htons((__u16)(ttl - 1) << 8 | p->proto);
 		ttl--;
-		if (l3_csum_replace(skb, NP_ETH_HLEN + 10, old_word, new_word, 2) < 0 ||
-		    skb_store_bytes(skb, NP_ETH_HLEN + 8, &ttl, 1, 0) < 0)
+		if (l3_csum_replace(skb, ETH_HLEN + 10, old_word, new_word, 2) < 0 ||
+		    skb_store_bytes(skb, ETH_HLEN + 8, &ttl, 1, 0) < 0)
 			return -DROP_WRITE_ERROR;
 	}
-	fib.family = NP_AF_INET;
+	fib.family = CELLIUM_AF_INET;
 	fib.l4_protocol = p->proto;
 	fib.ifindex = skb->ingress_ifindex;
 	fib.ipv4_src = saddr;
@@ -320,7 +311,7 @@ static __always_inline __u64 np_lifetime(__u8 proto, __u8 flags)
 {
 	if (flags & NODEPORT_F_CLOSED)
 		return (__u64)CT_LIFETIME_CLOSE * 1000000000ULL;
-	if (proto == NP_PROTO_TCP)
+	if (proto == IPPROTO_TCP)
 		return (__u64)CT_LIFETIME_TCP * 1000000000ULL;
 	return (__u64)CT_LIFETIME_NONTCP * 1000000000ULL;
 }
@@ -335,10 +326,10 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	__u8 f = *flags;
 	__u64 lt;
 
-	if (p->proto == NP_PROTO_TCP) {
-		if (p->tcp_flags & NP_TCP_FIN)
+	if (p->proto == IPPROTO_TCP) {
+		if (p->tcp_flags & TCP_FIN)
 			f |= NODEPORT_F_FIN;
-		if ((p->tcp_flags & NP_TCP_RST) || ((f & NODEPORT_F_FIN) && other_flags && (*other_flags & NODEPORT_F_FIN)))
+		if ((p->tcp_flags & TCP_RST) || ((f & NODEPORT_F_FIN) && other_flags && (*other_flags & NODEPORT_F_FIN)))
 			f |= NODEPORT_F_CLOSED;
 	}
 	if (f != *flags)
@@ -387,7 +378,7 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 	now = ktime_get_ns();
 	if (rev->expires <= now)
 		return NP_NOT_NAT;
-	if (p.proto == NP_PROTO_TCP && (p.tcp_flags & NP_TCP_SYN)) {
+	if (p.proto == IPPROTO_TCP && (p.tcp_flags & TCP_SYN)) {
 		if ((rev->flags & NODEPORT_F_SYNACK) && rev->synack_seq != p.tcp_seq) {
 			map_delete_elem(&cellium_nodeport_rev4, &key);
 			return NP_NOT_NAT;
