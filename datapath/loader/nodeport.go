@@ -194,7 +194,9 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 	if err := (bpf.NodePortConstants{SNATIPv4: snat}).Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.NodePortReplacements(lb)})
+	repl := m.NodePortReplacements(lb)
+	maps.FitReplacements(spec, repl)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {

@@ -524,6 +524,18 @@ func (a *LB4Affinity) Iterate(yield func(AffinityKey, AffinityValue) bool) error
 	})
 }
 
+// FitReplacements gives each map of spec that repl replaces the
+// replacement's capacity: the load balancer's maps are sized by a flag
+// (--bpf-lb-map-max, OpenLBWith) and a program is loaded against them as
+// they are (cilium/ebpf refuses a replacement of another size).
+func FitReplacements(spec *ebpf.CollectionSpec, repl map[string]*ebpf.Map) {
+	for name, m := range repl {
+		if ms, ok := spec.Maps[name]; ok && m != nil {
+			ms.MaxEntries = m.MaxEntries()
+		}
+	}
+}
+
 // lockDir takes an exclusive flock on directory dir (bpffs has no regular
 // files to lock) until the returned function runs.
 func lockDir(dir string) (func(), error) {
