@@ -3,14 +3,17 @@ package lbsync
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
 
 	"github.com/cilium/statedb"
+	corev1 "k8s.io/api/core/v1"
 
 	dpmaps "github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/lb"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
@@ -210,7 +213,7 @@ func TestFrontendOpsSourceRangeRestartAndPrune(t *testing.T) {
 		{Frontend: fe, Prefix: netip.MustParsePrefix("10.1.0.0/16")}:      true,
 		{Frontend: flagged, Prefix: netip.MustParsePrefix("10.2.0.0/16")}: true,
 	}
-	if !mapsEqual(r.ranges, want) {
+	if !maps.Equal(r.ranges, want) {
 		t.Errorf("after prune: %v, want %v", r.ranges, want)
 	}
 	// flagged's Update clears the flag, then its prefix goes.
@@ -235,14 +238,54 @@ func TestFrontendOpsSourceRangeRestartAndPrune(t *testing.T) {
 	}
 }
 
-func mapsEqual[K comparable](a, b map[K]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if !b[k] {
-			return false
+// The deriver gives a LoadBalancer Service's frontends its
+// loadBalancerSourceRanges with Tables.SourceRangeCheck (its LoadBalancer
+// frontend, not the ClusterIP or NodePort), none without; a change of the
+// ranges alone rewrites the frontend.
+func TestDeriverSourceRanges(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		tt := newTables(t)
+		local, err := nodes.NewLocalNodeTable(tt.DB)
+		if err != nil {
+			t.Fatal(err)
 		}
+		tt.KubeProxyReplacement, tt.NodeName, tt.LocalNode, tt.SourceRangeCheck = true, "node1", local, check
+		d := NewDeriver(tt.Tables, nil)
+		if err := d.Subscribe(); err != nil {
+			t.Fatal(err)
+		}
+		svc := service(1, "http TCP 80")
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Spec.Ports[0].NodePort = 30080
+		svc.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8"}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.16.0.10"}}
+		ranges := func() map[string]string {
+			out := map[string]string{}
+			for f := range tt.Frontends.All(tt.DB.ReadTxn()) {
+				out[f.Address.String()] = fmt.Sprint(f.SourceRanges)
+			}
+			return out
+		}
+		for i, rs := range [][]string{{"10.0.0.0/8"}, {"10.0.0.0/8", "192.0.2.0/24"}} {
+			svc = svc.DeepCopy()
+			svc.Spec.LoadBalancerSourceRanges = rs
+			wtxn := tt.DB.WriteTxn(tt.svcs, local)
+			_, _, _ = tt.svcs.Insert(wtxn, svc)
+			_, _, _ = local.Insert(wtxn, &nodes.LocalNode{Name: "node1",
+				NodeAddresses: []nodes.Address{{Type: nodes.AddressInternalIP, IP: mustAddr("192.168.56.11")}}})
+			wtxn.Commit()
+			if _, _, _, err := d.Step(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"10.96.0.1:80/TCP": "[]", "0.0.0.0:30080/TCP": "[]",
+				"192.168.56.11:30080/TCP": "[]", "172.16.0.10:80/TCP": "[]"}
+			if check {
+				want["172.16.0.10:80/TCP"] = fmt.Sprint(prefixes(rs...))
+			}
+			if got := ranges(); !maps.Equal(got, want) {
+				t.Errorf("check %v, step %d: ranges %v, want %v", check, i, got, want)
+			}
+		}
+		d.close()
 	}
-	return true
 }
