@@ -218,7 +218,7 @@ func TestHealthCheckNodePort(t *testing.T) {
 
 // A port taken by another process is reported (degraded health naming
 // the Service and the port) while the other Service's port is served;
-// once the port is free it is served within the retry interval. Two
+// once the port is free it is served at the next retry. Two
 // Services asking for one port: the first by name gets it, the other is
 // reported.
 func TestHealthCheckNodePortCollision(t *testing.T) {

@@ -23,9 +23,13 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
 
-// RetryInterval is how often a port that could not be bound is tried
-// again (the Services not changing meanwhile).
-const RetryInterval = 5 * time.Second
+// A port that could not be bound is tried again after RetryMin, the
+// wait doubling up to RetryMax while some port stays unserved (the
+// Services not changing meanwhile).
+const (
+	RetryMin = 500 * time.Millisecond
+	RetryMax = 10 * time.Second
+)
 
 // Response is the body of every answer, kube-proxy's and Cilium's JSON.
 type Response struct {
@@ -85,9 +89,10 @@ func New(db *statedb.DB, services statedb.Table[*corev1.Service], slices statedb
 
 // Run serves the ports the Services ask for until ctx ends, then closes
 // them all. Ports that could not be bound make h degraded and are tried
-// again every RetryInterval.
+// again (RetryMin, RetryMax).
 func (s *Server) Run(ctx context.Context, h hive.Health) {
 	defer s.closeAll()
+	backoff := RetryMin
 	for {
 		all, watch := s.services.AllWatch(s.db.ReadTxn())
 		want, errs := desired(all)
@@ -95,9 +100,11 @@ func (s *Server) Run(ctx context.Context, h hive.Health) {
 		var retry <-chan time.Time
 		if len(errs) > 0 {
 			h.Degraded(fmt.Sprintf("%d health check node ports served, %d not", len(s.listeners), len(errs)), errors.Join(errs...))
-			retry = time.After(RetryInterval)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, RetryMax)
 		} else {
 			h.OK(fmt.Sprintf("%d health check node ports served", len(s.listeners)))
+			backoff = RetryMin
 		}
 		select {
 		case <-ctx.Done():
