@@ -25,6 +25,15 @@ var outsideIP2 = netip.MustParseAddr("10.78.0.101")
 // dialFrom connects from the outside namespace, from address src, to node
 // 1's port and returns the source address the backend saw.
 func (tp *npTopology) dialFrom(src netip.Addr, port uint16, timeout time.Duration) (string, error) {
+	c, seen, err := tp.dialConn(src, port, timeout)
+	if err == nil {
+		c.Close()
+	}
+	return seen, err
+}
+
+// dialConn is dialFrom leaving the connection open (whoami's line read).
+func (tp *npTopology) dialConn(src netip.Addr, port uint16, timeout time.Duration) (net.Conn, string, error) {
 	var c net.Conn
 	err := tp.outside.Do(func(ns.NetNS) error {
 		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: src.AsSlice()}}
@@ -33,16 +42,17 @@ func (tp *npTopology) dialFrom(src netip.Addr, port uint16, timeout time.Duratio
 		return err
 	})
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 64)
 	n, err := c.Read(buf)
 	if err != nil {
-		return "", err
+		c.Close()
+		return nil, "", err
 	}
-	return string(buf[:n]), nil
+	_ = c.SetDeadline(time.Time{})
+	return c, string(buf[:n]), nil
 }
 
 // TestPrivilegedLBSourceRange: a frontend flagged LB4_SVC_SOURCE_RANGE
@@ -50,7 +60,9 @@ func (tp *npTopology) dialFrom(src netip.Addr, port uint16, timeout time.Duratio
 // that client connect through cil_from_netdev, drops the SYNs of client
 // 10.78.0.101 (outside every prefix of the frontend) with 177 "Denied by
 // LB src range check", counted in cellium_metrics and reported as a drop
-// event; a prefix of another frontend does not count; clearing the flag
+// event; a connection the second client opened before the ranges came
+// is cut (its packets dropped too); a prefix of another frontend does not
+// count; clearing the flag
 // and then deleting the prefixes (the agent's order) opens the frontend
 // to both clients. Without the check in nodeport.c the second client
 // connects and the test fails.
@@ -86,7 +98,24 @@ func TestPrivilegedLBSourceRange(t *testing.T) {
 	if len(got) != len(ranges) {
 		t.Fatalf("cellium_lb4_source_range holds %v, want %v", got, ranges)
 	}
+	// Client 2's connection before the frontend is restricted.
+	tp.service(t, port, syscall.IPPROTO_TCP, svcNodePort, 1)
+	early, _, err := tp.dialConn(outsideIP2, port, 3*time.Second)
+	if err != nil {
+		t.Fatalf("client %s before the ranges: %v", outsideIP2, err)
+	}
+	defer early.Close()
+	if err := roundTrip(early, "before"); err != nil {
+		t.Fatalf("echo before the ranges: %v", err)
+	}
 	tp.service(t, port, syscall.IPPROTO_TCP, svcNodePort|svcSourceRange, 1)
+	before := dropCount(t, tp.n1.m, maps.DropNotInSrcRange)
+	if err := roundTrip(early, "after"); err == nil {
+		t.Error("the connection opened before the ranges still echoes")
+	}
+	if after := dropCount(t, tp.n1.m, maps.DropNotInSrcRange); after <= before {
+		t.Errorf("drop counter 177 %d -> %d, want the established connection's packets counted", before, after)
+	}
 
 	if seen, err := tp.dialFrom(outsideIP, port, 3*time.Second); err != nil {
 		t.Fatalf("client %s in the source range: %v", outsideIP, err)
@@ -94,7 +123,7 @@ func TestPrivilegedLBSourceRange(t *testing.T) {
 		t.Errorf("backend saw %q, want node 1's address (SNAT)", seen)
 	}
 
-	before := dropCount(t, tp.n1.m, maps.DropNotInSrcRange)
+	before = dropCount(t, tp.n1.m, maps.DropNotInSrcRange)
 	_, err = tp.dialFrom(outsideIP2, port, time.Second)
 	if err == nil {
 		t.Fatalf("client %s outside the source ranges connected", outsideIP2)
