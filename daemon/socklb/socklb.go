@@ -26,6 +26,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/lbsync"
+	"github.com/cellium/cellium/datapath/maglev"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/socklb"
 	"github.com/cellium/cellium/statedb/lb"
@@ -109,6 +110,9 @@ type Targets struct {
 	Services      lbsync.ServicesMap
 	Backends      lbsync.BackendsMap
 	AffinityMatch lbsync.AffinityMatchMap
+	// Maglev holds the frontends' Maglev tables (with
+	// --kube-proxy-replacement=true; nil: none are written).
+	Maglev lbsync.MaglevMap
 	// Close releases the maps (they and the programs stay); may be nil.
 	Close func() error
 }
@@ -145,8 +149,24 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 		_ = m.Close()
 		return Targets{}, fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", c.CgroupRoot, err)
 	}
-	return Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
-		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, Close: m.Close}, nil
+	t := Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
+		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, Close: m.Close}
+	if !c.KPR() {
+		// Without the uplink program no table is read: an earlier run's go.
+		if err := maps.UnpinMaglev(pinDir); err != nil {
+			_ = m.Close()
+			return Targets{}, err
+		}
+		return t, nil
+	}
+	mg, err := maps.OpenMaglev(pinDir)
+	if err != nil {
+		_ = m.Close()
+		return Targets{}, err
+	}
+	t.Maglev = mg
+	t.Close = func() error { return errors.Join(m.Close(), mg.Close()) }
+	return t, nil
 }
 
 // NewCell is the socket load balancer writing the maps open gives (the
@@ -156,6 +176,10 @@ func NewCell(open Opener) hive.Cell {
 	return hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs translated at connect and sendmsg",
 		// --bpf-lb-sock, --cgroup-root.
 		hive.Config(DefaultConfig),
+		// --bpf-lb-algorithm, --bpf-lb-maglev-table-size,
+		// --bpf-lb-maglev-hash-seed: the frontends' Maglev tables here, the
+		// uplink program's constants in the loader.
+		hive.Config(maglev.DefaultConfig),
 		// The derived tables: rows written by the deriver here, statuses by
 		// the reconcilers here.
 		hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
@@ -177,6 +201,7 @@ func NewCell(open Opener) hive.Cell {
 type params struct {
 	hive.In
 	Config    Config
+	Maglev    maglev.Config
 	BPF       bpfconfig.Config
 	DB        *statedb.DB
 	Services  statedb.Table[*corev1.Service]
@@ -243,7 +268,16 @@ func register(p params, open Opener) error {
 			return nil
 		},
 	})
-	fc := lbsync.FrontendsConfig(t, services, match)
+	var opts []lbsync.FrontendOption
+	if p.Config.KPR() {
+		// Random: no table, and those of an earlier run go.
+		mg := lbsync.Maglev{Map: lazyMaglev{func() lbsync.MaglevMap { return m.Maglev }}}
+		if p.Maglev.Maglev() {
+			mg.TableSize, mg.Seed = p.Maglev.TableSize, p.Maglev.Seed()
+		}
+		opts = append(opts, lbsync.WithMaglev(mg))
+	}
+	fc := lbsync.FrontendsConfig(t, services, match, opts...)
 	bc := lbsync.BackendsConfig(t, backends)
 	fc.FullInterval, bc.FullInterval = FullInterval, FullInterval
 	// Jobs "reconcile-lb4-services-map", "reconcile-lb4-backends-map".
@@ -283,3 +317,29 @@ type lazyMatch struct {
 func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.get().Update(k) }
 func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.get().Delete(k) }
 func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.get().Dump() }
+
+// lazyMaglev forwards to the Maglev map once the start hook has opened
+// it; an opener without one (the control-plane tests' fakes) keeps no
+// tables.
+type lazyMaglev struct{ get func() lbsync.MaglevMap }
+
+func (l lazyMaglev) Swap(fe lb.L4Addr, table []uint32) error {
+	if m := l.get(); m != nil {
+		return m.Swap(fe, table)
+	}
+	return nil
+}
+
+func (l lazyMaglev) Delete(fes []lb.L4Addr) error {
+	if m := l.get(); m != nil {
+		return m.Delete(fes)
+	}
+	return nil
+}
+
+func (l lazyMaglev) Frontends() ([]lb.L4Addr, error) {
+	if m := l.get(); m != nil {
+		return m.Frontends()
+	}
+	return nil, nil
+}

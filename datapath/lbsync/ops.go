@@ -59,14 +59,20 @@ type FrontendOps struct {
 	m        ServicesMap
 	match    AffinityMatchMap
 	backends statedb.Table[*lb.Backend]
+	// maglev keeps the frontends' Maglev tables (WithMaglev); nil: none.
+	maglev *Maglev
 }
 
 var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
 
 // NewFrontendOps reconciles into m and match; backends is the lb-backends
 // table, whose statuses say which backends are in the backends map.
-func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend]) *FrontendOps {
-	return &FrontendOps{m: m, match: match, backends: backends}
+func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend], opts ...FrontendOption) *FrontendOps {
+	o := &FrontendOps{m: m, match: match, backends: backends}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
 }
 
 // slotIDs returns the backend IDs of slots 1..n of frontend fe's scope in
@@ -193,6 +199,12 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 			return fmt.Errorf("frontend %v internal scope: %w", f.Address, err)
 		}
 	}
+	// The Maglev table before the slot 0 that announces the frontend.
+	if o.maglev != nil {
+		if err := o.maglev.update(f); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+	}
 	ext := zero
 	ext.Local, ext.TwoScopes = f.Local, f.TwoScopes
 	if err := o.writeScope(f.Address, maps.ScopeExt, f.BackendIDs, ext, int(old.Count)); err != nil {
@@ -236,6 +248,11 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 	ids = append(ids, allIDs...)
 	if err := o.match.Delete(matches(f.Address, ids, nil)); err != nil {
 		return fmt.Errorf("delete frontend %v: affinity matches: %w", f.Address, err)
+	}
+	if o.maglev != nil {
+		if err := o.maglev.delete(f); err != nil {
+			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+		}
 	}
 	return nil
 }
@@ -295,6 +312,9 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	}
 	if err := o.match.Delete(strayMatch); err != nil {
 		return fmt.Errorf("prune %d affinity matches: %w", len(strayMatch), err)
+	}
+	if o.maglev != nil {
+		return o.maglev.prune(desired)
 	}
 	return nil
 }
@@ -356,10 +376,11 @@ func (o *BackendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Se
 }
 
 // FrontendsConfig returns the configuration of the reconciler of the
-// lb-frontends table into m and match.
-func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap) reconciler.Config[*lb.Frontend] {
+// lb-frontends table into m and match (and, WithMaglev, the Maglev
+// tables).
+func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap, opts ...FrontendOption) reconciler.Config[*lb.Frontend] {
 	return reconciler.Config[*lb.Frontend]{
-		Name: FrontendsReconciler, Table: t.Frontends, Operations: NewFrontendOps(m, match, t.Backends),
+		Name: FrontendsReconciler, Table: t.Frontends, Operations: NewFrontendOps(m, match, t.Backends, opts...),
 		GetStatus: func(f *lb.Frontend) reconciler.Status { return f.Status },
 		SetStatus: (*lb.Frontend).WithStatus,
 		// A frontend waits for its backends: retry soon.
