@@ -49,7 +49,8 @@ type NodePortParams struct {
 }
 
 // NodePortConfig switches the uplink program (bpf/nodeport.c) with
-// --kube-proxy-replacement and gives it the devices of --devices.
+// --kube-proxy-replacement and gives it the devices of --devices and,
+// with --bpf-lb-algorithm=maglev, the Maglev table size and hash seed.
 func NodePortConfig(p NodePortParams) *loader.NodePortConfig {
 	c := &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices}
 	if p.Maglev.Maglev() {
