@@ -28,6 +28,10 @@ type NodePortConfig struct {
 	// devices of the IPv4 default routes, else the device holding the
 	// node's address (DetectNodePortDevices).
 	Devices []string
+	// LBMapMax is the load balancer maps' capacity (--bpf-lb-map-max),
+	// the same the socket load balancer opens them with; 0 is
+	// maps.DefaultLBMapMax.
+	LBMapMax int
 	// MaglevTableSize is the slots of the frontends' Maglev tables
 	// (--bpf-lb-maglev-table-size) with --bpf-lb-algorithm=maglev; 0 picks
 	// backends at random. MaglevSeed seeds the program's hash of a
@@ -48,6 +52,8 @@ func (l Layout) NodePortDir() string { return filepath.Join(l.Dir(), "nodeport")
 type NodePort struct {
 	Layout Layout
 	Netns  Netns
+	// LBMapMax is the load balancer maps' capacity (NodePortConfig's).
+	LBMapMax int
 	// MaglevTableSize and MaglevSeed are NodePortConfig's: 0 picks
 	// backends at random.
 	MaglevTableSize, MaglevSeed uint32
@@ -184,7 +190,7 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 		return nil, err
 	}
 	defer m.Close()
-	lb, err := maps.OpenLB(n.Layout.Dir())
+	lb, err := maps.OpenLBWith(n.Layout.Dir(), maps.LBOptions{MapMax: n.LBMapMax})
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +210,7 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 	}
 	repl := m.NodePortReplacements(lb)
 	repl[maps.MaglevMapName] = mg.Map()
+	maps.FitReplacements(spec, repl)
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
 		var ve *ebpf.VerifierError
