@@ -168,7 +168,7 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 		}
 		return t, nil
 	}
-	mg, err := maps.OpenMaglev(pinDir)
+	mg, err := maps.OpenMaglev(pinDir, c.LBMapMax)
 	if err != nil {
 		_ = m.Close()
 		return Targets{}, err

@@ -73,7 +73,7 @@ func TestPrivilegedNodePortMaglev(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	mm, err := maps.OpenMaglev(tp.n1.dir)
+	mm, err := maps.OpenMaglev(tp.n1.dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

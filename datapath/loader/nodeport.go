@@ -195,7 +195,7 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 		return nil, err
 	}
 	defer lb.Close()
-	mg, err := maps.OpenMaglev(n.Layout.Dir())
+	mg, err := maps.OpenMaglev(n.Layout.Dir(), n.LBMapMax)
 	if err != nil {
 		return nil, err
 	}

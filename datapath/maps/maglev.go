@@ -24,9 +24,19 @@ type Maglev struct {
 }
 
 // OpenMaglev opens cellium_lb4_maglev pinned in dir (a bpffs directory),
-// creating and pinning it when missing; a pin of another layout is
-// replaced (the tables are soft state: the agent writes them again).
-func OpenMaglev(dir string) (*Maglev, error) {
+// creating and pinning it when missing, with room for mapMax frontends
+// (--bpf-lb-map-max, as Cilium sizes its Maglev map by default; 0 is
+// DefaultLBMapMax; the map is not preallocated). A pin of another size or
+// layout is replaced by a new, empty map (the tables are the agent's to
+// write again; programs loaded after this call use the new one). Callers
+// in one agent pass the same size; they are serialized by a lock on dir.
+func OpenMaglev(dir string, mapMax int) (*Maglev, error) {
+	if mapMax == 0 {
+		mapMax = DefaultLBMapMax
+	}
+	if mapMax < 0 || mapMax > MaxLBMapMax {
+		return nil, fmt.Errorf("maglev map size %d: want 1 to %d", mapMax, MaxLBMapMax)
+	}
 	spec, err := bpf.LoadNodeport()
 	if err != nil {
 		return nil, fmt.Errorf("load embedded nodeport object: %w", err)
@@ -37,12 +47,17 @@ func OpenMaglev(dir string) (*Maglev, error) {
 	}
 	ms = ms.Copy()
 	ms.Pinning = ebpf.PinByName
-	m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
-	if errors.Is(err, os.ErrExist) {
-		m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	ms.MaxEntries = uint32(mapMax)
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
 	}
+	defer unlock()
+	m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		if rerr := os.Remove(filepath.Join(dir, MaglevMapName)); rerr == nil {
+		if rerr := os.Remove(filepath.Join(dir, MaglevMapName)); rerr != nil {
+			err = errors.Join(err, rerr)
+		} else {
 			m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
 		}
 	}

@@ -18,7 +18,7 @@ import (
 func TestPrivilegedMaglevMap(t *testing.T) {
 	privileged.Require(t)
 	dir := tempBPFFS(t)
-	m, err := maps.OpenMaglev(dir)
+	m, err := maps.OpenMaglev(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestPrivilegedMaglevMap(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if m, err = maps.OpenMaglev(dir); err != nil {
+	if m, err = maps.OpenMaglev(dir, 0); err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer m.Close()
@@ -65,6 +65,15 @@ func TestPrivilegedMaglevMap(t *testing.T) {
 	if _, ok, err := m.Table(fe); err != nil || ok {
 		t.Fatalf("deleted table still there: %v %v", ok, err)
 	}
+	// Another --bpf-lb-map-max: a new, empty map of that size.
+	resized, err := maps.OpenMaglev(dir, 1024)
+	if err != nil {
+		t.Fatalf("reopen with another size: %v", err)
+	}
+	if fes, err := resized.Frontends(); err != nil || len(fes) != 0 || resized.Map().MaxEntries() != 1024 {
+		t.Fatalf("resized map: %d entries of %d, %v", len(fes), resized.Map().MaxEntries(), err)
+	}
+	resized.Close()
 	if err := maps.UnpinMaglev(dir); err != nil {
 		t.Fatal(err)
 	}
