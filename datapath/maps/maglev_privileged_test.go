@@ -7,13 +7,17 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/test/privileged"
 )
 
 // cellium_lb4_maglev pins, takes tables of any size (the table size is a
-// flag), swaps a frontend's table for a new one, lists and deletes
+// flag), swaps a frontend's table for a new array (the one a program may
+// hold is never written), lists and deletes
 // tables idempotently, survives a reopen, and UnpinMaglev removes it.
 func TestPrivilegedMaglevMap(t *testing.T) {
 	privileged.Require(t)
@@ -31,12 +35,42 @@ func TestPrivilegedMaglevMap(t *testing.T) {
 	if got, ok, err := m.Table(fe); err != nil || !ok || !slices.Equal(got, t1) {
 		t.Fatalf("table: %v %v %v, want %v", got, ok, err, t1)
 	}
+	// The table a program holds while the agent swaps: never written.
+	key := bpf.NodeportLb4MaglevKey{Address: 0x0a01a8c0, Dport: 0x8075, Proto: lb.TCP} // 192.168.1.10:30080
+	var old *ebpf.Map
+	if err := m.Map().Lookup(&key, &old); err != nil {
+		t.Fatalf("look up the table by its raw key: %v", err)
+	}
+	defer old.Close()
+	oldInfo, err := old.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldID, _ := oldInfo.ID()
 	t2 := make([]uint32, 251)
 	for i := range t2 {
 		t2[i] = uint32(10 + i%2)
 	}
 	if err := m.Swap(fe, t2); err != nil {
 		t.Fatalf("swap in a table of another size: %v", err)
+	}
+	for i, want := range t1 {
+		var got uint32
+		if err := old.Lookup(uint32(i), &got); err != nil || got != want {
+			t.Fatalf("old table slot %d: %d %v, want %d untouched (a new table is swapped in)", i, got, err, want)
+		}
+	}
+	var cur *ebpf.Map
+	if err := m.Map().Lookup(&key, &cur); err != nil {
+		t.Fatal(err)
+	}
+	curInfo, err := cur.Info()
+	cur.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if curID, _ := curInfo.ID(); curID == oldID {
+		t.Fatalf("the table kept its map ID %d: written in place", curID)
 	}
 	if err := m.Swap(fe2, t1); err != nil {
 		t.Fatal(err)
