@@ -60,8 +60,12 @@ func (mg *Maglev) Table(f *lb.Frontend) []uint32 {
 	return maglev.Table(mg.TableSize, mg.Seed, bs)
 }
 
-// update writes f's table, or deletes it when f wants none.
+// update writes f's table, or deletes it when f wants none (a ClusterIP
+// never has one: nothing to delete).
 func (mg *Maglev) update(f *lb.Frontend) error {
+	if !f.NodePort() {
+		return nil
+	}
 	if !mg.wants(f) {
 		return mg.delete(f)
 	}
