@@ -52,7 +52,8 @@ type NodePortParams struct {
 // --kube-proxy-replacement and gives it the devices of --devices and,
 // with --bpf-lb-algorithm=maglev, the Maglev table size and hash seed.
 func NodePortConfig(p NodePortParams) *loader.NodePortConfig {
-	c := &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices, LBMapMax: p.SocketLB.LBMapMax}
+	c := &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices, LBMapMax: p.SocketLB.LBMapMax,
+		ServicesInStack: !p.SocketLB.EnableSocketLB}
 	if p.Maglev.Maglev() {
 		c.MaglevTableSize, c.MaglevSeed = p.Maglev.TableSize, p.Maglev.Seed().Datapath()
 	}

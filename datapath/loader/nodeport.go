@@ -28,6 +28,11 @@ type NodePortConfig struct {
 	// devices of the IPv4 default routes, else the device holding the
 	// node's address (DetectNodePortDevices).
 	Devices []string
+	// ServicesInStack: the socket load balancer is off (--bpf-lb-sock=false)
+	// and kube-proxy translates the pods' Service connections in the host
+	// stack, so the tunnel device hands packets for local endpoints to the
+	// stack (Overlay.ViaStack).
+	ServicesInStack bool
 	// LBMapMax is the load balancer maps' capacity (--bpf-lb-map-max),
 	// the same the socket load balancer opens them with; 0 is
 	// maps.DefaultLBMapMax.
