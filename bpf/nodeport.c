@@ -7,7 +7,10 @@
  *                    to a NodePort, LoadBalancer or externalIP frontend
  *                    (cellium_lb4_services, scope LB4_SCOPE_EXT, slot 0
  *                    flagged LB4_SVC_NODEPORT) is sent to one of its
- *                    backends: destination translated to the backend,
+ *                    backends (the client's with session affinity, else
+ *                    at random or, with --bpf-lb-algorithm=maglev, the
+ *                    one of its 5-tuple's slot in the frontend's Maglev
+ *                    table, include/maglev.h): destination translated to the backend,
  *                    and, with externalTrafficPolicy Cluster, source
  *                    translated to the node (NODEPORT_SNAT_IPV4) and a
  *                    port of NODEPORT_PORT_MIN_NAT..MAX_NAT; then routed
@@ -31,6 +34,7 @@
 #include "include/metrics.h"
 #include "include/lb.h"
 #include "include/nodeport.h"
+#include "include/maglev.h"
 
 /* The node's IPv4 address on this device in network order, the source
  * address of SNAT (set by the loader per device; 0: the frontend's own
@@ -218,11 +222,16 @@ int cil_from_netdev(struct __sk_buff *skb)
 			be = map_lookup_elem(&cellium_lb4_backends, &id);
 	}
 	if (!be) {
-		key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
-		slot = map_lookup_elem(&cellium_lb4_services, &key);
-		if (!slot)
-			return np_no_service(skb, &p);
-		id = slot->backend_id;
+		/* --bpf-lb-algorithm=maglev: the slot of the 5-tuple in the
+		 * frontend's table (include/maglev.h), else at random. */
+		id = lb4_maglev_backend(&p);
+		if (!id) {
+			key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
+			slot = map_lookup_elem(&cellium_lb4_services, &key);
+			if (!slot)
+				return np_no_service(skb, &p);
+			id = slot->backend_id;
+		}
 		be = map_lookup_elem(&cellium_lb4_backends, &id);
 		if (!be)
 			return np_no_service(skb, &p);

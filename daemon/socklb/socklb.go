@@ -26,6 +26,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/lbsync"
+	"github.com/cellium/cellium/datapath/maglev"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/socklb"
 	"github.com/cellium/cellium/statedb/lb"
@@ -131,6 +132,9 @@ type Targets struct {
 	// SourceRange is cellium_lb4_source_range; nil leaves
 	// loadBalancerSourceRanges unenforced.
 	SourceRange lbsync.SourceRangeMap
+	// Maglev holds the frontends' Maglev tables (with
+	// --kube-proxy-replacement=true; nil: none are written).
+	Maglev lbsync.MaglevMap
 	// Close releases the maps (they and the programs stay); may be nil.
 	Close func() error
 }
@@ -167,9 +171,25 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 		_ = m.Close()
 		return Targets{}, fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", c.CgroupRoot, err)
 	}
-	return Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
+	t := Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
 		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, SourceRange: lbsync.PinnedSourceRange{M: m.SourceRange},
-		Close: m.Close}, nil
+		Close: m.Close}
+	if !c.KPR() {
+		// Without the uplink program no table is read: an earlier run's go.
+		if err := maps.UnpinMaglev(pinDir); err != nil {
+			_ = m.Close()
+			return Targets{}, err
+		}
+		return t, nil
+	}
+	mg, err := maps.OpenMaglev(pinDir, c.LBMapMax)
+	if err != nil {
+		_ = m.Close()
+		return Targets{}, err
+	}
+	t.Maglev = mg
+	t.Close = func() error { return errors.Join(m.Close(), mg.Close()) }
+	return t, nil
 }
 
 // NewCell is the socket load balancer writing the maps open gives (the
@@ -179,6 +199,10 @@ func NewCell(open Opener) hive.Cell {
 	return hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs translated at connect and sendmsg",
 		// --bpf-lb-sock, --cgroup-root.
 		hive.Config(DefaultConfig),
+		// --bpf-lb-algorithm, --bpf-lb-maglev-table-size,
+		// --bpf-lb-maglev-hash-seed: the frontends' Maglev tables here, the
+		// uplink program's constants in the loader.
+		hive.Config(maglev.DefaultConfig),
 		// The derived tables: rows written by the deriver here, statuses by
 		// the reconcilers here.
 		hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
@@ -200,6 +224,7 @@ func NewCell(open Opener) hive.Cell {
 type params struct {
 	hive.In
 	Config    Config
+	Maglev    maglev.Config
 	BPF       bpfconfig.Config
 	DB        *statedb.DB
 	Services  statedb.Table[*corev1.Service]
@@ -268,8 +293,17 @@ func register(p params, open Opener) error {
 			return nil
 		},
 	})
+	var opts []lbsync.FrontendOption
+	if p.Config.KPR() {
+		// Random: no table, and those of an earlier run go.
+		mg := lbsync.Maglev{Map: lazyMaglev{func() lbsync.MaglevMap { return m.Maglev }}}
+		if p.Maglev.Maglev() {
+			mg.TableSize, mg.Seed = p.Maglev.TableSize, p.Maglev.Seed()
+		}
+		opts = append(opts, lbsync.WithMaglev(mg))
+	}
 	ranges := lazyRanges{func() lbsync.SourceRangeMap { return m.SourceRange }}
-	fc := lbsync.FrontendsConfigWithRanges(t, services, match, ranges)
+	fc := lbsync.FrontendsConfigWithRanges(t, services, match, ranges, opts...)
 	bc := lbsync.BackendsConfig(t, backends)
 	fc.FullInterval, bc.FullInterval = FullInterval, FullInterval
 	// Jobs "reconcile-lb4-services-map", "reconcile-lb4-backends-map".
@@ -338,3 +372,29 @@ func (l lazyRanges) Dump() ([]maps.SourceRange, error) {
 // errNoSourceRangeMap: a frontend with source ranges, but the opener gave
 // no map to write them to (the flag is then never set either).
 var errNoSourceRangeMap = errors.New("no source range map to write loadBalancerSourceRanges to")
+
+// lazyMaglev forwards to the Maglev map once the start hook has opened
+// it; an opener without one (the control-plane tests' fakes) keeps no
+// tables.
+type lazyMaglev struct{ get func() lbsync.MaglevMap }
+
+func (l lazyMaglev) Swap(fe lb.L4Addr, table []uint32) error {
+	if m := l.get(); m != nil {
+		return m.Swap(fe, table)
+	}
+	return nil
+}
+
+func (l lazyMaglev) Delete(fes []lb.L4Addr) error {
+	if m := l.get(); m != nil {
+		return m.Delete(fes)
+	}
+	return nil
+}
+
+func (l lazyMaglev) Frontends() ([]lb.L4Addr, error) {
+	if m := l.get(); m != nil {
+		return m.Frontends()
+	}
+	return nil, nil
+}

@@ -77,14 +77,20 @@ type FrontendOps struct {
 	ranges       SourceRangeMap
 	haveRanges   map[lb.L4Addr][]netip.Prefix
 	rangesLoaded bool
+	// maglev keeps the frontends' Maglev tables (WithMaglev); nil: none.
+	maglev *Maglev
 }
 
 var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
 
 // NewFrontendOps reconciles into m and match; backends is the lb-backends
 // table, whose statuses say which backends are in the backends map.
-func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend]) *FrontendOps {
-	return &FrontendOps{m: m, match: match, backends: backends}
+func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend], opts ...FrontendOption) *FrontendOps {
+	o := &FrontendOps{m: m, match: match, backends: backends}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
 }
 
 // WithSourceRanges makes o write the frontends' source ranges into r and
@@ -290,6 +296,12 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 			return fmt.Errorf("frontend %v internal scope: %w", f.Address, err)
 		}
 	}
+	// The Maglev table before the slot 0 that announces the frontend.
+	if o.maglev != nil {
+		if err := o.maglev.update(f); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+	}
 	ext := zero
 	ext.Local, ext.TwoScopes = f.Local, f.TwoScopes
 	if o.ranges != nil {
@@ -358,6 +370,11 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
 		}
 	}
+	if o.maglev != nil {
+		if err := o.maglev.delete(f); err != nil {
+			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+		}
+	}
 	return nil
 }
 
@@ -422,6 +439,11 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	}
 	if err := o.match.Delete(strayMatch); err != nil {
 		return fmt.Errorf("prune %d affinity matches: %w", len(strayMatch), err)
+	}
+	if o.maglev != nil {
+		if err := o.maglev.prune(desired); err != nil {
+			return err
+		}
 	}
 	if o.ranges == nil {
 		return nil
@@ -507,15 +529,16 @@ func (o *BackendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Se
 }
 
 // FrontendsConfig returns the configuration of the reconciler of the
-// lb-frontends table into m and match.
-func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap) reconciler.Config[*lb.Frontend] {
-	return FrontendsConfigWithRanges(t, m, match, nil)
+// lb-frontends table into m and match (and, WithMaglev, the Maglev
+// tables).
+func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap, opts ...FrontendOption) reconciler.Config[*lb.Frontend] {
+	return FrontendsConfigWithRanges(t, m, match, nil, opts...)
 }
 
 // FrontendsConfigWithRanges is FrontendsConfig also reconciling the
 // frontends' source ranges into ranges (none when nil).
-func FrontendsConfigWithRanges(t Tables, m ServicesMap, match AffinityMatchMap, ranges SourceRangeMap) reconciler.Config[*lb.Frontend] {
-	ops := NewFrontendOps(m, match, t.Backends)
+func FrontendsConfigWithRanges(t Tables, m ServicesMap, match AffinityMatchMap, ranges SourceRangeMap, opts ...FrontendOption) reconciler.Config[*lb.Frontend] {
+	ops := NewFrontendOps(m, match, t.Backends, opts...)
 	if ranges != nil {
 		ops.WithSourceRanges(ranges)
 	}

@@ -37,6 +37,11 @@ type NodePortConfig struct {
 	// the same the socket load balancer opens them with; 0 is
 	// maps.DefaultLBMapMax.
 	LBMapMax int
+	// MaglevTableSize is the slots of the frontends' Maglev tables
+	// (--bpf-lb-maglev-table-size) with --bpf-lb-algorithm=maglev; 0 picks
+	// backends at random. MaglevSeed seeds the program's hash of a
+	// connection's 5-tuple (maglev.Seed.Datapath).
+	MaglevTableSize, MaglevSeed uint32
 }
 
 // NodePortDir is the directory of the uplink devices' pinned links,
@@ -54,6 +59,9 @@ type NodePort struct {
 	Netns  Netns
 	// LBMapMax is the load balancer maps' capacity (NodePortConfig's).
 	LBMapMax int
+	// MaglevTableSize and MaglevSeed are NodePortConfig's: 0 picks
+	// backends at random.
+	MaglevTableSize, MaglevSeed uint32
 
 	mu sync.Mutex
 	// on are the devices this process attached to: ifindex and the
@@ -192,14 +200,21 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 		return nil, err
 	}
 	defer lb.Close()
+	mg, err := maps.OpenMaglev(n.Layout.Dir(), n.LBMapMax)
+	if err != nil {
+		return nil, err
+	}
+	defer mg.Close()
 	spec, err := maps.LoadNodePortSpec()
 	if err != nil {
 		return nil, err
 	}
-	if err := (bpf.NodePortConstants{SNATIPv4: snat}).Apply(spec); err != nil {
+	consts := bpf.NodePortConstants{SNATIPv4: snat, MaglevTableSize: n.MaglevTableSize, MaglevSeed: n.MaglevSeed}
+	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
 	repl := m.NodePortReplacements(lb)
+	repl[maps.MaglevMapName] = mg.Map()
 	maps.FitReplacements(spec, repl)
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
