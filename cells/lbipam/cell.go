@@ -14,7 +14,7 @@ import (
 
 // Cell is the operator's LB IPAM: addresses of LoadBalancer Services from
 // CiliumLoadBalancerIPPools.
-var Cell = hive.Module("lbipam", "LB-IPAM",
+var Cell = hive.Module("lbipam", "LB IPAM, addresses of LoadBalancer Services from CiliumLoadBalancerIPPools",
 	// --enable-lb-ipam and --default-lb-service-ipam.
 	hive.Config(DefaultConfig),
 	// The controller runs only on the leader, so that one allocator owns
