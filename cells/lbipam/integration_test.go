@@ -29,6 +29,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s/k8stest"
 	"github.com/cellium/cellium/cells/lbipam"
 	"github.com/cellium/cellium/cells/leaderelection"
+	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/test/harness"
 )
 
@@ -252,8 +253,16 @@ func TestIntegrationLBIPAM(t *testing.T) {
 	e.pool("small", small, "192.0.2.0/30")
 	t0 := time.Now()
 	e.service("web-1", small, nil)
-	e.waitService("web-1", []string{"192.0.2.0"}, "satisfied")
+	svc := e.waitService("web-1", []string{"192.0.2.0"}, "satisfied")
 	t.Logf("first address assigned %s after the Service's creation", time.Since(t0).Round(time.Millisecond))
+	// The agents serve it: their derivation (kube-proxy replacement)
+	// makes a LoadBalancer frontend of it.
+	want := lb.L4Addr{Addr: netip.MustParseAddr("192.0.2.0"), Port: 80, Proto: 6}
+	if !slices.ContainsFunc(lb.DeriveFrontends(svc, nil, lb.Options{KubeProxyReplacement: true}), func(f *lb.Frontend) bool {
+		return f.Type == lb.TypeLoadBalancer && f.Address == want
+	}) {
+		t.Errorf("no LoadBalancer frontend %v derived from the Service", want)
+	}
 	e.waitPool("small", 4, 1, 3, ciliumv2.PoolConflictCondition, metav1.ConditionFalse)
 
 	// A requested address (annotation), and one outside every pool.
@@ -268,7 +277,7 @@ func TestIntegrationLBIPAM(t *testing.T) {
 	e.waitService("web-2", []string{"192.0.2.1"}, "satisfied")
 	e.waitService("web-3", []string{"192.0.2.2"}, "satisfied")
 	e.service("web-4", small, nil)
-	svc := e.waitService("web-4", nil, "out_of_ips")
+	svc = e.waitService("web-4", nil, "out_of_ips")
 	if c := meta.FindStatusCondition(svc.Status.Conditions, ciliumv2.ServiceRequestSatisfiedCondition); !strings.Contains(c.Message, "ran out of allocatable IPs") {
 		t.Errorf("out_of_ips message %q", c.Message)
 	}
@@ -295,10 +304,12 @@ func TestIntegrationLBIPAM(t *testing.T) {
 	e.waitService("web-2", nil, "")
 	e.waitPool("small", 4, 3, 1, "", "")
 
-	// A newer pool overlapping "small" is the conflicting one.
-	e.pool("newer", small, "192.0.2.2/31", "198.18.0.0/30")
+	// A newer pool overlapping "small" is the conflicting one. (Creation
+	// times have seconds only: a pool of the same second is newer when its
+	// name sorts after; this one's does.)
+	e.pool("small-newer", small, "192.0.2.2/31", "198.18.0.0/30")
 	// 192.0.2.2 (web-3) and 192.0.2.3 (req) are in both pools.
-	p := e.waitPool("newer", 6, 2, 4, ciliumv2.PoolConflictCondition, metav1.ConditionTrue)
+	p := e.waitPool("small-newer", 6, 2, 4, ciliumv2.PoolConflictCondition, metav1.ConditionTrue)
 	if c := meta.FindStatusCondition(p.Status.Conditions, ciliumv2.PoolConflictCondition); c.Reason != "cidr_overlap" || !strings.Contains(c.Message, "'small'") {
 		t.Errorf("PoolConflict %+v", c)
 	}
