@@ -47,6 +47,9 @@ type env struct {
 	opKube string
 	op     *hive.Hive
 	opCS   k8s.Clientset
+	// all are the clientsets of every operator started, whose idle
+	// connections stop() closes.
+	all    []k8s.Clientset
 	ignore goleak.Option
 }
 
@@ -102,6 +105,7 @@ func (e *env) start() {
 	if err := e.op.Start(e.ctx); err != nil {
 		e.t.Fatal(err)
 	}
+	e.all = append(e.all, e.opCS)
 }
 
 // stopOnly stops the operator.
@@ -118,7 +122,9 @@ func (e *env) stop() {
 	e.stopOnly()
 	var err error
 	for range 5 {
-		k8s.CloseIdleConnections(e.opCS)
+		for _, cs := range e.all {
+			k8s.CloseIdleConnections(cs)
+		}
 		if err = goleak.Find(e.ignore, goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*loggingT).flushDaemon")); err == nil {
 			return
 		}
