@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -360,6 +361,13 @@ func TestIntegrationLBIPAM(t *testing.T) {
 	e.waitService("pod-1", nil, "no_pool")
 	e.waitService("pod-2", nil, "no_pool")
 
+	// Settled, the operator writes nothing more: no status churn.
+	rvs := e.versions()
+	time.Sleep(1500 * time.Millisecond)
+	if after := e.versions(); !maps.Equal(rvs, after) {
+		t.Errorf("objects rewritten while nothing changed:\nbefore %v\nafter  %v", rvs, after)
+	}
+
 	// Restart: a new operator keeps every assignment although the lowest
 	// address of "small" (192.0.2.1, web-2's until its type change) is
 	// free, and hands that one to the next Service.
@@ -389,6 +397,28 @@ func TestIntegrationLBIPAM(t *testing.T) {
 	e.waitPool("small", 4, 4, 0, "", "")
 	stopped = true
 	e.stop()
+}
+
+// versions returns the resourceVersions of the test's Services and of
+// the pools.
+func (e *env) versions() map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	svcs, err := e.core.CoreV1().Services(e.ns).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, s := range svcs.Items {
+		out["svc/"+s.Name] = s.ResourceVersion
+	}
+	pools, err := e.cilium.CiliumV2().CiliumLoadBalancerIPPools().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range pools.Items {
+		out["pool/"+p.Name] = p.ResourceVersion
+	}
+	return out
 }
 
 // TestIntegrationConcurrentServicesUniqueIPs creates many Services at
