@@ -3,6 +3,7 @@ package lbipam
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -23,6 +24,9 @@ const (
 	reasonOutOfIPs         = "out_of_ips"
 	reasonAlreadyAlloc     = "already_allocated"
 	reasonSelectorMismatch = "pool_selector_mismatch"
+	// reasonAlreadyAllocIncompatible: a requested address is held by
+	// Services this one may not share it with.
+	reasonAlreadyAllocIncompatible = "already_allocated_incompatible_service"
 )
 
 // Reasons of the pool conditions.
@@ -226,27 +230,118 @@ type held struct {
 	ips []netip.Addr
 }
 
-// State is LB IPAM's memory: which Service holds which address. One
-// address has at most one holder (address sharing is not implemented).
-// It is not safe for concurrent use.
+// State is LB IPAM's memory: which Service holds which address. An
+// address has one holder, or several Services that share it: all with
+// the same lbipam.cilium.io/sharing-key and compatible (sharable). It is
+// not safe for concurrent use.
 type State struct {
 	// DefaultLBIPAM is whether Services without spec.loadBalancerClass
 	// are LB IPAM's (--default-lb-service-ipam=lbipam).
 	DefaultLBIPAM bool
 
-	holders map[string]*held      // Service key -> its addresses
-	owner   map[netip.Addr]string // address -> Service key
+	holders map[string]*held           // Service key -> its addresses
+	owner   map[netip.Addr][]string    // address -> keys of the Services holding it
+	svcs    map[string]*corev1.Service // key -> Service, as of the last pass
 }
 
 // NewState returns an empty state.
 func NewState(defaultLBIPAM bool) *State {
-	return &State{DefaultLBIPAM: defaultLBIPAM, holders: map[string]*held{}, owner: map[netip.Addr]string{}}
+	return &State{DefaultLBIPAM: defaultLBIPAM, holders: map[string]*held{},
+		owner: map[netip.Addr][]string{}, svcs: map[string]*corev1.Service{}}
 }
 
-// Owner returns the key of the Service that holds a, if any.
-func (s *State) Owner(a netip.Addr) (string, bool) {
-	k, ok := s.owner[a]
-	return k, ok
+// Owners returns the keys of the Services that hold a.
+func (s *State) Owners(a netip.Addr) []string {
+	return slices.Clone(s.owner[a])
+}
+
+// sharingKey is the Service's lbipam.cilium.io/sharing-key (or alias).
+func sharingKey(svc *corev1.Service) string {
+	if v := svc.Annotations[ciliumv2.LBIPAMSharingKeyAnnotation]; v != "" {
+		return v
+	}
+	return svc.Annotations[ciliumv2.LBIPAMSharingKeyAnnotationAlias]
+}
+
+// crossNamespace reports whether svc lets Services of namespace ns share
+// its address (lbipam.cilium.io/sharing-cross-namespace: names or "*").
+func crossNamespace(svc *corev1.Service, ns string) bool {
+	v := svc.Annotations[ciliumv2.LBIPAMSharingCrossNamespaceAnnotation]
+	if v == "" {
+		v = svc.Annotations[ciliumv2.LBIPAMSharingCrossNamespaceAnnotationAlias]
+	}
+	for n := range strings.SplitSeq(v, ",") {
+		if n = strings.TrimSpace(n); n == "*" || n == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// sharable is Cilium's rule for two Services on one address: the same
+// sharing key; the same namespace unless both allow the other's; no port
+// with the same number and protocol; the same externalTrafficPolicy and,
+// if Local, the same non-empty selector. The string says why not.
+func sharable(a, b *corev1.Service) (bool, string) {
+	if sharingKey(a) == "" || sharingKey(a) != sharingKey(b) {
+		return false, "different sharing key"
+	}
+	if a.Namespace != b.Namespace && (!crossNamespace(a, b.Namespace) || !crossNamespace(b, a.Namespace)) {
+		return false, "different and not permitted namespace"
+	}
+	for _, p1 := range a.Spec.Ports {
+		for _, p2 := range b.Spec.Ports {
+			if p1.Port == p2.Port && protoOf(p1) == protoOf(p2) {
+				return false, "same port and protocol"
+			}
+		}
+	}
+	if a.Spec.ExternalTrafficPolicy != b.Spec.ExternalTrafficPolicy {
+		return false, "different ExternalTrafficPolicy"
+	}
+	if a.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal &&
+		(len(a.Spec.Selector) == 0 || !maps.Equal(a.Spec.Selector, b.Spec.Selector)) {
+		return false, "compatible ExternalTrafficPolicy local but selecting different set of pods"
+	}
+	return true, ""
+}
+
+func protoOf(p corev1.ServicePort) corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
+
+// canShare reports whether svc may join the holders of a (none: yes).
+func (s *State) canShare(svc *corev1.Service, holders []string) (bool, string) {
+	for _, k := range holders {
+		if k == k8stables.Key(svc) {
+			continue
+		}
+		other := s.svcs[k]
+		if other == nil {
+			return false, "held by an unknown service"
+		}
+		if ok, why := sharable(svc, other); !ok {
+			return false, why
+		}
+	}
+	return true, ""
+}
+
+func (s *State) take(a netip.Addr, key string, h *held) {
+	s.owner[a] = append(s.owner[a], key)
+	h.ips = append(h.ips, a)
+}
+
+func (s *State) drop(a netip.Addr, key string) {
+	rest := slices.DeleteFunc(s.owner[a], func(k string) bool { return k == key })
+	if len(rest) == 0 {
+		delete(s.owner, a)
+	} else {
+		s.owner[a] = rest
+	}
 }
 
 // responsible is whether LB IPAM hands out the addresses of svc.
@@ -317,13 +412,16 @@ func hasOurCondition(svc *corev1.Service) bool {
 //     CIDR are withheld.
 //  2. Addresses of deleted Services, of Services no longer LB IPAM's and
 //     addresses no longer valid for their Service (pool gone, selector no
-//     longer matching, withheld, no longer requested) are released.
+//     longer matching, withheld, no longer requested, no longer sharable
+//     with an older holder) are released.
 //  3. Services seen for the first time (at start, after a restart) keep
 //     the addresses their status already lists when valid and free; older
 //     Services first.
 //  4. Services without their addresses get them, older Services first:
-//     the requested ones, else the lowest free address of the first
-//     active pool (creation order) that selects them.
+//     the requested ones, else (with a sharing key) an address Services
+//     of the same key hold that they may share, else the lowest free
+//     address of the first active pool (creation order) that selects
+//     them.
 func (s *State) Reconcile(pools []*ciliumv2.CiliumLoadBalancerIPPool, podCIDRs []PodCIDR, services []*corev1.Service) Outcome {
 	out := Outcome{Released: map[string][]netip.Addr{}, Problems: map[string][]string{}}
 	ps := s.parsePools(pools, podCIDRs, out.Problems)
@@ -340,26 +438,38 @@ func (s *State) Reconcile(pools []*ciliumv2.CiliumLoadBalancerIPPool, podCIDRs [
 		present[k8stables.Key(svc)] = svc
 	}
 
-	// 2: release.
+	// 2: release what deleted Services and Services no longer LB IPAM's
+	// held, then check every held address again, older Services first:
+	// an address stays with a Service if still valid for it and sharable
+	// with the holders kept before it.
 	for _, key := range slices.Sorted(mapsKeys(s.holders)) {
 		h := s.holders[key]
 		svc := present[key]
 		if svc == nil || svc.UID != h.uid || !s.responsible(svc) {
 			s.releaseAll(key, out.Released)
+		}
+	}
+	s.svcs = present
+	kept := map[netip.Addr][]string{}
+	for _, svc := range svcs {
+		key := k8stables.Key(svc)
+		h := s.holders[key]
+		if h == nil {
 			continue
 		}
 		lbls, req := svcLabels(svc), requestedIPs(svc)
-		kept := h.ips[:0:0]
+		still := h.ips[:0:0]
 		for _, a := range h.ips {
-			if validFor(ps, a, lbls, req, false) {
-				kept = append(kept, a)
+			if ok, _ := s.canShare(svc, kept[a]); ok && validFor(ps, a, lbls, req, false) {
+				still = append(still, a)
+				kept[a] = append(kept[a], key)
 			} else {
-				delete(s.owner, a)
 				out.Released[key] = append(out.Released[key], a)
 			}
 		}
-		h.ips = kept
+		h.ips = still
 	}
+	s.owner = kept
 
 	// 3: import what first-seen Services already have.
 	for _, svc := range svcs {
@@ -375,14 +485,13 @@ func (s *State) Reconcile(pools []*ciliumv2.CiliumLoadBalancerIPPool, podCIDRs [
 			if err != nil || !a.Is4() {
 				continue
 			}
-			if _, taken := s.owner[a]; taken || slices.Contains(h.ips, a) || !validFor(ps, a, lbls, req, false) {
+			if ok, _ := s.canShare(svc, s.owner[a]); !ok || slices.Contains(h.ips, a) || !validFor(ps, a, lbls, req, false) {
 				continue
 			}
 			if len(req) == 0 && len(h.ips) > 0 {
 				continue // one address per Service without requests
 			}
-			s.owner[a] = key
-			h.ips = append(h.ips, a)
+			s.take(a, key, h)
 		}
 	}
 
@@ -425,9 +534,19 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
+func addrKeys[V any](m map[netip.Addr]V) func(func(netip.Addr) bool) {
+	return func(yield func(netip.Addr) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
 func (s *State) releaseAll(key string, released map[string][]netip.Addr) {
 	for _, a := range s.holders[key].ips {
-		delete(s.owner, a)
+		s.drop(a, key)
 		released[key] = append(released[key], a)
 	}
 	delete(s.holders, key)
@@ -464,12 +583,17 @@ func (s *State) satisfy(ps []*pool, svc *corev1.Service, key string, h *held) (b
 			case !a.Is4():
 				reason, msg = reasonNoPool, fmt.Sprintf("The IP '%s' is not IPv4: cellium's LB IPAM hands out IPv4 addresses only", a)
 			case validFor(ps, a, lbls, nil, true):
-				if _, taken := s.owner[a]; taken {
-					reason, msg = reasonAlreadyAlloc, fmt.Sprintf("The IP '%s' is already allocated to another service", a)
-					continue
+				if holders := s.owner[a]; len(holders) > 0 {
+					if sharingKey(svc) == "" {
+						reason, msg = reasonAlreadyAlloc, fmt.Sprintf("The IP '%s' is already allocated to another service", a)
+						continue
+					}
+					if ok, why := s.canShare(svc, holders); !ok {
+						reason, msg = reasonAlreadyAllocIncompatible, fmt.Sprintf("The IP '%s' is already allocated to an incompatible service. Reason: %s", a, why)
+						continue
+					}
 				}
-				s.owner[a] = key
-				h.ips = append(h.ips, a)
+				s.take(a, key, h)
 			case slices.ContainsFunc(ps, func(p *pool) bool { return p.active() && p.usable(a) }):
 				reason, msg = reasonSelectorMismatch, fmt.Sprintf("The pool with the CIDR containing '%s', doesn't select this service", a)
 			default:
@@ -487,14 +611,25 @@ func (s *State) satisfy(ps []*pool, svc *corev1.Service, key string, h *held) (b
 	if len(h.ips) > 0 {
 		return true, reasonSatisfied, ""
 	}
+	// With a sharing key: an address Services of the same key hold, if
+	// this one may share it (lowest first).
+	if sharingKey(svc) != "" {
+		for _, a := range slices.SortedFunc(addrKeys(s.owner), netip.Addr.Compare) {
+			if holders := s.owner[a]; s.svcs[holders[0]] != nil && sharingKey(s.svcs[holders[0]]) == sharingKey(svc) && validFor(ps, a, lbls, nil, true) {
+				if ok, _ := s.canShare(svc, holders); ok {
+					s.take(a, key, h)
+					return true, reasonSatisfied, ""
+				}
+			}
+		}
+	}
 	full := false
 	for _, p := range ps {
 		if !p.active() || !p.selects(lbls) {
 			continue
 		}
 		if a, ok := s.firstFree(p); ok {
-			s.owner[a] = key
-			h.ips = append(h.ips, a)
+			s.take(a, key, h)
 			return true, reasonSatisfied, ""
 		}
 		full = true

@@ -201,7 +201,7 @@ func TestTypeChangeReleases(t *testing.T) {
 	if len(st.LoadBalancer.Ingress) != 0 || len(st.Conditions) != 0 {
 		t.Errorf("status after the type change: %+v", st)
 	}
-	if _, held := s.Owner(netip.MustParseAddr("192.0.2.0")); held {
+	if held := s.Owners(netip.MustParseAddr("192.0.2.0")); len(held) > 0 {
 		t.Error("address still held")
 	}
 }
@@ -302,10 +302,11 @@ func TestRestartImportsStatus(t *testing.T) {
 	}
 }
 
-// TestNeverTwoHolders creates, deletes and changes Services and pools at
-// random, with a restart now and then, and checks after every pass that
-// no address is in two Services' outcomes and that every address is one
-// the Service may hold.
+// TestNeverTwoHolders creates, deletes and changes Services (some with
+// sharing keys, ports and traffic policies that may or may not let them
+// share) and pools at random, with a restart now and then, and checks
+// after every pass that an address in two Services' outcomes is one they
+// may share, and that the state holds nothing the outcomes do not show.
 func TestNeverTwoHolders(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	allPools := []*ciliumv2.CiliumLoadBalancerIPPool{
@@ -313,8 +314,9 @@ func TestNeverTwoHolders(t *testing.T) {
 	}
 	s := NewState(true)
 	svcs := map[string]*corev1.Service{}
-	for step := range 2000 {
-		switch r.IntN(6) {
+	shared := 0
+	for step := range 3000 {
+		switch r.IntN(7) {
 		case 0, 1:
 			name := fmt.Sprintf("s%d", r.IntN(40))
 			if svcs[name] == nil {
@@ -322,11 +324,25 @@ func TestNeverTwoHolders(t *testing.T) {
 				if r.IntN(4) == 0 {
 					svc.Spec.LoadBalancerIP = fmt.Sprintf("192.0.2.%d", r.IntN(24))
 				}
+				if r.IntN(2) == 0 {
+					svc.Annotations = map[string]string{ciliumv2.LBIPAMSharingKeyAnnotation: fmt.Sprintf("k%d", r.IntN(2))}
+				}
+				svc.Spec.Ports = []corev1.ServicePort{{Port: int32(80 + r.IntN(4)), Protocol: corev1.ProtocolTCP}}
 				svcs[name] = svc
 			}
 		case 2:
 			delete(svcs, fmt.Sprintf("s%d", r.IntN(40)))
 		case 3:
+			// A change that may make two sharing Services incompatible.
+			if svc := svcs[fmt.Sprintf("s%d", r.IntN(40))]; svc != nil {
+				svc = svc.DeepCopy()
+				svc.Spec.Ports[0].Port = int32(80 + r.IntN(4))
+				if r.IntN(3) == 0 {
+					svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				}
+				svcs[svc.Name] = svc
+			}
+		case 4:
 			if r.IntN(10) == 0 {
 				s = NewState(true) // restart
 			}
@@ -342,22 +358,85 @@ func TestNeverTwoHolders(t *testing.T) {
 			list = append(list, svc)
 		}
 		out := s.Reconcile(pools, nil, list)
-		seen := map[netip.Addr]string{}
+		seen := map[netip.Addr][]*corev1.Service{}
 		for _, o := range out.Services {
 			for _, a := range o.IPs {
-				if other, dup := seen[a]; dup {
-					t.Fatalf("step %d: %s held by %s and %s", step, a, other, o.Service.Name)
+				for _, other := range seen[a] {
+					if ok, why := sharable(o.Service, other); !ok {
+						t.Fatalf("step %d: %s held by %s and %s, which may not share it: %s", step, a, other.Name, o.Service.Name, why)
+					}
+					shared++
 				}
-				seen[a] = o.Service.Name
+				seen[a] = append(seen[a], o.Service)
 			}
 			svcs[o.Service.Name] = withStatus(o.Service, o)
 		}
-		// The state's owners are exactly the outcomes' addresses.
-		for a, key := range s.owner {
-			if seen[a] == "" && svcs[strings.TrimPrefix(key, "ns/")] != nil {
-				t.Fatalf("step %d: %s owned by %s but in no outcome", step, a, key)
+		for a, keys := range s.owner {
+			if len(keys) != len(seen[a]) {
+				t.Fatalf("step %d: %s owned by %v but in %d outcomes", step, a, keys, len(seen[a]))
 			}
 		}
+	}
+	if shared == 0 {
+		t.Fatal("no address was ever shared: the test does not exercise sharing")
+	}
+	t.Logf("%d shared holdings checked", shared)
+}
+
+func TestSharingKey(t *testing.T) {
+	s := NewState(true)
+	pools := []*ciliumv2.CiliumLoadBalancerIPPool{mkPool("p", 0, "192.0.2.0/24")}
+	web := func(name string, age int, key string, port int32) *corev1.Service {
+		svc := mkSvc(name, age)
+		if key != "" {
+			svc.Annotations = map[string]string{ciliumv2.LBIPAMSharingKeyAnnotation: key}
+		}
+		svc.Spec.Ports = []corev1.ServicePort{{Port: port, Protocol: corev1.ProtocolTCP}}
+		return svc
+	}
+	http := web("http", 1, "front", 80)
+	https := web("https", 2, "front", 443)
+	clash := web("clash", 3, "front", 80)
+	other := web("other", 4, "back", 443)
+	plain := web("plain", 5, "", 8080)
+	out := s.Reconcile(pools, nil, []*corev1.Service{http, https, clash, other, plain})
+	for name, want := range map[string]string{"http": "192.0.2.0", "https": "192.0.2.0", "clash": "192.0.2.1", "other": "192.0.2.2", "plain": "192.0.2.3"} {
+		if got := ips(svcOutcome(t, out, name)); got != want {
+			t.Errorf("%s got %q, want %s", name, got, want)
+		}
+	}
+	// Another namespace may share only if both allow it.
+	s2 := NewState(true)
+	a := web("a", 1, "k", 80)
+	b := web("b", 2, "k", 443)
+	b.Namespace = "other"
+	out = s2.Reconcile(pools, nil, []*corev1.Service{a, b})
+	if ips(svcOutcome(t, out, "b")) == ips(svcOutcome(t, out, "a")) {
+		t.Error("a Service of another namespace shares without permission")
+	}
+	a.Annotations[ciliumv2.LBIPAMSharingCrossNamespaceAnnotation] = "other"
+	b.Annotations[ciliumv2.LBIPAMSharingCrossNamespaceAnnotation] = "*"
+	out = NewState(true).Reconcile(pools, nil, []*corev1.Service{a, b})
+	if ips(svcOutcome(t, out, "b")) != ips(svcOutcome(t, out, "a")) {
+		t.Error("Services of two namespaces that allow each other do not share")
+	}
+	// A requested address held by an incompatible Service.
+	req := web("req", 9, "front", 443)
+	req.Spec.LoadBalancerIP = "192.0.2.0"
+	out = s.Reconcile(pools, nil, []*corev1.Service{http, https, clash, other, plain, req})
+	if o := svcOutcome(t, out, "req"); o.Satisfied || o.Reason != reasonAlreadyAllocIncompatible || !strings.Contains(o.Message, "same port and protocol") {
+		t.Errorf("req: %+v", o)
+	}
+	// https changes its port to 80: it may no longer share with the older
+	// http and gets an address of its own; http keeps its.
+	https2 := https.DeepCopy()
+	https2.Spec.Ports[0].Port = 80
+	out = s.Reconcile(pools, nil, []*corev1.Service{http, https2, clash, other, plain})
+	if got := ips(svcOutcome(t, out, "http")); got != "192.0.2.0" {
+		t.Errorf("http got %q", got)
+	}
+	if got := ips(svcOutcome(t, out, "https")); got == "192.0.2.0" || got == "" {
+		t.Errorf("https got %q, want an address of its own", got)
 	}
 }
 

@@ -354,12 +354,40 @@ func TestIntegrationLBIPAM(t *testing.T) {
 	// Nothing else broke: "small" still serves.
 	e.waitService("web-4", []string{"192.0.2.0"}, "satisfied")
 
+	// Two Services with one sharing key and different ports share an
+	// address; a third with a clashing port gets its own.
+	shareSel := map[string]string{"lb": "share"}
+	e.pool("share", shareSel, "198.19.0.0/30")
+	key := map[string]string{ciliumv2.LBIPAMSharingKeyAnnotation: "front"}
+	for name, port := range map[string]int32{"share-http": 80, "share-https": 443} {
+		s := lbService(e.ns, name, shareSel, key)
+		s.Spec.Ports[0].Port = port
+		if _, err := e.core.CoreV1().Services(e.ns).Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitService("share-http", []string{"198.19.0.0"}, "satisfied")
+	e.waitService("share-https", []string{"198.19.0.0"}, "satisfied")
+	e.service("share-clash", shareSel, key)
+	e.waitService("share-clash", []string{"198.19.0.1"}, "satisfied")
+	e.waitPool("share", 4, 2, 2, "", "")
+
 	// Deleting a pool takes its addresses back.
 	if err := e.cilium.CiliumV2().CiliumLoadBalancerIPPools().Delete(e.ctx, "podoverlap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitService("pod-1", nil, "no_pool")
 	e.waitService("pod-2", nil, "no_pool")
+	k8stest.Eventually(t, "pod-3's condition no longer names the pod CIDR", func() error {
+		svc, err := e.core.CoreV1().Services(e.ns).Get(e.ctx, "pod-3", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(svc.Status.Conditions, ciliumv2.ServiceRequestSatisfiedCondition); c == nil || strings.Contains(c.Message, "pod CIDR") {
+			return fmt.Errorf("condition %+v", c)
+		}
+		return nil
+	})
 
 	// Settled, the operator writes nothing more: no status churn.
 	rvs := e.versions()

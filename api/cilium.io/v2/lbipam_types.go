@@ -135,7 +135,7 @@ const (
 	// ServiceRequestSatisfiedCondition is set on the Services LB IPAM is
 	// responsible for: True when they have their addresses, else False
 	// with a reason (no_pool, out_of_ips, already_allocated,
-	// pool_selector_mismatch).
+	// already_allocated_incompatible_service, pool_selector_mismatch).
 	ServiceRequestSatisfiedCondition = "cilium.io/IPAMRequestSatisfied"
 
 	// LBIPAMIPsAnnotation requests specific addresses, separated by
@@ -152,6 +152,9 @@ const (
 	// LBIPAMSharingCrossNamespaceAnnotation lists the other namespaces
 	// (or "*") whose Services may share this Service's address.
 	LBIPAMSharingCrossNamespaceAnnotation = "lbipam.cilium.io/sharing-cross-namespace"
+	// LBIPAMSharingCrossNamespaceAnnotationAlias is the older name of
+	// LBIPAMSharingCrossNamespaceAnnotation.
+	LBIPAMSharingCrossNamespaceAnnotationAlias = "io.cilium/lb-ipam-sharing-cross-namespace"
 
 	// ServiceNameLabel and ServiceNamespaceLabel are the labels a pool's
 	// serviceSelector can match besides a Service's own.
