@@ -48,5 +48,6 @@ type NodePortParams struct {
 // NodePortConfig switches the uplink program (bpf/nodeport.c) with
 // --kube-proxy-replacement and gives it the devices of --devices.
 func NodePortConfig(p NodePortParams) *loader.NodePortConfig {
-	return &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices}
+	return &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices, LBMapMax: p.SocketLB.LBMapMax,
+		ServicesInStack: !p.SocketLB.EnableSocketLB}
 }

@@ -54,12 +54,16 @@ type Config struct {
 	// EnableHostPort serves the hostPorts of this node's pods in eBPF
 	// (on with kube-proxy replacement, as in Cilium).
 	EnableHostPort bool `flag:"enable-host-port"`
+	// LBMapMax is the capacity of the service, backend and affinity maps
+	// (Cilium's --bpf-lb-map-max).
+	LBMapMax int `flag:"bpf-lb-map-max"`
 }
 
 // DefaultConfig is on, with cgroup2 at /run/cellium/cgroupv2 (Cilium's
 // place, /run/cilium/cgroupv2, with cellium's name), without kube-proxy
 // replacement (Cilium's default).
-var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2", KubeProxyReplacement: "false"}
+var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2", KubeProxyReplacement: "false",
+	LBMapMax: maps.DefaultLBMapMax}
 
 // KPR reports whether --kube-proxy-replacement is "true".
 func (c Config) KPR() bool { return c.KubeProxyReplacement == "true" }
@@ -76,6 +80,8 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
 	fs.Bool("enable-host-port", def.EnableHostPort,
 		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace); from outside the node only with --kube-proxy-replacement=true (the uplink program), which implies it: with both, the portmap CNI chaining is not needed")
+	fs.Int("bpf-lb-map-max", def.LBMapMax,
+		"Capacity of the load balancer's BPF maps: cellium_lb4_services (one entry per frontend scope plus one per backend of each), cellium_lb4_backends (distinct backend addresses) and the affinity maps; a change replaces those maps at the agent's start (the Services are written again)")
 	fs.String("kube-proxy-replacement", def.KubeProxyReplacement,
 		"Replace kube-proxy: \"true\" serves every Service type and the pods' hostPorts in eBPF (NodePort on the node's addresses and its loopback, LoadBalancer ingress IPs, externalIPs, externalTrafficPolicy and internalTrafficPolicy Local, terminating endpoints), \"false\" only ClusterIPs at the socket (kube-proxy does the rest)")
 }
@@ -93,6 +99,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("--kube-proxy-replacement=%q: want \"true\" or \"false\"", c.KubeProxyReplacement)
+	}
+	if c.LBMapMax < 1 || c.LBMapMax > maps.MaxLBMapMax {
+		return fmt.Errorf("--bpf-lb-map-max=%d: want 1 to %d", c.LBMapMax, maps.MaxLBMapMax)
 	}
 	if c.EnableSocketLB && !filepath.IsAbs(c.CgroupRoot) {
 		return fmt.Errorf("--cgroup-root %q is not an absolute path", c.CgroupRoot)
@@ -133,7 +142,7 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 	if _, err := socklb.EnsureCgroup2(c.CgroupRoot); err != nil {
 		return Targets{}, fmt.Errorf("%w (pass --cgroup-root=<a cgroup2 mount>, or --bpf-lb-sock=false)", err)
 	}
-	m, err := maps.OpenLB(pinDir)
+	m, err := maps.OpenLBWith(pinDir, maps.LBOptions{MapMax: c.LBMapMax})
 	if err != nil {
 		return Targets{}, fmt.Errorf("open the socket LB maps in %s: %w", pinDir, err)
 	}
@@ -208,7 +217,8 @@ func register(p params, open Opener) error {
 		}})
 		return nil
 	}
-	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends}
+	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends,
+		MaxBackendID: uint32(p.Config.LBMapMax - 1)}
 	if p.Config.KPR() || p.Config.HostPort() {
 		if p.NodeName == "" || p.LocalNode == nil {
 			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")

@@ -153,7 +153,9 @@ func TestPrivilegedNodePortAttach(t *testing.T) {
 	node := nodePortNS(t, false)
 	up0, up1 := ifindexIn(t, node, "up0"), ifindexIn(t, node, "up1")
 	a0, a1 := netip.MustParseAddr("10.79.0.1"), netip.MustParseAddr("10.79.1.1")
-	np := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}}
+	// Load balancer maps of another size than the object's
+	// (--bpf-lb-map-max): the program loads against them as they are.
+	np := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}, LBMapMax: 4096}
 	if err := np.Ensure([]string{"up0", "up1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +175,7 @@ func TestPrivilegedNodePortAttach(t *testing.T) {
 		t.Errorf("pin of up1 left after it was dropped from the list: %v", err)
 	}
 	// A restarted agent (a new NodePort) replaces the program in place.
-	np2 := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}}
+	np2 := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}, LBMapMax: 4096}
 	if err := np2.Ensure([]string{"up0"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/statedb/lb"
@@ -138,14 +139,58 @@ type LBMaps struct {
 	AffinityMatch *LB4AffinityMatch
 }
 
-// OpenLB opens the socket load balancer's maps pinned in dir (a bpffs
-// directory), creating and pinning the missing ones. A pinned map of
-// another layout is an error wrapping ebpf.ErrMapIncompatible.
-func OpenLB(dir string) (*LBMaps, error) {
+// DefaultLBMapMax is the capacity of the load balancer's service,
+// backend and affinity maps without --bpf-lb-map-max (Cilium's default).
+const DefaultLBMapMax = 65536
+
+// MaxLBMapMax is the largest --bpf-lb-map-max accepted: a backend ID and a
+// slot index fit the maps' keys up to it.
+const MaxLBMapMax = 1 << 24
+
+// LBOptions size the load balancer's maps.
+type LBOptions struct {
+	// MapMax is the capacity of cellium_lb4_services (one entry per
+	// frontend scope and backend slot), cellium_lb4_backends and the
+	// affinity maps (Cilium's --bpf-lb-map-max); 0 is DefaultLBMapMax.
+	MapMax int
+}
+
+// lbSized are the maps LBOptions.MapMax sizes; their contents are the lb
+// tables' (written again by the reconcilers) or soft state, so a pin of
+// another size is replaced, not an error.
+var lbSized = map[string]bool{LB4ServicesMapName: true, LB4BackendsMapName: true,
+	LB4AffinityMapName: true, LB4AffinityMatchMapName: true}
+
+// OpenLB opens the socket load balancer's maps pinned in dir with the
+// default sizes (OpenLBWith).
+func OpenLB(dir string) (*LBMaps, error) { return OpenLBWith(dir, LBOptions{}) }
+
+// OpenLBWith opens the socket load balancer's maps pinned in dir (a bpffs
+// directory), creating and pinning the missing ones, the sized ones with
+// o.MapMax entries. A pinned sized map of another capacity or layout (the
+// flag changed, or an upgrade) is replaced by a new, empty one: the
+// reconcilers write every Service into it again, and programs loaded
+// after this call use it. Any other pinned map of another layout is an
+// error wrapping ebpf.ErrMapIncompatible. Callers in one agent (the
+// socket programs' and the uplink program's loaders) must pass the same
+// options; they are serialized by a lock on dir.
+func OpenLBWith(dir string, o LBOptions) (*LBMaps, error) {
+	size := o.MapMax
+	if size == 0 {
+		size = DefaultLBMapMax
+	}
+	if size < 0 || size > MaxLBMapMax {
+		return nil, fmt.Errorf("load balancer map size %d: want 1 to %d", size, MaxLBMapMax)
+	}
 	spec, err := bpf.LoadSock()
 	if err != nil {
 		return nil, fmt.Errorf("load embedded socket LB object: %w", err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	opened := map[string]*ebpf.Map{}
 	for _, name := range lbNames {
 		ms, ok := spec.Maps[name]
@@ -155,7 +200,17 @@ func OpenLB(dir string) (*LBMaps, error) {
 		}
 		ms = ms.Copy()
 		ms.Pinning = ebpf.PinByName
+		if lbSized[name] {
+			ms.MaxEntries = uint32(size)
+		}
 		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		if errors.Is(err, ebpf.ErrMapIncompatible) && lbSized[name] {
+			if rerr := os.Remove(filepath.Join(dir, name)); rerr != nil {
+				err = errors.Join(err, rerr)
+			} else {
+				m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+			}
+		}
 		if err != nil {
 			closeMaps(opened)
 			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
@@ -259,6 +314,9 @@ func UnpinLB(dir string) error {
 // LB4Services is cellium_lb4_services.
 type LB4Services struct{ m *ebpf.Map }
 
+// Map returns the BPF map.
+func (s *LB4Services) Map() *ebpf.Map { return s.m }
+
 func lb4Key(k ServiceSlot) (bpf.SockLb4Key, error) {
 	a, err := addrBE32(k.Frontend.Addr)
 	if err != nil {
@@ -327,6 +385,9 @@ func (s *LB4Services) Iterate(yield func(ServiceSlot, ServiceValue) bool) error 
 // LB4Backends is cellium_lb4_backends.
 type LB4Backends struct{ m *ebpf.Map }
 
+// Map returns the BPF map.
+func (s *LB4Backends) Map() *ebpf.Map { return s.m }
+
 // Update writes ids[i] -> addrs[i].
 func (b *LB4Backends) Update(ids []uint32, addrs []lb.L4Addr) error {
 	if len(ids) != len(addrs) {
@@ -377,6 +438,9 @@ func (a AffinityMatch) bpf() (bpf.SockLb4AffinityMatchKey, error) {
 
 // LB4AffinityMatch is cellium_lb4_affinity_match.
 type LB4AffinityMatch struct{ m *ebpf.Map }
+
+// Map returns the BPF map.
+func (s *LB4AffinityMatch) Map() *ebpf.Map { return s.m }
 
 // Update adds keys.
 func (a *LB4AffinityMatch) Update(keys []AffinityMatch) error {
@@ -429,6 +493,9 @@ type AffinityValue struct {
 // LB4Affinity is cellium_lb4_affinity, written by the programs.
 type LB4Affinity struct{ m *ebpf.Map }
 
+// Map returns the BPF map.
+func (s *LB4Affinity) Map() *ebpf.Map { return s.m }
+
 func (a *LB4Affinity) key(k AffinityKey) (bpf.SockLb4AffinityKey, error) {
 	w, err := addrBE32(k.Frontend.Addr)
 	if err != nil {
@@ -455,4 +522,33 @@ func (a *LB4Affinity) Iterate(yield func(AffinityKey, AffinityValue) bool) error
 		return yield(AffinityKey{NetnsCookie: k.NetnsCookie, Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}},
 			AffinityValue{BackendID: v.BackendId, LastUsed: v.LastUsed})
 	})
+}
+
+// FitReplacements gives each map of spec that repl replaces the
+// replacement's capacity: the load balancer's maps are sized by a flag
+// (--bpf-lb-map-max, OpenLBWith) and a program is loaded against them as
+// they are (cilium/ebpf refuses a replacement of another size).
+func FitReplacements(spec *ebpf.CollectionSpec, repl map[string]*ebpf.Map) {
+	for name, m := range repl {
+		if ms, ok := spec.Maps[name]; ok && m != nil {
+			ms.MaxEntries = m.MaxEntries()
+		}
+	}
+}
+
+// lockDir takes an exclusive flock on directory dir (bpffs has no regular
+// files to lock) until the returned function runs.
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s to lock it: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
 }
