@@ -13,7 +13,10 @@
  *                    port of NODEPORT_PORT_MIN_NAT..MAX_NAT; then routed
  *                    without the host stack (np_forward). A reply of such
  *                    a connection from a backend on another node (native
- *                    routing) is translated back here as well.
+ *                    routing) is translated back here as well. A frontend
+ *                    flagged LB4_SVC_SOURCE_RANGE drops the packets of
+ *                    clients outside its loadBalancerSourceRanges
+ *                    (DROP_NOT_IN_SRC_RANGE).
  *
  * Replies of local backends are translated back by cil_from_container
  * (bpf/lxc.c), replies through the tunnel by cil_from_overlay
@@ -154,6 +157,16 @@ int cil_from_netdev(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	now = ktime_get_ns();
 
+	key.address = p.daddr;
+	key.dport = p.dport;
+	key.proto = p.proto;
+	key.scope = LB4_SCOPE_EXT;
+	svc = map_lookup_elem(&cellium_lb4_services, &key);
+	/* loadBalancerSourceRanges: every packet of a client outside them,
+	 * also of a connection made before they changed, as Cilium. */
+	if (svc && (svc->flags & LB4_SVC_NODEPORT) && !lb4_src_range_ok(&key, svc, p.saddr))
+		return np_drop(skb, &p, DROP_NOT_IN_SRC_RANGE, METRIC_INGRESS);
+
 	/* A later packet of a connection: the same backend, while it is
 	 * one (a backend removed from cellium_lb4_backends or given to
 	 * another address ends its connections). A new SYN on a closed
@@ -186,11 +199,6 @@ int cil_from_netdev(struct __sk_buff *skb)
 		be = 0;
 	}
 
-	key.address = p.daddr;
-	key.dport = p.dport;
-	key.proto = p.proto;
-	key.scope = LB4_SCOPE_EXT;
-	svc = map_lookup_elem(&cellium_lb4_services, &key);
 	if (!svc || !(svc->flags & LB4_SVC_NODEPORT))
 		return TC_ACT_OK;
 	/* Only a SYN opens a TCP connection; any other segment without an

@@ -54,6 +54,12 @@ type Config struct {
 	// EnableHostPort serves the hostPorts of this node's pods in eBPF
 	// (on with kube-proxy replacement, as in Cilium).
 	EnableHostPort bool `flag:"enable-host-port"`
+	// EnableSVCSourceRangeCheck enforces loadBalancerSourceRanges on
+	// LoadBalancer frontends in eBPF, with kube-proxy replacement.
+	EnableSVCSourceRangeCheck bool `flag:"enable-svc-source-range-check"`
+	// LBSourceRangeAllTypes applies them to the Service's NodePort
+	// frontends as well.
+	LBSourceRangeAllTypes bool `flag:"bpf-lb-source-range-all-types"`
 	// LBMapMax is the capacity of the service, backend and affinity maps
 	// (Cilium's --bpf-lb-map-max).
 	LBMapMax int `flag:"bpf-lb-map-max"`
@@ -63,7 +69,7 @@ type Config struct {
 // place, /run/cilium/cgroupv2, with cellium's name), without kube-proxy
 // replacement (Cilium's default).
 var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2", KubeProxyReplacement: "false",
-	LBMapMax: maps.DefaultLBMapMax}
+	EnableSVCSourceRangeCheck: true, LBMapMax: maps.DefaultLBMapMax}
 
 // KPR reports whether --kube-proxy-replacement is "true".
 func (c Config) KPR() bool { return c.KubeProxyReplacement == "true" }
@@ -80,6 +86,10 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
 	fs.Bool("enable-host-port", def.EnableHostPort,
 		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace); from outside the node only with --kube-proxy-replacement=true (the uplink program), which implies it: with both, the portmap CNI chaining is not needed")
+	fs.Bool("enable-svc-source-range-check", def.EnableSVCSourceRangeCheck,
+		"Enable the check of a LoadBalancer Service's loadBalancerSourceRanges in eBPF (with --kube-proxy-replacement=true): clients from outside the node not in them are dropped (drop reason 177); clients inside the cluster are not restricted")
+	fs.Bool("bpf-lb-source-range-all-types", def.LBSourceRangeAllTypes,
+		"Propagate loadBalancerSourceRanges to the NodePort frontends of the LoadBalancer Service as well")
 	fs.Int("bpf-lb-map-max", def.LBMapMax,
 		"Capacity of the load balancer's BPF maps: cellium_lb4_services (one entry per frontend scope plus one per backend of each), cellium_lb4_backends (distinct backend addresses) and the affinity maps; a change replaces those maps at the agent's start (the Services are written again)")
 	fs.String("kube-proxy-replacement", def.KubeProxyReplacement,
@@ -118,6 +128,9 @@ type Targets struct {
 	Services      lbsync.ServicesMap
 	Backends      lbsync.BackendsMap
 	AffinityMatch lbsync.AffinityMatchMap
+	// SourceRange is cellium_lb4_source_range; nil leaves
+	// loadBalancerSourceRanges unenforced.
+	SourceRange lbsync.SourceRangeMap
 	// Close releases the maps (they and the programs stay); may be nil.
 	Close func() error
 }
@@ -155,7 +168,8 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 		return Targets{}, fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", c.CgroupRoot, err)
 	}
 	return Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
-		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, Close: m.Close}, nil
+		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, SourceRange: lbsync.PinnedSourceRange{M: m.SourceRange},
+		Close: m.Close}, nil
 }
 
 // NewCell is the socket load balancer writing the maps open gives (the
@@ -224,6 +238,7 @@ func register(p params, open Opener) error {
 			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")
 		}
 		t.KubeProxyReplacement, t.NodeName, t.LocalNode = p.Config.KPR(), string(p.NodeName), p.LocalNode
+		t.SourceRangeCheck, t.SourceRangeAllTypes = p.Config.EnableSVCSourceRangeCheck, p.Config.LBSourceRangeAllTypes
 	}
 	if p.Config.HostPort() {
 		if p.Pods == nil {
@@ -253,7 +268,8 @@ func register(p params, open Opener) error {
 			return nil
 		},
 	})
-	fc := lbsync.FrontendsConfig(t, services, match)
+	ranges := lazyRanges{func() lbsync.SourceRangeMap { return m.SourceRange }}
+	fc := lbsync.FrontendsConfigWithRanges(t, services, match, ranges)
 	bc := lbsync.BackendsConfig(t, backends)
 	fc.FullInterval, bc.FullInterval = FullInterval, FullInterval
 	// Jobs "reconcile-lb4-services-map", "reconcile-lb4-backends-map".
@@ -293,3 +309,32 @@ type lazyMatch struct {
 func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.get().Update(k) }
 func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.get().Delete(k) }
 func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.get().Dump() }
+
+// lazyRanges forwards to the source range map once the start hook has
+// opened it; without one (an opener that gives none) it holds nothing.
+type lazyRanges struct{ get func() lbsync.SourceRangeMap }
+
+func (l lazyRanges) Update(k []maps.SourceRange) error {
+	if r := l.get(); r != nil {
+		return r.Update(k)
+	}
+	return errNoSourceRangeMap
+}
+
+func (l lazyRanges) Delete(k []maps.SourceRange) error {
+	if r := l.get(); r != nil {
+		return r.Delete(k)
+	}
+	return nil
+}
+
+func (l lazyRanges) Dump() ([]maps.SourceRange, error) {
+	if r := l.get(); r != nil {
+		return r.Dump()
+	}
+	return nil, nil
+}
+
+// errNoSourceRangeMap: a frontend with source ranges, but the opener gave
+// no map to write them to (the flag is then never set either).
+var errNoSourceRangeMap = errors.New("no source range map to write loadBalancerSourceRanges to")

@@ -159,6 +159,16 @@ type NodeportLb4Service struct {
 	Pad       uint8
 }
 
+type NodeportLb4SrcRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Address   uint32
+	Dport     uint16
+	Proto     uint8
+	Pad       uint8
+	Saddr     uint32
+}
+
 type NodeportMetricsKey struct {
 	_      structs.HostLayout
 	Reason uint8
@@ -266,6 +276,7 @@ const (
 	NodeportMapCelliumLb4ReverseSk      = "cellium_lb4_reverse_sk"
 	NodeportMapCelliumLb4ReverseSkRef   = "cellium_lb4_reverse_sk_ref"
 	NodeportMapCelliumLb4Services       = "cellium_lb4_services"
+	NodeportMapCelliumLb4SourceRange    = "cellium_lb4_source_range"
 	NodeportMapCelliumLxc               = "cellium_lxc"
 	NodeportMapCelliumMetrics           = "cellium_metrics"
 	NodeportMapCelliumNodeportAffinity4 = "cellium_nodeport_affinity4"
@@ -338,6 +349,7 @@ type NodeportMapSpecs struct {
 	CelliumLb4ReverseSk      *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk"`
 	CelliumLb4ReverseSkRef   *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLb4Services       *ebpf.MapSpec `ebpf:"cellium_lb4_services"`
+	CelliumLb4SourceRange    *ebpf.MapSpec `ebpf:"cellium_lb4_source_range"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
 	CelliumNodeportAffinity4 *ebpf.MapSpec `ebpf:"cellium_nodeport_affinity4"`
@@ -386,6 +398,7 @@ type NodeportMaps struct {
 	CelliumLb4ReverseSk      *ebpf.Map `ebpf:"cellium_lb4_reverse_sk"`
 	CelliumLb4ReverseSkRef   *ebpf.Map `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLb4Services       *ebpf.Map `ebpf:"cellium_lb4_services"`
+	CelliumLb4SourceRange    *ebpf.Map `ebpf:"cellium_lb4_source_range"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
 	CelliumNodeportAffinity4 *ebpf.Map `ebpf:"cellium_nodeport_affinity4"`
@@ -409,6 +422,7 @@ func (m *NodeportMaps) Close() error {
 		m.CelliumLb4ReverseSk,
 		m.CelliumLb4ReverseSkRef,
 		m.CelliumLb4Services,
+		m.CelliumLb4SourceRange,
 		m.CelliumLxc,
 		m.CelliumMetrics,
 		m.CelliumNodeportAffinity4,

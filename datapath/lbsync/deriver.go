@@ -46,6 +46,11 @@ type Tables struct {
 	// too (lb.PodHostPortFrontends, --enable-host-port). NodeName and
 	// LocalNode must be set with it.
 	Pods statedb.Table[*corev1.Pod]
+	// SourceRangeCheck and SourceRangeAllTypes give frontends the
+	// loadBalancerSourceRanges of their Service (lb.Options), with
+	// KubeProxyReplacement.
+	SourceRangeCheck    bool
+	SourceRangeAllTypes bool
 	// MaxBackendID is the highest backend ID handed out (the backends
 	// map's capacity - 1, --bpf-lb-map-max); 0 is MaxBackendID.
 	MaxBackendID uint32
@@ -333,7 +338,8 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 // took them again).
 func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
 	var want []*lb.Frontend
-	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs}
+	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs,
+		SourceRangeCheck: d.t.SourceRangeCheck, SourceRangeAllTypes: d.t.SourceRangeAllTypes}
 	if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
 		if d.t.Pods != nil {
 			if p, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod)); ok {

@@ -3,6 +3,7 @@ package maps
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,10 +25,12 @@ const (
 	LB4AffinityMapName = bpf.SockMapCelliumLb4Affinity
 	// (frontend, backend ID) pairs that exist
 	LB4AffinityMatchMapName = bpf.SockMapCelliumLb4AffinityMatch
+	// (frontend, client prefix) of loadBalancerSourceRanges
+	LB4SourceRangeMapName = bpf.SockMapCelliumLb4SourceRange
 )
 
 var lbNames = []string{LB4ServicesMapName, LB4BackendsMapName, LB4ReverseSKMapName,
-	LB4AffinityMapName, LB4AffinityMatchMapName}
+	LB4AffinityMapName, LB4AffinityMatchMapName, LB4SourceRangeMapName}
 
 // lb4_service.flags (LB4_SVC_* of bpf/include/lb.h).
 const (
@@ -35,6 +38,8 @@ const (
 	serviceFlagNodePort  = 0x2
 	serviceFlagLocal     = 0x4
 	serviceFlagTwoScopes = 0x8
+	// LB4_SVC_SOURCE_RANGE
+	serviceFlagSourceRange = 0x10
 )
 
 // Scopes of a frontend's entries (lb4_key.scope, LB4_SCOPE_*).
@@ -74,6 +79,10 @@ type ServiceValue struct {
 	NodePort  bool
 	Local     bool
 	TwoScopes bool
+	// SourceRange is LB4_SVC_SOURCE_RANGE (slot 0 of ScopeExt): clients
+	// from outside the node pass only when cellium_lb4_source_range holds
+	// a prefix of their address for the frontend.
+	SourceRange bool
 }
 
 // FlagString is slot 0's flags as "nodeport,local,two-scopes" ("-" for
@@ -88,6 +97,9 @@ func (v ServiceValue) FlagString() string {
 	}
 	if v.TwoScopes {
 		fs = append(fs, "two-scopes")
+	}
+	if v.SourceRange {
+		fs = append(fs, "source-range")
 	}
 	if len(fs) == 0 {
 		return "-"
@@ -109,6 +121,9 @@ func (v ServiceValue) bpf() bpf.SockLb4Service {
 	if v.TwoScopes {
 		out.Flags |= serviceFlagTwoScopes
 	}
+	if v.SourceRange {
+		out.Flags |= serviceFlagSourceRange
+	}
 	if v.AffinityTimeout != 0 {
 		out.BackendId = v.AffinityTimeout
 	}
@@ -122,7 +137,7 @@ func serviceValue(slot uint16, v *bpf.SockLb4Service) ServiceValue {
 	}
 	out := ServiceValue{Count: v.Count, Affinity: v.Flags&serviceFlagAffinity != 0,
 		NodePort: v.Flags&serviceFlagNodePort != 0, Local: v.Flags&serviceFlagLocal != 0,
-		TwoScopes: v.Flags&serviceFlagTwoScopes != 0}
+		TwoScopes: v.Flags&serviceFlagTwoScopes != 0, SourceRange: v.Flags&serviceFlagSourceRange != 0}
 	if out.Affinity {
 		out.AffinityTimeout = v.BackendId
 	}
@@ -137,6 +152,7 @@ type LBMaps struct {
 	ReverseSK     *ebpf.Map
 	Affinity      *LB4Affinity
 	AffinityMatch *LB4AffinityMatch
+	SourceRange   *LB4SourceRange
 }
 
 // DefaultLBMapMax is the capacity of the load balancer's service,
@@ -223,7 +239,8 @@ func OpenLBWith(dir string, o LBOptions) (*LBMaps, error) {
 	}
 	return &LBMaps{Services: &LB4Services{m: opened[LB4ServicesMapName]},
 		Backends: &LB4Backends{m: opened[LB4BackendsMapName]}, ReverseSK: opened[LB4ReverseSKMapName],
-		Affinity: &LB4Affinity{m: opened[LB4AffinityMapName]}, AffinityMatch: &LB4AffinityMatch{m: opened[LB4AffinityMatchMapName]}}, nil
+		Affinity: &LB4Affinity{m: opened[LB4AffinityMapName]}, AffinityMatch: &LB4AffinityMatch{m: opened[LB4AffinityMatchMapName]},
+		SourceRange: &LB4SourceRange{m: opened[LB4SourceRangeMapName]}}, nil
 }
 
 func closeMaps(ms map[string]*ebpf.Map) {
@@ -235,7 +252,7 @@ func closeMaps(ms map[string]*ebpf.Map) {
 // Close closes the file descriptors; the pinned maps stay.
 func (m *LBMaps) Close() error {
 	return errors.Join(m.Services.m.Close(), m.Backends.m.Close(), m.ReverseSK.Close(),
-		m.Affinity.m.Close(), m.AffinityMatch.m.Close())
+		m.Affinity.m.Close(), m.AffinityMatch.m.Close(), m.SourceRange.m.Close())
 }
 
 // Replacements returns the maps to load the socket programs with
@@ -247,6 +264,7 @@ func (m *LBMaps) Replacements() map[string]*ebpf.Map {
 		LB4ReverseSKMapName:     m.ReverseSK,
 		LB4AffinityMapName:      m.Affinity.m,
 		LB4AffinityMatchMapName: m.AffinityMatch.m,
+		LB4SourceRangeMapName:   m.SourceRange.m,
 	}
 }
 
@@ -521,6 +539,71 @@ func (a *LB4Affinity) Iterate(yield func(AffinityKey, AffinityValue) bool) error
 	return iterate(a.m, func(k *bpf.SockLb4AffinityKey, v *bpf.SockLb4AffinityValue) bool {
 		return yield(AffinityKey{NetnsCookie: k.NetnsCookie, Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}},
 			AffinityValue{BackendID: v.BackendId, LastUsed: v.LastUsed})
+	})
+}
+
+// SourceRange is a key of cellium_lb4_source_range: clients in Prefix
+// may use Frontend (loadBalancerSourceRanges).
+type SourceRange struct {
+	Frontend lb.L4Addr
+	Prefix   netip.Prefix
+}
+
+// srcRangeStaticPrefix is LB4_SRC_RANGE_STATIC_PREFIX: the bits of the
+// frontend's address, port, protocol and padding.
+const srcRangeStaticPrefix = 64
+
+func (r SourceRange) bpf() (bpf.SockLb4SrcRangeKey, error) {
+	fe, err := addrBE32(r.Frontend.Addr)
+	if err != nil {
+		return bpf.SockLb4SrcRangeKey{}, err
+	}
+	if !r.Prefix.Addr().Is4() {
+		return bpf.SockLb4SrcRangeKey{}, fmt.Errorf("source range %v: not an IPv4 prefix", r.Prefix)
+	}
+	src, err := addrBE32(r.Prefix.Masked().Addr())
+	if err != nil {
+		return bpf.SockLb4SrcRangeKey{}, err
+	}
+	return bpf.SockLb4SrcRangeKey{Prefixlen: srcRangeStaticPrefix + uint32(r.Prefix.Bits()), Address: fe,
+		Dport: htons(r.Frontend.Port), Proto: r.Frontend.Proto, Saddr: src}, nil
+}
+
+// LB4SourceRange is cellium_lb4_source_range.
+type LB4SourceRange struct{ m *ebpf.Map }
+
+// Update adds keys.
+func (s *LB4SourceRange) Update(keys []SourceRange) error {
+	ks := make([]bpf.SockLb4SrcRangeKey, len(keys))
+	for i, k := range keys {
+		var err error
+		if ks[i], err = k.bpf(); err != nil {
+			return err
+		}
+	}
+	return batchUpdate(s.m, ks, make([]uint8, len(keys)))
+}
+
+// Delete removes keys; missing keys are not an error.
+func (s *LB4SourceRange) Delete(keys []SourceRange) error {
+	for _, k := range keys {
+		bk, err := k.bpf()
+		if err != nil {
+			return err
+		}
+		if err := deleteKey(s.m, &bk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Iterate calls yield for every entry until it returns false.
+func (s *LB4SourceRange) Iterate(yield func(SourceRange) bool) error {
+	return iterate(s.m, func(k *bpf.SockLb4SrcRangeKey, _ *uint8) bool {
+		bits := int(k.Prefixlen) - srcRangeStaticPrefix
+		return yield(SourceRange{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto},
+			Prefix: netip.PrefixFrom(be32Addr(k.Saddr), bits)})
 	})
 }
 

@@ -152,7 +152,7 @@ func TestPrivilegedLBMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName,
-		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName} {
+		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName, maps.LB4SourceRangeMapName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
 			t.Errorf("%s still pinned (%v)", name, err)
 		}

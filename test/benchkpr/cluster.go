@@ -32,7 +32,8 @@ import (
 // The benchmark's namespace, pods, Service and ports.
 const (
 	namespace  = "bench-kpr"
-	clientPod  = "bk-client"
+	clientPod  = "bk-client"  // on the first node
+	clientPod2 = "bk-client2" // on the second node, with the server
 	serverPod  = "bk-server"
 	benchSvc   = "bk"
 	changeSvc  = "bk-change"
@@ -51,7 +52,10 @@ type bench struct {
 	cs   kubernetes.Interface
 	log  *slog.Logger
 
-	clientNetns, serverNetns string // /proc/<pid>/ns/net of the pods
+	// /proc/<pid>/ns/net of the pods; watchNetns of a client pod on each
+	// node, in the nodes' order.
+	clientNetns, serverNetns string
+	watchNetns               []string
 	serverIP                 netip.Addr
 	clusterIP, changeIP      netip.Addr
 	servers                  []*exec.Cmd
@@ -81,11 +85,13 @@ func (b *bench) deploy(ctx context.Context) error {
 		return fmt.Errorf("namespace: %w", err)
 	}
 	ips := map[string]string{}
-	for i, name := range []string{clientPod, serverPod} {
+	pods := []string{clientPod, clientPod2, serverPod}
+	nodeOf := map[string]int{clientPod: 0, clientPod2: 1, serverPod: 1}
+	for _, name := range pods {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
 			Spec: corev1.PodSpec{
-				NodeName: b.c.Nodes[i].Name,
+				NodeName: b.c.Nodes[nodeOf[name]].Name,
 				Containers: []corev1.Container{{Name: "app", Image: realnode.DemoImage, ImagePullPolicy: corev1.PullNever,
 					Ports: []corev1.ContainerPort{{ContainerPort: httpPort}}}},
 				AutomountServiceAccountToken: new(bool),
@@ -98,7 +104,7 @@ func (b *bench) deploy(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := devnode.WaitFor(wctx, nil, func() error {
-		for _, name := range []string{clientPod, serverPod} {
+		for _, name := range pods {
 			p, err := b.cs.CoreV1().Pods(namespace).Get(wctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -122,6 +128,11 @@ func (b *bench) deploy(ctx context.Context) error {
 	if b.serverNetns, err = podNetns(b.serverIP); err != nil {
 		return err
 	}
+	client2, err := podNetns(netip.MustParseAddr(ips[clientPod2]))
+	if err != nil {
+		return err
+	}
+	b.watchNetns = []string{b.clientNetns, client2}
 	for _, args := range [][]string{
 		{"iperf3", "-s", "-p", strconv.Itoa(iperfPort)},
 		{b.cfg.Self, "probe", "echo", "-listen", ":" + strconv.Itoa(echoPort)},
@@ -352,10 +363,13 @@ type watchEvent struct {
 	up bool
 }
 
-// startWatcher starts a watch probe as a process of node (its network
-// namespace and cgroup) against the changed Service.
-func (b *bench) startWatcher(ctx context.Context, node *realnode.Node) (*watcher, error) {
-	cmd := command(ctx, node.Namespaces().NetnsPath(), node, b.cfg.Self, "probe", "watch",
+// startWatcher starts a watch probe in the client pod of node i (in its
+// network namespace and the node's cgroup) against the changed Service.
+// A pod, not the node's own namespace: the nodes here have no default
+// route, and kube-proxy's DNAT of a node's own connection needs one.
+func (b *bench) startWatcher(ctx context.Context, i int) (*watcher, error) {
+	node := b.c.Nodes[i]
+	cmd := command(ctx, b.watchNetns[i], node, b.cfg.Self, "probe", "watch",
 		"-addr", netip.AddrPortFrom(b.changeIP, httpPort).String(), "-interval", "1ms")
 	out, err := cmd.StdoutPipe()
 	if err != nil {

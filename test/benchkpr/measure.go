@@ -85,8 +85,8 @@ func (b *bench) atSize(ctx context.Context, size int) (SizeResult, error) {
 			w.stop()
 		}
 	}()
-	for _, n := range b.c.Nodes {
-		w, err := b.startWatcher(ctx, n)
+	for i := range b.c.Nodes {
+		w, err := b.startWatcher(ctx, i)
 		if err != nil {
 			return sr, err
 		}
@@ -215,7 +215,7 @@ func bulkBackends(i, n int) ([]netip.Addr, int32) {
 }
 
 // settle creates (once per size) a Service with the server pod as its
-// backend after the bulk ones, and waits until a process of every node
+// backend after the bulk ones, and waits until a client pod of every node
 // reaches it: the Services before it are then served too (kube-proxy
 // syncs everything at once; cellium derives Services in the order of
 // their changes).
@@ -233,8 +233,8 @@ func (b *bench) settle(ctx context.Context, size int) error {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	return devnode.WaitFor(wctx, nil, func() error {
-		for _, n := range b.c.Nodes {
-			if _, err := b.probe(wctx, n.Namespaces().NetnsPath(), n, "connect", "-addr", addr, "-n", "1", "-timeout", "200ms"); err != nil {
+		for i, n := range b.c.Nodes {
+			if _, err := b.probe(wctx, b.watchNetns[i], n, "connect", "-addr", addr, "-n", "1", "-timeout", "200ms"); err != nil {
 				return fmt.Errorf("node %s: %w", n.Name, err)
 			}
 		}
