@@ -358,6 +358,9 @@ type watcher struct {
 	done   bool
 }
 
+// newCond is w's condition, on its mutex.
+func newCond(w *watcher) *sync.Cond { return sync.NewCond(&w.mu) }
+
 type watchEvent struct {
 	at time.Time
 	up bool
@@ -379,7 +382,7 @@ func (b *bench) startWatcher(ctx context.Context, i int) (*watcher, error) {
 		return nil, fmt.Errorf("watch probe on %s: %w", node.Name, err)
 	}
 	w := &watcher{cmd: cmd}
-	w.cond = sync.NewCond(&w.mu)
+	w.cond = newCond(w)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
