@@ -64,6 +64,9 @@ type Config struct {
 	// BinDir holds cellium-agent and cellium-operator; empty: they are
 	// built into a temporary directory.
 	BinDir string
+	// AgentArgs and OperatorArgs are appended to the daemons' flags (the
+	// last occurrence of a flag wins), e.g. "--ces-write-qps-limit=50".
+	AgentArgs, OperatorArgs []string
 	// KeepDir keeps the cluster's work directory (logs) after the run.
 	KeepDir bool
 	// Log receives progress; nil discards it.
@@ -72,8 +75,8 @@ type Config struct {
 
 // CIConfig is the size `make test` runs (TestScale).
 func CIConfig(mode Mode) Config {
-	return Config{Mode: mode, Nodes: 100, Pods: 3000, Services: 300, Policies: 100, Identities: 2000,
-		Churn: 100, ChurnDuration: 20 * time.Second, Samples: 200, PolicyChanges: 5, Concurrency: 32}
+	return Config{Mode: mode, Nodes: 100, Pods: 2000, Services: 200, Policies: 100, Identities: 1000,
+		Churn: 50, ChurnDuration: 10 * time.Second, Samples: 200, PolicyChanges: 5, Concurrency: 32}
 }
 
 // withDefaults fills the zero fields that need a value.

@@ -60,7 +60,7 @@ func Table(results ...*Result) string {
 			r.Policy.N, r.Config.Identities, r.PolicyIdentities)
 	})
 	row("API server watch events to cellium per second (churn)", "", "", func(r *Result) string {
-		return fmt.Sprintf("%.0f (%s)", r.WatchEventsPerSecond(), topCounts(r.WatchEvents))
+		return fmt.Sprintf("%.0f, %.2f per change (%s)", r.WatchEventsPerSecond(), r.WatchEventsPerChange(), topCounts(r.WatchEvents))
 	})
 	row("cellium's API writes per second (churn)", "", "", func(r *Result) string {
 		m := map[string]float64{}

@@ -49,7 +49,7 @@ type Result struct {
 	// IPCache is the CEP-to-ipcache latency of the sampled new pods.
 	IPCache Latencies
 	// IPCacheMissed is how many samples the ipcache did not show within
-	// 30 s after the churn.
+	// 2 minutes after the churn.
 	IPCacheMissed int
 	// Policy is the policy-change-to-desired-map-state latency.
 	Policy Latencies
@@ -89,6 +89,15 @@ func (r *Result) CPUPer1000() float64 {
 		return 0
 	}
 	return max(0, r.ChurnCPU-r.IdleCPU*r.ChurnWindow.Seconds()) / float64(r.Changes) * 1000
+}
+
+// WatchEventsPerChange is the watch events sent to cellium per remote
+// endpoint change of the churn window.
+func (r *Result) WatchEventsPerChange() float64 {
+	if r.Changes == 0 {
+		return 0
+	}
+	return r.WatchEventsPerSecond() * r.ChurnWindow.Seconds() / float64(r.Changes)
 }
 
 // WatchEventsPerSecond is the watch events sent to cellium per second of
@@ -170,7 +179,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, scraper: &http.Client{Timeout: 10 * time.Second}}
+	// The watch streams end with ctx: cancelled before the agent is
+	// stopped, so that its API server need not wait for them.
+	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
+		cancel()
 		if stopErr := r.stop(err != nil); err == nil {
 			err = stopErr
 		}
@@ -284,12 +297,12 @@ func (r *runner) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.startProc("cellium-operator", filepath.Join(bin, "cellium-operator"), nil,
-		"--k8s-kubeconfig-path="+opKube, "--operator-api-serve-addr="+opAddr,
-		"--leader-election-namespace="+install.Namespace, slices,
+	opArgs := append([]string{"--k8s-kubeconfig-path=" + opKube, "--operator-api-serve-addr=" + opAddr,
+		"--leader-election-namespace=" + install.Namespace, slices,
 		// The simulated pods have no Pod objects, and their identities
 		// must outlive the run.
-		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"); err != nil {
+		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, r.cfg.OperatorArgs...)
+	if err := r.startProc("cellium-operator", filepath.Join(bin, "cellium-operator"), nil, opArgs...); err != nil {
 		return err
 	}
 	if err := r.waitFor(ctx, time.Minute, "the operator's CRDs", func() error {
@@ -314,10 +327,11 @@ func (r *runner) start(ctx context.Context) error {
 	r.metrics = "http://" + promAddr + "/metrics"
 	socket := filepath.Join(r.dir, "agent.sock")
 	state := filepath.Join(r.dir, "agent-state")
-	if err := r.startProc("cellium-agent", filepath.Join(bin, "cellium-agent"), []string{"K8S_NODE_NAME=" + agentNode},
-		"--k8s-kubeconfig-path="+agentKube, "--socket-path="+socket, "--prometheus-serve-addr="+promAddr,
-		"--state-dir="+state, "--write-cni-conf-when-ready=", "--enable-endpoint-routes=false",
-		"--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", slices); err != nil {
+	agentArgs := append([]string{"--k8s-kubeconfig-path=" + agentKube, "--socket-path=" + socket,
+		"--prometheus-serve-addr=" + promAddr, "--state-dir=" + state, "--write-cni-conf-when-ready=",
+		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", slices},
+		r.cfg.AgentArgs...)
+	if err := r.startProc("cellium-agent", filepath.Join(bin, "cellium-agent"), []string{"K8S_NODE_NAME=" + agentNode}, agentArgs...); err != nil {
 		return err
 	}
 	r.api = client.New(socket)
@@ -681,8 +695,9 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 		return firstErr
 	}
 	res.Changes = 2 * replacements
-	// The window ends when the sampled pods are all in (or 30 s later).
-	deadline := time.Now().Add(30 * time.Second)
+	// The window ends when the sampled pods are all in (or 2 minutes
+	// later).
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		got, unseen := w.latencies()
 		if unseen == 0 || time.Now().After(deadline) {

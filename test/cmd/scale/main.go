@@ -47,6 +47,14 @@ func run() error {
 	flag.IntVar(&cfg.Concurrency, "concurrency", def.Concurrency, "admin client requests in flight while creating objects")
 	flag.StringVar(&cfg.BinDir, "bin-dir", "", "directory with cellium-agent and cellium-operator (default: build them)")
 	flag.BoolVar(&cfg.KeepDir, "keep", false, "keep the cluster's work directory (logs)")
+	flag.Func("agent-arg", "a flag for cellium-agent (repeatable), e.g. -agent-arg=--k8s-client-qps=50", func(v string) error {
+		cfg.AgentArgs = append(cfg.AgentArgs, v)
+		return nil
+	})
+	flag.Func("operator-arg", "a flag for cellium-operator (repeatable), e.g. -operator-arg=--ces-write-qps-limit=50", func(v string) error {
+		cfg.OperatorArgs = append(cfg.OperatorArgs, v)
+		return nil
+	})
 	flag.Parse()
 
 	var modes []scale.Mode
