@@ -38,9 +38,9 @@ type Result struct {
 	// to the live heap) and resident set, before any remote object and
 	// with all of them.
 	HeapBefore, HeapAfter, RSSBefore, RSSAfter float64
-	// Changes is the number of remote endpoint changes of the churn phase,
-	// ChurnWindow how long it lasted (until the sampled pods were in the
-	// ipcache), ChurnCPU the agent's CPU seconds in it and IdleCPU its CPU
+	// Changes is the number of remote endpoint changes of the churn phase
+	// (at most two per pod: no pod is replaced twice), ChurnWindow how
+	// long it lasted (until the sampled pods were in the ipcache), ChurnCPU the agent's CPU seconds in it and IdleCPU its CPU
 	// seconds per second before it.
 	Changes     int
 	ChurnWindow time.Duration
@@ -607,7 +607,7 @@ func backoff(err error) error { return fmt.Errorf("the ipcache watch ended: %w",
 // the window.
 func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error {
 	cfg := r.cfg
-	replacements := int(cfg.Churn / 2 * cfg.ChurnDuration.Seconds())
+	replacements := min(len(r.pods), int(cfg.Churn/2*cfg.ChurnDuration.Seconds()))
 	if replacements == 0 {
 		return nil
 	}
@@ -617,7 +617,7 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 		return err
 	}
 	t0 := time.Now()
-	time.Sleep(5 * time.Second)
+	time.Sleep(10 * time.Second)
 	c1, err := r.agentCPU(ctx)
 	if err != nil {
 		return err
@@ -640,26 +640,22 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 	r.log("churning", "changes/s", cfg.Churn, "for", cfg.ChurnDuration, "replacements", replacements)
 	every := max(1, replacements/cfg.Samples)
 	interval := time.Duration(float64(time.Second) / (cfg.Churn / 2))
-	rng := rand.New(rand.NewPCG(1, 2))
+	// Each replaced pod is one of the pods created before the churn, and
+	// no pod is replaced twice: a sampled new pod is never deleted before
+	// the agent could learn it (in CES mode the operator would fold its
+	// creation and deletion into one slice write, and the ipcache never
+	// have it).
+	order := rand.New(rand.NewPCG(1, 2)).Perm(len(r.pods))[:replacements]
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
 		firstErr error
 		sem      = make(chan struct{}, cfg.Concurrency)
-		busy     = map[int]bool{} // pods being replaced
-		busyMu   sync.Mutex
 	)
-	for k := range replacements {
+	for k, j := range order {
 		if d := time.Until(start.Add(time.Duration(k) * interval)); d > 0 {
 			time.Sleep(d)
 		}
-		busyMu.Lock()
-		j := rng.IntN(len(r.pods))
-		for busy[j] {
-			j = rng.IntN(len(r.pods))
-		}
-		busy[j] = true
-		busyMu.Unlock()
 		old := r.pods[j]
 		ip, err := r.pool.get(old.node)
 		if err != nil {
@@ -684,10 +680,7 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 				return
 			}
 			r.pool.put(old.node, old.ip)
-			busyMu.Lock()
-			r.pods[j] = nu
-			delete(busy, j)
-			busyMu.Unlock()
+			r.pods[j] = nu // j is this goroutine's alone
 		})
 	}
 	wg.Wait()
@@ -706,11 +699,6 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// In slice mode the operator's batching may lag the samples: wait
-	// for every pod, then for the writes to settle (or the deadline).
-	if err := r.waitIPCache(ctx, w, r.pods, time.Minute); err != nil {
-		return err
-	}
 	res.ChurnWindow = time.Since(start)
 	cpu1, err := r.agentCPU(ctx)
 	if err != nil {
@@ -728,6 +716,10 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 		}
 	}
 	if res.Writes, err = r.auditSince(mark); err != nil {
+		return err
+	}
+	// Every pod, not only the samples, reaches the ipcache.
+	if err := r.waitIPCache(ctx, w, r.pods, 2*time.Minute); err != nil {
 		return err
 	}
 	r.log("churn done", "window", res.ChurnWindow.Round(time.Millisecond), "ipcache p50", res.IPCache.P50, "p99", res.IPCache.P99)
