@@ -584,7 +584,7 @@ func (r *runner) waitIPCache(ctx context.Context, w *ipcacheWatch, pods []remote
 	return r.waitFor(ctx, timeout, "the remote pods in the agent's ipcache", func() error {
 		n, example, err := w.missing(pods)
 		if err != nil {
-			return backoff(err)
+			return watchEnded(err)
 		}
 		if n != last && n > 0 {
 			r.log("waiting for the ipcache", "missing", n)
@@ -598,7 +598,7 @@ func (r *runner) waitIPCache(ctx context.Context, w *ipcacheWatch, pods []remote
 	})
 }
 
-func backoff(err error) error { return fmt.Errorf("the ipcache watch ended: %w", err) }
+func watchEnded(err error) error { return fmt.Errorf("the ipcache watch ended: %w", err) }
 
 // churn replaces pods at cfg.Churn/2 per second for cfg.ChurnDuration
 // (each replacement: the old pod's CEP deleted, a new pod's CEP with a
