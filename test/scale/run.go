@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/client/clientset/versioned"
@@ -822,12 +823,17 @@ func (r *runner) policyChanges(ctx context.Context, res *Result, w *policyWatch)
 		if k == 0 {
 			_, err = ccnps.Create(ctx, p, metav1.CreateOptions{})
 		} else {
-			var cur *ciliumv2.CiliumClusterwideNetworkPolicy
-			if cur, err = ccnps.Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+			// The agent writes the policy's status: retry on a conflict.
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := ccnps.Get(ctx, p.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
 				cur.Spec = p.Spec
 				t0 = time.Now()
 				_, err = ccnps.Update(ctx, cur, metav1.UpdateOptions{})
-			}
+				return err
+			})
 		}
 		if err != nil {
 			return fmt.Errorf("write the measured policy: %w", err)
