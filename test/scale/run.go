@@ -225,7 +225,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	res.Setup = time.Since(t0)
 	r.log("objects created", "took", res.Setup.Round(time.Millisecond))
 	t1 := time.Now()
-	if err := r.waitIPCache(ctx, iw, r.pods, 2*time.Minute+time.Duration(r.cfg.Pods)*10*time.Millisecond); err != nil {
+	// In CES mode the operator writes 10 slices a second, several times
+	// each while their pods arrive: allow 30 ms a pod.
+	if err := r.waitIPCache(ctx, iw, r.pods, 2*time.Minute+time.Duration(r.cfg.Pods)*30*time.Millisecond); err != nil {
 		return nil, err
 	}
 	res.Converged = time.Since(t1)
