@@ -166,6 +166,16 @@ bench:
 bench-nodeport:
 	$(GO) test -run '^$$' -bench 'PrivilegedNodePortRR' -benchtime 2000x $(BENCH_FLAGS) ./datapath/bpf/
 
+## bench-kpr: kube-proxy (nftables) vs cellium's kube-proxy replacement on a two-node real
+## cluster of its own per mode (root, ~20 min): TCP throughput and request/response pod -> pod,
+## pod -> ClusterIP -> pod across nodes and outside -> NodePort -> pod; connect latency, a Service
+## change applied on every node (p50/p99) and memory/map sizes with 1, 1,000 and 10,000 Services of
+## 10 backends. Prints tables; asserts nothing timed. BENCH_KPR_FLAGS adds flags (e.g. -sizes 1,1000)
+BENCH_KPR_FLAGS ?=
+bench-kpr: deps k8s-binaries node-binaries build
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./test/cmd/benchkpr
+	$(BIN)/benchkpr -bin-dir $(BIN) $(BENCH_KPR_FLAGS)
+
 ## bench-policy: policy engine benchmarks (full computation, incremental changes, 20k non-selecting rules)
 # The full computations run 5 times each, the short cases for the default
 # second. BENCH_FLAGS adds flags to both (e.g. BENCH_FLAGS=-count=3).

@@ -7,13 +7,19 @@
  *                    to a NodePort, LoadBalancer or externalIP frontend
  *                    (cellium_lb4_services, scope LB4_SCOPE_EXT, slot 0
  *                    flagged LB4_SVC_NODEPORT) is sent to one of its
- *                    backends: destination translated to the backend,
+ *                    backends (the client's with session affinity, else
+ *                    at random or, with --bpf-lb-algorithm=maglev, the
+ *                    one of its 5-tuple's slot in the frontend's Maglev
+ *                    table, include/maglev.h): destination translated to the backend,
  *                    and, with externalTrafficPolicy Cluster, source
  *                    translated to the node (NODEPORT_SNAT_IPV4) and a
  *                    port of NODEPORT_PORT_MIN_NAT..MAX_NAT; then routed
  *                    without the host stack (np_forward). A reply of such
  *                    a connection from a backend on another node (native
- *                    routing) is translated back here as well.
+ *                    routing) is translated back here as well. A frontend
+ *                    flagged LB4_SVC_SOURCE_RANGE drops the packets of
+ *                    clients outside its loadBalancerSourceRanges
+ *                    (DROP_NOT_IN_SRC_RANGE).
  *
  * Replies of local backends are translated back by cil_from_container
  * (bpf/lxc.c), replies through the tunnel by cil_from_overlay
@@ -28,6 +34,7 @@
 #include "include/metrics.h"
 #include "include/lb.h"
 #include "include/nodeport.h"
+#include "include/maglev.h"
 
 /* The node's IPv4 address on this device in network order, the source
  * address of SNAT (set by the loader per device; 0: the frontend's own
@@ -154,6 +161,16 @@ int cil_from_netdev(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	now = ktime_get_ns();
 
+	key.address = p.daddr;
+	key.dport = p.dport;
+	key.proto = p.proto;
+	key.scope = LB4_SCOPE_EXT;
+	svc = map_lookup_elem(&cellium_lb4_services, &key);
+	/* loadBalancerSourceRanges: every packet of a client outside them,
+	 * also of a connection made before they changed, as Cilium. */
+	if (svc && (svc->flags & LB4_SVC_NODEPORT) && !lb4_src_range_ok(&key, svc, p.saddr))
+		return np_drop(skb, &p, DROP_NOT_IN_SRC_RANGE, METRIC_INGRESS);
+
 	/* A later packet of a connection: the same backend, while it is
 	 * one (a backend removed from cellium_lb4_backends or given to
 	 * another address ends its connections). A new SYN on a closed
@@ -186,11 +203,6 @@ int cil_from_netdev(struct __sk_buff *skb)
 		be = 0;
 	}
 
-	key.address = p.daddr;
-	key.dport = p.dport;
-	key.proto = p.proto;
-	key.scope = LB4_SCOPE_EXT;
-	svc = map_lookup_elem(&cellium_lb4_services, &key);
 	if (!svc || !(svc->flags & LB4_SVC_NODEPORT))
 		return TC_ACT_OK;
 	/* Only a SYN opens a TCP connection; any other segment without an
@@ -210,11 +222,16 @@ int cil_from_netdev(struct __sk_buff *skb)
 			be = map_lookup_elem(&cellium_lb4_backends, &id);
 	}
 	if (!be) {
-		key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
-		slot = map_lookup_elem(&cellium_lb4_services, &key);
-		if (!slot)
-			return np_no_service(skb, &p);
-		id = slot->backend_id;
+		/* --bpf-lb-algorithm=maglev: the slot of the 5-tuple in the
+		 * frontend's table (include/maglev.h), else at random. */
+		id = lb4_maglev_backend(&p);
+		if (!id) {
+			key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
+			slot = map_lookup_elem(&cellium_lb4_services, &key);
+			if (!slot)
+				return np_no_service(skb, &p);
+			id = slot->backend_id;
+		}
 		be = map_lookup_elem(&cellium_lb4_backends, &id);
 		if (!be)
 			return np_no_service(skb, &p);

@@ -27,6 +27,15 @@ volatile const __u8 TRACE_ENABLED = 0;
  * are news at MEDIUM and above (--monitor-aggregation-flags). */
 volatile const __u8 MONITOR_AGGREGATION = 0;
 volatile const __u8 MONITOR_REPORT_FLAGS = 0x07; /* FIN, SYN, RST */
+/* DELIVER_VIA_STACK is set when kube-proxy translates the pods' Service
+ * connections in the host stack (the socket load balancer is off): a
+ * decapsulated packet for a local endpoint then goes up the stack instead
+ * of straight to the endpoint's policy program, so that netfilter's
+ * conntrack reverses kube-proxy's DNAT on the replies of a pod's
+ * connection to a ClusterIP whose backend is on another node (the
+ * endpoint's cil_to_container still applies its ingress policy). Cilium
+ * does the same without BPF host routing. */
+volatile const __u8 DELIVER_VIA_STACK = 0;
 
 /* skb->cb slot carrying the source identity into cil_lxc_policy (as the
  * same-node redirect of bpf/lxc.c does). */
@@ -225,7 +234,8 @@ static __always_inline int vni_known(__u32 vni, __u32 inner_src_id)
  *   2. the VNI must be a known identity (vni_known), else 171; host from
  *      another node becomes remote-node;
  *   3. a packet for a local endpoint tail-calls that endpoint's
- *      cil_lxc_policy with the VNI's identity (an empty slot: the stack
+ *      cil_lxc_policy with the VNI's identity (with DELIVER_VIA_STACK it
+ *      goes to the stack and the endpoint's cil_to_container) (an empty slot: the stack
  *      and the endpoint's cil_to_container, which takes the identity from
  *      the ipcache); for the node itself (host identity) or its health
  *      endpoint (health identity, no tunnel endpoint) it goes to the
@@ -273,6 +283,8 @@ int cil_from_overlay(struct __sk_buff *skb)
 	info = map_lookup_elem(&cellium_lxc, &ekey);
 	if (info) {
 		p.dst_identity = info->sec_identity;
+		if (DELIVER_VIA_STACK)
+			return pass(skb, &p, METRIC_INGRESS, TRACE_FROM_OVERLAY);
 		count(skb->len, REASON_FORWARDED, METRIC_INGRESS);
 		trace(skb, &p, METRIC_INGRESS, TRACE_FROM_OVERLAY);
 		skb->cb[CB_SRC_IDENTITY] = src_id;

@@ -22,7 +22,7 @@ func (a *app) serviceCommand() *cobra.Command {
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the frontends with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries; a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
+		Short:   "List the frontends (headed, with kube-proxy replacement, by the backend selection for traffic from outside the node: Random, or Maglev and its table size) with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries; a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
 		Example: `  cellium service list
   cellium service list -o json`,
 		Args: cobra.NoArgs,
@@ -45,6 +45,14 @@ func (a *app) serviceCommand() *cobra.Command {
 			slices.SortFunc(fes, func(x, y *lb.Frontend) int { return x.Address.Compare(y.Address) })
 			if !o.human() {
 				return o.print(a.opts.Out, fes)
+			}
+			// The backend selection heads the list when the agent
+			// says (its flags); an agent that does not is listed
+			// without it.
+			if cfg, err := c.GetConfig(ctx); err == nil {
+				if line := backendSelection(cfg.Options); line != "" {
+					fmt.Fprintln(a.opts.Out, line)
+				}
 			}
 			return writeServices(a.opts.Out, fes)
 		})
@@ -93,5 +101,25 @@ func serviceRows(t *table, fe, typ, svc, affinity string, bs []lb.L4Addr, ids []
 		} else {
 			t.row("", "", "", "", be, "")
 		}
+	}
+}
+
+// backendSelection is the line naming how the uplink program picks
+// backends (--bpf-lb-algorithm, --bpf-lb-maglev-table-size), from the
+// agent's flags: "" without kube-proxy replacement (no uplink program)
+// or when the agent does not have the flag.
+func backendSelection(opts map[string]string) string {
+	if opts["kube-proxy-replacement"] != "true" {
+		return ""
+	}
+	switch alg := opts["bpf-lb-algorithm"]; alg {
+	case "":
+		return ""
+	case "maglev":
+		return fmt.Sprintf("Backend selection (external traffic): Maglev (table size %s)", opts["bpf-lb-maglev-table-size"])
+	case "random":
+		return "Backend selection (external traffic): Random"
+	default:
+		return "Backend selection (external traffic): " + alg
 	}
 }

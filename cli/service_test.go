@@ -33,3 +33,33 @@ func TestWriteServicesKubeProxyReplacement(t *testing.T) {
 	}
 	golden(t, "service-list-kpr", b.String())
 }
+
+// With kube-proxy replacement, `cellium service list` is headed by the
+// backend selection of the agent's flags; without it (or from an agent
+// without the flag) by nothing.
+func TestServiceListBackendSelection(t *testing.T) {
+	for _, c := range []struct {
+		opts map[string]string
+		want string
+	}{
+		{map[string]string{"kube-proxy-replacement": "true", "bpf-lb-algorithm": "maglev", "bpf-lb-maglev-table-size": "16381"},
+			"Backend selection (external traffic): Maglev (table size 16381)\n"},
+		{map[string]string{"kube-proxy-replacement": "true", "bpf-lb-algorithm": "random"},
+			"Backend selection (external traffic): Random\n"},
+		{map[string]string{"kube-proxy-replacement": "false", "bpf-lb-algorithm": "maglev"}, ""},
+		{map[string]string{"kube-proxy-replacement": "true"}, ""},
+	} {
+		f := newFakeAgent()
+		for k, v := range c.opts {
+			f.Config.Options[k] = v
+		}
+		r := run(t, f.start(t), "service", "list")
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+		first, _, _ := strings.Cut(r.stdout, "FRONTEND")
+		if first != c.want {
+			t.Errorf("options %v: list headed by %q, want %q", c.opts, first, c.want)
+		}
+	}
+}

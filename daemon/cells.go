@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/lbhealthserver"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/monitor"
 	"github.com/cellium/cellium/cells/nodediscovery"
@@ -66,6 +67,10 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// (hubble.sock, --hubble-listen-address): the upstream hubble CLI and
 	// hubble-relay read flows from it.
 	observer.Cell,
+	// The healthCheckNodePorts of Services with externalTrafficPolicy
+	// Local, with --kube-proxy-replacement=true (reads the Services and
+	// EndpointSlices tables).
+	lbhealthserver.Cell,
 )
 
 // Agent is the whole agent.

@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identitygc"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/lbipam"
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/operatorapi"
@@ -43,6 +44,9 @@ var ControlPlane = hive.Module("operator-controlplane", "Operator control plane"
 	cesbatcher.Cell,
 	// CNP/CCNP status conditions Valid and Supported (written by the leader only).
 	policyvalidator.Cell,
+	// Addresses of LoadBalancer Services from CiliumLoadBalancerIPPools
+	// (leader only; --enable-lb-ipam, on by default as in Cilium).
+	lbipam.Cell,
 )
 
 // Operator is the whole operator.

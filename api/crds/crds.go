@@ -22,6 +22,7 @@ const (
 	CiliumNetworkPolicyName            = "ciliumnetworkpolicies.cilium.io"
 	CiliumClusterwideNetworkPolicyName = "ciliumclusterwidenetworkpolicies.cilium.io"
 	CiliumEndpointSliceName            = "ciliumendpointslices.cilium.io"
+	CiliumLoadBalancerIPPoolName       = "ciliumloadbalancerippools.cilium.io"
 )
 
 //go:embed *.yaml

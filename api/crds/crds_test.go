@@ -103,6 +103,20 @@ var expected = []want{
 		shortNames: []string{"ces"}, categories: []string{"cilium"},
 		subresources: "none",
 	},
+	{
+		// Cilium also serves v2alpha1 (deprecated, not stored); cellium
+		// serves v2 only.
+		name: CiliumLoadBalancerIPPoolName, kind: "CiliumLoadBalancerIPPool", plural: "ciliumloadbalancerippools", singular: "ciliumloadbalancerippool",
+		scope: apiextensionsv1.ClusterScoped, version: "v2",
+		shortNames: []string{"ippools", "ippool", "lbippool", "lbippools"}, categories: []string{"cilium"},
+		subresources: "status",
+		columns: []column{
+			{"Disabled", ".spec.disabled", "boolean", 0},
+			{"Conflicting", `.status.conditions[?(@.type=="cilium.io/PoolConflict")].status`, "string", 0},
+			{"IPs Available", `.status.conditions[?(@.type=="cilium.io/IPsAvailable")].message`, "string", 0},
+			{"Age", ".metadata.creationTimestamp", "date", 0},
+		},
+	},
 }
 
 func byName(t *testing.T) map[string]*apiextensionsv1.CustomResourceDefinition {

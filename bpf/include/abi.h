@@ -66,6 +66,10 @@
  * which would otherwise see the address as world (bpf/README.md). */
 #define DROP_IS_CLUSTER_IP 174    /* Is a ClusterIP */
 #define DROP_FRAG_NOT_FOUND 175   /* First logical datagram fragment not found */
+/* A packet from outside the node to a LoadBalancer frontend with
+ * loadBalancerSourceRanges from a client none of them holds
+ * (bpf/nodeport.c). */
+#define DROP_NOT_IN_SRC_RANGE 177 /* Denied by LB src range check */
 #define DROP_POLICY_DENY 181      /* Policy denied by denylist */
 
 /* Trace observation points (struct event.reason of traces): Cilium's

@@ -28,6 +28,12 @@ struct lb4_key {
 #define LB4_SVC_NODEPORT 0x2   /* NodePort, LoadBalancer or externalIP frontend: also served to outside clients (bpf/nodeport.c) */
 #define LB4_SVC_LOCAL 0x4      /* externalTrafficPolicy Local: the external scope's slots hold only this node's backends; the client address is kept */
 #define LB4_SVC_TWO_SCOPES 0x8 /* an internal-scope entry (scope LB4_SCOPE_INT) exists for traffic from inside the cluster */
+/* loadBalancerSourceRanges (external scope only): a client from outside the
+ * node passes only when cellium_lb4_source_range has a prefix of its
+ * address for this frontend (bpf/nodeport.c; Cilium's SVC_FLAG_SOURCE_RANGE).
+ * The agent writes the prefixes before it sets the flag and removes them
+ * after it cleared it. */
+#define LB4_SVC_SOURCE_RANGE 0x10
 #define LB4_SCOPE_EXT 0
 #define LB4_SCOPE_INT 1
 
@@ -133,6 +139,48 @@ struct {
 	__uint(max_entries, 65536);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_lb4_affinity_match SEC(".maps");
+
+/* cellium_lb4_source_range: (frontend, client prefix) for the frontends
+ * flagged LB4_SVC_SOURCE_RANGE (Cilium's cilium_lb4_source_range, keyed
+ * here by the frontend instead of its rev-NAT ID). prefixlen is
+ * LB4_SRC_RANGE_STATIC_PREFIX plus the client prefix's length. */
+struct lb4_src_range_key {
+	__u32 prefixlen;
+	__be32 address;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad;
+	__be32 saddr;
+};
+
+#define LB4_SRC_RANGE_STATIC_PREFIX 64
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lb4_src_range_key);
+	__type(value, __u8);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cellium_lb4_source_range SEC(".maps");
+
+/* lb4_src_range_ok reports whether client saddr may use frontend fe,
+ * whose slot 0 is svc: always without LB4_SVC_SOURCE_RANGE, else when one
+ * of the frontend's prefixes holds it. */
+static __always_inline int lb4_src_range_ok(const struct lb4_key *fe, const struct lb4_service *svc, __be32 saddr)
+{
+	struct lb4_src_range_key key = {
+		.prefixlen = LB4_SRC_RANGE_STATIC_PREFIX + 32,
+		.address = fe->address,
+		.dport = fe->dport,
+		.proto = fe->proto,
+		.saddr = saddr,
+	};
+
+	if (!(svc->flags & LB4_SVC_SOURCE_RANGE))
+		return 1;
+	return map_lookup_elem(&cellium_lb4_source_range, &key) != 0;
+}
 
 /* lb4_affinity_valid reports whether a client's affinity entry (the
  * backend it was sent to and when, bpf_ktime_get_ns) still holds for

@@ -23,9 +23,11 @@ var AgentResourcesCell = hive.Module("k8s-resources", "Kubernetes resources in s
 )
 
 // OperatorResourcesCell mirrors what the operator watches: every pod,
-// nodes and Cilium objects (CNPs and CCNPs for the policy validator).
+// nodes and Cilium objects (CNPs and CCNPs for the policy validator),
+// Services and CiliumLoadBalancerIPPools for LB IPAM.
 var OperatorResourcesCell = hive.Module("k8s-resources", "Kubernetes resources in statedb",
 	AllPodsCell, NamespacesCell, NodesCell,
 	CiliumEndpointsCell, CiliumNodesCell, CiliumIdentitiesCell,
 	CNPsCell, CCNPsCell,
+	ServicesCell, CiliumLoadBalancerIPPoolsCell,
 )

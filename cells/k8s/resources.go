@@ -273,6 +273,15 @@ var (
 				return typedLW(c.List, c.Watch, fields.Everything())
 			}
 		})
+	// CiliumLoadBalancerIPPoolsCell mirrors CiliumLoadBalancerIPPools
+	// (the operator's LB IPAM).
+	CiliumLoadBalancerIPPoolsCell = resource("cilium-lb-ip-pools", "CiliumLoadBalancerIPPools", k8stables.NewCiliumLoadBalancerIPPoolsTable,
+		func() listWatch {
+			return func(cs Clientset) cache.ListerWatcher {
+				c := cs.Cilium().CiliumV2().CiliumLoadBalancerIPPools()
+				return typedLW(c.List, c.Watch, fields.Everything())
+			}
+		})
 	// CiliumIdentitiesCell mirrors CiliumIdentities.
 	CiliumIdentitiesCell = resource("cilium-identities", "CiliumIdentities", k8stables.NewCiliumIdentitiesTable,
 		func() listWatch {

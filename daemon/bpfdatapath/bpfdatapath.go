@@ -14,6 +14,7 @@ import (
 	"github.com/cellium/cellium/daemon/socklb"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/loader"
+	"github.com/cellium/cellium/datapath/maglev"
 )
 
 // Cell is the agent's eBPF datapath: its programs and maps pinned in
@@ -40,13 +41,21 @@ var Cell = hive.Module("bpf-datapath", "eBPF programs on the pod veths and the m
 type NodePortParams struct {
 	hive.In
 	SocketLB socklb.Config
+	// Maglev is --bpf-lb-algorithm and its table size and seed.
+	Maglev maglev.Config
 	// Routing is absent with --enable-endpoint-routes=false: the devices
 	// are then detected.
 	Routing hostrouting.Config `optional:"true"`
 }
 
 // NodePortConfig switches the uplink program (bpf/nodeport.c) with
-// --kube-proxy-replacement and gives it the devices of --devices.
+// --kube-proxy-replacement and gives it the devices of --devices and,
+// with --bpf-lb-algorithm=maglev, the Maglev table size and hash seed.
 func NodePortConfig(p NodePortParams) *loader.NodePortConfig {
-	return &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices}
+	c := &loader.NodePortConfig{KubeProxyReplacement: p.SocketLB.KPR(), Devices: p.Routing.Devices, LBMapMax: p.SocketLB.LBMapMax,
+		ServicesInStack: !p.SocketLB.EnableSocketLB}
+	if p.Maglev.Maglev() {
+		c.MaglevTableSize, c.MaglevSeed = p.Maglev.TableSize, p.Maglev.Seed().Datapath()
+	}
+	return c
 }

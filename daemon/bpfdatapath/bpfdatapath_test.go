@@ -13,6 +13,7 @@ import (
 	"github.com/cellium/cellium/daemon/healthendpoint"
 	"github.com/cellium/cellium/daemon/hostlinks"
 	"github.com/cellium/cellium/daemon/hostrouting"
+	"github.com/cellium/cellium/datapath/maglev"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -104,5 +105,19 @@ func TestNodePortConfig(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent hive output lacks %q", want)
 		}
+	}
+}
+
+// --bpf-lb-algorithm=maglev gives the uplink program the table size and
+// the packet hash's seed; random gives it 0 (no table is read).
+func TestNodePortConfigMaglev(t *testing.T) {
+	p := bpfdatapath.NodePortParams{Maglev: maglev.DefaultConfig}
+	p.SocketLB.KubeProxyReplacement = "true"
+	if c := bpfdatapath.NodePortConfig(p); c.MaglevTableSize != 0 {
+		t.Errorf("random: table size %d, want 0", c.MaglevTableSize)
+	}
+	p.Maglev.Algorithm, p.Maglev.TableSize, p.Maglev.HashSeed = maglev.AlgorithmMaglev, 251, "AAECAwQFBgcICQoL"
+	if c := bpfdatapath.NodePortConfig(p); c.MaglevTableSize != 251 || c.MaglevSeed != 0x04050607 {
+		t.Errorf("maglev: %+v, want table size 251, seed 0x04050607", c)
 	}
 }

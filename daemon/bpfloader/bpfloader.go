@@ -227,12 +227,12 @@ func register(p params, n loader.Netns, src Sources) error {
 				}
 			}), r.Describe()),
 	)
-	np := &loader.NodePort{Layout: layout, Netns: n}
+	np := &loader.NodePort{Layout: layout, Netns: n, LBMapMax: npCfg.LBMapMax, MaglevTableSize: npCfg.MaglevTableSize, MaglevSeed: npCfg.MaglevSeed}
 	p.Jobs.Add(hive.Service("attach-nodeport", nil, func(ctx context.Context, h hive.Health) {
 		runNodePort(ctx, h, p.DB, p.LocalNode, npCfg, np)
 	}))
 	if p.Devices != nil {
-		o := &loader.Overlay{Layout: layout, Netns: n, Trace: true, Monitor: mon}
+		o := &loader.Overlay{Layout: layout, Netns: n, Trace: true, Monitor: mon, ViaStack: npCfg.ServicesInStack}
 		p.Jobs.Add(hive.Service("attach-overlay", nil, func(ctx context.Context, h hive.Health) {
 			runOverlay(ctx, h, p.DB, p.Devices, o)
 		}))

@@ -26,6 +26,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/datapath/bpfconfig"
 	"github.com/cellium/cellium/datapath/lbsync"
+	"github.com/cellium/cellium/datapath/maglev"
 	"github.com/cellium/cellium/datapath/maps"
 	"github.com/cellium/cellium/datapath/socklb"
 	"github.com/cellium/cellium/statedb/lb"
@@ -54,12 +55,22 @@ type Config struct {
 	// EnableHostPort serves the hostPorts of this node's pods in eBPF
 	// (on with kube-proxy replacement, as in Cilium).
 	EnableHostPort bool `flag:"enable-host-port"`
+	// EnableSVCSourceRangeCheck enforces loadBalancerSourceRanges on
+	// LoadBalancer frontends in eBPF, with kube-proxy replacement.
+	EnableSVCSourceRangeCheck bool `flag:"enable-svc-source-range-check"`
+	// LBSourceRangeAllTypes applies them to the Service's NodePort
+	// frontends as well.
+	LBSourceRangeAllTypes bool `flag:"bpf-lb-source-range-all-types"`
+	// LBMapMax is the capacity of the service, backend and affinity maps
+	// (Cilium's --bpf-lb-map-max).
+	LBMapMax int `flag:"bpf-lb-map-max"`
 }
 
 // DefaultConfig is on, with cgroup2 at /run/cellium/cgroupv2 (Cilium's
 // place, /run/cilium/cgroupv2, with cellium's name), without kube-proxy
 // replacement (Cilium's default).
-var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2", KubeProxyReplacement: "false"}
+var DefaultConfig = Config{EnableSocketLB: true, CgroupRoot: "/run/cellium/cgroupv2", KubeProxyReplacement: "false",
+	EnableSVCSourceRangeCheck: true, LBMapMax: maps.DefaultLBMapMax}
 
 // KPR reports whether --kube-proxy-replacement is "true".
 func (c Config) KPR() bool { return c.KubeProxyReplacement == "true" }
@@ -76,6 +87,12 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Path to the cgroup v2 root the socket load balancer attaches to (cgroup2 is mounted there if it is not one)")
 	fs.Bool("enable-host-port", def.EnableHostPort,
 		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace); from outside the node only with --kube-proxy-replacement=true (the uplink program), which implies it: with both, the portmap CNI chaining is not needed")
+	fs.Bool("enable-svc-source-range-check", def.EnableSVCSourceRangeCheck,
+		"Enable the check of a LoadBalancer Service's loadBalancerSourceRanges in eBPF (with --kube-proxy-replacement=true): clients from outside the node not in them are dropped (drop reason 177); clients inside the cluster are not restricted")
+	fs.Bool("bpf-lb-source-range-all-types", def.LBSourceRangeAllTypes,
+		"Propagate loadBalancerSourceRanges to the NodePort frontends of the LoadBalancer Service as well")
+	fs.Int("bpf-lb-map-max", def.LBMapMax,
+		"Capacity of the load balancer's BPF maps: cellium_lb4_services (one entry per frontend scope plus one per backend of each), cellium_lb4_backends (distinct backend addresses) and the affinity maps; a change replaces those maps at the agent's start (the Services are written again)")
 	fs.String("kube-proxy-replacement", def.KubeProxyReplacement,
 		"Replace kube-proxy: \"true\" serves every Service type and the pods' hostPorts in eBPF (NodePort on the node's addresses and its loopback, LoadBalancer ingress IPs, externalIPs, externalTrafficPolicy and internalTrafficPolicy Local, terminating endpoints), \"false\" only ClusterIPs at the socket (kube-proxy does the rest)")
 }
@@ -94,6 +111,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("--kube-proxy-replacement=%q: want \"true\" or \"false\"", c.KubeProxyReplacement)
 	}
+	if c.LBMapMax < 1 || c.LBMapMax > maps.MaxLBMapMax {
+		return fmt.Errorf("--bpf-lb-map-max=%d: want 1 to %d", c.LBMapMax, maps.MaxLBMapMax)
+	}
 	if c.EnableSocketLB && !filepath.IsAbs(c.CgroupRoot) {
 		return fmt.Errorf("--cgroup-root %q is not an absolute path", c.CgroupRoot)
 	}
@@ -109,6 +129,12 @@ type Targets struct {
 	Services      lbsync.ServicesMap
 	Backends      lbsync.BackendsMap
 	AffinityMatch lbsync.AffinityMatchMap
+	// SourceRange is cellium_lb4_source_range; nil leaves
+	// loadBalancerSourceRanges unenforced.
+	SourceRange lbsync.SourceRangeMap
+	// Maglev holds the frontends' Maglev tables (with
+	// --kube-proxy-replacement=true; nil: none are written).
+	Maglev lbsync.MaglevMap
 	// Close releases the maps (they and the programs stay); may be nil.
 	Close func() error
 }
@@ -133,7 +159,7 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 	if _, err := socklb.EnsureCgroup2(c.CgroupRoot); err != nil {
 		return Targets{}, fmt.Errorf("%w (pass --cgroup-root=<a cgroup2 mount>, or --bpf-lb-sock=false)", err)
 	}
-	m, err := maps.OpenLB(pinDir)
+	m, err := maps.OpenLBWith(pinDir, maps.LBOptions{MapMax: c.LBMapMax})
 	if err != nil {
 		return Targets{}, fmt.Errorf("open the socket LB maps in %s: %w", pinDir, err)
 	}
@@ -145,8 +171,25 @@ func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 		_ = m.Close()
 		return Targets{}, fmt.Errorf("attach the socket LB programs to %s: %w (or pass --bpf-lb-sock=false)", c.CgroupRoot, err)
 	}
-	return Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
-		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, Close: m.Close}, nil
+	t := Targets{Services: lbsync.PinnedServices{M: m.Services}, Backends: lbsync.PinnedBackends{M: m.Backends},
+		AffinityMatch: lbsync.PinnedAffinityMatch{M: m.AffinityMatch}, SourceRange: lbsync.PinnedSourceRange{M: m.SourceRange},
+		Close: m.Close}
+	if !c.KPR() {
+		// Without the uplink program no table is read: an earlier run's go.
+		if err := maps.UnpinMaglev(pinDir); err != nil {
+			_ = m.Close()
+			return Targets{}, err
+		}
+		return t, nil
+	}
+	mg, err := maps.OpenMaglev(pinDir, c.LBMapMax)
+	if err != nil {
+		_ = m.Close()
+		return Targets{}, err
+	}
+	t.Maglev = mg
+	t.Close = func() error { return errors.Join(m.Close(), mg.Close()) }
+	return t, nil
 }
 
 // NewCell is the socket load balancer writing the maps open gives (the
@@ -156,6 +199,10 @@ func NewCell(open Opener) hive.Cell {
 	return hive.Module("socket-lb", "Socket load balancer: Service ClusterIPs translated at connect and sendmsg",
 		// --bpf-lb-sock, --cgroup-root.
 		hive.Config(DefaultConfig),
+		// --bpf-lb-algorithm, --bpf-lb-maglev-table-size,
+		// --bpf-lb-maglev-hash-seed: the frontends' Maglev tables here, the
+		// uplink program's constants in the loader.
+		hive.Config(maglev.DefaultConfig),
 		// The derived tables: rows written by the deriver here, statuses by
 		// the reconcilers here.
 		hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
@@ -177,6 +224,7 @@ func NewCell(open Opener) hive.Cell {
 type params struct {
 	hive.In
 	Config    Config
+	Maglev    maglev.Config
 	BPF       bpfconfig.Config
 	DB        *statedb.DB
 	Services  statedb.Table[*corev1.Service]
@@ -208,12 +256,14 @@ func register(p params, open Opener) error {
 		}})
 		return nil
 	}
-	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends}
+	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends,
+		MaxBackendID: uint32(p.Config.LBMapMax - 1)}
 	if p.Config.KPR() || p.Config.HostPort() {
 		if p.NodeName == "" || p.LocalNode == nil {
 			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")
 		}
 		t.KubeProxyReplacement, t.NodeName, t.LocalNode = p.Config.KPR(), string(p.NodeName), p.LocalNode
+		t.SourceRangeCheck, t.SourceRangeAllTypes = p.Config.EnableSVCSourceRangeCheck, p.Config.LBSourceRangeAllTypes
 	}
 	if p.Config.HostPort() {
 		if p.Pods == nil {
@@ -243,7 +293,17 @@ func register(p params, open Opener) error {
 			return nil
 		},
 	})
-	fc := lbsync.FrontendsConfig(t, services, match)
+	var opts []lbsync.FrontendOption
+	if p.Config.KPR() {
+		// Random: no table, and those of an earlier run go.
+		mg := lbsync.Maglev{Map: lazyMaglev{func() lbsync.MaglevMap { return m.Maglev }}}
+		if p.Maglev.Maglev() {
+			mg.TableSize, mg.Seed = p.Maglev.TableSize, p.Maglev.Seed()
+		}
+		opts = append(opts, lbsync.WithMaglev(mg))
+	}
+	ranges := lazyRanges{func() lbsync.SourceRangeMap { return m.SourceRange }}
+	fc := lbsync.FrontendsConfigWithRanges(t, services, match, ranges, opts...)
 	bc := lbsync.BackendsConfig(t, backends)
 	fc.FullInterval, bc.FullInterval = FullInterval, FullInterval
 	// Jobs "reconcile-lb4-services-map", "reconcile-lb4-backends-map".
@@ -283,3 +343,58 @@ type lazyMatch struct {
 func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.get().Update(k) }
 func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.get().Delete(k) }
 func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.get().Dump() }
+
+// lazyRanges forwards to the source range map once the start hook has
+// opened it; without one (an opener that gives none) it holds nothing.
+type lazyRanges struct{ get func() lbsync.SourceRangeMap }
+
+func (l lazyRanges) Update(k []maps.SourceRange) error {
+	if r := l.get(); r != nil {
+		return r.Update(k)
+	}
+	return errNoSourceRangeMap
+}
+
+func (l lazyRanges) Delete(k []maps.SourceRange) error {
+	if r := l.get(); r != nil {
+		return r.Delete(k)
+	}
+	return nil
+}
+
+func (l lazyRanges) Dump() ([]maps.SourceRange, error) {
+	if r := l.get(); r != nil {
+		return r.Dump()
+	}
+	return nil, nil
+}
+
+// errNoSourceRangeMap: a frontend with source ranges, but the opener gave
+// no map to write them to (the flag is then never set either).
+var errNoSourceRangeMap = errors.New("no source range map to write loadBalancerSourceRanges to")
+
+// lazyMaglev forwards to the Maglev map once the start hook has opened
+// it; an opener without one (the control-plane tests' fakes) keeps no
+// tables.
+type lazyMaglev struct{ get func() lbsync.MaglevMap }
+
+func (l lazyMaglev) Swap(fe lb.L4Addr, table []uint32) error {
+	if m := l.get(); m != nil {
+		return m.Swap(fe, table)
+	}
+	return nil
+}
+
+func (l lazyMaglev) Delete(fes []lb.L4Addr) error {
+	if m := l.get(); m != nil {
+		return m.Delete(fes)
+	}
+	return nil
+}
+
+func (l lazyMaglev) Frontends() ([]lb.L4Addr, error) {
+	if m := l.get(); m != nil {
+		return m.Frontends()
+	}
+	return nil, nil
+}

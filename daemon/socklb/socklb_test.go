@@ -49,7 +49,7 @@ func TestOffRemovesPins(t *testing.T) {
 		pins = append(pins, filepath.Join(linkDir, p.Name))
 	}
 	for _, m := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName,
-		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName} {
+		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName, maps.LB4SourceRangeMapName} {
 		pins = append(pins, filepath.Join(cfg.PinDir(), m))
 	}
 	// Another map of the agent's stays.

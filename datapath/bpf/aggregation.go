@@ -174,3 +174,17 @@ func (m Monitor) ApplyOverlay(spec *ebpf.CollectionSpec, trace bool) error {
 	}
 	return nil
 }
+
+// SetOverlayViaStack sets the overlay programs' DELIVER_VIA_STACK: packets
+// for local endpoints go up the host stack (kube-proxy's conntrack reverses
+// its DNAT there) instead of straight to the endpoint's policy program.
+func SetOverlayViaStack(spec *ebpf.CollectionSpec, viaStack bool) error {
+	v, ok := spec.Variables[OverlayVarDELIVER_VIA_STACK]
+	if !ok {
+		return fmt.Errorf("BPF object has no constant %s", OverlayVarDELIVER_VIA_STACK)
+	}
+	if err := v.Set(boolByte(viaStack)); err != nil {
+		return fmt.Errorf("set %s: %w", OverlayVarDELIVER_VIA_STACK, err)
+	}
+	return nil
+}

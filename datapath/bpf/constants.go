@@ -139,6 +139,13 @@ type NodePortConstants struct {
 	// connections translated with externalTrafficPolicy Cluster
 	// (NODEPORT_SNAT_IPV4; invalid: the frontend's own address).
 	SNATIPv4 netip.Addr
+	// MaglevTableSize is the slots of the frontends' Maglev tables
+	// (LB_MAGLEV_TABLE_SIZE, --bpf-lb-maglev-table-size); 0 picks
+	// backends at random (--bpf-lb-algorithm=random).
+	MaglevTableSize uint32
+	// MaglevSeed seeds the hash of a connection's 5-tuple
+	// (LB_MAGLEV_SEED, from --bpf-lb-maglev-hash-seed).
+	MaglevSeed uint32
 }
 
 // Apply sets the constants in spec, a spec from LoadNodeport, before it
@@ -148,12 +155,21 @@ func (c NodePortConstants) Apply(spec *ebpf.CollectionSpec) error {
 	if err != nil {
 		return err
 	}
-	vs, ok := spec.Variables[NodeportVarNODEPORT_SNAT_IPV4]
-	if !ok {
-		return fmt.Errorf("BPF object has no constant %s", NodeportVarNODEPORT_SNAT_IPV4)
-	}
-	if err := vs.Set(ip4); err != nil {
-		return fmt.Errorf("set %s: %w", NodeportVarNODEPORT_SNAT_IPV4, err)
+	for _, v := range []struct {
+		name  string
+		value any
+	}{
+		{NodeportVarNODEPORT_SNAT_IPV4, ip4},
+		{NodeportVarLB_MAGLEV_TABLE_SIZE, c.MaglevTableSize},
+		{NodeportVarLB_MAGLEV_SEED, c.MaglevSeed},
+	} {
+		vs, ok := spec.Variables[v.name]
+		if !ok {
+			return fmt.Errorf("BPF object has no constant %s", v.name)
+		}
+		if err := vs.Set(v.value); err != nil {
+			return fmt.Errorf("set %s: %w", v.name, err)
+		}
 	}
 	return nil
 }

@@ -18,7 +18,7 @@
 // cil_sock6_connect, cil_sock6_recvmsg, cil_sock6_getpeername for
 // dual-stack AF_INET6 sockets and IPv4-mapped frontends) and its maps
 // (cellium_lb4_services, cellium_lb4_backends, cellium_lb4_reverse_sk,
-// cellium_lb4_affinity, cellium_lb4_affinity_match),
+// cellium_lb4_affinity, cellium_lb4_affinity_match, cellium_lb4_source_range),
 // with the Sock* struct types.
 //
 // LoadOverlay returns the collection spec of the tunnel device's programs
@@ -33,6 +33,6 @@
 package bpf
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type ipcache_key -type ipcache_value -type endpoint_key -type endpoint_info -type policy_key -type policy_entry -type ct4_key -type ct_entry -type metrics_key -type metrics_value -type event Lxc ../../bpf/lxc.c -- -mcpu=v3 -Wall -Werror
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value -type lb4_affinity_key -type lb4_affinity_value -type lb4_affinity_match_key Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type lb4_key -type lb4_service -type lb4_backend -type lb4_reverse_sk_key -type lb4_reverse_sk_value -type lb4_affinity_key -type lb4_affinity_value -type lb4_affinity_match_key -type lb4_src_range_key Sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf Overlay ../../bpf/overlay.c -- -mcpu=v3 -Wall -Werror
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type nodeport_ct4_key -type nodeport_ct4_entry -type nodeport_rev4_key -type nodeport_rev4_entry -type nodeport_affinity4_key -type nodeport_affinity4_value Nodeport ../../bpf/nodeport.c -- -mcpu=v3 -Wall -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel -go-package bpf -type nodeport_ct4_key -type nodeport_ct4_entry -type nodeport_rev4_key -type nodeport_rev4_entry -type nodeport_affinity4_key -type nodeport_affinity4_value -type lb4_maglev_key Nodeport ../../bpf/nodeport.c -- -mcpu=v3 -Wall -Werror

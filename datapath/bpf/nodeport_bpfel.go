@@ -135,6 +135,14 @@ type NodeportLb4Key struct {
 	Pad2    uint16
 }
 
+type NodeportLb4MaglevKey struct {
+	_       structs.HostLayout
+	Address uint32
+	Dport   uint16
+	Proto   uint8
+	Pad     uint8
+}
+
 type NodeportLb4ReverseSkKey struct {
 	_       structs.HostLayout
 	Cookie  uint64
@@ -157,6 +165,16 @@ type NodeportLb4Service struct {
 	Count     uint16
 	Flags     uint8
 	Pad       uint8
+}
+
+type NodeportLb4SrcRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Address   uint32
+	Dport     uint16
+	Proto     uint8
+	Pad       uint8
+	Saddr     uint32
 }
 
 type NodeportMetricsKey struct {
@@ -263,9 +281,11 @@ const (
 	NodeportMapCelliumLb4Affinity       = "cellium_lb4_affinity"
 	NodeportMapCelliumLb4AffinityMatch  = "cellium_lb4_affinity_match"
 	NodeportMapCelliumLb4Backends       = "cellium_lb4_backends"
+	NodeportMapCelliumLb4Maglev         = "cellium_lb4_maglev"
 	NodeportMapCelliumLb4ReverseSk      = "cellium_lb4_reverse_sk"
 	NodeportMapCelliumLb4ReverseSkRef   = "cellium_lb4_reverse_sk_ref"
 	NodeportMapCelliumLb4Services       = "cellium_lb4_services"
+	NodeportMapCelliumLb4SourceRange    = "cellium_lb4_source_range"
 	NodeportMapCelliumLxc               = "cellium_lxc"
 	NodeportMapCelliumMetrics           = "cellium_metrics"
 	NodeportMapCelliumNodeportAffinity4 = "cellium_nodeport_affinity4"
@@ -274,6 +294,8 @@ const (
 	NodeportMapCelliumPolicy            = "cellium_policy"
 	NodeportMapCelliumPolicyProgs       = "cellium_policy_progs"
 	NodeportProgCilFromNetdev           = "cil_from_netdev"
+	NodeportVarLB_MAGLEV_SEED           = "LB_MAGLEV_SEED"
+	NodeportVarLB_MAGLEV_TABLE_SIZE     = "LB_MAGLEV_TABLE_SIZE"
 	NodeportVarNODEPORT_SNAT_IPV4       = "NODEPORT_SNAT_IPV4"
 )
 
@@ -335,9 +357,11 @@ type NodeportMapSpecs struct {
 	CelliumLb4Affinity       *ebpf.MapSpec `ebpf:"cellium_lb4_affinity"`
 	CelliumLb4AffinityMatch  *ebpf.MapSpec `ebpf:"cellium_lb4_affinity_match"`
 	CelliumLb4Backends       *ebpf.MapSpec `ebpf:"cellium_lb4_backends"`
+	CelliumLb4Maglev         *ebpf.MapSpec `ebpf:"cellium_lb4_maglev"`
 	CelliumLb4ReverseSk      *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk"`
 	CelliumLb4ReverseSkRef   *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLb4Services       *ebpf.MapSpec `ebpf:"cellium_lb4_services"`
+	CelliumLb4SourceRange    *ebpf.MapSpec `ebpf:"cellium_lb4_source_range"`
 	CelliumLxc               *ebpf.MapSpec `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.MapSpec `ebpf:"cellium_metrics"`
 	CelliumNodeportAffinity4 *ebpf.MapSpec `ebpf:"cellium_nodeport_affinity4"`
@@ -351,7 +375,9 @@ type NodeportMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodeportVariableSpecs struct {
-	NODEPORT_SNAT_IPV4 *ebpf.VariableSpec `ebpf:"NODEPORT_SNAT_IPV4"`
+	LB_MAGLEV_SEED       *ebpf.VariableSpec `ebpf:"LB_MAGLEV_SEED"`
+	LB_MAGLEV_TABLE_SIZE *ebpf.VariableSpec `ebpf:"LB_MAGLEV_TABLE_SIZE"`
+	NODEPORT_SNAT_IPV4   *ebpf.VariableSpec `ebpf:"NODEPORT_SNAT_IPV4"`
 }
 
 // NodeportObjects contains all objects after they have been loaded into the kernel.
@@ -383,9 +409,11 @@ type NodeportMaps struct {
 	CelliumLb4Affinity       *ebpf.Map `ebpf:"cellium_lb4_affinity"`
 	CelliumLb4AffinityMatch  *ebpf.Map `ebpf:"cellium_lb4_affinity_match"`
 	CelliumLb4Backends       *ebpf.Map `ebpf:"cellium_lb4_backends"`
+	CelliumLb4Maglev         *ebpf.Map `ebpf:"cellium_lb4_maglev"`
 	CelliumLb4ReverseSk      *ebpf.Map `ebpf:"cellium_lb4_reverse_sk"`
 	CelliumLb4ReverseSkRef   *ebpf.Map `ebpf:"cellium_lb4_reverse_sk_ref"`
 	CelliumLb4Services       *ebpf.Map `ebpf:"cellium_lb4_services"`
+	CelliumLb4SourceRange    *ebpf.Map `ebpf:"cellium_lb4_source_range"`
 	CelliumLxc               *ebpf.Map `ebpf:"cellium_lxc"`
 	CelliumMetrics           *ebpf.Map `ebpf:"cellium_metrics"`
 	CelliumNodeportAffinity4 *ebpf.Map `ebpf:"cellium_nodeport_affinity4"`
@@ -406,9 +434,11 @@ func (m *NodeportMaps) Close() error {
 		m.CelliumLb4Affinity,
 		m.CelliumLb4AffinityMatch,
 		m.CelliumLb4Backends,
+		m.CelliumLb4Maglev,
 		m.CelliumLb4ReverseSk,
 		m.CelliumLb4ReverseSkRef,
 		m.CelliumLb4Services,
+		m.CelliumLb4SourceRange,
 		m.CelliumLxc,
 		m.CelliumMetrics,
 		m.CelliumNodeportAffinity4,
@@ -423,7 +453,9 @@ func (m *NodeportMaps) Close() error {
 //
 // It can be passed to LoadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodeportVariables struct {
-	NODEPORT_SNAT_IPV4 *ebpf.Variable `ebpf:"NODEPORT_SNAT_IPV4"`
+	LB_MAGLEV_SEED       *ebpf.Variable `ebpf:"LB_MAGLEV_SEED"`
+	LB_MAGLEV_TABLE_SIZE *ebpf.Variable `ebpf:"LB_MAGLEV_TABLE_SIZE"`
+	NODEPORT_SNAT_IPV4   *ebpf.Variable `ebpf:"NODEPORT_SNAT_IPV4"`
 }
 
 // NodeportPrograms contains all programs after they have been loaded into the kernel.

@@ -203,6 +203,7 @@ const (
 	OverlayMapCelliumPolicyProgs       = "cellium_policy_progs"
 	OverlayProgCilFromOverlay          = "cil_from_overlay"
 	OverlayProgCilToOverlay            = "cil_to_overlay"
+	OverlayVarDELIVER_VIA_STACK        = "DELIVER_VIA_STACK"
 	OverlayVarMONITOR_AGGREGATION      = "MONITOR_AGGREGATION"
 	OverlayVarMONITOR_REPORT_FLAGS     = "MONITOR_REPORT_FLAGS"
 	OverlayVarTRACE_ENABLED            = "TRACE_ENABLED"
@@ -278,6 +279,7 @@ type OverlayMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OverlayVariableSpecs struct {
+	DELIVER_VIA_STACK    *ebpf.VariableSpec `ebpf:"DELIVER_VIA_STACK"`
 	MONITOR_AGGREGATION  *ebpf.VariableSpec `ebpf:"MONITOR_AGGREGATION"`
 	MONITOR_REPORT_FLAGS *ebpf.VariableSpec `ebpf:"MONITOR_REPORT_FLAGS"`
 	TRACE_ENABLED        *ebpf.VariableSpec `ebpf:"TRACE_ENABLED"`
@@ -342,6 +344,7 @@ func (m *OverlayMaps) Close() error {
 //
 // It can be passed to LoadOverlayObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OverlayVariables struct {
+	DELIVER_VIA_STACK    *ebpf.Variable `ebpf:"DELIVER_VIA_STACK"`
 	MONITOR_AGGREGATION  *ebpf.Variable `ebpf:"MONITOR_AGGREGATION"`
 	MONITOR_REPORT_FLAGS *ebpf.Variable `ebpf:"MONITOR_REPORT_FLAGS"`
 	TRACE_ENABLED        *ebpf.Variable `ebpf:"TRACE_ENABLED"`

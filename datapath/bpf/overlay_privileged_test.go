@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -58,6 +60,9 @@ type xnode struct {
 	overlayMonitor *bpf.Monitor
 	// nodePort loads localPod's programs with NODEPORT_ENABLED.
 	nodePort bool
+	// overlayViaStack loads the tunnel device's programs (agent parts)
+	// with DELIVER_VIA_STACK.
+	overlayViaStack bool
 }
 
 // blackholeRange routes prefix to a blackhole in the root namespace until
@@ -302,7 +307,7 @@ func (x *xnode) addTunnelAgent(tb testing.TB, remote ...*xnode) {
 			tb.Fatal(err)
 		}
 	}
-	o := &loader.Overlay{Layout: loader.Layout{Root: x.root}, Netns: loader.Netns{Path: x.ns.Path()}}
+	o := &loader.Overlay{Layout: loader.Layout{Root: x.root}, Netns: loader.Netns{Path: x.ns.Path()}, ViaStack: x.overlayViaStack}
 	if err := o.Ensure(routes.TunnelDevice); err != nil {
 		tb.Fatal(err)
 	}
@@ -367,11 +372,28 @@ func newTwoNodesWith(t *testing.T, tunnel, agentParts bool) *twoNodes {
 // newTwoNodesMonitor is newTwoNodesWith with the tunnel programs tracing
 // at mon's aggregation (nil: no traces).
 func newTwoNodesMonitor(t *testing.T, tunnel, agentParts bool, mon *bpf.Monitor) *twoNodes {
+	return newTwoNodesOpts(t, twoNodesOpts{tunnel: tunnel, agentParts: agentParts, mon: mon})
+}
+
+// twoNodesOpts shape newTwoNodesOpts' topology.
+type twoNodesOpts struct {
+	tunnel, agentParts bool
+	// mon: the tunnel programs trace at its aggregation (nil: no traces).
+	mon *bpf.Monitor
+	// viaStack: the tunnel programs hand packets for local endpoints to
+	// the stack (with agentParts).
+	viaStack bool
+}
+
+// newTwoNodesOpts builds the two-node topology as o says.
+func newTwoNodesOpts(t *testing.T, o twoNodesOpts) *twoNodes {
 	t.Helper()
+	tunnel, agentParts, mon := o.tunnel, o.agentParts, o.mon
 	blackholeRange(t, overlayRange)
 	tn := &twoNodes{wire: newWire(t)}
 	tn.n1, tn.n2 = newXNode(t, tn.wire, 1), newXNode(t, tn.wire, 2)
 	tn.n1.overlayMonitor, tn.n2.overlayMonitor = mon, mon
+	tn.n1.overlayViaStack, tn.n2.overlayViaStack = o.viaStack, o.viaStack
 	tn.n1.knowNode(t, tn.n2)
 	tn.n2.knowNode(t, tn.n1)
 	tn.a = tn.n1.localPod(t, "xa", netip.MustParseAddr("10.78.1.10"), xidA, xepA, []policy.Entry{allowAllEgress, allowAllIngress})
@@ -735,6 +757,45 @@ func TestPrivilegedOverlayTraces(t *testing.T) {
 				t.Errorf("%d to-overlay traces with SYN, want the SYN and the SYN-ACK:\n%s", syn, eventList(to))
 			}
 			t.Logf("%s: %d to-overlay traces for a connection of 10 round trips", name, len(to))
+		})
+	}
+}
+
+// With the socket load balancer off, kube-proxy translates a pod's
+// connection to a ClusterIP in its node's stack (DNAT, here one nftables
+// rule as kube-proxy's nftables mode writes); the backend on the other node
+// answers through the tunnel, and only the stack can reverse the DNAT, so
+// the tunnel device hands packets for local endpoints to the stack
+// (DELIVER_VIA_STACK, the agent's --bpf-lb-sock=false). Without it the
+// reply reaches the pod from the backend's own address and the connection
+// fails: the second case shows the test exercises that path.
+func TestPrivilegedOverlayKubeProxyClusterIP(t *testing.T) {
+	privileged.Require(t)
+	for _, viaStack := range []bool{true, false} {
+		t.Run(fmt.Sprintf("deliver via stack %t", viaStack), func(t *testing.T) {
+			tn := newTwoNodesOpts(t, twoNodesOpts{tunnel: true, agentParts: true, viaStack: viaStack})
+			// In the blackholed test range, on no device: only the DNAT
+			// makes it reachable.
+			vip := netip.AddrPortFrom(netip.MustParseAddr("10.78.200.1"), 8080)
+			rules := fmt.Sprintf("table ip kptest { chain pre { type nat hook prerouting priority dstnat; ip daddr %s tcp dport %d dnat to %s:%d; }; }\n",
+				vip.Addr(), vip.Port(), tn.b.ip, xport)
+			cmd := exec.Command("nsenter", "--net="+tn.n1.ns.Path(), "nft", "-f", "-")
+			cmd.Stdin = strings.NewReader(rules)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("nft in %s: %v: %s", tn.n1.name, err, out)
+			}
+			err := tn.a.tcpEcho(vip)
+			switch {
+			case viaStack && err != nil:
+				t.Errorf("a -> %s (DNAT to %s on the other node) with DELIVER_VIA_STACK: %v", vip, tn.b.ip, err)
+			case !viaStack && err == nil:
+				t.Errorf("a -> %s worked without DELIVER_VIA_STACK: the reply did not need the stack", vip)
+			}
+			if viaStack {
+				// Through the stack, the receiving pod's policy still
+				// applies (cil_to_container): c -> b is dropped.
+				tn.checkCrossNode(t)
+			}
 		})
 	}
 }

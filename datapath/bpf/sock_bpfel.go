@@ -80,6 +80,16 @@ type SockLb4Service struct {
 	Pad       uint8
 }
 
+type SockLb4SrcRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Address   uint32
+	Dport     uint16
+	Proto     uint8
+	Pad       uint8
+	Saddr     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -89,6 +99,7 @@ const (
 	SockMapCelliumLb4Backends      = "cellium_lb4_backends"
 	SockMapCelliumLb4ReverseSk     = "cellium_lb4_reverse_sk"
 	SockMapCelliumLb4Services      = "cellium_lb4_services"
+	SockMapCelliumLb4SourceRange   = "cellium_lb4_source_range"
 	SockProgCilSock4Connect        = "cil_sock4_connect"
 	SockProgCilSock4Getpeername    = "cil_sock4_getpeername"
 	SockProgCilSock4Recvmsg        = "cil_sock4_recvmsg"
@@ -159,6 +170,7 @@ type SockMapSpecs struct {
 	CelliumLb4Backends      *ebpf.MapSpec `ebpf:"cellium_lb4_backends"`
 	CelliumLb4ReverseSk     *ebpf.MapSpec `ebpf:"cellium_lb4_reverse_sk"`
 	CelliumLb4Services      *ebpf.MapSpec `ebpf:"cellium_lb4_services"`
+	CelliumLb4SourceRange   *ebpf.MapSpec `ebpf:"cellium_lb4_source_range"`
 }
 
 // SockVariableSpecs contains global variables before they are loaded into the kernel.
@@ -193,6 +205,7 @@ type SockMaps struct {
 	CelliumLb4Backends      *ebpf.Map `ebpf:"cellium_lb4_backends"`
 	CelliumLb4ReverseSk     *ebpf.Map `ebpf:"cellium_lb4_reverse_sk"`
 	CelliumLb4Services      *ebpf.Map `ebpf:"cellium_lb4_services"`
+	CelliumLb4SourceRange   *ebpf.Map `ebpf:"cellium_lb4_source_range"`
 }
 
 func (m *SockMaps) Close() error {
@@ -202,6 +215,7 @@ func (m *SockMaps) Close() error {
 		m.CelliumLb4Backends,
 		m.CelliumLb4ReverseSk,
 		m.CelliumLb4Services,
+		m.CelliumLb4SourceRange,
 	)
 }
 

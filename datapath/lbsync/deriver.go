@@ -22,8 +22,8 @@ import (
 	"github.com/cellium/cellium/statedb/tables"
 )
 
-// MaxBackendID is the highest backend ID (the backends map holds 65536
-// entries).
+// MaxBackendID is the highest backend ID with the default map size (the
+// backends map holds 65536 entries); Tables.MaxBackendID raises it.
 const MaxBackendID = 65535
 
 // ErrNoBackendID means every backend ID is in use.
@@ -46,6 +46,14 @@ type Tables struct {
 	// too (lb.PodHostPortFrontends, --enable-host-port). NodeName and
 	// LocalNode must be set with it.
 	Pods statedb.Table[*corev1.Pod]
+	// SourceRangeCheck and SourceRangeAllTypes give frontends the
+	// loadBalancerSourceRanges of their Service (lb.Options), with
+	// KubeProxyReplacement.
+	SourceRangeCheck    bool
+	SourceRangeAllTypes bool
+	// MaxBackendID is the highest backend ID handed out (the backends
+	// map's capacity - 1, --bpf-lb-map-max); 0 is MaxBackendID.
+	MaxBackendID uint32
 }
 
 // Deriver keeps the lb-frontends and lb-backends tables derived from the
@@ -121,6 +129,9 @@ func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver
 		t.Backends.RegisterInitializer(wtxn, "k8s-services"),
 	), sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
 		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID}
+	if t.MaxBackendID != 0 {
+		d.maxID = t.MaxBackendID
+	}
 	wtxn.Commit()
 	return d
 }
@@ -327,7 +338,8 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 // took them again).
 func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
 	var want []*lb.Frontend
-	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs}
+	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs,
+		SourceRangeCheck: d.t.SourceRangeCheck, SourceRangeAllTypes: d.t.SourceRangeAllTypes}
 	if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
 		if d.t.Pods != nil {
 			if p, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod)); ok {

@@ -281,8 +281,9 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // and succeeds once it fits.
 func TestDeriverFailedStepRollsBack(t *testing.T) {
 	tt := newTables(t)
+	// --bpf-lb-map-max=3: backend IDs 1 and 2.
+	tt.Tables.MaxBackendID = 2
 	d := NewDeriver(tt.Tables, nil)
-	d.maxID = 2
 	if err := d.Subscribe(); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,10 @@
 //     backend ID) pairs the programs check before following a session
 //     affinity entry, in step with the slots: a lost backend's pair
 //     goes before any slot is rewritten.
+//     WithMaglev, it also keeps each external frontend's Maglev table
+//     (--bpf-lb-algorithm=maglev, datapath/maglev) in cellium_lb4_maglev:
+//     computed from the frontend's backends and swapped in whole before
+//     the slot 0 that announces the frontend, deleted after it.
 //
 // The package works on small interfaces (ServicesMap, BackendsMap,
 // AffinityMatchMap) so that its logic is tested with in-memory maps;

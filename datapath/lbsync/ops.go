@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -53,20 +54,118 @@ type AffinityMatchMap interface {
 	Dump() ([]maps.AffinityMatch, error)
 }
 
+// SourceRangeMap is cellium_lb4_source_range as the reconciler uses it:
+// the (frontend, client prefix) pairs of the frontends with
+// loadBalancerSourceRanges. Delete must be idempotent.
+type SourceRangeMap interface {
+	Update(keys []maps.SourceRange) error
+	Delete(keys []maps.SourceRange) error
+	Dump() ([]maps.SourceRange, error)
+}
+
 // FrontendOps reconciles the lb-frontends table into the services map
-// and the affinity match map.
+// and the affinity match map, and with a SourceRangeMap
+// (WithSourceRanges) the frontends' source ranges.
 type FrontendOps struct {
 	m        ServicesMap
 	match    AffinityMatchMap
 	backends statedb.Table[*lb.Backend]
+	// ranges is nil without source range enforcement: no slot 0 gets
+	// LB4_SVC_SOURCE_RANGE then. haveRanges is what the map holds per
+	// frontend, read from it at the first use (rangesLoaded) and kept
+	// after each successful write.
+	ranges       SourceRangeMap
+	haveRanges   map[lb.L4Addr][]netip.Prefix
+	rangesLoaded bool
+	// maglev keeps the frontends' Maglev tables (WithMaglev); nil: none.
+	maglev *Maglev
 }
 
 var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
 
 // NewFrontendOps reconciles into m and match; backends is the lb-backends
 // table, whose statuses say which backends are in the backends map.
-func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend]) *FrontendOps {
-	return &FrontendOps{m: m, match: match, backends: backends}
+func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend], opts ...FrontendOption) *FrontendOps {
+	o := &FrontendOps{m: m, match: match, backends: backends}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
+
+// WithSourceRanges makes o write the frontends' source ranges into r and
+// flag their slot 0 LB4_SVC_SOURCE_RANGE; it returns o.
+func (o *FrontendOps) WithSourceRanges(r SourceRangeMap) *FrontendOps {
+	o.ranges = r
+	return o
+}
+
+// loadRanges reads the source range map into haveRanges once.
+func (o *FrontendOps) loadRanges() error {
+	if o.rangesLoaded || o.ranges == nil {
+		return nil
+	}
+	have, err := o.ranges.Dump()
+	if err != nil {
+		return fmt.Errorf("list source range map: %w", err)
+	}
+	o.haveRanges = map[lb.L4Addr][]netip.Prefix{}
+	for _, r := range have {
+		o.haveRanges[r.Frontend] = append(o.haveRanges[r.Frontend], r.Prefix)
+	}
+	o.rangesLoaded = true
+	return nil
+}
+
+// rangeKeys returns the keys of fe's prefixes ps.
+func rangeKeys(fe lb.L4Addr, ps []netip.Prefix) []maps.SourceRange {
+	out := make([]maps.SourceRange, len(ps))
+	for i, p := range ps {
+		out[i] = maps.SourceRange{Frontend: fe, Prefix: p}
+	}
+	return out
+}
+
+// minus returns the prefixes of a not in b.
+func minus(a, b []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range a {
+		if !slices.Contains(b, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// addRanges writes the prefixes of want fe does not have in the map yet.
+func (o *FrontendOps) addRanges(fe lb.L4Addr, want []netip.Prefix) error {
+	add := minus(want, o.haveRanges[fe])
+	if len(add) == 0 {
+		return nil
+	}
+	if err := o.ranges.Update(rangeKeys(fe, add)); err != nil {
+		return fmt.Errorf("write source ranges: %w", err)
+	}
+	o.haveRanges[fe] = append(o.haveRanges[fe], add...)
+	return nil
+}
+
+// removeRanges deletes the prefixes of fe in the map that keep does not
+// have.
+func (o *FrontendOps) removeRanges(fe lb.L4Addr, keep []netip.Prefix) error {
+	stale := minus(o.haveRanges[fe], keep)
+	if len(stale) == 0 {
+		return nil
+	}
+	if err := o.ranges.Delete(rangeKeys(fe, stale)); err != nil {
+		return fmt.Errorf("delete source ranges: %w", err)
+	}
+	if rest := minus(o.haveRanges[fe], stale); len(rest) > 0 {
+		o.haveRanges[fe] = rest
+	} else {
+		delete(o.haveRanges, fe)
+	}
+	return nil
 }
 
 // slotIDs returns the backend IDs of slots 1..n of frontend fe's scope in
@@ -158,7 +257,11 @@ func (o *FrontendOps) deleteScope(fe lb.L4Addr, scope uint8, n int) error {
 // internal scope first (slots, then slot 0); then the external scope,
 // slots 1..n, then slot 0 with the count n, flags and affinity timeout,
 // then deletes the slots above n that an older version had; an internal
-// scope f no longer has goes last.
+// scope f no longer has goes last. With a source range map, f's source
+// ranges are written before the external slot 0 is flagged
+// LB4_SVC_SOURCE_RANGE, and the ones it no longer has deleted after slot
+// 0 is rewritten: a program never sees the flag without the frontend's
+// ranges.
 func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Frontend) error {
 	if len(f.BackendIDs) != len(f.Backends) || len(f.IntBackendIDs) != len(f.IntBackends) {
 		return fmt.Errorf("frontend %v: %d+%d backends but %d+%d IDs", f.Address, len(f.Backends), len(f.IntBackends),
@@ -193,10 +296,30 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 			return fmt.Errorf("frontend %v internal scope: %w", f.Address, err)
 		}
 	}
+	// The Maglev table before the slot 0 that announces the frontend.
+	if o.maglev != nil {
+		if err := o.maglev.update(f); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+	}
 	ext := zero
 	ext.Local, ext.TwoScopes = f.Local, f.TwoScopes
+	if o.ranges != nil {
+		if err := o.loadRanges(); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+		if err := o.addRanges(f.Address, f.SourceRanges); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
+		ext.SourceRange = len(f.SourceRanges) > 0
+	}
 	if err := o.writeScope(f.Address, maps.ScopeExt, f.BackendIDs, ext, int(old.Count)); err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
+	}
+	if o.ranges != nil {
+		if err := o.removeRanges(f.Address, f.SourceRanges); err != nil {
+			return fmt.Errorf("frontend %v: %w", f.Address, err)
+		}
 	}
 	if hadInt && !f.TwoScopes {
 		if err := o.deleteScope(f.Address, maps.ScopeInt, int(oldInt.Count)); err != nil {
@@ -208,7 +331,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 
 // Delete implements reconciler.Operations: slot 0 of the external scope
 // first (the frontend is gone for the programs), then its slots, the
-// internal scope and the affinity matches.
+// internal scope, the affinity matches and the source ranges.
 func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
 	_, allIDs := f.AllBackends()
 	var ids []uint32
@@ -237,6 +360,21 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 	if err := o.match.Delete(matches(f.Address, ids, nil)); err != nil {
 		return fmt.Errorf("delete frontend %v: affinity matches: %w", f.Address, err)
 	}
+	if o.ranges != nil {
+		if err := o.loadRanges(); err != nil {
+			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+		}
+		// Ranges the map got from an earlier run and f's own.
+		o.haveRanges[f.Address] = slices.Concat(o.haveRanges[f.Address], minus(f.SourceRanges, o.haveRanges[f.Address]))
+		if err := o.removeRanges(f.Address, nil); err != nil {
+			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+		}
+	}
+	if o.maglev != nil {
+		if err := o.maglev.delete(f); err != nil {
+			return fmt.Errorf("delete frontend %v: %w", f.Address, err)
+		}
+	}
 	return nil
 }
 
@@ -249,7 +387,9 @@ type scopeKey struct {
 // Prune implements reconciler.Operations: it lists the maps, then
 // deletes the frontends no row wants (slot 0 of the external scope
 // first), the slots above each desired scope's count, the scopes no row
-// has and the affinity matches no row has.
+// has and the affinity matches no row has; then the source ranges no row
+// has, except those of a frontend whose slot 0 still carries
+// LB4_SVC_SOURCE_RANGE (its Update removes them after clearing it).
 func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
 	have, err := o.m.Dump()
 	if err != nil {
@@ -261,7 +401,11 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	}
 	want := map[scopeKey]int{}
 	wantMatch := map[maps.AffinityMatch]bool{}
+	wantRange := map[maps.SourceRange]bool{}
 	for f := range desired {
+		for _, r := range rangeKeys(f.Address, f.SourceRanges) {
+			wantRange[r] = true
+		}
 		want[scopeKey{f.Address, maps.ScopeExt}] = len(f.BackendIDs)
 		if f.TwoScopes {
 			want[scopeKey{f.Address, maps.ScopeInt}] = len(f.IntBackendIDs)
@@ -296,6 +440,35 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	if err := o.match.Delete(strayMatch); err != nil {
 		return fmt.Errorf("prune %d affinity matches: %w", len(strayMatch), err)
 	}
+	if o.maglev != nil {
+		if err := o.maglev.prune(desired); err != nil {
+			return err
+		}
+	}
+	if o.ranges == nil {
+		return nil
+	}
+	haveRange, err := o.ranges.Dump()
+	if err != nil {
+		return fmt.Errorf("list source range map: %w", err)
+	}
+	var strayRange []maps.SourceRange
+	kept := map[lb.L4Addr][]netip.Prefix{}
+	for _, r := range haveRange {
+		// A slot 0 still flagged (not pruned above) keeps its ranges.
+		zeroKey := maps.ServiceSlot{Frontend: r.Frontend, Scope: maps.ScopeExt}
+		v, ok := have[zeroKey]
+		flagged := ok && v.SourceRange && !slices.Contains(zero, zeroKey)
+		if wantRange[r] || flagged {
+			kept[r.Frontend] = append(kept[r.Frontend], r.Prefix)
+			continue
+		}
+		strayRange = append(strayRange, r)
+	}
+	if err := o.ranges.Delete(strayRange); err != nil {
+		return fmt.Errorf("prune %d source ranges: %w", len(strayRange), err)
+	}
+	o.haveRanges, o.rangesLoaded = kept, true
 	return nil
 }
 
@@ -356,10 +529,21 @@ func (o *BackendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Se
 }
 
 // FrontendsConfig returns the configuration of the reconciler of the
-// lb-frontends table into m and match.
-func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap) reconciler.Config[*lb.Frontend] {
+// lb-frontends table into m and match (and, WithMaglev, the Maglev
+// tables).
+func FrontendsConfig(t Tables, m ServicesMap, match AffinityMatchMap, opts ...FrontendOption) reconciler.Config[*lb.Frontend] {
+	return FrontendsConfigWithRanges(t, m, match, nil, opts...)
+}
+
+// FrontendsConfigWithRanges is FrontendsConfig also reconciling the
+// frontends' source ranges into ranges (none when nil).
+func FrontendsConfigWithRanges(t Tables, m ServicesMap, match AffinityMatchMap, ranges SourceRangeMap, opts ...FrontendOption) reconciler.Config[*lb.Frontend] {
+	ops := NewFrontendOps(m, match, t.Backends, opts...)
+	if ranges != nil {
+		ops.WithSourceRanges(ranges)
+	}
 	return reconciler.Config[*lb.Frontend]{
-		Name: FrontendsReconciler, Table: t.Frontends, Operations: NewFrontendOps(m, match, t.Backends),
+		Name: FrontendsReconciler, Table: t.Frontends, Operations: ops,
 		GetStatus: func(f *lb.Frontend) reconciler.Status { return f.Status },
 		SetStatus: (*lb.Frontend).WithStatus,
 		// A frontend waits for its backends: retry soon.

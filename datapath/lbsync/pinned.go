@@ -87,3 +87,21 @@ func (p PinnedAffinityMatch) Dump() ([]maps.AffinityMatch, error) {
 	err := p.M.Iterate(func(k maps.AffinityMatch) bool { out = append(out, k); return true })
 	return out, err
 }
+
+// PinnedSourceRange adapts the pinned cellium_lb4_source_range.
+type PinnedSourceRange struct{ M *maps.LB4SourceRange }
+
+var _ SourceRangeMap = PinnedSourceRange{}
+
+// Update implements SourceRangeMap.
+func (p PinnedSourceRange) Update(keys []maps.SourceRange) error { return p.M.Update(keys) }
+
+// Delete implements SourceRangeMap.
+func (p PinnedSourceRange) Delete(keys []maps.SourceRange) error { return p.M.Delete(keys) }
+
+// Dump implements SourceRangeMap.
+func (p PinnedSourceRange) Dump() ([]maps.SourceRange, error) {
+	var out []maps.SourceRange
+	err := p.M.Iterate(func(r maps.SourceRange) bool { out = append(out, r); return true })
+	return out, err
+}

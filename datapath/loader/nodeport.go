@@ -28,6 +28,20 @@ type NodePortConfig struct {
 	// devices of the IPv4 default routes, else the device holding the
 	// node's address (DetectNodePortDevices).
 	Devices []string
+	// ServicesInStack: the socket load balancer is off (--bpf-lb-sock=false)
+	// and kube-proxy translates the pods' Service connections in the host
+	// stack, so the tunnel device hands packets for local endpoints to the
+	// stack (Overlay.ViaStack).
+	ServicesInStack bool
+	// LBMapMax is the load balancer maps' capacity (--bpf-lb-map-max),
+	// the same the socket load balancer opens them with; 0 is
+	// maps.DefaultLBMapMax.
+	LBMapMax int
+	// MaglevTableSize is the slots of the frontends' Maglev tables
+	// (--bpf-lb-maglev-table-size) with --bpf-lb-algorithm=maglev; 0 picks
+	// backends at random. MaglevSeed seeds the program's hash of a
+	// connection's 5-tuple (maglev.Seed.Datapath).
+	MaglevTableSize, MaglevSeed uint32
 }
 
 // NodePortDir is the directory of the uplink devices' pinned links,
@@ -43,6 +57,11 @@ func (l Layout) NodePortDir() string { return filepath.Join(l.Dir(), "nodeport")
 type NodePort struct {
 	Layout Layout
 	Netns  Netns
+	// LBMapMax is the load balancer maps' capacity (NodePortConfig's).
+	LBMapMax int
+	// MaglevTableSize and MaglevSeed are NodePortConfig's: 0 picks
+	// backends at random.
+	MaglevTableSize, MaglevSeed uint32
 
 	mu sync.Mutex
 	// on are the devices this process attached to: ifindex and the
@@ -176,19 +195,28 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 		return nil, err
 	}
 	defer m.Close()
-	lb, err := maps.OpenLB(n.Layout.Dir())
+	lb, err := maps.OpenLBWith(n.Layout.Dir(), maps.LBOptions{MapMax: n.LBMapMax})
 	if err != nil {
 		return nil, err
 	}
 	defer lb.Close()
+	mg, err := maps.OpenMaglev(n.Layout.Dir(), n.LBMapMax)
+	if err != nil {
+		return nil, err
+	}
+	defer mg.Close()
 	spec, err := maps.LoadNodePortSpec()
 	if err != nil {
 		return nil, err
 	}
-	if err := (bpf.NodePortConstants{SNATIPv4: snat}).Apply(spec); err != nil {
+	consts := bpf.NodePortConstants{SNATIPv4: snat, MaglevTableSize: n.MaglevTableSize, MaglevSeed: n.MaglevSeed}
+	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.NodePortReplacements(lb)})
+	repl := m.NodePortReplacements(lb)
+	repl[maps.MaglevMapName] = mg.Map()
+	maps.FitReplacements(spec, repl)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {

@@ -107,7 +107,12 @@ func nodePortLink(t *testing.T, layout Layout, device string, ifindex int, snat 
 	if want := bpf.NodeportProgCilFromNetdev; pi.Name != want && pi.Name != want[:min(15, len(want))] {
 		t.Errorf("link of %s runs %q", device, pi.Name)
 	}
-	// The SNAT address is the program's only constant: its .rodata.
+	// The SNAT address is one of the program's constants, in its .rodata.
+	spec, err := bpf.LoadNodeport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := spec.Variables[bpf.NodeportVarNODEPORT_SNAT_IPV4].Offset
 	ids, _ := pi.MapIDs()
 	found := false
 	for _, id := range ids {
@@ -116,11 +121,11 @@ func nodePortLink(t *testing.T, layout Layout, device string, ifindex int, snat 
 			continue
 		}
 		mi, err := m.Info()
-		if err == nil && mi.Type == ebpf.Array && mi.ValueSize == 4 && mi.MaxEntries == 1 && filepath.Ext(mi.Name) == ".rodata" {
-			var v [4]byte
+		if err == nil && mi.Type == ebpf.Array && mi.ValueSize >= off+4 && mi.MaxEntries == 1 && filepath.Ext(mi.Name) == ".rodata" {
+			v := make([]byte, mi.ValueSize)
 			if err := m.Lookup(uint32(0), &v); err == nil {
 				found = true
-				if got := netip.AddrFrom4(v); got != snat {
+				if got := netip.AddrFrom4([4]byte(v[off : off+4])); got != snat {
 					t.Errorf("%s: NODEPORT_SNAT_IPV4 %s, want %s", device, got, snat)
 				}
 			}
@@ -153,7 +158,9 @@ func TestPrivilegedNodePortAttach(t *testing.T) {
 	node := nodePortNS(t, false)
 	up0, up1 := ifindexIn(t, node, "up0"), ifindexIn(t, node, "up1")
 	a0, a1 := netip.MustParseAddr("10.79.0.1"), netip.MustParseAddr("10.79.1.1")
-	np := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}}
+	// Load balancer maps of another size than the object's
+	// (--bpf-lb-map-max): the program loads against them as they are.
+	np := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}, LBMapMax: 4096}
 	if err := np.Ensure([]string{"up0", "up1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +180,7 @@ func TestPrivilegedNodePortAttach(t *testing.T) {
 		t.Errorf("pin of up1 left after it was dropped from the list: %v", err)
 	}
 	// A restarted agent (a new NodePort) replaces the program in place.
-	np2 := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}}
+	np2 := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}, LBMapMax: 4096}
 	if err := np2.Ensure([]string{"up0"}); err != nil {
 		t.Fatal(err)
 	}

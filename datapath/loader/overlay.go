@@ -41,6 +41,10 @@ type Overlay struct {
 	Trace bool
 	// Monitor is the monitor aggregation (the zero value: none).
 	Monitor bpf.Monitor
+	// ViaStack hands decapsulated packets for local endpoints to the
+	// host stack (DELIVER_VIA_STACK): kube-proxy translates the pods'
+	// Service connections there (the socket load balancer is off).
+	ViaStack bool
 
 	mu     sync.Mutex
 	loaded bool // this process has attached its own programs
@@ -109,6 +113,9 @@ func (o *Overlay) load() (*ebpf.Collection, error) {
 		return nil, err
 	}
 	if err := o.Monitor.ApplyOverlay(spec, o.Trace); err != nil {
+		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
+	}
+	if err := bpf.SetOverlayViaStack(spec, o.ViaStack); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.OverlayReplacements()})

@@ -3,11 +3,13 @@ package maps
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/statedb/lb"
@@ -23,10 +25,12 @@ const (
 	LB4AffinityMapName = bpf.SockMapCelliumLb4Affinity
 	// (frontend, backend ID) pairs that exist
 	LB4AffinityMatchMapName = bpf.SockMapCelliumLb4AffinityMatch
+	// (frontend, client prefix) of loadBalancerSourceRanges
+	LB4SourceRangeMapName = bpf.SockMapCelliumLb4SourceRange
 )
 
 var lbNames = []string{LB4ServicesMapName, LB4BackendsMapName, LB4ReverseSKMapName,
-	LB4AffinityMapName, LB4AffinityMatchMapName}
+	LB4AffinityMapName, LB4AffinityMatchMapName, LB4SourceRangeMapName}
 
 // lb4_service.flags (LB4_SVC_* of bpf/include/lb.h).
 const (
@@ -34,6 +38,8 @@ const (
 	serviceFlagNodePort  = 0x2
 	serviceFlagLocal     = 0x4
 	serviceFlagTwoScopes = 0x8
+	// LB4_SVC_SOURCE_RANGE
+	serviceFlagSourceRange = 0x10
 )
 
 // Scopes of a frontend's entries (lb4_key.scope, LB4_SCOPE_*).
@@ -73,6 +79,10 @@ type ServiceValue struct {
 	NodePort  bool
 	Local     bool
 	TwoScopes bool
+	// SourceRange is LB4_SVC_SOURCE_RANGE (slot 0 of ScopeExt): clients
+	// from outside the node pass only when cellium_lb4_source_range holds
+	// a prefix of their address for the frontend.
+	SourceRange bool
 }
 
 // FlagString is slot 0's flags as "nodeport,local,two-scopes" ("-" for
@@ -87,6 +97,9 @@ func (v ServiceValue) FlagString() string {
 	}
 	if v.TwoScopes {
 		fs = append(fs, "two-scopes")
+	}
+	if v.SourceRange {
+		fs = append(fs, "source-range")
 	}
 	if len(fs) == 0 {
 		return "-"
@@ -108,6 +121,9 @@ func (v ServiceValue) bpf() bpf.SockLb4Service {
 	if v.TwoScopes {
 		out.Flags |= serviceFlagTwoScopes
 	}
+	if v.SourceRange {
+		out.Flags |= serviceFlagSourceRange
+	}
 	if v.AffinityTimeout != 0 {
 		out.BackendId = v.AffinityTimeout
 	}
@@ -121,7 +137,7 @@ func serviceValue(slot uint16, v *bpf.SockLb4Service) ServiceValue {
 	}
 	out := ServiceValue{Count: v.Count, Affinity: v.Flags&serviceFlagAffinity != 0,
 		NodePort: v.Flags&serviceFlagNodePort != 0, Local: v.Flags&serviceFlagLocal != 0,
-		TwoScopes: v.Flags&serviceFlagTwoScopes != 0}
+		TwoScopes: v.Flags&serviceFlagTwoScopes != 0, SourceRange: v.Flags&serviceFlagSourceRange != 0}
 	if out.Affinity {
 		out.AffinityTimeout = v.BackendId
 	}
@@ -136,16 +152,61 @@ type LBMaps struct {
 	ReverseSK     *ebpf.Map
 	Affinity      *LB4Affinity
 	AffinityMatch *LB4AffinityMatch
+	SourceRange   *LB4SourceRange
 }
 
-// OpenLB opens the socket load balancer's maps pinned in dir (a bpffs
-// directory), creating and pinning the missing ones. A pinned map of
-// another layout is an error wrapping ebpf.ErrMapIncompatible.
-func OpenLB(dir string) (*LBMaps, error) {
+// DefaultLBMapMax is the capacity of the load balancer's service,
+// backend and affinity maps without --bpf-lb-map-max (Cilium's default).
+const DefaultLBMapMax = 65536
+
+// MaxLBMapMax is the largest --bpf-lb-map-max accepted: a backend ID and a
+// slot index fit the maps' keys up to it.
+const MaxLBMapMax = 1 << 24
+
+// LBOptions size the load balancer's maps.
+type LBOptions struct {
+	// MapMax is the capacity of cellium_lb4_services (one entry per
+	// frontend scope and backend slot), cellium_lb4_backends and the
+	// affinity maps (Cilium's --bpf-lb-map-max); 0 is DefaultLBMapMax.
+	MapMax int
+}
+
+// lbSized are the maps LBOptions.MapMax sizes; their contents are the lb
+// tables' (written again by the reconcilers) or soft state, so a pin of
+// another size is replaced, not an error.
+var lbSized = map[string]bool{LB4ServicesMapName: true, LB4BackendsMapName: true,
+	LB4AffinityMapName: true, LB4AffinityMatchMapName: true}
+
+// OpenLB opens the socket load balancer's maps pinned in dir with the
+// default sizes (OpenLBWith).
+func OpenLB(dir string) (*LBMaps, error) { return OpenLBWith(dir, LBOptions{}) }
+
+// OpenLBWith opens the socket load balancer's maps pinned in dir (a bpffs
+// directory), creating and pinning the missing ones, the sized ones with
+// o.MapMax entries. A pinned sized map of another capacity or layout (the
+// flag changed, or an upgrade) is replaced by a new, empty one: the
+// reconcilers write every Service into it again, and programs loaded
+// after this call use it. Any other pinned map of another layout is an
+// error wrapping ebpf.ErrMapIncompatible. Callers in one agent (the
+// socket programs' and the uplink program's loaders) must pass the same
+// options; they are serialized by a lock on dir.
+func OpenLBWith(dir string, o LBOptions) (*LBMaps, error) {
+	size := o.MapMax
+	if size == 0 {
+		size = DefaultLBMapMax
+	}
+	if size < 0 || size > MaxLBMapMax {
+		return nil, fmt.Errorf("load balancer map size %d: want 1 to %d", size, MaxLBMapMax)
+	}
 	spec, err := bpf.LoadSock()
 	if err != nil {
 		return nil, fmt.Errorf("load embedded socket LB object: %w", err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	opened := map[string]*ebpf.Map{}
 	for _, name := range lbNames {
 		ms, ok := spec.Maps[name]
@@ -155,7 +216,17 @@ func OpenLB(dir string) (*LBMaps, error) {
 		}
 		ms = ms.Copy()
 		ms.Pinning = ebpf.PinByName
+		if lbSized[name] {
+			ms.MaxEntries = uint32(size)
+		}
 		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+		if errors.Is(err, ebpf.ErrMapIncompatible) && lbSized[name] {
+			if rerr := os.Remove(filepath.Join(dir, name)); rerr != nil {
+				err = errors.Join(err, rerr)
+			} else {
+				m, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+			}
+		}
 		if err != nil {
 			closeMaps(opened)
 			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
@@ -168,7 +239,8 @@ func OpenLB(dir string) (*LBMaps, error) {
 	}
 	return &LBMaps{Services: &LB4Services{m: opened[LB4ServicesMapName]},
 		Backends: &LB4Backends{m: opened[LB4BackendsMapName]}, ReverseSK: opened[LB4ReverseSKMapName],
-		Affinity: &LB4Affinity{m: opened[LB4AffinityMapName]}, AffinityMatch: &LB4AffinityMatch{m: opened[LB4AffinityMatchMapName]}}, nil
+		Affinity: &LB4Affinity{m: opened[LB4AffinityMapName]}, AffinityMatch: &LB4AffinityMatch{m: opened[LB4AffinityMatchMapName]},
+		SourceRange: &LB4SourceRange{m: opened[LB4SourceRangeMapName]}}, nil
 }
 
 func closeMaps(ms map[string]*ebpf.Map) {
@@ -180,7 +252,7 @@ func closeMaps(ms map[string]*ebpf.Map) {
 // Close closes the file descriptors; the pinned maps stay.
 func (m *LBMaps) Close() error {
 	return errors.Join(m.Services.m.Close(), m.Backends.m.Close(), m.ReverseSK.Close(),
-		m.Affinity.m.Close(), m.AffinityMatch.m.Close())
+		m.Affinity.m.Close(), m.AffinityMatch.m.Close(), m.SourceRange.m.Close())
 }
 
 // Replacements returns the maps to load the socket programs with
@@ -192,6 +264,7 @@ func (m *LBMaps) Replacements() map[string]*ebpf.Map {
 		LB4ReverseSKMapName:     m.ReverseSK,
 		LB4AffinityMapName:      m.Affinity.m,
 		LB4AffinityMatchMapName: m.AffinityMatch.m,
+		LB4SourceRangeMapName:   m.SourceRange.m,
 	}
 }
 
@@ -258,6 +331,9 @@ func UnpinLB(dir string) error {
 
 // LB4Services is cellium_lb4_services.
 type LB4Services struct{ m *ebpf.Map }
+
+// Map returns the BPF map.
+func (s *LB4Services) Map() *ebpf.Map { return s.m }
 
 func lb4Key(k ServiceSlot) (bpf.SockLb4Key, error) {
 	a, err := addrBE32(k.Frontend.Addr)
@@ -327,6 +403,9 @@ func (s *LB4Services) Iterate(yield func(ServiceSlot, ServiceValue) bool) error 
 // LB4Backends is cellium_lb4_backends.
 type LB4Backends struct{ m *ebpf.Map }
 
+// Map returns the BPF map.
+func (s *LB4Backends) Map() *ebpf.Map { return s.m }
+
 // Update writes ids[i] -> addrs[i].
 func (b *LB4Backends) Update(ids []uint32, addrs []lb.L4Addr) error {
 	if len(ids) != len(addrs) {
@@ -377,6 +456,9 @@ func (a AffinityMatch) bpf() (bpf.SockLb4AffinityMatchKey, error) {
 
 // LB4AffinityMatch is cellium_lb4_affinity_match.
 type LB4AffinityMatch struct{ m *ebpf.Map }
+
+// Map returns the BPF map.
+func (s *LB4AffinityMatch) Map() *ebpf.Map { return s.m }
 
 // Update adds keys.
 func (a *LB4AffinityMatch) Update(keys []AffinityMatch) error {
@@ -429,6 +511,9 @@ type AffinityValue struct {
 // LB4Affinity is cellium_lb4_affinity, written by the programs.
 type LB4Affinity struct{ m *ebpf.Map }
 
+// Map returns the BPF map.
+func (s *LB4Affinity) Map() *ebpf.Map { return s.m }
+
 func (a *LB4Affinity) key(k AffinityKey) (bpf.SockLb4AffinityKey, error) {
 	w, err := addrBE32(k.Frontend.Addr)
 	if err != nil {
@@ -455,4 +540,98 @@ func (a *LB4Affinity) Iterate(yield func(AffinityKey, AffinityValue) bool) error
 		return yield(AffinityKey{NetnsCookie: k.NetnsCookie, Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}},
 			AffinityValue{BackendID: v.BackendId, LastUsed: v.LastUsed})
 	})
+}
+
+// SourceRange is a key of cellium_lb4_source_range: clients in Prefix
+// may use Frontend (loadBalancerSourceRanges).
+type SourceRange struct {
+	Frontend lb.L4Addr
+	Prefix   netip.Prefix
+}
+
+// srcRangeStaticPrefix is LB4_SRC_RANGE_STATIC_PREFIX: the bits of the
+// frontend's address, port, protocol and padding.
+const srcRangeStaticPrefix = 64
+
+func (r SourceRange) bpf() (bpf.SockLb4SrcRangeKey, error) {
+	fe, err := addrBE32(r.Frontend.Addr)
+	if err != nil {
+		return bpf.SockLb4SrcRangeKey{}, err
+	}
+	if !r.Prefix.Addr().Is4() {
+		return bpf.SockLb4SrcRangeKey{}, fmt.Errorf("source range %v: not an IPv4 prefix", r.Prefix)
+	}
+	src, err := addrBE32(r.Prefix.Masked().Addr())
+	if err != nil {
+		return bpf.SockLb4SrcRangeKey{}, err
+	}
+	return bpf.SockLb4SrcRangeKey{Prefixlen: srcRangeStaticPrefix + uint32(r.Prefix.Bits()), Address: fe,
+		Dport: htons(r.Frontend.Port), Proto: r.Frontend.Proto, Saddr: src}, nil
+}
+
+// LB4SourceRange is cellium_lb4_source_range.
+type LB4SourceRange struct{ m *ebpf.Map }
+
+// Update adds keys.
+func (s *LB4SourceRange) Update(keys []SourceRange) error {
+	ks := make([]bpf.SockLb4SrcRangeKey, len(keys))
+	for i, k := range keys {
+		var err error
+		if ks[i], err = k.bpf(); err != nil {
+			return err
+		}
+	}
+	return batchUpdate(s.m, ks, make([]uint8, len(keys)))
+}
+
+// Delete removes keys; missing keys are not an error.
+func (s *LB4SourceRange) Delete(keys []SourceRange) error {
+	for _, k := range keys {
+		bk, err := k.bpf()
+		if err != nil {
+			return err
+		}
+		if err := deleteKey(s.m, &bk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Iterate calls yield for every entry until it returns false.
+func (s *LB4SourceRange) Iterate(yield func(SourceRange) bool) error {
+	return iterate(s.m, func(k *bpf.SockLb4SrcRangeKey, _ *uint8) bool {
+		bits := int(k.Prefixlen) - srcRangeStaticPrefix
+		return yield(SourceRange{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto},
+			Prefix: netip.PrefixFrom(be32Addr(k.Saddr), bits)})
+	})
+}
+
+// FitReplacements gives each map of spec that repl replaces the
+// replacement's capacity: the load balancer's maps are sized by a flag
+// (--bpf-lb-map-max, OpenLBWith) and a program is loaded against them as
+// they are (cilium/ebpf refuses a replacement of another size).
+func FitReplacements(spec *ebpf.CollectionSpec, repl map[string]*ebpf.Map) {
+	for name, m := range repl {
+		if ms, ok := spec.Maps[name]; ok && m != nil {
+			ms.MaxEntries = m.MaxEntries()
+		}
+	}
+}
+
+// lockDir takes an exclusive flock on directory dir (bpffs has no regular
+// files to lock) until the returned function runs.
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s to lock it: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
 }

@@ -152,12 +152,96 @@ func TestPrivilegedLBMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{maps.LB4ServicesMapName, maps.LB4BackendsMapName, maps.LB4ReverseSKMapName,
-		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName} {
+		maps.LB4AffinityMapName, maps.LB4AffinityMatchMapName, maps.LB4SourceRangeMapName} {
 		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
 			t.Errorf("%s still pinned (%v)", name, err)
 		}
 	}
 	if err := ref.Lookup(uint32(0), &innerID); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("%s slot 0 after UnpinLB: %v, want empty", maps.SockXlateRefMapName, err)
+	}
+}
+
+// --bpf-lb-map-max sizes the service, backend and affinity maps; the same
+// size reopens them with their entries, another replaces them (empty, of
+// the new size), and two openers at once end up on the same maps.
+func TestPrivilegedLBMapMax(t *testing.T) {
+	privileged.Require(t)
+	dir := tempBPFFS(t)
+	id := func(m *ebpf.Map) ebpf.MapID {
+		t.Helper()
+		info, err := m.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mid, _ := info.ID()
+		return mid
+	}
+	m, err := maps.OpenLBWith(dir, maps.LBOptions{MapMax: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sized := func(m *maps.LBMaps) map[string]uint32 {
+		return map[string]uint32{"services": m.Services.Map().MaxEntries(), "backends": m.Backends.Map().MaxEntries(),
+			"affinity": m.Affinity.Map().MaxEntries(), "affinity_match": m.AffinityMatch.Map().MaxEntries()}
+	}
+	for name, got := range sized(m) {
+		if got != 1000 {
+			t.Errorf("%s: %d entries, want 1000", name, got)
+		}
+	}
+	if got := m.ReverseSK.MaxEntries(); got != 262144 {
+		t.Errorf("reverse_sk resized to %d: only the lb maps follow the flag", got)
+	}
+	be := lb.L4Addr{Addr: netip.MustParseAddr("10.0.3.4"), Port: 80, Proto: lb.TCP}
+	if err := m.Backends.Update([]uint32{900}, []lb.L4Addr{be}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+
+	same, err := maps.OpenLBWith(dir, maps.LBOptions{MapMax: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	_ = same.Backends.Iterate(func(uint32, lb.L4Addr) bool { n++; return true })
+	if n != 1 {
+		t.Errorf("reopened with the same size: %d backends, want the 1 written", n)
+	}
+	same.Close()
+
+	// Two openers with a new size at once: one replaces the pins, the
+	// other opens the replacement.
+	var ms [2]*maps.LBMaps
+	errs := make(chan error, 2)
+	for i := range ms {
+		go func() {
+			var err error
+			ms[i], err = maps.OpenLBWith(dir, maps.LBOptions{MapMax: 4096})
+			errs <- err
+		}()
+	}
+	for range ms {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer ms[0].Close()
+	defer ms[1].Close()
+	for name, got := range sized(ms[0]) {
+		if got != 4096 {
+			t.Errorf("after the size changed, %s has %d entries, want 4096", name, got)
+		}
+	}
+	if a, b := id(ms[0].Services.Map()), id(ms[1].Services.Map()); a != b {
+		t.Errorf("two openers got different services maps (%d, %d)", a, b)
+	}
+	n = 0
+	_ = ms[0].Backends.Iterate(func(uint32, lb.L4Addr) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("the replaced backends map holds %d entries, want a new empty map", n)
+	}
+	if _, err := maps.OpenLBWith(dir, maps.LBOptions{MapMax: maps.MaxLBMapMax + 1}); err == nil {
+		t.Error("a size past MaxLBMapMax was accepted")
 	}
 }

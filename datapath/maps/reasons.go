@@ -24,6 +24,7 @@ const (
 	DropUnknownSender    uint8 = 172 // Unknown sender
 	DropIsClusterIP      uint8 = 174 // Is a ClusterIP
 	DropFragNotFound     uint8 = 175 // First logical datagram fragment not found
+	DropNotInSrcRange    uint8 = 177 // Denied by LB src range check
 	DropPolicyDenyList   uint8 = 181 // Policy denied by denylist
 )
 
@@ -60,6 +61,7 @@ var dropReasons = map[uint8]string{
 	171: "Invalid identity",
 	172: "Unknown sender",
 	175: "First logical datagram fragment not found",
+	177: "Denied by LB src range check",
 	181: "Policy denied by denylist",
 }
 

@@ -120,7 +120,9 @@ func AttachWith(m *maps.LBMaps, cgroupRoot, linkDir string, o Options) error {
 	if err := spec.Variables[bpf.SockVarHOST_NETNS_COOKIE].Set(o.HostNetnsCookie); err != nil {
 		return fmt.Errorf("set the host netns cookie: %w", err)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: m.Replacements()})
+	repl := m.Replacements()
+	maps.FitReplacements(spec, repl)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
 		return fmt.Errorf("load the socket LB programs: %w", err)
 	}
@@ -157,6 +159,14 @@ func removePins(linkDir string, unknownOnly bool) error {
 			continue
 		}
 		pin := filepath.Join(linkDir, e.Name())
+		// Detached now, not when the kernel frees the unpinned link
+		// (deferred: a connect right after would still be translated).
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+				errs = append(errs, fmt.Errorf("detach %s: %w", pin, err))
+			}
+			_ = l.Close()
+		}
 		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", pin, err))
 		}

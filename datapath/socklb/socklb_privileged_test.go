@@ -211,7 +211,9 @@ func TestPrivilegedSocketLB(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = netlink.RouteDel(route) })
 
-	m, err := maps.OpenLB(bpffs)
+	// Maps of another size than the object's (--bpf-lb-map-max): the
+	// programs load against them as they are.
+	m, err := maps.OpenLBWith(bpffs, maps.LBOptions{MapMax: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

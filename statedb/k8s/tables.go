@@ -45,6 +45,9 @@ const (
 	// CiliumEndpointSlicesTable is the operator's mirror of the
 	// CiliumEndpointSlices it writes.
 	CiliumEndpointSlicesTable = "k8s-cilium-endpoint-slices"
+	// CiliumLoadBalancerIPPoolsTable is the operator's mirror of the
+	// CiliumLoadBalancerIPPools (LB IPAM).
+	CiliumLoadBalancerIPPoolsTable = "k8s-cilium-lb-ip-pools"
 )
 
 // Key is the primary key of an object: "namespace/name", or "name" for
@@ -288,4 +291,10 @@ func NewEndpointSlicesTable(db *statedb.DB) (statedb.RWTable[*discoveryv1.Endpoi
 // Slices are cluster-scoped: the namespace index holds them all under "".
 func NewCiliumEndpointSlicesTable(db *statedb.DB) (statedb.RWTable[*v2alpha1.CiliumEndpointSlice], error) {
 	return NewTable[*v2alpha1.CiliumEndpointSlice](db, CiliumEndpointSlicesTable)
+}
+
+// NewCiliumLoadBalancerIPPoolsTable creates the CiliumLoadBalancerIPPool
+// table. Pools are cluster-scoped.
+func NewCiliumLoadBalancerIPPoolsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumLoadBalancerIPPool], error) {
+	return NewTable[*ciliumv2.CiliumLoadBalancerIPPool](db, CiliumLoadBalancerIPPoolsTable)
 }

@@ -3,6 +3,7 @@ package lb
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -22,6 +23,13 @@ type Options struct {
 	// on; 0.0.0.0, the frontend the socket programs use for the node's
 	// loopback, is added to them.
 	NodeAddrs []netip.Addr
+	// SourceRangeCheck (--enable-svc-source-range-check, with
+	// KubeProxyReplacement) gives the LoadBalancer and externalIP
+	// frontends of a LoadBalancer Service its loadBalancerSourceRanges;
+	// SourceRangeAllTypes (--bpf-lb-source-range-all-types) its NodePort
+	// frontends too.
+	SourceRangeCheck    bool
+	SourceRangeAllTypes bool
 }
 
 // ServiceFrontends returns the ClusterIP frontends of svc with their
@@ -53,6 +61,12 @@ func ServiceFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice)
 //     Local keeps the other frontends' to this node's (Local) and, when
 //     the two policies differ, the frontend gets the internal policy's
 //     backends as IntBackends for clients in the cluster (TwoScopes);
+//   - with o.KubeProxyReplacement and o.SourceRangeCheck, a LoadBalancer
+//     Service's spec.loadBalancerSourceRanges (IPv4, masked, sorted,
+//     unique; unparsable ones ignored, as Cilium) go to its LoadBalancer
+//     and ExternalIP frontends, and with o.SourceRangeAllTypes to its
+//     NodePort frontends as well; never to a ClusterIP (clients inside
+//     the cluster are not restricted, as in Cilium);
 //   - sessionAffinity ClientIP gives every frontend session affinity
 //     with sessionAffinityConfig.clientIP.timeoutSeconds (10800 when
 //     unset, as the API server defaults it).
@@ -68,6 +82,10 @@ func DeriveFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice, 
 	affinity, timeout := sessionAffinity(svc)
 	intLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	extLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	var ranges []netip.Prefix
+	if o.KubeProxyReplacement && o.SourceRangeCheck && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		ranges = SourceRanges(svc.Spec.LoadBalancerSourceRanges)
+	}
 	var out []*Frontend
 	seen := map[L4Addr]bool{}
 	add := func(typ string, ip netip.Addr, port uint16, p corev1.ServicePort, proto uint8) {
@@ -89,6 +107,9 @@ func DeriveFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice, 
 			if extLocal != intLocal {
 				f.TwoScopes = true
 				f.IntBackends = pickBackends(slices_, p.Name, proto, o.NodeName, intLocal)
+			}
+			if typ != TypeNodePort || o.SourceRangeAllTypes {
+				f.SourceRanges = ranges
 			}
 		}
 		out = append(out, f)
@@ -133,6 +154,26 @@ func DeriveFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice, 
 	}
 	slices.SortFunc(out, func(a, b *Frontend) int { return a.Address.Compare(b.Address) })
 	return out
+}
+
+// SourceRanges parses loadBalancerSourceRanges: the IPv4 prefixes,
+// masked, sorted and unique; others (IPv6, unparsable) are left out.
+func SourceRanges(ss []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
 }
 
 // sessionAffinity returns whether svc has ClientIP session affinity and

@@ -176,6 +176,11 @@ type Frontend struct {
 	TwoScopes     bool     `json:"two-scopes,omitempty"`
 	IntBackends   []L4Addr `json:"int-backends,omitempty"`
 	IntBackendIDs []uint32 `json:"int-backend-ids,omitempty"`
+	// SourceRanges are the Service's loadBalancerSourceRanges (IPv4,
+	// masked, sorted) on a frontend they apply to (DeriveFrontends):
+	// clients from outside the node not in one of them are dropped. Empty
+	// means no restriction.
+	SourceRanges []netip.Prefix `json:"source-ranges,omitempty"`
 	// Status is the reconciliation status of the services map entries.
 	Status reconciler.Status `json:"status"`
 }
@@ -186,7 +191,8 @@ func (f *Frontend) SameAs(o *Frontend) bool {
 		f.SessionAffinity == o.SessionAffinity && f.AffinityTimeout == o.AffinityTimeout &&
 		slices.Equal(f.Backends, o.Backends) && slices.Equal(f.BackendIDs, o.BackendIDs) &&
 		f.Type == o.Type && f.Local == o.Local && f.TwoScopes == o.TwoScopes &&
-		slices.Equal(f.IntBackends, o.IntBackends) && slices.Equal(f.IntBackendIDs, o.IntBackendIDs)
+		slices.Equal(f.IntBackends, o.IntBackends) && slices.Equal(f.IntBackendIDs, o.IntBackendIDs) &&
+		slices.Equal(f.SourceRanges, o.SourceRanges)
 }
 
 // TypeName is Type, "ClusterIP" when empty.
@@ -214,8 +220,8 @@ func (f *Frontend) AllBackends() ([]L4Addr, []uint32) {
 	return slices.Concat(f.Backends, f.IntBackends), slices.Concat(f.BackendIDs, f.IntBackendIDs)
 }
 
-// FlagsString is "local,two-scopes" for the flags beside session
-// affinity, "-" for none.
+// FlagsString is "local,two-scopes,source-ranges=10.0.0.0/8+192.0.2.0/24"
+// for the flags beside session affinity, "-" for none.
 func (f *Frontend) FlagsString() string {
 	var fs []string
 	if f.Local {
@@ -223,6 +229,13 @@ func (f *Frontend) FlagsString() string {
 	}
 	if f.TwoScopes {
 		fs = append(fs, "two-scopes")
+	}
+	if len(f.SourceRanges) > 0 {
+		rs := make([]string, len(f.SourceRanges))
+		for i, r := range f.SourceRanges {
+			rs[i] = r.String()
+		}
+		fs = append(fs, "source-ranges="+strings.Join(rs, "+"))
 	}
 	if len(fs) == 0 {
 		return "-"

@@ -32,6 +32,9 @@ type Maps struct {
 	services map[dpmaps.ServiceSlot]dpmaps.ServiceValue
 	backends map[uint32]lb.L4Addr
 	match    map[dpmaps.AffinityMatch]struct{}
+	ranges   map[dpmaps.SourceRange]struct{}
+	// maglev holds the frontends' Maglev tables (--bpf-lb-algorithm=maglev).
+	maglev map[lb.L4Addr][]uint32
 }
 
 // NewMaps returns empty maps.
@@ -44,6 +47,8 @@ func NewMaps() *Maps {
 		services: map[dpmaps.ServiceSlot]dpmaps.ServiceValue{},
 		backends: map[uint32]lb.L4Addr{},
 		match:    map[dpmaps.AffinityMatch]struct{}{},
+		ranges:   map[dpmaps.SourceRange]struct{}{},
+		maglev:   map[lb.L4Addr][]uint32{},
 	}
 }
 
@@ -84,7 +89,31 @@ func (m *Maps) OpenLB(socklb.Config, bpfconfig.Config) (socklb.Targets, error) {
 		Services:      fakeServices{fakeMap[dpmaps.ServiceSlot, dpmaps.ServiceValue]{m, func() map[dpmaps.ServiceSlot]dpmaps.ServiceValue { return m.services }}},
 		Backends:      fakeMap[uint32, lb.L4Addr]{m, func() map[uint32]lb.L4Addr { return m.backends }},
 		AffinityMatch: fakeMatch{m},
+		SourceRange:   fakeRanges{m},
+		Maglev:        fakeMaglev{m},
 	}, nil
+}
+
+// fakeMaglev is cellium_lb4_maglev: a frontend's table, replaced whole.
+type fakeMaglev struct{ m *Maps }
+
+func (f fakeMaglev) Swap(fe lb.L4Addr, table []uint32) error {
+	f.m.write(func() { f.m.maglev[fe] = slices.Clone(table) })
+	return nil
+}
+
+func (f fakeMaglev) Delete(fes []lb.L4Addr) error {
+	f.m.write(func() {
+		for _, fe := range fes {
+			delete(f.m.maglev, fe)
+		}
+	})
+	return nil
+}
+
+func (f fakeMaglev) Frontends() (out []lb.L4Addr, _ error) {
+	f.m.read(func() { out = slices.Collect(maps.Keys(f.m.maglev)) })
+	return out, nil
 }
 
 // fakeMap is one map of m; get returns its entries (called under m's lock).
@@ -196,6 +225,8 @@ const (
 	ServicesMap      = dpmaps.LB4ServicesMapName
 	BackendsMap      = dpmaps.LB4BackendsMapName
 	AffinityMatchMap = dpmaps.LB4AffinityMatchMapName
+	SourceRangeMap   = dpmaps.LB4SourceRangeMapName
+	MaglevMap        = dpmaps.MaglevMapName
 	// PolicyMapPrefix and the endpoint ID in five digits name an
 	// endpoint's policy map (cellium_policy_00001).
 	PolicyMapPrefix = dpmaps.PolicyMapName + "_"
@@ -203,7 +234,7 @@ const (
 
 // Names returns the names of the maps there are now, sorted.
 func (m *Maps) Names() []string {
-	names := []string{IPCacheMap, EndpointsMap, ServicesMap, BackendsMap, AffinityMatchMap}
+	names := []string{IPCacheMap, EndpointsMap, ServicesMap, BackendsMap, AffinityMatchMap, SourceRangeMap, MaglevMap}
 	m.read(func() {
 		for id := range m.policies {
 			names = append(names, fmt.Sprintf("%s%05d", PolicyMapPrefix, id))
@@ -261,6 +292,20 @@ func (m *Maps) Dump(name string) (header []string, rows [][]string, err error) {
 			for _, k := range slices.Sorted(maps.Keys(m.backends)) {
 				rows = append(rows, []string{u32(k), l4(m.backends[k])})
 			}
+		case MaglevMap:
+			// A table as its size and the slots of each backend ID.
+			header = []string{"Frontend", "Size", "SlotsPerBackend"}
+			for _, k := range slices.SortedFunc(maps.Keys(m.maglev), compareL4) {
+				per := map[uint32]int{}
+				for _, id := range m.maglev[k] {
+					per[id]++
+				}
+				var parts []string
+				for _, id := range slices.Sorted(maps.Keys(per)) {
+					parts = append(parts, fmt.Sprintf("%d:%d", id, per[id]))
+				}
+				rows = append(rows, []string{l4(k), strconv.Itoa(len(m.maglev[k])), strings.Join(parts, ",")})
+			}
 		case AffinityMatchMap:
 			header = []string{"Frontend", "BackendID"}
 			for _, k := range slices.SortedFunc(maps.Keys(m.match), func(a, b dpmaps.AffinityMatch) int {
@@ -268,12 +313,19 @@ func (m *Maps) Dump(name string) (header []string, rows [][]string, err error) {
 			}) {
 				rows = append(rows, []string{l4(k.Frontend), u32(k.BackendID)})
 			}
+		case SourceRangeMap:
+			header = []string{"Frontend", "Prefix"}
+			for _, k := range slices.SortedFunc(maps.Keys(m.ranges), func(a, b dpmaps.SourceRange) int {
+				return cmp.Or(compareL4(a.Frontend, b.Frontend), comparePrefix(a.Prefix, b.Prefix))
+			}) {
+				rows = append(rows, []string{l4(k.Frontend), k.Prefix.String()})
+			}
 		default:
 			idStr, ok := strings.CutPrefix(name, PolicyMapPrefix)
 			id, perr := strconv.ParseUint(idStr, 10, 16)
 			if !ok || perr != nil {
 				err = fmt.Errorf("no map %q: the maps are %s, and %s<endpoint ID in 5 digits> per endpoint", name,
-					strings.Join([]string{IPCacheMap, EndpointsMap, ServicesMap, BackendsMap, AffinityMatchMap}, ", "), PolicyMapPrefix)
+					strings.Join([]string{IPCacheMap, EndpointsMap, ServicesMap, BackendsMap, AffinityMatchMap, SourceRangeMap, MaglevMap}, ", "), PolicyMapPrefix)
 				return
 			}
 			pm, there := m.policies[uint16(id)]
@@ -332,4 +384,30 @@ func port(k policy.Key) string {
 		return strconv.Itoa(int(k.Port))
 	}
 	return fmt.Sprintf("%d/%d", k.Port, k.PortPrefixLen)
+}
+
+// fakeRanges is the fake cellium_lb4_source_range.
+type fakeRanges struct{ m *Maps }
+
+func (f fakeRanges) Update(keys []dpmaps.SourceRange) error {
+	f.m.write(func() {
+		for _, k := range keys {
+			f.m.ranges[k] = struct{}{}
+		}
+	})
+	return nil
+}
+
+func (f fakeRanges) Delete(keys []dpmaps.SourceRange) error {
+	f.m.write(func() {
+		for _, k := range keys {
+			delete(f.m.ranges, k)
+		}
+	})
+	return nil
+}
+
+func (f fakeRanges) Dump() (out []dpmaps.SourceRange, _ error) {
+	f.m.read(func() { out = slices.Collect(maps.Keys(f.m.ranges)) })
+	return out, nil
 }

@@ -53,8 +53,9 @@ func TestOperatorAndAgent(t *testing.T) {
 		"ciliumnetworkpolicies.cilium.io":            "v2",
 		"ciliumclusterwidenetworkpolicies.cilium.io": "v2",
 		"ciliumendpointslices.cilium.io":             "v2alpha1",
+		"ciliumloadbalancerippools.cilium.io":        "v2",
 	}
-	eventually(t, 60*time.Second, "the six CRDs Established", func() error {
+	eventually(t, 60*time.Second, "the seven CRDs Established", func() error {
 		for name := range want {
 			crd, err := apiext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -66,7 +67,7 @@ func TestOperatorAndAgent(t *testing.T) {
 		}
 		return nil
 	})
-	// All six are served: discovery lists them.
+	// All seven are served: discovery lists them.
 	served := map[string]string{}
 	for _, gv := range []string{"cilium.io/v2", "cilium.io/v2alpha1"} {
 		eventually(t, 30*time.Second, "discovery of "+gv, func() error {

@@ -190,6 +190,11 @@ func TestServiceAccountsLeastPrivilege(t *testing.T) {
 			{verb: "create", group: "cilium.io", resource: "ciliumendpoints", namespace: "default"},
 			{verb: "create", group: "cilium.io", resource: "ciliumidentities"},
 			{verb: "delete", resource: "pods", namespace: "default"},
+			// LB IPAM writes Services' and pools' status only.
+			{verb: "update", resource: "services", subresource: "status", namespace: "default", allowed: true},
+			{verb: "update", group: "cilium.io", resource: "ciliumloadbalancerippools", subresource: "status", allowed: true},
+			{verb: "update", resource: "services", namespace: "default"},
+			{verb: "update", group: "cilium.io", resource: "ciliumloadbalancerippools"},
 		},
 	}
 	for sa, checks := range cases {

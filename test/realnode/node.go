@@ -446,6 +446,13 @@ func (n *Node) containerdDir() string { return filepath.Join(n.Dir, "containerd"
 func (n *Node) kubeletDir() string    { return filepath.Join(n.Dir, "kubelet") }
 func (n *Node) podLogsDir() string    { return filepath.Join(n.Dir, "pod-logs") }
 
+// CgroupProcs is the cgroup.procs file of the node's cgroup subtree (the
+// cgroup v2 hierarchy the node's socket programs attach to): a process
+// that writes its PID there runs as a process of the node.
+func (n *Node) CgroupProcs() string {
+	return filepath.Join("/sys/fs/cgroup/unified", n.host.CgroupRoot, "cgroup.procs")
+}
+
 // NetnsDir is where the node's containerd pins the pods' network
 // namespaces (netns_mounts_under_state_dir: its CRI plugin's state
 // directory, /netns).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,7 +149,7 @@ func checkNodePorts(t *testing.T, c *Cluster, space, backend string, kpr bool) {
 // mount namespaces and in its cgroup subtree, where the node's socket
 // programs apply, and returns the body.
 func curlOnNode(ctx context.Context, n *Node, url string) (string, error) {
-	procs := filepath.Join("/sys/fs/cgroup/unified", n.host.CgroupRoot, "cgroup.procs")
+	procs := n.CgroupProcs()
 	script := `echo $$ > "$1" && exec curl -sS --fail -m 3 "$2"`
 	cmd := exec.CommandContext(ctx, "sh", "-c", script, "sh", procs, url)
 	out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.Namespaces().NetnsPath(), "--"}, cmd.Args...)...).CombinedOutput()

@@ -1,6 +1,6 @@
 // Package v2 holds the Go types of the `cilium.io/v2` API group that cellium
-// serves: CiliumEndpoint, CiliumIdentity, CiliumNode, CiliumNetworkPolicy and
-// CiliumClusterwideNetworkPolicy.
+// serves: CiliumEndpoint, CiliumIdentity, CiliumNode, CiliumNetworkPolicy,
+// CiliumClusterwideNetworkPolicy and CiliumLoadBalancerIPPool.
 //
 // The JSON encoding of every type matches Cilium's field for field, including
 // which empty fields are still written (a CiliumEndpoint status always carries

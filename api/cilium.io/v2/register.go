@@ -35,6 +35,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&CiliumNode{}, &CiliumNodeList{},
 		&CiliumNetworkPolicy{}, &CiliumNetworkPolicyList{},
 		&CiliumClusterwideNetworkPolicy{}, &CiliumClusterwideNetworkPolicyList{},
+		&CiliumLoadBalancerIPPool{}, &CiliumLoadBalancerIPPoolList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil

@@ -46,6 +46,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Cilium().V2().CiliumEndpoints().Informer()}, nil
 	case v2.SchemeGroupVersion.WithResource("ciliumidentities"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Cilium().V2().CiliumIdentities().Informer()}, nil
+	case v2.SchemeGroupVersion.WithResource("ciliumloadbalancerippools"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Cilium().V2().CiliumLoadBalancerIPPools().Informer()}, nil
 	case v2.SchemeGroupVersion.WithResource("ciliumnetworkpolicies"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Cilium().V2().CiliumNetworkPolicies().Informer()}, nil
 	case v2.SchemeGroupVersion.WithResource("ciliumnodes"):

@@ -20,6 +20,10 @@ type CiliumEndpointNamespaceListerExpansion interface{}
 // CiliumIdentityLister.
 type CiliumIdentityListerExpansion interface{}
 
+// CiliumLoadBalancerIPPoolListerExpansion allows custom methods to be added to
+// CiliumLoadBalancerIPPoolLister.
+type CiliumLoadBalancerIPPoolListerExpansion interface{}
+
 // CiliumNetworkPolicyListerExpansion allows custom methods to be added to
 // CiliumNetworkPolicyLister.
 type CiliumNetworkPolicyListerExpansion interface{}

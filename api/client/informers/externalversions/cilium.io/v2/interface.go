@@ -16,6 +16,8 @@ type Interface interface {
 	CiliumEndpoints() TypedCiliumEndpointInformer
 	// CiliumIdentities returns a CiliumIdentityInformer.
 	CiliumIdentities() TypedCiliumIdentityInformer
+	// CiliumLoadBalancerIPPools returns a CiliumLoadBalancerIPPoolInformer.
+	CiliumLoadBalancerIPPools() TypedCiliumLoadBalancerIPPoolInformer
 	// CiliumNetworkPolicies returns a CiliumNetworkPolicyInformer.
 	CiliumNetworkPolicies() TypedCiliumNetworkPolicyInformer
 	// CiliumNodes returns a CiliumNodeInformer.
@@ -46,6 +48,11 @@ func (v *version) CiliumEndpoints() TypedCiliumEndpointInformer {
 // CiliumIdentities returns a TypedCiliumIdentityInformer.
 func (v *version) CiliumIdentities() TypedCiliumIdentityInformer {
 	return &ciliumIdentityInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// CiliumLoadBalancerIPPools returns a TypedCiliumLoadBalancerIPPoolInformer.
+func (v *version) CiliumLoadBalancerIPPools() TypedCiliumLoadBalancerIPPoolInformer {
+	return &ciliumLoadBalancerIPPoolInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // CiliumNetworkPolicies returns a TypedCiliumNetworkPolicyInformer.

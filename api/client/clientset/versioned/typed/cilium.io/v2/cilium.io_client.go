@@ -17,6 +17,7 @@ type CiliumV2Interface interface {
 	CiliumClusterwideNetworkPoliciesGetter
 	CiliumEndpointsGetter
 	CiliumIdentitiesGetter
+	CiliumLoadBalancerIPPoolsGetter
 	CiliumNetworkPoliciesGetter
 	CiliumNodesGetter
 }
@@ -36,6 +37,10 @@ func (c *CiliumV2Client) CiliumEndpoints(namespace string) CiliumEndpointInterfa
 
 func (c *CiliumV2Client) CiliumIdentities() CiliumIdentityInterface {
 	return newCiliumIdentities(c)
+}
+
+func (c *CiliumV2Client) CiliumLoadBalancerIPPools() CiliumLoadBalancerIPPoolInterface {
+	return newCiliumLoadBalancerIPPools(c)
 }
 
 func (c *CiliumV2Client) CiliumNetworkPolicies(namespace string) CiliumNetworkPolicyInterface {

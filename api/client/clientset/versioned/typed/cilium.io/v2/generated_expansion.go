@@ -10,6 +10,8 @@ type CiliumEndpointExpansion interface{}
 
 type CiliumIdentityExpansion interface{}
 
+type CiliumLoadBalancerIPPoolExpansion interface{}
+
 type CiliumNetworkPolicyExpansion interface{}
 
 type CiliumNodeExpansion interface{}

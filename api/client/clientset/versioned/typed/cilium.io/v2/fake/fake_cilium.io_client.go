@@ -26,6 +26,10 @@ func (c *FakeCiliumV2) CiliumIdentities() v2.CiliumIdentityInterface {
 	return newFakeCiliumIdentities(c)
 }
 
+func (c *FakeCiliumV2) CiliumLoadBalancerIPPools() v2.CiliumLoadBalancerIPPoolInterface {
+	return newFakeCiliumLoadBalancerIPPools(c)
+}
+
 func (c *FakeCiliumV2) CiliumNetworkPolicies(namespace string) v2.CiliumNetworkPolicyInterface {
 	return newFakeCiliumNetworkPolicies(c, namespace)
 }
