@@ -361,8 +361,8 @@ func (r *runner) startProc(name, path string, env []string, args ...string) erro
 	return nil
 }
 
-// stop stops the daemons and the cluster; after a failure it keeps the
-// work directory and says where.
+// stop stops the daemons and the cluster; after a failure it logs the
+// tails of the daemons' logs.
 func (r *runner) stop(failed bool) error {
 	if r.api != nil {
 		r.api.Close()
@@ -374,7 +374,11 @@ func (r *runner) stop(failed bool) error {
 		return nil
 	}
 	if failed {
-		r.cfg.Log.Error("simulation failed; logs kept", "dir", r.dir)
+		if r.cfg.KeepDir {
+			r.cfg.Log.Error("simulation failed; logs kept", "dir", r.dir)
+		} else {
+			r.cfg.Log.Error("simulation failed; the logs' tails follow (keep them all with -keep)")
+		}
 		for _, p := range r.procs {
 			r.cfg.Log.Error("log tail", "process", p.Name(), "tail", p.LogTail(20))
 		}
