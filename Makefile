@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down scale bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
 
 all: build
 
@@ -132,6 +132,26 @@ SOAK_TIMEOUT ?= 3h
 soak: deps k8s-binaries
 	CELLIUM_REQUIRE_PRIVILEGED=1 CELLIUM_SOAK_DURATION=$(DURATION) CELLIUM_SOAK_SEED=$(SEED) CELLIUM_SOAK_SKIP=$(SKIP) CELLIUM_SOAK_DATAPATH=$(DATAPATH) \
 		$(GO) test -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestPrivilegedSoak$$' ./test/soak/
+
+## scale: the scale simulation (Documentation/operations/scale.md): one real agent and operator
+## among NODES other nodes' objects (CiliumNodes, PODS pods' CiliumEndpoints, IDENTITIES identities,
+## SERVICES Services, POLICIES NetworkPolicies) on a real API server, churned at CHURN changes/s
+## for CHURN_DURATION; MODE=cep|ces|both. Prints one markdown table (also into SCALE_OUT if set);
+## SCALE_FLAGS adds flags (e.g. -operator-arg=--ces-write-qps-limit=50). Defaults: the CI size.
+NODES_SCALE_DEFAULT := 100
+MODE           ?= both
+PODS           ?= 2000
+SERVICES       ?= 200
+POLICIES       ?= 100
+IDENTITIES     ?= 1000
+CHURN          ?= 50
+CHURN_DURATION ?= 10s
+SCALE_OUT      ?=
+SCALE_FLAGS    ?=
+scale: deps k8s-binaries
+	nice -n 10 $(GO) run ./test/cmd/scale -mode $(MODE) -nodes $(if $(filter command line environment,$(origin NODES)),$(NODES),$(NODES_SCALE_DEFAULT)) \
+		-pods $(PODS) -services $(SERVICES) -policies $(POLICIES) -identities $(IDENTITIES) -churn $(CHURN) \
+		-churn-duration $(CHURN_DURATION) $(if $(SCALE_OUT),-out $(SCALE_OUT)) $(SCALE_FLAGS)
 
 ## bench: reconciler and statedb benchmarks; as root also the BPF map reconcilers
 ## (10k-entry policy map update in entries/s, 50k ipcache prefixes in prefixes/s)

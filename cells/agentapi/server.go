@@ -236,6 +236,7 @@ func HealthModel(mods []hive.HealthStatus) models.Health {
 }
 
 func statedbHandlers(db *statedb.DB) HandlersOut {
+	changes := db.HTTPHandler()
 	return HandlersOut{Handlers: []Handler{
 		{
 			Pattern: "GET /statedb",
@@ -281,6 +282,26 @@ func statedbHandlers(db *statedb.DB) HandlersOut {
 					objs = json.RawMessage("[]")
 				}
 				WriteJSON(w, r, objs)
+			},
+		},
+		{
+			// The table's changes as a stream of JSON objects, one a line
+			// ({"obj":..., "rev":..., "deleted":...}): every row
+			// first, then each change as it commits, with an empty
+			// keep-alive object every 30 s, until the client goes away.
+			// statedb's own changes handler: `cellium` has no command for
+			// it; the scale tool (test/scale) watches the ipcache with it.
+			Pattern: "GET /statedb/{table}/changes",
+			Handler: func(w http.ResponseWriter, r *http.Request) {
+				name := r.PathValue("table")
+				if db.GetTable(db.ReadTxn(), name) == nil {
+					WriteError(w, http.StatusNotFound, "no table %q", name)
+					return
+				}
+				r2 := r.Clone(r.Context())
+				r2.URL.Path = "/changes/" + name
+				r2.URL.RawPath = ""
+				changes.ServeHTTP(w, r2)
 			},
 		},
 	}}

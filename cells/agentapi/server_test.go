@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
 
+	apiclient "github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/cells/agentapi"
 	"github.com/cellium/cellium/cells/hive"
@@ -219,6 +221,37 @@ func TestStatedbHandler(t *testing.T) {
 	code, body = a.do("GET", "/v1/statedb/nope", "")
 	if msg := errorMessage(t, body); code != 404 || !strings.Contains(msg, `no table "nope"`) || !strings.Contains(msg, "test-rows") {
 		t.Errorf("GET /v1/statedb/nope = %d %q, want 404 listing the tables", code, msg)
+	}
+}
+
+func TestStatedbChangesHandler(t *testing.T) {
+	a := startAPI(t)
+	c := apiclient.New(a.socket)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := c.WatchStatedbTable(ctx, "test-rows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []string
+	for range 2 {
+		ch, err := s.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r row
+		if err := json.Unmarshal(ch.Object, &r); err != nil || ch.Revision == 0 || ch.Deleted {
+			t.Fatalf("change %+v (%v): want an inserted row", ch, err)
+		}
+		got = append(got, r.ID)
+	}
+	if strings.Join(got, ",") != "a,b" {
+		t.Errorf("rows %v, want a and b", got)
+	}
+	if _, err := c.WatchStatedbTable(ctx, "nope"); apiclient.StatusCode(err) != 404 {
+		t.Errorf("changes of an unknown table: %v, want a 404", err)
 	}
 }
 

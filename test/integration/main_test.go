@@ -48,16 +48,7 @@ func binaries(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		root, err := harness.RepoRoot(".")
-		if err != nil {
-			binErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./daemon/cellium-agent", "./operator/cellium-operator")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		binErr = harness.BuildCellium(context.Background(), binDir)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)

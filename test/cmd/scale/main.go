@@ -1,0 +1,97 @@
+// Command scale runs the scale simulation (test/scale): one real
+// cellium-agent and cellium-operator among the objects of a large
+// simulated cluster, against a real kube-apiserver and etcd, in
+// CiliumEndpoint mode, CiliumEndpointSlice mode or both, and prints the
+// figures as one markdown table. `make scale` runs it;
+// Documentation/operations/scale.md explains it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cellium/cellium/test/scale"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	def := scale.CIConfig(scale.ModeCEP)
+	var (
+		cfg  = def
+		mode = flag.String("mode", "both", "cep, ces or both (kvstore mode is not built)")
+		out  = flag.String("out", "", "also write the table to this file")
+		to   = flag.Duration("timeout", 2*time.Hour, "bound on the whole run")
+	)
+	flag.IntVar(&cfg.Nodes, "nodes", def.Nodes, "other nodes (CiliumNodes)")
+	flag.IntVar(&cfg.Pods, "pods", def.Pods, "pods on the other nodes: the agent's remote endpoints")
+	flag.IntVar(&cfg.Services, "services", def.Services, "Services, each with one EndpointSlice of 3 pods")
+	flag.IntVar(&cfg.Policies, "policies", def.Policies, "NetworkPolicies")
+	flag.IntVar(&cfg.Identities, "identities", def.Identities, "CiliumIdentities (the pods share them)")
+	flag.Float64Var(&cfg.Churn, "churn", def.Churn, "remote endpoint changes per second during the churn phase (a pod replacement is 2)")
+	flag.DurationVar(&cfg.ChurnDuration, "churn-duration", def.ChurnDuration, "length of the churn phase")
+	flag.IntVar(&cfg.Samples, "samples", def.Samples, "new pods whose CEP-to-ipcache latency is measured")
+	flag.IntVar(&cfg.PolicyChanges, "policy-changes", def.PolicyChanges, "timed changes of the measured policy")
+	flag.IntVar(&cfg.Concurrency, "concurrency", def.Concurrency, "admin client requests in flight while creating objects")
+	flag.StringVar(&cfg.BinDir, "bin-dir", "", "directory with cellium-agent and cellium-operator (default: build them)")
+	flag.BoolVar(&cfg.KeepDir, "keep", false, "keep the cluster's work directory (logs)")
+	flag.Func("agent-arg", "a flag for cellium-agent (repeatable), e.g. -agent-arg=--k8s-client-qps=50", func(v string) error {
+		cfg.AgentArgs = append(cfg.AgentArgs, v)
+		return nil
+	})
+	flag.Func("operator-arg", "a flag for cellium-operator (repeatable), e.g. -operator-arg=--ces-write-qps-limit=50", func(v string) error {
+		cfg.OperatorArgs = append(cfg.OperatorArgs, v)
+		return nil
+	})
+	flag.Parse()
+
+	var modes []scale.Mode
+	switch *mode {
+	case "both":
+		modes = []scale.Mode{scale.ModeCEP, scale.ModeCES}
+	case "cep", "ces":
+		modes = []scale.Mode{scale.Mode(*mode)}
+	default:
+		return fmt.Errorf("-mode %q: want cep, ces or both (kvstore mode is not built)", *mode)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *to)
+	defer cancel()
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var results []*scale.Result
+	var errs []error
+	for _, m := range modes {
+		c := cfg
+		c.Mode = m
+		cfg.Log.Info("simulation", "setup", c.Setup())
+		r, err := scale.Run(ctx, c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s mode: %w", m, err))
+			continue
+		}
+		results = append(results, r)
+	}
+	if len(results) > 0 {
+		table := scale.Table(results...)
+		fmt.Print(table)
+		if *out != "" {
+			if err := os.WriteFile(*out, []byte(table), 0o644); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

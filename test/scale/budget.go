@@ -1,0 +1,81 @@
+package scale
+
+import (
+	"fmt"
+	"time"
+)
+
+// Budget is the regression check of TestScale: the most each figure may
+// be. The limits have headroom over what the CI
+// size measures on a shared 2-core machine (Documentation/operations/
+// scale.md lists both); zero leaves a figure unchecked.
+type Budget struct {
+	// HeapPerEndpoint and RSSPerEndpoint, in bytes.
+	HeapPerEndpoint, RSSPerEndpoint float64
+	// CPUPer1000 is CPU seconds per 1,000 remote endpoint changes.
+	CPUPer1000 float64
+	// IPCacheP99 bounds the CEP-to-ipcache p99; no sample may be missed.
+	IPCacheP99 time.Duration
+	// PolicyMax bounds every timed policy change.
+	PolicyMax time.Duration
+	// WatchEventsPerChange and WritesPerSecond bound the API server load
+	// cellium causes during the churn.
+	WatchEventsPerChange, WritesPerSecond float64
+	// EtcdDBSize, in bytes.
+	EtcdDBSize float64
+}
+
+// CIBudget is the budget of the CI size (CIConfig) in a mode.
+func CIBudget(mode Mode) Budget {
+	b := Budget{
+		HeapPerEndpoint: 24 << 10,
+		RSSPerEndpoint:  32 << 10,
+		CPUPer1000:      5,
+		// The agent learns a CEP within milliseconds; seconds mean it
+		// stalls.
+		IPCacheP99: 2 * time.Second,
+		PolicyMax:  2 * time.Second,
+		// The agent and the operator each watch every CEP: 2 events a
+		// change.
+		WatchEventsPerChange: 3,
+		// Only the operator's leader Lease renewals, in CEP mode.
+		WritesPerSecond: 2,
+		EtcdDBSize:      64 << 20,
+	}
+	if mode == ModeCES {
+		// The operator writes the slices at --ces-write-qps-limit (10 a
+		// second, Cilium's default): under churn a change waits for its
+		// slice's turn behind the others'.
+		b.IPCacheP99 = 60 * time.Second
+		b.WritesPerSecond = 15
+	}
+	return b
+}
+
+// Check returns the figures of r over the budget, each as a sentence.
+func (b Budget) Check(r *Result) []string {
+	var over []string
+	check := func(name string, got, limit float64, unit string) {
+		if limit > 0 && got > limit {
+			over = append(over, fmt.Sprintf("%s: %.2f %s, budget %.2f %s", name, got, unit, limit, unit))
+		}
+	}
+	check("agent heap per remote endpoint", r.HeapPerEndpoint()/1024, b.HeapPerEndpoint/1024, "KiB")
+	check("agent RSS per remote endpoint", r.RSSPerEndpoint()/1024, b.RSSPerEndpoint/1024, "KiB")
+	check("agent CPU per 1,000 remote endpoint changes", r.CPUPer1000(), b.CPUPer1000, "s")
+	check("CEP-to-ipcache p99", r.IPCache.P99.Seconds(), b.IPCacheP99.Seconds(), "s")
+	check("policy change to desired map state, max", r.Policy.Max.Seconds(), b.PolicyMax.Seconds(), "s")
+	check("watch events per remote endpoint change", r.WatchEventsPerChange(), b.WatchEventsPerChange, "")
+	check("cellium writes per second", r.WritesPerSecond(), b.WritesPerSecond, "/s")
+	check("etcd database size", r.EtcdDBSize/(1<<20), b.EtcdDBSize/(1<<20), "MiB")
+	if r.IPCacheMissed > 0 {
+		over = append(over, fmt.Sprintf("%d sampled pods never reached the ipcache", r.IPCacheMissed))
+	}
+	if r.IPCache.N == 0 && r.Changes > 0 {
+		over = append(over, "no CEP-to-ipcache sample")
+	}
+	if r.Policy.N == 0 && r.Config.PolicyChanges > 0 {
+		over = append(over, "no policy change timed")
+	}
+	return over
+}
