@@ -149,7 +149,8 @@ func runMode(ctx context.Context, cfg Config, mode string) (m ModeResult, err er
 	began := time.Now()
 	c, err := realnode.Up(ctx, opts)
 	if err != nil {
-		return m, err
+		// Up stopped and removed what it started; its files remain.
+		return m, errors.Join(err, os.RemoveAll(dir))
 	}
 	defer func() {
 		serr := c.Stop(context.WithoutCancel(ctx))
