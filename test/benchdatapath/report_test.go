@@ -11,18 +11,18 @@ import (
 )
 
 func TestParseIperf3(t *testing.T) {
-	got, err := parseIperf3([]byte(`{"start": {}, "end": {"sum_sent": {"bits_per_second": 9.9e9},
+	got, err := ParseIperf3([]byte(`{"start": {}, "end": {"sum_sent": {"bits_per_second": 9.9e9},
 		"sum_received": {"bits_per_second": 12345678901.5}}}`))
 	if err != nil || got != 12345678901.5 {
-		t.Errorf("parseIperf3 = %v, %v; want the received rate", got, err)
+		t.Errorf("ParseIperf3 = %v, %v; want the received rate", got, err)
 	}
 	for _, bad := range []string{
 		`{"start": {}, "end": {}, "error": "unable to connect to server: Connection refused"}`,
 		`{"end": {"sum_received": {"bits_per_second": 0}}}`,
 		`iperf3: error - unable to connect`,
 	} {
-		if got, err := parseIperf3([]byte(bad)); err == nil {
-			t.Errorf("parseIperf3(%q) = %v, want an error", bad, got)
+		if got, err := ParseIperf3([]byte(bad)); err == nil {
+			t.Errorf("ParseIperf3(%q) = %v, want an error", bad, got)
 		}
 	}
 }

@@ -81,12 +81,12 @@ func (t *topology) iperf3(ctx context.Context, d time.Duration) (float64, error)
 	if err != nil {
 		return 0, fmt.Errorf("iperf3 client: %w: %s", err, out)
 	}
-	return parseIperf3(out)
+	return ParseIperf3(out)
 }
 
-// parseIperf3 returns the received throughput (bits/s) of iperf3 -J's
+// ParseIperf3 returns the received throughput (bits/s) of iperf3 -J's
 // output.
-func parseIperf3(out []byte) (float64, error) {
+func ParseIperf3(out []byte) (float64, error) {
 	var res struct {
 		End struct {
 			SumReceived struct {

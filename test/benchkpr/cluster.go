@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cellium/cellium/test/benchdatapath"
 	"github.com/cellium/cellium/test/devkubelet/devnode"
 	"github.com/cellium/cellium/test/realnode"
 )
@@ -266,21 +267,22 @@ func (b *bench) rr(ctx context.Context, p path, n int) (ProbeResult, error) {
 func (b *bench) iperf(ctx context.Context, p path) (float64, error) {
 	out, err := command(ctx, p.netns, p.node, "iperf3", "-J", "-c", p.iperf.Addr().String(), "-p", strconv.Itoa(int(p.iperf.Port())),
 		"-t", strconv.Itoa(b.cfg.IperfSeconds)).Output()
-	var r struct {
-		End struct {
-			SumReceived struct {
-				BitsPerSecond float64 `json:"bits_per_second"`
-			} `json:"sum_received"`
-		} `json:"end"`
-		Error string `json:"error"`
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
+		// iperf3 -J says why in its JSON too.
+		if _, jerr := benchdatapath.ParseIperf3(out); jerr != nil {
+			err = errors.Join(err, jerr)
+		}
+		return 0, fmt.Errorf("iperf3 to %s: %w", p.iperf, err)
 	}
-	if jerr := json.Unmarshal(out, &r); jerr != nil {
-		return 0, fmt.Errorf("iperf3 to %s: %w (%v)", p.iperf, errors.Join(err, jerr), strings.TrimSpace(string(out)))
+	bps, err := benchdatapath.ParseIperf3(out)
+	if err != nil {
+		return 0, fmt.Errorf("iperf3 to %s: %w", p.iperf, err)
 	}
-	if r.Error != "" || err != nil {
-		return 0, fmt.Errorf("iperf3 to %s: %v %s", p.iperf, err, r.Error)
-	}
-	return r.End.SumReceived.BitsPerSecond, nil
+	return bps, nil
 }
 
 // changeSlice is the changed Service's EndpointSlice with the server pod
