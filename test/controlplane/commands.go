@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cilium/hive/script"
+	"github.com/cilium/statedb"
 	"github.com/spf13/pflag"
 	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -217,7 +219,7 @@ func (h *Harness) endpointAddCmd() script.Cmd {
 			Addressing: models.AddressPair{IPV4: alloc.IPv4.IP}, SyncBuildEndpoint: true,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("create the endpoint of %s: %w", args[0], err)
+			return nil, fmt.Errorf("create the endpoint of %s: %w\n%s", args[0], err, h.stuckState())
 		}
 		return func(*script.State) (string, string, error) {
 			return fmt.Sprintf("endpoint %d ipv4 %s\n", ep.ID, alloc.IPv4.IP), "", nil
@@ -396,3 +398,29 @@ func project(header []string, rows [][]string, cols []string) ([]string, [][]str
 var errEOF = io.EOF
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// stuckTables are the tables stuckState shows: where an endpoint's
+// creation waits.
+var stuckTables = []string{"endpoints", "identity-requests", "ipam-requests", "endpoint-policies", "policy-maps"}
+
+// stuckState describes what an endpoint that did not become ready waits
+// for: the rows of stuckTables, then every goroutine's stack (a failed
+// endpoint/add in CI is then readable from its log alone).
+func (h *Harness) stuckState() string {
+	var b strings.Builder
+	txn := h.DB.ReadTxn()
+	for _, name := range stuckTables {
+		meta := h.DB.GetTable(txn, name)
+		if meta == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "--- table %s:\n", name)
+		for obj := range (statedb.AnyTable{Meta: meta}).All(txn) {
+			fmt.Fprintf(&b, "  %+v\n", obj)
+		}
+	}
+	stacks := make([]byte, 1<<20)
+	stacks = stacks[:goruntime.Stack(stacks, true)]
+	fmt.Fprintf(&b, "--- goroutines:\n%s", stacks)
+	return b.String()
+}
