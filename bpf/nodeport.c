@@ -21,6 +21,11 @@
  *                    clients outside its loadBalancerSourceRanges
  *                    (DROP_NOT_IN_SRC_RANGE).
  *
+ *   cil_to_netdev    tcx egress of the same devices: the replies of a
+ *                    backend that is the node itself (a hostNetwork pod;
+ *                    its connections go up the stack untranslated at the
+ *                    source) are translated back to the frontend.
+ *
  * Replies of local backends are translated back by cil_from_container
  * (bpf/lxc.c), replies through the tunnel by cil_from_overlay
  * (bpf/overlay.c), both with nodeport_rev_nat (include/nodeport.h).
@@ -87,10 +92,24 @@ static __always_inline int np_no_service(struct __sk_buff *skb, const struct np_
 	return TC_ACT_SHOT;
 }
 
+/* np_is_host reports whether addr is an address of this node (the FIB
+ * does not forward to it): a hostNetwork backend on the node. */
+static __always_inline int np_is_host(struct __sk_buff *skb, const struct np_pkt *p, __be32 addr)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.family = CELLIUM_AF_INET;
+	fib.ifindex = skb->ingress_ifindex;
+	fib.ipv4_src = p->saddr;
+	fib.ipv4_dst = addr;
+	return fib_lookup(skb, &fib, sizeof(fib), 0) == NP_FIB_NOT_FWDED;
+}
+
 /* np_xlate translates a client's packet to the connection's backend
- * (and, with SNAT, its source to nat_addr:nat_port) and forwards it. */
+ * (and, with SNAT, its source to nat_addr:nat_port) and forwards it, or
+ * for a backend on the node itself (host) passes it up the stack. */
 static __always_inline int np_xlate(struct __sk_buff *skb, const struct np_pkt *p, __be32 backend, __be16 backend_port,
-				    __be32 nat_addr, __be16 nat_port)
+				    __be32 nat_addr, __be16 nat_port, const int host)
 {
 	int ret;
 
@@ -99,6 +118,10 @@ static __always_inline int np_xlate(struct __sk_buff *skb, const struct np_pkt *
 		ret = np_rewrite(skb, p, 1, p->saddr, nat_addr, p->sport, nat_port);
 	if (ret)
 		return np_drop(skb, p, ret, METRIC_INGRESS);
+	if (host) {
+		count(skb->len, REASON_FORWARDED, METRIC_INGRESS);
+		return TC_ACT_OK;
+	}
 	ret = np_forward(skb, p, nat_addr, backend);
 	if (ret < 0)
 		return np_drop(skb, p, -ret, METRIC_INGRESS);
@@ -151,7 +174,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	__be32 nat_addr;
 	__u32 id = 0;
 	__u64 now;
-	int ret, snat;
+	int ret, snat, host;
 
 	/* A reply from a backend on another node. */
 	ret = nodeport_rev_nat(skb, METRIC_INGRESS, 1);
@@ -197,7 +220,8 @@ int cil_from_netdev(struct __sk_buff *skb)
 			 * SYN starts it again, anything else is the stack's. */
 			if (rev) {
 				np_track(&p, &fwd->flags, &fwd->expires, &rev->flags, &rev->expires, now);
-				return np_xlate(skb, &p, fwd->backend, fwd->backend_port, fwd->nat_addr, fwd->nat_port);
+				return np_xlate(skb, &p, fwd->backend, fwd->backend_port, fwd->nat_addr, fwd->nat_port,
+						fwd->flags & NODEPORT_F_HOST);
 			}
 		}
 		be = 0;
@@ -242,7 +266,10 @@ int cil_from_netdev(struct __sk_buff *skb)
 		}
 	}
 
-	snat = !(svc->flags & LB4_SVC_LOCAL);
+	/* A backend on the node itself keeps the client's address: the
+	 * stack would take the node's own as a martian source. */
+	host = np_is_host(skb, &p, be->address);
+	snat = !(svc->flags & LB4_SVC_LOCAL) && !host;
 	nat_addr = snat ? (NODEPORT_SNAT_IPV4 ? NODEPORT_SNAT_IPV4 : p.daddr) : p.saddr;
 	rentry.client = p.saddr;
 	rentry.frontend = p.daddr;
@@ -267,12 +294,26 @@ int cil_from_netdev(struct __sk_buff *skb)
 	fentry.nat_addr = nat_addr;
 	fentry.nat_port = rkey.nat_port;
 	fentry.backend_id = id;
-	fentry.flags = rentry.flags;
+	fentry.flags = rentry.flags | (host ? NODEPORT_F_HOST : 0);
 	if (map_update_elem(&cellium_nodeport_ct4, &fkey, &fentry, BPF_ANY) < 0) {
 		map_delete_elem(&cellium_nodeport_rev4, &rkey);
 		return np_drop(skb, &p, DROP_CT_CREATE_FAILED, METRIC_INGRESS);
 	}
-	return np_xlate(skb, &p, fentry.backend, fentry.backend_port, nat_addr, fentry.nat_port);
+	return np_xlate(skb, &p, fentry.backend, fentry.backend_port, nat_addr, fentry.nat_port, host);
+}
+
+/* cil_to_netdev, at the tcx egress of the uplink devices, translates back
+ * the node's own replies of NodePort connections to a hostNetwork backend
+ * on the node (NODEPORT_F_HOST): (node:backend port -> client) becomes
+ * (frontend -> client). Everything else passes untouched. */
+SEC("tcx/egress")
+int cil_to_netdev(struct __sk_buff *skb)
+{
+	int ret = np_rev_nat(skb, METRIC_EGRESS, 1, 1);
+
+	if (ret != NP_NOT_NAT)
+		return ret;
+	return TC_ACT_OK;
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

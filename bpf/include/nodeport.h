@@ -52,6 +52,11 @@ struct nodeport_ct4_key {
  * reaching the pod directly from the same port after a NodePort connection
  * ended): the stale entry goes and the packet is left alone. */
 #define NODEPORT_F_SYNACK 0x8
+/* The backend is an address of this node (a hostNetwork pod): the
+ * packets go up the node's stack, not forwarded, the client's address is
+ * kept, and the host's replies are translated back on the uplink's egress
+ * (cil_to_netdev). Forward entries only. */
+#define NODEPORT_F_HOST 0x10
 
 struct nodeport_ct4_entry {
 	__u64 expires; /* ktime_get_ns */
@@ -349,13 +354,15 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	}
 }
 
-/* nodeport_rev_nat translates a reply of a NodePort connection back,
- * from (backend -> node:NAT port) or (backend -> client, Local) to
- * (frontend -> client), and sends it to the client (np_forward). It
+/* np_rev_nat translates a reply of a NodePort connection back, from
+ * (backend -> node:NAT port) or (backend -> client, Local or a backend on
+ * the node itself) to (frontend -> client), and sends it to the client
+ * (np_forward), or with via_stack lets it go on (the reply of the node
+ * itself, already routed by its stack, on the uplink's egress). It
  * returns NP_NOT_NAT for any other packet, else the verdict. dir is the
  * metrics direction of the hook; count_fwd counts a forwarded packet (the
  * caller has not already). */
-static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd)
+static __always_inline int np_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd, const int via_stack)
 {
 	struct nodeport_rev4_key key = {};
 	struct nodeport_ct4_key fkey = {};
@@ -399,12 +406,25 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 		ret = np_rewrite(skb, &p, 0, p.daddr, rev->client, p.dport, rev->client_port);
 	if (ret)
 		return np_drop(skb, &p, ret, dir);
+	if (via_stack) {
+		/* The node's stack routed the reply already. */
+		if (count_fwd)
+			count(skb->len, REASON_FORWARDED, dir);
+		return TC_ACT_OK;
+	}
 	ret = np_forward(skb, &p, rev->frontend, rev->client);
 	if (ret < 0)
 		return np_drop(skb, &p, -ret, dir);
 	if (count_fwd)
 		count(skb->len, REASON_FORWARDED, dir);
 	return ret;
+}
+
+/* nodeport_rev_nat is np_rev_nat for a reply that has not been routed
+ * yet: it is sent on to the client. */
+static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd)
+{
+	return np_rev_nat(skb, dir, count_fwd, 0);
 }
 
 #endif /* CELLIUM_NODEPORT_H */

@@ -294,6 +294,7 @@ const (
 	NodeportMapCelliumPolicy            = "cellium_policy"
 	NodeportMapCelliumPolicyProgs       = "cellium_policy_progs"
 	NodeportProgCilFromNetdev           = "cil_from_netdev"
+	NodeportProgCilToNetdev             = "cil_to_netdev"
 	NodeportVarLB_MAGLEV_SEED           = "LB_MAGLEV_SEED"
 	NodeportVarLB_MAGLEV_TABLE_SIZE     = "LB_MAGLEV_TABLE_SIZE"
 	NodeportVarNODEPORT_SNAT_IPV4       = "NODEPORT_SNAT_IPV4"
@@ -342,6 +343,7 @@ type NodeportSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodeportProgramSpecs struct {
 	CilFromNetdev *ebpf.ProgramSpec `ebpf:"cil_from_netdev"`
+	CilToNetdev   *ebpf.ProgramSpec `ebpf:"cil_to_netdev"`
 }
 
 // NodeportMapSpecs contains maps before they are loaded into the kernel.
@@ -463,11 +465,13 @@ type NodeportVariables struct {
 // It can be passed to LoadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodeportPrograms struct {
 	CilFromNetdev *ebpf.Program `ebpf:"cil_from_netdev"`
+	CilToNetdev   *ebpf.Program `ebpf:"cil_to_netdev"`
 }
 
 func (p *NodeportPrograms) Close() error {
 	return _NodeportClose(
 		p.CilFromNetdev,
+		p.CilToNetdev,
 	)
 }
 
