@@ -52,6 +52,11 @@ struct nodeport_ct4_key {
  * reaching the pod directly from the same port after a NodePort connection
  * ended): the stale entry goes and the packet is left alone. */
 #define NODEPORT_F_SYNACK 0x8
+/* Direct server return (--bpf-lb-mode=dsr/hybrid, include/dsr.h): on the
+ * frontend's node a forward entry whose backend is on another node (no
+ * reverse entry there: the replies do not come back), on the backend's
+ * node a reverse entry the DSR option made. */
+#define NODEPORT_F_DSR 0x10
 
 struct nodeport_ct4_entry {
 	__u64 expires; /* ktime_get_ns */
