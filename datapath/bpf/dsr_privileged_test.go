@@ -152,6 +152,24 @@ func TestPrivilegedNodePortDSR(t *testing.T) {
 		t.Errorf("node 2's UDP reverse entries %+v, want one flagged DSR for port %d", rev, udpPort)
 	}
 
+	// A backend on node 1 itself: no SNAT either (the client's address,
+	// replies through cil_from_container's reverse translation).
+	tp.service(t, tcpPort+1, syscall.IPPROTO_TCP, svcNodePort, 1)
+	c, seen, err = tp.dialWhoami(tcpPort + 1)
+	if err != nil {
+		t.Fatalf("TCP to node 1's NodePort, local backend: %v", err)
+	}
+	if err := roundTrip(c, "local echo"); err != nil {
+		t.Errorf("local backend echo: %v", err)
+	}
+	c.Close()
+	if seen != outsideIP.String() {
+		t.Errorf("local backend saw %q, want the client %s", seen, outsideIP)
+	}
+	if rev := revEntries(t, tp.n1, npLocalIP, syscall.IPPROTO_TCP); len(rev) != 1 || rev[0].Flags&(npFlagSNAT|npFlagDSR) != 0 {
+		t.Errorf("local backend: node 1's reverse entries %+v, want one without SNAT", rev)
+	}
+
 	// Hybrid: TCP by DSR, UDP by SNAT. r now also admits node 1
 	// (remote-node), which SNAT shows it.
 	if err := pm.Update(policy.Entry{Key: policy.NewKey(identity.ReservedIdentityRemoteNode, policy.Ingress, policy.ProtoUDP, npBackendPort, 16)}); err != nil {
