@@ -1,10 +1,17 @@
 package bpf_test
 
 import (
+	"bytes"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/cellium/cellium/statedb/lb"
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/loader"
@@ -152,6 +159,12 @@ func TestPrivilegedNodePortDSR(t *testing.T) {
 		t.Errorf("node 2's UDP reverse entries %+v, want one flagged DSR for port %d", rev, udpPort)
 	}
 
+	// The option on the wire is Cilium's: r reads the IP options of a
+	// datagram (IP_RECVOPTS).
+	if got, want := dsrOptionSeen(t, tp, udpPort+3), []byte{0x9a, 8, 0xfc, 0x75, 1, 0, 78, 10}; !bytes.Equal(got, want) {
+		t.Errorf("IP options at the backend % x, want % x (type 0x9a, length 8, port %d and %s byte-reversed)", got, want, udpPort+3, tp.n1.ip)
+	}
+
 	// A backend on node 1 itself: no SNAT either (the client's address,
 	// replies through cil_from_container's reverse translation).
 	tp.service(t, tcpPort+1, syscall.IPPROTO_TCP, svcNodePort, 1)
@@ -200,4 +213,71 @@ func TestPrivilegedNodePortDSR(t *testing.T) {
 	if rev := revEntries(t, tp.n1, npRemote, syscall.IPPROTO_TCP); len(rev) != 0 {
 		t.Errorf("hybrid TCP: node 1 has reverse entries %+v, want none", rev)
 	}
+}
+
+// dsrOptionSeen sends a datagram from the outside to node 1's port, a
+// NodePort whose backend is a UDP socket of pod r on port 8081 with
+// IP_RECVOPTS, and returns the IP options r's socket got with it.
+func dsrOptionSeen(t *testing.T, tp *npTopology, port uint16) []byte {
+	t.Helper()
+	const backendPort, backendID = 8081, 21
+	var uc *net.UDPConn
+	err := tp.r.ns.Do(func(ns.NetNS) error {
+		var err error
+		uc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: npRemote.AsSlice(), Port: backendPort})
+		if err != nil {
+			return err
+		}
+		rc, err := uc.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_RECVOPTS, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	pm := openPolicy(t, tp.n2.dir, npEPR)
+	if err := pm.Update(policy.Entry{Key: policy.NewKey(identity.ReservedIdentityWorld, policy.Ingress, policy.ProtoUDP, backendPort, 16)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.lb.Backends.Update([]uint32{backendID}, []lb.L4Addr{{Addr: npRemote, Port: backendPort, Proto: syscall.IPPROTO_UDP}}); err != nil {
+		t.Fatal(err)
+	}
+	tp.service(t, port, syscall.IPPROTO_UDP, svcNodePort, backendID)
+	var c net.Conn
+	if err := tp.outside.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.Dial("udp4", netip.AddrPortFrom(tp.n1.ip, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("opt")); err != nil {
+		t.Fatal(err)
+	}
+	_ = uc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf, oob := make([]byte, 64), make([]byte, 256)
+	_, oobn, _, _, err := uc.ReadMsgUDP(buf, oob)
+	if err != nil {
+		t.Fatalf("backend socket: %v", err)
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.Header.Level == syscall.IPPROTO_IP && m.Header.Type == syscall.IP_RECVOPTS {
+			return m.Data
+		}
+	}
+	return nil
 }
