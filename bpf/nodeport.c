@@ -40,11 +40,15 @@
 #include "include/lb.h"
 #include "include/nodeport.h"
 #include "include/maglev.h"
+#include "include/dsr.h"
 
 /* The node's IPv4 address on this device in network order, the source
  * address of SNAT (set by the loader per device; 0: the frontend's own
  * address, which is a node address for a NodePort). */
 volatile const __u32 NODEPORT_SNAT_IPV4 = 0;
+/* --bpf-lb-mode: NODEPORT_LB_MODE_SNAT (0, the default), _DSR or _HYBRID
+ * (include/dsr.h). With SNAT the verifier removes every DSR branch. */
+volatile const __u8 NODEPORT_LB_MODE = NODEPORT_LB_MODE_SNAT;
 
 /* BPF_FIB_LKUP_RET_NOT_FWDED: the destination is local (or not unicast). */
 #define NP_FIB_NOT_FWDED 4
@@ -183,6 +187,12 @@ int cil_from_netdev(struct __sk_buff *skb)
 	if (np_parse(skb, &p))
 		return TC_ACT_OK;
 	now = ktime_get_ns();
+	/* DSR: a connection another node sent to a local backend. */
+	if (NODEPORT_LB_MODE != NODEPORT_LB_MODE_SNAT) {
+		ret = dsr_backend_ingress(skb, &p, now);
+		if (ret != NP_NOT_NAT)
+			return ret;
+	}
 
 	key.address = p.daddr;
 	key.dport = p.dport;
@@ -209,6 +219,12 @@ int cil_from_netdev(struct __sk_buff *skb)
 		id = fwd->backend_id;
 		be = map_lookup_elem(&cellium_lb4_backends, &id);
 		if (be && be->address == fwd->backend && be->port == fwd->backend_port) {
+			/* DSR: the replies never come here, there is no
+			 * reverse entry. */
+			if (NODEPORT_LB_MODE != NODEPORT_LB_MODE_SNAT && (fwd->flags & NODEPORT_F_DSR)) {
+				np_track(&p, &fwd->flags, &fwd->expires, 0, 0, now);
+				return dsr_xlate(skb, &p, fwd->backend, fwd->backend_port);
+			}
 			rkey.backend = fwd->backend;
 			rkey.nat_addr = fwd->nat_addr;
 			rkey.backend_port = fwd->backend_port;
@@ -270,6 +286,24 @@ int cil_from_netdev(struct __sk_buff *skb)
 	 * stack would take the node's own as a martian source. */
 	host = np_is_host(skb, &p, be->address);
 	snat = !(svc->flags & LB4_SVC_LOCAL) && !host;
+	/* DSR (include/dsr.h): the client's address is kept; a backend on
+	 * this node replies through cil_from_container as with Local, one on
+	 * another node directly to the client. */
+	if (NODEPORT_LB_MODE != NODEPORT_LB_MODE_SNAT && snat && dsr_proto(NODEPORT_LB_MODE, p.proto)) {
+		snat = 0;
+		if (!dsr_local_endpoint(be->address)) {
+			fentry.expires = now + np_lifetime(p.proto, 0);
+			fentry.backend = be->address;
+			fentry.backend_port = be->port;
+			fentry.nat_addr = p.saddr;
+			fentry.nat_port = p.sport;
+			fentry.backend_id = id;
+			fentry.flags = NODEPORT_F_DSR;
+			if (map_update_elem(&cellium_nodeport_ct4, &fkey, &fentry, BPF_ANY) < 0)
+				return np_drop(skb, &p, DROP_CT_CREATE_FAILED, METRIC_INGRESS);
+			return dsr_xlate(skb, &p, be->address, be->port);
+		}
+	}
 	nat_addr = snat ? (NODEPORT_SNAT_IPV4 ? NODEPORT_SNAT_IPV4 : p.daddr) : p.saddr;
 	rentry.client = p.saddr;
 	rentry.frontend = p.daddr;

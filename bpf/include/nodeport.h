@@ -56,7 +56,12 @@ struct nodeport_ct4_key {
  * packets go up the node's stack, not forwarded, the client's address is
  * kept, and the host's replies are translated back on the uplink's egress
  * (cil_to_netdev). Forward entries only. */
-#define NODEPORT_F_HOST 0x10
+#define NODEPORT_F_HOST 0x20
+/* Direct server return (--bpf-lb-mode=dsr/hybrid, include/dsr.h): on the
+ * frontend's node a forward entry whose backend is on another node (no
+ * reverse entry there: the replies do not come back), on the backend's
+ * node a reverse entry the DSR option made. */
+#define NODEPORT_F_DSR 0x10
 
 struct nodeport_ct4_entry {
 	__u64 expires; /* ktime_get_ns */

@@ -297,6 +297,7 @@ const (
 	NodeportProgCilToNetdev             = "cil_to_netdev"
 	NodeportVarLB_MAGLEV_SEED           = "LB_MAGLEV_SEED"
 	NodeportVarLB_MAGLEV_TABLE_SIZE     = "LB_MAGLEV_TABLE_SIZE"
+	NodeportVarNODEPORT_LB_MODE         = "NODEPORT_LB_MODE"
 	NodeportVarNODEPORT_SNAT_IPV4       = "NODEPORT_SNAT_IPV4"
 )
 
@@ -379,6 +380,7 @@ type NodeportMapSpecs struct {
 type NodeportVariableSpecs struct {
 	LB_MAGLEV_SEED       *ebpf.VariableSpec `ebpf:"LB_MAGLEV_SEED"`
 	LB_MAGLEV_TABLE_SIZE *ebpf.VariableSpec `ebpf:"LB_MAGLEV_TABLE_SIZE"`
+	NODEPORT_LB_MODE     *ebpf.VariableSpec `ebpf:"NODEPORT_LB_MODE"`
 	NODEPORT_SNAT_IPV4   *ebpf.VariableSpec `ebpf:"NODEPORT_SNAT_IPV4"`
 }
 
@@ -457,6 +459,7 @@ func (m *NodeportMaps) Close() error {
 type NodeportVariables struct {
 	LB_MAGLEV_SEED       *ebpf.Variable `ebpf:"LB_MAGLEV_SEED"`
 	LB_MAGLEV_TABLE_SIZE *ebpf.Variable `ebpf:"LB_MAGLEV_TABLE_SIZE"`
+	NODEPORT_LB_MODE     *ebpf.Variable `ebpf:"NODEPORT_LB_MODE"`
 	NODEPORT_SNAT_IPV4   *ebpf.Variable `ebpf:"NODEPORT_SNAT_IPV4"`
 }
 

@@ -42,6 +42,9 @@ type NodePortConfig struct {
 	// backends at random. MaglevSeed seeds the program's hash of a
 	// connection's 5-tuple (maglev.Seed.Datapath).
 	MaglevTableSize, MaglevSeed uint32
+	// LBMode is --bpf-lb-mode as the program's NODEPORT_LB_MODE
+	// (bpf.LBModeSNAT, the zero value, bpf.LBModeDSR, bpf.LBModeHybrid).
+	LBMode uint8
 }
 
 // NodePortDir is the directory of the uplink devices' pinned ingress
@@ -67,6 +70,8 @@ type NodePort struct {
 	// MaglevTableSize and MaglevSeed are NodePortConfig's: 0 picks
 	// backends at random.
 	MaglevTableSize, MaglevSeed uint32
+	// LBMode is NodePortConfig's.
+	LBMode uint8
 
 	mu sync.Mutex
 	// on are the devices this process attached to: ifindex and the
@@ -224,7 +229,7 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 	if err != nil {
 		return nil, err
 	}
-	consts := bpf.NodePortConstants{SNATIPv4: snat, MaglevTableSize: n.MaglevTableSize, MaglevSeed: n.MaglevSeed}
+	consts := bpf.NodePortConstants{SNATIPv4: snat, MaglevTableSize: n.MaglevTableSize, MaglevSeed: n.MaglevSeed, LBMode: n.LBMode}
 	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}
