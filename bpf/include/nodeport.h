@@ -52,6 +52,11 @@ struct nodeport_ct4_key {
  * reaching the pod directly from the same port after a NodePort connection
  * ended): the stale entry goes and the packet is left alone. */
 #define NODEPORT_F_SYNACK 0x8
+/* TCP: a segment without SYN went either way (Cilium's seen_non_syn):
+ * until then both entries live CT_LIFETIME_SYN, so the SYNs of a flood
+ * from spoofed clients, answered by nobody, free their entries and SNAT
+ * ports within a minute instead of six hours. */
+#define NODEPORT_F_ESTABLISHED 0x10
 
 struct nodeport_ct4_entry {
 	__u64 expires; /* ktime_get_ns */
@@ -104,10 +109,15 @@ struct nodeport_affinity4_value {
 	__u32 pad;
 };
 
-/* LRU maps are preallocated: 65536 connections at a time per node (about
+/* Plain hashes, not LRU (as cellium_ct4): when one is full a new
+ * connection drops (155, or 167 when no SNAT port could be reserved)
+ * instead of evicting an established connection's entry, which a flood
+ * of SYNs from spoofed clients would otherwise do to every idle
+ * connection. The agent's conntrack GC (datapath/ctgc) deletes expired
+ * entries. Preallocated: 65536 connections at a time per node (about
  * 6 MiB each) cost memory on every node, also with the replacement off. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct nodeport_ct4_key);
 	__type(value, struct nodeport_ct4_entry);
 	__uint(max_entries, 65536);
@@ -115,13 +125,14 @@ struct {
 } cellium_nodeport_ct4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct nodeport_rev4_key);
 	__type(value, struct nodeport_rev4_entry);
 	__uint(max_entries, 65536);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_nodeport_rev4 SEC(".maps");
 
+/* LRU: a client whose entry is evicted only gets a new backend. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct nodeport_affinity4_key);
@@ -311,6 +322,8 @@ static __always_inline __u64 np_lifetime(__u8 proto, __u8 flags)
 {
 	if (flags & NODEPORT_F_CLOSED)
 		return (__u64)CT_LIFETIME_CLOSE * 1000000000ULL;
+	if (proto == IPPROTO_TCP && !(flags & NODEPORT_F_ESTABLISHED))
+		return (__u64)CT_LIFETIME_SYN * 1000000000ULL;
 	if (proto == IPPROTO_TCP)
 		return (__u64)CT_LIFETIME_TCP * 1000000000ULL;
 	return (__u64)CT_LIFETIME_NONTCP * 1000000000ULL;
@@ -319,7 +332,8 @@ static __always_inline __u64 np_lifetime(__u8 proto, __u8 flags)
 /* np_track updates an entry's flags and lifetime for a packet of its own
  * direction (flags, expires: the entry's fields; other_flags: the other
  * direction's entry's flags, NULL when it is gone). A RST, or a FIN when
- * the other way has sent one, closes both. */
+ * the other way has sent one, closes both; the first segment without SYN
+ * establishes both (CT_LIFETIME_TCP instead of CT_LIFETIME_SYN). */
 static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 *expires, __u8 *other_flags,
 				     __u64 *other_expires, __u64 now)
 {
@@ -327,6 +341,8 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	__u64 lt;
 
 	if (p->proto == IPPROTO_TCP) {
+		if (!(p->tcp_flags & TCP_SYN))
+			f |= NODEPORT_F_ESTABLISHED;
 		if (p->tcp_flags & TCP_FIN)
 			f |= NODEPORT_F_FIN;
 		if ((p->tcp_flags & TCP_RST) || ((f & NODEPORT_F_FIN) && other_flags && (*other_flags & NODEPORT_F_FIN)))
@@ -337,6 +353,10 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	if ((f & NODEPORT_F_CLOSED) && other_flags && !(*other_flags & NODEPORT_F_CLOSED)) {
 		*other_flags |= NODEPORT_F_CLOSED;
 		*other_expires = now + np_lifetime(p->proto, NODEPORT_F_CLOSED);
+	} else if ((f & NODEPORT_F_ESTABLISHED) && other_flags && !(*other_flags & NODEPORT_F_ESTABLISHED)) {
+		*other_flags |= NODEPORT_F_ESTABLISHED;
+		if (!(*other_flags & NODEPORT_F_CLOSED))
+			*other_expires = now + np_lifetime(p->proto, NODEPORT_F_ESTABLISHED);
 	}
 	/* Refreshed at most once a second; a closed entry is never
 	 * lengthened. */
