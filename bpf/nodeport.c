@@ -142,6 +142,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	struct nodeport_ct4_entry fentry = {};
 	struct nodeport_rev4_key rkey = {};
 	struct nodeport_ct4_key fkey = {};
+	struct endpoint_key ekey = {};
 	struct nodeport_rev4_entry *rev;
 	struct nodeport_ct4_entry *fwd;
 	const struct lb4_service *svc, *slot;
@@ -154,7 +155,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	int ret, snat;
 
 	/* A reply from a backend on another node. */
-	ret = nodeport_rev_nat(skb, METRIC_INGRESS, 1);
+	ret = nodeport_rev_nat_uplink(skb);
 	if (ret != NP_NOT_NAT)
 		return ret;
 	if (np_parse(skb, &p))
@@ -209,6 +210,13 @@ int cil_from_netdev(struct __sk_buff *skb)
 	 * entry goes to the stack, which resets it. */
 	if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN)) != TCP_SYN)
 		return TC_ACT_OK;
+	/* A client claiming an address of this node's own pods is forged
+	 * (their packets never arrive on an uplink): its connection would
+	 * send the backend's replies, from the frontend, into that pod. */
+	ekey.ip[0] = p.saddr;
+	ekey.family = CELLIUM_AF_INET;
+	if (map_lookup_elem(&cellium_lxc, &ekey))
+		return np_drop(skb, &p, DROP_INVALID_SIP, METRIC_INGRESS);
 	if (svc->count == 0)
 		return np_no_service(skb, &p);
 

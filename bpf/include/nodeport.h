@@ -369,13 +369,57 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	}
 }
 
+/* np_from_next_hop tells whether a packet that arrived on an uplink from
+ * saddr came from where this node would send a packet to saddr's node:
+ * the same device and, when the neighbour is known, the next hop's MAC as
+ * its Ethernet source (a reverse path check at layer 2; strict rp_filter
+ * checks only the device, and on a shared wire every host is behind it).
+ * saddr's node is its ipcache tunnel endpoint when it has one (in tunnel
+ * mode the node's replies to this node's address take the wire, not the
+ * tunnel), else saddr itself (native routing). */
+static __always_inline int np_from_next_hop(struct __sk_buff *skb, const struct np_pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipcache_key ikey = {
+		.prefixlen = IPCACHE_STATIC_PREFIX + 32,
+		.family = CELLIUM_AF_INET,
+		.ip = { p->saddr },
+	};
+	struct bpf_fib_lookup fib = {};
+	const struct ipcache_value *v;
+	__u8 *smac = data + 6;
+	long ret;
+	int i;
+
+	v = map_lookup_elem(&cellium_ipcache, &ikey);
+	fib.family = CELLIUM_AF_INET;
+	fib.l4_protocol = p->proto;
+	fib.ifindex = skb->ingress_ifindex;
+	fib.ipv4_src = p->daddr;
+	fib.ipv4_dst = v && v->tunnel_endpoint ? v->tunnel_endpoint : p->saddr;
+	ret = fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return fib.ifindex == skb->ingress_ifindex;
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != skb->ingress_ifindex)
+		return 0;
+	if ((void *)(smac + 6) > data_end)
+		return 0;
+	for (i = 0; i < 6; i++)
+		if (smac[i] != fib.dmac[i])
+			return 0;
+	return 1;
+}
+
 /* nodeport_rev_nat translates a reply of a NodePort connection back,
  * from (backend -> node:NAT port) or (backend -> client, Local) to
  * (frontend -> client), and sends it to the client (np_forward). It
  * returns NP_NOT_NAT for any other packet, else the verdict. dir is the
  * metrics direction of the hook; count_fwd counts a forwarded packet (the
- * caller has not already). */
-static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd)
+ * caller has not already); check_hop: the packet arrived on an uplink and
+ * must come from the backend's next hop (np_from_next_hop). */
+static __always_inline int __nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd,
+					      const int check_hop)
 {
 	struct nodeport_rev4_key key = {};
 	struct nodeport_ct4_key fkey = {};
@@ -398,6 +442,8 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 	now = ktime_get_ns();
 	if (rev->expires <= now)
 		return NP_NOT_NAT;
+	if (check_hop && !np_from_next_hop(skb, &p))
+		return np_drop(skb, &p, DROP_INVALID_SIP, dir);
 	if (p.proto == IPPROTO_TCP && (p.tcp_flags & TCP_SYN)) {
 		if ((rev->flags & NODEPORT_F_SYNACK) && rev->synack_seq != p.tcp_seq) {
 			map_delete_elem(&cellium_nodeport_rev4, &key);
@@ -425,6 +471,25 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 	if (count_fwd)
 		count(skb->len, REASON_FORWARDED, dir);
 	return ret;
+}
+
+/* nodeport_rev_nat is __nodeport_rev_nat of a packet from a local
+ * backend (bpf/lxc.c, after its source validation) or from the tunnel
+ * (bpf/overlay.c, after its sender check). */
+static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd)
+{
+	return __nodeport_rev_nat(skb, dir, count_fwd, 0);
+}
+
+/* nodeport_rev_nat_uplink is __nodeport_rev_nat of a packet arriving on
+ * an uplink (a remote backend's reply, native routing), which must come
+ * from the backend's next hop: anyone else on the wire forging a
+ * backend's reply to a client's NAT port (to inject data into its
+ * connection, or close it with a RST) is dropped with DROP_INVALID_SIP
+ * before the entry is touched. */
+static __always_inline int nodeport_rev_nat_uplink(struct __sk_buff *skb)
+{
+	return __nodeport_rev_nat(skb, METRIC_INGRESS, 1, 1);
 }
 
 #endif /* CELLIUM_NODEPORT_H */

@@ -20,28 +20,46 @@ import (
 // synPacket is an IPv4 TCP SYN from src to dst with correct checksums,
 // for a raw socket with IP_HDRINCL.
 func synPacket(src, dst netip.AddrPort, seq uint32) []byte {
-	b := make([]byte, 40)
+	return forgedPacket(src, dst, syscall.IPPROTO_TCP, 0x02, seq, nil)
+}
+
+// forgedPacket is an IPv4 TCP (with tcpFlags and seq) or UDP packet from
+// src to dst carrying payload, with correct checksums, for a raw socket
+// with IP_HDRINCL.
+func forgedPacket(src, dst netip.AddrPort, proto, tcpFlags uint8, seq uint32, payload []byte) []byte {
+	hl := 8
+	if proto == syscall.IPPROTO_TCP {
+		hl = 20
+	}
+	b := make([]byte, 20+hl+len(payload))
 	b[0] = 0x45
-	binary.BigEndian.PutUint16(b[2:], 40)
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
 	b[8] = 64
-	b[9] = syscall.IPPROTO_TCP
+	b[9] = proto
 	s, d := src.Addr().As4(), dst.Addr().As4()
 	copy(b[12:16], s[:])
 	copy(b[16:20], d[:])
 	binary.BigEndian.PutUint16(b[10:], inetChecksum(b[:20]))
-	tcp := b[20:]
-	binary.BigEndian.PutUint16(tcp[0:], src.Port())
-	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
-	binary.BigEndian.PutUint32(tcp[4:], seq)
-	tcp[12] = 5 << 4
-	tcp[13] = 0x02 // SYN
-	binary.BigEndian.PutUint16(tcp[14:], 64240)
-	pseudo := make([]byte, 0, 12+20)
+	l4 := b[20:]
+	binary.BigEndian.PutUint16(l4[0:], src.Port())
+	binary.BigEndian.PutUint16(l4[2:], dst.Port())
+	csum := 6
+	if proto == syscall.IPPROTO_TCP {
+		binary.BigEndian.PutUint32(l4[4:], seq)
+		l4[12] = 5 << 4
+		l4[13] = tcpFlags
+		binary.BigEndian.PutUint16(l4[14:], 64240)
+		csum = 16
+	} else {
+		binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
+	}
+	copy(l4[hl:], payload)
+	pseudo := make([]byte, 0, 12+len(l4))
 	pseudo = append(pseudo, s[:]...)
 	pseudo = append(pseudo, d[:]...)
-	pseudo = append(pseudo, 0, syscall.IPPROTO_TCP, 0, 20)
-	pseudo = append(pseudo, tcp...)
-	binary.BigEndian.PutUint16(tcp[16:], inetChecksum(pseudo))
+	pseudo = append(pseudo, 0, proto, byte(len(l4)>>8), byte(len(l4)))
+	pseudo = append(pseudo, l4...)
+	binary.BigEndian.PutUint16(l4[csum:], inetChecksum(pseudo))
 	return b
 }
 
