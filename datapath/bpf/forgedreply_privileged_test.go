@@ -169,9 +169,8 @@ func TestPrivilegedNodePortForgedReplyUplink(t *testing.T) {
 //
 // Both are dropped by the pod's own source validation in
 // cil_from_container, before the reverse translation, with 132 "Invalid
-// source ip", and the victim gets neither. The check was verified by
-// moving nodeport_rev_nat before the source check (the forged reply
-// then reaches the victim).
+// source ip", and the victim gets neither. With the source check of
+// lxc.c disabled the forged reply reaches the victim and the test fails.
 func TestPrivilegedNodePortForgedReplyFromPod(t *testing.T) {
 	tp := newNPTopology(t, false)
 	const udpPort = 30122
