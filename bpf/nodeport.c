@@ -193,10 +193,10 @@ int cil_from_netdev(struct __sk_buff *skb)
 			rkey.nat_port = fwd->nat_port;
 			rkey.proto = p.proto;
 			rev = map_lookup_elem(&cellium_nodeport_rev4, &rkey);
-			/* Without its reverse entry (evicted, or gone as stale)
+			/* Without its reverse entry (expired, or gone as stale)
 			 * the connection's replies would not be translated: a
 			 * SYN starts it again, anything else is the stack's. */
-			if (rev) {
+			if (rev && rev->expires > now) {
 				np_track(&p, &fwd->flags, &fwd->expires, &rev->flags, &rev->expires, now);
 				return np_xlate(skb, &p, fwd->backend, fwd->backend_port, fwd->nat_addr, fwd->nat_port);
 			}

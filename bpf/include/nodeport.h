@@ -330,8 +330,9 @@ static __always_inline __u64 np_lifetime(__u8 proto, __u8 flags)
 }
 
 /* np_track updates an entry's flags and lifetime for a packet of its own
- * direction (flags, expires: the entry's fields; other_flags: the other
- * direction's entry's flags, NULL when it is gone). A RST, or a FIN when
+ * direction (flags, expires: the entry's fields; other_flags,
+ * other_expires: the other direction's entry's, NULL when it is gone),
+ * and the other entry's lifetime with it. A RST, or a FIN when
  * the other way has sent one, closes both; the first segment without SYN
  * establishes both (CT_LIFETIME_TCP instead of CT_LIFETIME_SYN). */
 static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 *expires, __u8 *other_flags,
@@ -364,8 +365,16 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	if (f & NODEPORT_F_CLOSED) {
 		if (*expires > now + lt)
 			*expires = now + lt;
-	} else if (now + lt > *expires + NODEPORT_REFRESH_NS) {
-		*expires = now + lt;
+	} else {
+		if (now + lt > *expires + NODEPORT_REFRESH_NS)
+			*expires = now + lt;
+		/* The connection lives while either way has packets (as
+		 * Cilium's one conntrack entry): a one-way UDP flow keeps its
+		 * reverse entry, whose SNAT port would otherwise be free after
+		 * 60 s for another client of the same backend, whose replies
+		 * would then also carry this client's datagrams' answers. */
+		if (other_flags && !(*other_flags & NODEPORT_F_CLOSED) && now + lt > *other_expires + NODEPORT_REFRESH_NS)
+			*other_expires = now + lt;
 	}
 }
 

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/policy"
 )
 
@@ -238,5 +241,58 @@ func TestPrivilegedNodePortSpoofedLocalClient(t *testing.T) {
 	// A real client still connects.
 	if _, err := tp.dialFrom(outsideIP, port, 3*time.Second); err != nil {
 		t.Errorf("a real client: %v", err)
+	}
+}
+
+// TestPrivilegedNodePortOneWayUDP: a UDP flow whose backend never answers
+// (a port nothing listens on at the remote backend: its ICMP errors are
+// not translated) keeps its reverse entry, and so its SNAT port, alive
+// while the client sends: the client's datagrams refresh both entries.
+// The reverse entry is aged to expire in 2 s, the client sends once more,
+// and the entry lives CT_LIFETIME_NONTCP again. Before, only the client's
+// entry was refreshed: 60 s after the flow began its port was free for
+// another client of the same backend, which then got this client's
+// answers.
+func TestPrivilegedNodePortOneWayUDP(t *testing.T) {
+	tp := newNPTopology(t, false)
+	const port, silentID = 30124, 20
+	if err := tp.lb.Backends.Update([]uint32{silentID}, []lb.L4Addr{{Addr: npRemote, Port: 9999, Proto: syscall.IPPROTO_UDP}}); err != nil {
+		t.Fatal(err)
+	}
+	tp.service(t, port, syscall.IPPROTO_UDP, svcNodePort, silentID)
+	var c net.Conn
+	if err := tp.outside.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.Dial("udp4", netip.AddrPortFrom(tp.n1.ip, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("one-way")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	nat := natOf(t, tp.n1.m, port, uint16(c.LocalAddr().(*net.UDPAddr).Port))
+	rk := bpf.NodeportNodeportRev4Key{Backend: nat.Entry.Backend, NatAddr: nat.Entry.NatAddr, BackendPort: nat.Entry.BackendPort,
+		NatPort: nat.Entry.NatPort, Proto: syscall.IPPROTO_UDP}
+	var rev bpf.NodeportNodeportRev4Entry
+	if err := tp.n1.m.NodePortRev4.Lookup(&rk, &rev); err != nil {
+		t.Fatal(err)
+	}
+	now := uint64(monotonicNow(t))
+	rev.Expires = now + 2e9
+	if err := tp.n1.m.NodePortRev4.Update(&rk, &rev, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("one-way")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := tp.n1.m.NodePortRev4.Lookup(&rk, &rev); err != nil {
+		t.Fatal(err)
+	}
+	if rev.Expires <= now+50e9 {
+		t.Errorf("the reverse entry expires %v after the client's datagram, want about 60 s", time.Duration(rev.Expires-now))
 	}
 }
