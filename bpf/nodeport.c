@@ -169,6 +169,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	struct nodeport_ct4_entry fentry = {};
 	struct nodeport_rev4_key rkey = {};
 	struct nodeport_ct4_key fkey = {};
+	struct endpoint_key ekey = {};
 	struct nodeport_rev4_entry *rev;
 	struct nodeport_ct4_entry *fwd;
 	const struct lb4_service *svc, *slot;
@@ -181,7 +182,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	int ret, snat, host;
 
 	/* A reply from a backend on another node. */
-	ret = nodeport_rev_nat(skb, METRIC_INGRESS, 1);
+	ret = nodeport_rev_nat_uplink(skb);
 	if (ret != NP_NOT_NAT)
 		return ret;
 	if (np_parse(skb, &p))
@@ -231,10 +232,10 @@ int cil_from_netdev(struct __sk_buff *skb)
 			rkey.nat_port = fwd->nat_port;
 			rkey.proto = p.proto;
 			rev = map_lookup_elem(&cellium_nodeport_rev4, &rkey);
-			/* Without its reverse entry (evicted, or gone as stale)
+			/* Without its reverse entry (expired, or gone as stale)
 			 * the connection's replies would not be translated: a
 			 * SYN starts it again, anything else is the stack's. */
-			if (rev) {
+			if (rev && rev->expires > now) {
 				np_track(&p, &fwd->flags, &fwd->expires, &rev->flags, &rev->expires, now);
 				return np_xlate(skb, &p, fwd->backend, fwd->backend_port, fwd->nat_addr, fwd->nat_port,
 						fwd->flags & NODEPORT_F_HOST);
@@ -249,6 +250,13 @@ int cil_from_netdev(struct __sk_buff *skb)
 	 * entry goes to the stack, which resets it. */
 	if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN)) != TCP_SYN)
 		return TC_ACT_OK;
+	/* A client claiming an address of this node's own pods is forged
+	 * (their packets never arrive on an uplink): its connection would
+	 * send the backend's replies, from the frontend, into that pod. */
+	ekey.ip[0] = p.saddr;
+	ekey.family = CELLIUM_AF_INET;
+	if (map_lookup_elem(&cellium_lxc, &ekey))
+		return np_drop(skb, &p, DROP_INVALID_SIP, METRIC_INGRESS);
 	if (svc->count == 0)
 		return np_no_service(skb, &p);
 
@@ -343,7 +351,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 SEC("tcx/egress")
 int cil_to_netdev(struct __sk_buff *skb)
 {
-	int ret = np_rev_nat(skb, METRIC_EGRESS, 1, 1);
+	int ret = nodeport_rev_nat_host(skb);
 
 	if (ret != NP_NOT_NAT)
 		return ret;
