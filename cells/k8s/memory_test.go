@@ -23,7 +23,6 @@ import (
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
-	"github.com/cellium/cellium/statedb/tables"
 )
 
 // memWorld is the agent's part that holds remote endpoints: the
@@ -195,7 +194,7 @@ func measureRemoteEndpoints(t testing.TB, pods int, slices bool) (table, deriver
 	if slices {
 		store = NewSliceStore(w.db, w.rw, done)
 	} else {
-		store = &tableStore[*ciliumv2.CiliumEndpoint]{db: w.db, table: w.rw, init: tables.NewInitGate(done)}
+		store = newCEPStore(w.db, w.rw, done)
 	}
 	if err := store.Replace(list, "1"); err != nil {
 		t.Fatal(err)

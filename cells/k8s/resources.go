@@ -110,6 +110,23 @@ type tableStore[T k8stables.Object] struct {
 	db    *statedb.DB
 	table statedb.RWTable[T]
 	init  tables.InitGate
+	// slim (nil: none) returns what the table keeps of an object, a
+	// copy; without it only the managed fields are dropped.
+	slim func(T) T
+}
+
+// keep returns what the table keeps of o.
+func (s *tableStore[T]) keep(o T) T {
+	if s.slim != nil {
+		return s.slim(o)
+	}
+	// Written only when there is something to drop: a fake clientset's
+	// watch hands out the very object its tracker keeps (and reads for
+	// every Get), so an unconditional write races with it.
+	if len(o.GetManagedFields()) > 0 {
+		o.SetManagedFields(nil)
+	}
+	return o
 }
 
 func (s *tableStore[T]) Add(obj any) error    { return s.upsert(obj) }
@@ -121,12 +138,7 @@ func (s *tableStore[T]) upsert(obj any) error {
 	if !ok {
 		return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), obj)
 	}
-	// Written only when there is something to drop: a fake clientset's
-	// watch hands out the very object its tracker keeps (and reads for
-	// every Get), so an unconditional write races with it.
-	if len(o.GetManagedFields()) > 0 {
-		o.SetManagedFields(nil)
-	}
+	o = s.keep(o)
 	txn := s.db.WriteTxn(s.table)
 	defer txn.Abort()
 	if _, _, err := s.table.Insert(txn, o); err != nil {
@@ -164,7 +176,7 @@ func (s *tableStore[T]) Replace(list []any, _ string) error {
 		if !ok {
 			return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), item)
 		}
-		o.SetManagedFields(nil)
+		o = s.keep(o)
 		keep[k8stables.Key(o)] = true
 		if _, _, err := s.table.Insert(txn, o); err != nil {
 			return err
