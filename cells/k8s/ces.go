@@ -202,7 +202,7 @@ func (s *SliceStore) hold(ces *v2alpha1.CiliumEndpointSlice, touched map[string]
 	keys := make([]string, 0, len(ces.Endpoints))
 	for i := range ces.Endpoints {
 		e := &ces.Endpoints[i]
-		key := ces.Namespace + "/" + e.Name
+		key := cepKey(ces.Namespace, e.Name)
 		if slices.ContainsFunc(s.holders[key], func(h heldCEP) bool { return h.slice == ces.Name }) {
 			continue // the slice names the endpoint twice: the first counts
 		}
@@ -212,6 +212,16 @@ func (s *SliceStore) hold(ces *v2alpha1.CiliumEndpointSlice, touched map[string]
 			cep: s.slim.slim(e.CiliumEndpoint(ces.Namespace))})
 	}
 	s.slices[ces.Name] = keys
+}
+
+// cepKey is the table key (k8stables.Key) of the CiliumEndpoint name in
+// namespace ns: a slice without a namespace makes CiliumEndpoints without
+// one, whose keys are their names.
+func cepKey(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
 }
 
 // current returns the endpoint key as the slice written last shows it.
