@@ -90,6 +90,11 @@ func newCEPStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	return &tableStore[*ciliumv2.CiliumEndpoint]{db: db, table: table, init: tables.NewInitGate(initDone), slim: newCEPSlimmer().slim}
 }
 
+// newIdentityStore returns the reflector's store of CiliumIdentities.
+func newIdentityStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumIdentity], initDone func(statedb.WriteTxn)) *tableStore[*ciliumv2.CiliumIdentity] {
+	return &tableStore[*ciliumv2.CiliumIdentity]{db: db, table: table, init: tables.NewInitGate(initDone), slim: slimIdentity}
+}
+
 var _ cache.ReflectorStore = (*SliceStore)(nil)
 
 // SliceStore is a reflector's store of CiliumEndpointSlices that keeps a

@@ -249,3 +249,58 @@ func TestRemoteEndpointMemory(t *testing.T) {
 		})
 	}
 }
+
+// memIdentity is the JSON of the i-th CiliumIdentity as the API server
+// sends it (as the agents' allocator writes them).
+func memIdentity(i int) []byte {
+	ns := memNS(i)
+	b, _ := json.Marshal(&ciliumv2.CiliumIdentity{
+		TypeMeta: metav1.TypeMeta{APIVersion: "cilium.io/v2", Kind: "CiliumIdentity"},
+		ObjectMeta: metav1.ObjectMeta{Name: strconv.Itoa(100000 + i), UID: types.UID(fmt.Sprintf("%08d-1111-2222-3333-444455556666", i)),
+			ResourceVersion: strconv.Itoa(1000 + i), Generation: 1, CreationTimestamp: metav1.NewTime(time.Unix(1700000000, 0)),
+			Labels: map[string]string{"io.kubernetes.pod.namespace": ns}},
+		SecurityLabels: map[string]string{"k8s:io.kubernetes.pod.namespace": ns, "k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name": ns,
+			"k8s:io.cilium.k8s.policy.cluster": "default", "k8s:io.cilium.k8s.policy.serviceaccount": "default",
+			"k8s:app": "app-" + strconv.Itoa(i), "k8s:scale-group": "group-" + strconv.Itoa(i%10)},
+	})
+	return b
+}
+
+// TestIdentityMemory reports the heap the CiliumIdentity table keeps per
+// identity.
+func TestIdentityMemory(t *testing.T) {
+	const n = 5000
+	db := statedb.New()
+	table, err := k8stables.NewCiliumIdentitiesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw [][]byte
+	for i := range n {
+		raw = append(raw, memIdentity(i))
+	}
+	before := liveHeap()
+	txn := db.WriteTxn(table)
+	done := table.RegisterInitializer(txn, "test")
+	txn.Commit()
+	var list []any
+	for _, b := range raw {
+		o := &ciliumv2.CiliumIdentity{}
+		if err := json.Unmarshal(b, o); err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, o)
+	}
+	store := newIdentityStore(db, table, done)
+	if err := store.Replace(list, "1"); err != nil {
+		t.Fatal(err)
+	}
+	list = nil
+	after := liveHeap()
+	if got := table.NumObjects(db.ReadTxn()); got != n {
+		t.Fatalf("%d rows", got)
+	}
+	runtime.KeepAlive(raw)
+	runtime.KeepAlive(store)
+	t.Logf("%.0f B per CiliumIdentity in the table", (float64(after)-float64(before))/n)
+}

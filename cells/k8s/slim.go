@@ -76,3 +76,27 @@ func intern(v string) string {
 	}
 	return unique.Make(v).Value()
 }
+
+// slimIdentity returns a copy of a CiliumIdentity without its managed
+// fields and with the strings of its labels shared with every other
+// identity's (the keys repeat in all of them, the values in many); c is
+// not changed.
+func slimIdentity(c *ciliumv2.CiliumIdentity) *ciliumv2.CiliumIdentity {
+	out := *c
+	out.ManagedFields = nil
+	out.SecurityLabels = internMap(c.SecurityLabels)
+	out.Labels = internMap(c.Labels)
+	return &out
+}
+
+// internMap returns a copy of m with interned keys and values.
+func internMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[intern(k)] = intern(v)
+	}
+	return out
+}

@@ -221,10 +221,11 @@ func CiliumIdentityLabelsKey(c *ciliumv2.CiliumIdentity) string {
 	return labels.FromMap(c.SecurityLabels, "").SortedList()
 }
 
-// NewCiliumIdentitiesTable creates the CiliumIdentity table (indexed also
-// by security labels).
+// NewCiliumIdentitiesTable creates the CiliumIdentity table, indexed also
+// by security labels, and not by namespace (the objects have none: every
+// row would be a leaf under the one empty key).
 func NewCiliumIdentitiesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumIdentity], error) {
-	return NewTable(db, CiliumIdentitiesTable,
+	return newTable(db, CiliumIdentitiesTable,
 		statedb.Indexer[*ciliumv2.CiliumIdentity](CiliumIdentityLabelsIndex))
 }
 
