@@ -92,7 +92,7 @@ func newCEPStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint]
 
 // newIdentityStore returns the reflector's store of CiliumIdentities.
 func newIdentityStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumIdentity], initDone func(statedb.WriteTxn)) *tableStore[*ciliumv2.CiliumIdentity] {
-	return &tableStore[*ciliumv2.CiliumIdentity]{db: db, table: table, init: tables.NewInitGate(initDone), slim: slimIdentity}
+	return &tableStore[*ciliumv2.CiliumIdentity]{db: db, table: table, init: tables.NewInitGate(initDone), slim: newIdentitySlimmer().slim}
 }
 
 var _ cache.ReflectorStore = (*SliceStore)(nil)

@@ -310,7 +310,7 @@ var (
 				c := cs.Cilium().CiliumV2().CiliumIdentities()
 				return typedLW(c.List, c.Watch, fields.Everything())
 			}
-		}, func() func(*ciliumv2.CiliumIdentity) *ciliumv2.CiliumIdentity { return slimIdentity })
+		}, func() func(*ciliumv2.CiliumIdentity) *ciliumv2.CiliumIdentity { return newIdentitySlimmer().slim })
 )
 
 // typedLW lists and watches through a typed client's List and Watch

@@ -1,7 +1,9 @@
 package k8s
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"unique"
 	"weak"
 
@@ -77,16 +79,56 @@ func intern(v string) string {
 	return unique.Make(v).Value()
 }
 
-// slimIdentity returns a copy of a CiliumIdentity without its managed
-// fields and with the strings of its labels shared with every other
-// identity's (the keys repeat in all of them, the values in many); c is
-// not changed.
-func slimIdentity(c *ciliumv2.CiliumIdentity) *ciliumv2.CiliumIdentity {
+// identitySlimmer makes the CiliumIdentities the agent keeps smaller
+// without changing a field's value: no managed fields, the strings of the
+// security labels shared with every other identity's (the keys repeat in
+// all of them, the values in many), and one metadata labels map shared
+// by the identities whose maps are equal (the allocator labels each with
+// its namespace only). Only the reflector's goroutine uses it.
+type identitySlimmer struct {
+	// maps are the shared metadata label maps by their content; reset
+	// when it grows past maxSharedMaps (rows keep the maps they have).
+	maps map[string]map[string]string
+}
+
+const maxSharedMaps = 4096
+
+func newIdentitySlimmer() *identitySlimmer {
+	return &identitySlimmer{maps: map[string]map[string]string{}}
+}
+
+// slim returns a copy of c; c is not changed.
+func (s *identitySlimmer) slim(c *ciliumv2.CiliumIdentity) *ciliumv2.CiliumIdentity {
 	out := *c
 	out.ManagedFields = nil
 	out.SecurityLabels = internMap(c.SecurityLabels)
-	out.Labels = internMap(c.Labels)
+	out.Labels = s.shared(c.Labels)
 	return &out
+}
+
+// shared returns the shared map equal to m (a copy of m the first time).
+func (s *identitySlimmer) shared(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		// NUL cannot occur in a label key or value.
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	if got, ok := s.maps[b.String()]; ok {
+		return got
+	}
+	if len(s.maps) >= maxSharedMaps {
+		clear(s.maps)
+	}
+	out := internMap(m)
+	s.maps[b.String()] = out
+	return out
 }
 
 // internMap returns a copy of m with interned keys and values.
