@@ -145,11 +145,14 @@ func TestCiliumEndpointSliceBadInput(t *testing.T) {
 	createSlice(fmt.Sprintf("bad-%d-good", base), ns, entry("good", base, "10.11.0.1"))
 	createSlice(fmt.Sprintf("bad-%d-ghost", base), ghost, entry("ghost", base+1, "10.11.0.2"))
 	createSlice(fmt.Sprintf("bad-%d-pending", base), ns, entry("pending", base+2, "10.11.0.3"))
+	eventually(t, time.Minute, "the entry of an unknown identity in the agent's CiliumEndpoint table", func() error {
+		if !row(ns + "/pending") {
+			return fmt.Errorf("no row %s/pending", ns)
+		}
+		return nil
+	})
 	expect("a namespace without a Namespace object is used; an unknown identity waits",
 		map[string]int{"10.11.0.1": base, "10.11.0.2": base + 1, "10.11.0.3": 0})
-	if !row(ns + "/pending") {
-		t.Error("the entry of an unknown identity is not in the agent's CiliumEndpoint table")
-	}
 
 	// The identity arrives: the waiting entry enters the ipcache, with no
 	// slice written again.
