@@ -104,7 +104,7 @@ func memCEP(i int) []byte {
 		ObjectMeta: metav1.ObjectMeta{Name: "pod-" + strconv.Itoa(i), Namespace: memNS(id), UID: types.UID(fmt.Sprintf("%08d-1111-2222-3333-444455556666", i)),
 			ResourceVersion: strconv.Itoa(1000 + i), Generation: 1, CreationTimestamp: metav1.NewTime(time.Unix(1700000000, 0)),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-" + strconv.Itoa(i), UID: types.UID(fmt.Sprintf("%08d-aaaa-bbbb-cccc-ddddeeeeffff", i))}},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "cellium-agent", Operation: "Update", APIVersion: "cilium.io/v2"}}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "cellium-agent", Operation: "Update", APIVersion: "cilium.io/v2"}}},
 		Status: ciliumv2.EndpointStatus{
 			ID: int64(1 + i%memPerNode),
 			Identity: &ciliumv2.EndpointIdentity{ID: int64(100000 + id), Labels: []string{
@@ -134,8 +134,8 @@ func memSlice(s, pods int) []byte {
 		n, id := i/memPerNode, i/memPerID
 		ces.Namespace = memNS(id)
 		ces.Endpoints = append(ces.Endpoints, v2alpha1.CoreCiliumEndpoint{Name: "pod-" + strconv.Itoa(i), IdentityID: int64(100000 + id),
-			PodUID:     types.UID(fmt.Sprintf("%08d-aaaa-bbbb-cccc-ddddeeeeffff", i)),
-			Networking: &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: memPodIP(n, i%memPerNode)}}, NodeIP: memNodeIP(n).String()},
+			PodUID:         types.UID(fmt.Sprintf("%08d-aaaa-bbbb-cccc-ddddeeeeffff", i)),
+			Networking:     &ciliumv2.EndpointNetworking{Addressing: ciliumv2.AddressPairList{{IPV4: memPodIP(n, i%memPerNode)}}, NodeIP: memNodeIP(n).String()},
 			ServiceAccount: "default"})
 	}
 	b, _ := json.Marshal(ces)
