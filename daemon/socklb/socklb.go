@@ -61,6 +61,9 @@ type Config struct {
 	// LBSourceRangeAllTypes applies them to the Service's NodePort
 	// frontends as well.
 	LBSourceRangeAllTypes bool `flag:"bpf-lb-source-range-all-types"`
+	// K8sServiceProxyName is the service.kubernetes.io/service-proxy-name
+	// of the Services this agent serves; empty: those without the label.
+	K8sServiceProxyName string `flag:"k8s-service-proxy-name"`
 	// LBMapMax is the capacity of the service, backend and affinity maps
 	// (Cilium's --bpf-lb-map-max).
 	LBMapMax int `flag:"bpf-lb-map-max"`
@@ -89,6 +92,8 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Serve the hostPorts of this node's pods in eBPF (on the node's addresses, or the hostIP; and 127.0.0.1 in the host namespace); from outside the node only with --kube-proxy-replacement=true (the uplink program), which implies it: with both, the portmap CNI chaining is not needed")
 	fs.Bool("enable-svc-source-range-check", def.EnableSVCSourceRangeCheck,
 		"Enable the check of a LoadBalancer Service's loadBalancerSourceRanges in eBPF (with --kube-proxy-replacement=true): clients from outside the node not in them are dropped (drop reason 177); clients inside the cluster are not restricted")
+	fs.String("k8s-service-proxy-name", def.K8sServiceProxyName,
+		"Value of the service.kubernetes.io/service-proxy-name label of the Services cellium serves (empty: every Service without that label); Services labelled service.kubernetes.io/headless are never served")
 	fs.Bool("bpf-lb-source-range-all-types", def.LBSourceRangeAllTypes,
 		"Propagate loadBalancerSourceRanges to the NodePort frontends of the LoadBalancer Service as well")
 	fs.Int("bpf-lb-map-max", def.LBMapMax,
@@ -257,7 +262,7 @@ func register(p params, open Opener) error {
 		return nil
 	}
 	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends,
-		MaxBackendID: uint32(p.Config.LBMapMax - 1)}
+		MaxBackendID: uint32(p.Config.LBMapMax - 1), ServiceProxyName: p.Config.K8sServiceProxyName}
 	if p.Config.KPR() || p.Config.HostPort() {
 		if p.NodeName == "" || p.LocalNode == nil {
 			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")

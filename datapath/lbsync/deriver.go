@@ -51,6 +51,9 @@ type Tables struct {
 	// KubeProxyReplacement.
 	SourceRangeCheck    bool
 	SourceRangeAllTypes bool
+	// ServiceProxyName is lb.Options.ServiceProxyName
+	// (--k8s-service-proxy-name).
+	ServiceProxyName string
 	// MaxBackendID is the highest backend ID handed out (the backends
 	// map's capacity - 1, --bpf-lb-map-max); 0 is MaxBackendID.
 	MaxBackendID uint32
@@ -339,7 +342,7 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
 	var want []*lb.Frontend
 	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs,
-		SourceRangeCheck: d.t.SourceRangeCheck, SourceRangeAllTypes: d.t.SourceRangeAllTypes}
+		SourceRangeCheck: d.t.SourceRangeCheck, SourceRangeAllTypes: d.t.SourceRangeAllTypes, ServiceProxyName: d.t.ServiceProxyName}
 	if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
 		if d.t.Pods != nil {
 			if p, _, ok := d.t.Pods.Get(rtxn, k8stables.NameIndex[*corev1.Pod]().Query(pod)); ok {

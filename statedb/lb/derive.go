@@ -30,6 +30,28 @@ type Options struct {
 	// frontends too.
 	SourceRangeCheck    bool
 	SourceRangeAllTypes bool
+	// ServiceProxyName (--k8s-service-proxy-name) is the
+	// service.kubernetes.io/service-proxy-name of the Services this node
+	// serves; empty: the Services without that label.
+	ServiceProxyName string
+}
+
+// Labels that hand a Service to another proxy, or tell proxies to leave
+// it alone (as kube-proxy and Cilium read them).
+const (
+	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	LabelHeadless         = "service.kubernetes.io/headless"
+)
+
+// Served reports whether a proxy with o serves svc: not when svc has
+// the service.kubernetes.io/headless label, nor when its
+// service.kubernetes.io/service-proxy-name differs from
+// o.ServiceProxyName (absent and empty are the same).
+func (o Options) Served(svc *corev1.Service) bool {
+	if _, ok := svc.Labels[LabelHeadless]; ok {
+		return false
+	}
+	return svc.Labels[LabelServiceProxyName] == o.ServiceProxyName
 }
 
 // ServiceFrontends returns the ClusterIP frontends of svc with their
@@ -45,7 +67,7 @@ func ServiceFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice)
 //
 //   - one frontend per IPv4 ClusterIP (spec.clusterIPs) and TCP or UDP
 //     port; headless Services, ExternalName Services, IPv6 and SCTP have
-//     none;
+//     none, and neither has a Service another proxy serves (o.Served);
 //   - with o.KubeProxyReplacement also, per port, a NodePort frontend
 //     (type NodePort or LoadBalancer, nodePort set) on each of
 //     o.NodeAddrs and on 0.0.0.0, a LoadBalancer frontend on each IPv4
@@ -71,7 +93,7 @@ func ServiceFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice)
 //     with sessionAffinityConfig.clientIP.timeoutSeconds (10800 when
 //     unset, as the API server defaults it).
 func DeriveFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice, o Options) []*Frontend {
-	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName || !o.Served(svc) {
 		return nil
 	}
 	ips := svc.Spec.ClusterIPs

@@ -205,3 +205,34 @@ func TestPickBackendsConditions(t *testing.T) {
 		}
 	}
 }
+
+// Services another proxy serves (service.kubernetes.io/service-proxy-name
+// other than ours) and Services labelled service.kubernetes.io/headless
+// get no frontend, as with kube-proxy and Cilium; with
+// --k8s-service-proxy-name set, only the Services naming it.
+func TestDeriveFrontendsServiceProxyName(t *testing.T) {
+	svc := func(labels map[string]string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", Labels: labels},
+			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.30", Ports: []corev1.ServicePort{{Port: 80}}}}
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		proxy  string
+		want   int
+	}{
+		{nil, "", 1},
+		{map[string]string{LabelServiceProxyName: "foo-bar"}, "", 0},
+		{map[string]string{LabelServiceProxyName: ""}, "", 1},
+		{map[string]string{LabelHeadless: ""}, "", 0},
+		{map[string]string{LabelServiceProxyName: "cellium"}, "cellium", 1},
+		{nil, "cellium", 0},
+		{map[string]string{LabelServiceProxyName: "cellium", LabelHeadless: ""}, "cellium", 0},
+	} {
+		for _, kpr := range []bool{false, true} {
+			got := DeriveFrontends(svc(c.labels), nil, Options{KubeProxyReplacement: kpr, ServiceProxyName: c.proxy})
+			if len(got) != c.want {
+				t.Errorf("labels %v, --k8s-service-proxy-name=%q, kpr %v: %d frontends, want %d", c.labels, c.proxy, kpr, len(got), c.want)
+			}
+		}
+	}
+}
