@@ -143,4 +143,3 @@ func (e *Emitter) event(ctx context.Context, rtxn statedb.ReadTxn, s *lb.Service
 	}
 	return nil
 }
-

@@ -21,7 +21,7 @@ import (
 
 type health struct{ err error }
 
-func (h *health) OK(string)                 { h.err = nil }
+func (h *health) OK(string)                  { h.err = nil }
 func (h *health) Degraded(_ string, e error) { h.err = e }
 
 // Each new state of a Service or pod becomes one Warning Event on it
