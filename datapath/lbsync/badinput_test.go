@@ -112,13 +112,21 @@ func TestDeriverRefusesServiceBeyondServicesMap(t *testing.T) {
 		t.Fatalf("state %+v, want Refused/LBMapFull with 80 entries and --bpf-lb-map-max=20", st)
 	}
 	checkIDs(t, tt.Tables, tt.DB.ReadTxn())
-	// Down to 9 ports (18 entries) beside ns/svc1's 2: it fits exactly.
+	// 9 ports (18 entries, 1 more while a frontend is updated) beside
+	// ns/svc1's 2 do not fit; 8 do.
 	wtxn = tt.DB.WriteTxn(tt.svcs, tt.slices)
 	_, _, _ = tt.svcs.Insert(wtxn, service(2, ports[:9]...))
 	wtxn.Commit()
 	step(t, d)
-	if got := tt.frontendsOf("ns/svc2"); len(got) != 9 {
-		t.Fatalf("ns/svc2 frontends %v, want 9", got)
+	if got := tt.frontendsOf("ns/svc2"); len(got) != 0 {
+		t.Fatalf("ns/svc2 frontends %v, want none (no room to update one)", got)
+	}
+	wtxn = tt.DB.WriteTxn(tt.svcs, tt.slices)
+	_, _, _ = tt.svcs.Insert(wtxn, service(2, ports[:8]...))
+	wtxn.Commit()
+	step(t, d)
+	if got := tt.frontendsOf("ns/svc2"); len(got) != 8 {
+		t.Fatalf("ns/svc2 frontends %v, want 8", got)
 	}
 	if st := tt.state("ns/svc2"); st != nil {
 		t.Fatalf("state after it fits: %+v", st)

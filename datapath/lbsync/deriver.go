@@ -516,10 +516,15 @@ func (d *Deriver) check(wtxn statedb.WriteTxn, name string, want, cur []*lb.Fron
 				f.Address, max(len(f.Backends), len(f.IntBackends)), MaxSlots))
 		}
 	}
-	need := entries(want)
-	if rest := d.total - d.entries[name]; rest+need > d.maxEntries {
-		return limit(fmt.Sprintf("its %d frontends with their backends take %d entries of the services map, %d are free of --bpf-lb-map-max=%d",
-			len(want), need, max(d.maxEntries-rest, 0), d.maxEntries))
+	// An update writes a scope's new slots before it deletes the old
+	// ones (the other bank): room for its largest scope twice.
+	need, spare := entries(want), 0
+	for _, f := range want {
+		spare = max(spare, len(f.Backends), len(f.IntBackends))
+	}
+	if rest := d.total - d.entries[name]; rest+need+spare > d.maxEntries {
+		return limit(fmt.Sprintf("its %d frontends with their backends take %d entries of the services map (and %d more while one is updated), %d are free of --bpf-lb-map-max=%d",
+			len(want), need, spare, max(d.maxEntries-rest, 0), d.maxEntries))
 	}
 	// Backend IDs: the new distinct backends against the free IDs and
 	// those only this Service's current frontends hold.
