@@ -21,10 +21,6 @@ const (
 	// StateDegraded: the Service is served, but some of its endpoints
 	// were skipped (a malformed EndpointSlice).
 	StateDegraded = "Degraded"
-	// StateHostPortInUse: a NodePort or hostPort frontend takes a port a
-	// socket of the host listens on; the frontend wins (as in Cilium)
-	// and the host's socket gets no connections from outside on it.
-	StateHostPortInUse = "HostPortInUse"
 )
 
 // Reasons (ServiceState.Reason, the Event's reason).
@@ -38,9 +34,6 @@ const (
 	// ReasonInvalidEndpoints: endpoints of the Service's EndpointSlices
 	// were skipped.
 	ReasonInvalidEndpoints = "InvalidEndpoints"
-	// ReasonHostPortInUse: a socket of the host listens on a NodePort or
-	// hostPort.
-	ReasonHostPortInUse = "HostPortInUse"
 )
 
 // ServiceState is why a Service (or a pod's hostPorts) is not served as
@@ -50,7 +43,7 @@ type ServiceState struct {
 	// Owner is the Service's "namespace/name", or for a pod's hostPorts
 	// HostPortOwner of the pod ("namespace/name/host-port").
 	Owner string `json:"owner"`
-	// State is StateRefused, StateDegraded or StateHostPortInUse.
+	// State is StateRefused or StateDegraded.
 	State string `json:"state"`
 	// Reason is one of the Reason constants (the Event's reason).
 	Reason string `json:"reason"`
