@@ -274,7 +274,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 		 * frontend's table (include/maglev.h), else at random. */
 		id = lb4_maglev_backend(&p);
 		if (!id) {
-			key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
+			lb4_slot_key(&key, svc, (__u16)(get_prandom_u32() % svc->count) + 1);
 			slot = map_lookup_elem(&cellium_lb4_services, &key);
 			if (!slot)
 				return np_no_service(skb, &p);

@@ -164,7 +164,7 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx, __be32 *addr, __
 			be = map_lookup_elem(&cellium_lb4_backends, &id);
 	}
 	if (!be) {
-		key.slot = (__u16)(get_prandom_u32() % svc->count) + 1;
+		lb4_slot_key(&key, svc, (__u16)(get_prandom_u32() % svc->count) + 1);
 		slot = map_lookup_elem(&cellium_lb4_services, &key);
 		if (!slot)
 			return 0;

@@ -321,6 +321,9 @@ func newFakeAgent() *fakeAgent {
 				`{"address":{"addr":"10.96.0.10","port":53,"proto":17},"service":"kube-system/kube-dns","port-name":"dns","backends":[{"addr":"10.0.1.7","port":53,"proto":17},{"addr":"10.0.2.9","port":53,"proto":17}],"backend-ids":[3,4],"session-affinity":true,"affinity-timeout":10800,"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"address":{"addr":"10.96.0.1","port":443,"proto":6},"service":"default/kubernetes","port-name":"https","backends":[{"addr":"192.168.56.11","port":6443,"proto":6}],"backend-ids":[1],"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"address":{"addr":"10.96.7.7","port":80,"proto":6},"service":"default/web","backends":[],"backend-ids":[],"status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}}]`),
+			"lb-service-states": json.RawMessage(`[` +
+				`{"owner":"default/web","state":"Degraded","reason":"InvalidEndpoints","message":"skipped endpoints: EndpointSlice web-abc: endpoint address \"10.0.0.999\" is not an IP address"},` +
+				`{"owner":"default/big","state":"Refused","reason":"LBMapFull","message":"its 40 frontends with their backends take 80 entries of the services map, 18 are free of --bpf-lb-map-max=20: none of its frontends is served (raise --bpf-lb-map-max, or make the Service smaller)"}]`),
 			"ipcache": json.RawMessage(`[` +
 				`{"prefix":"10.0.1.7/32","identity":48213,"source":"endpoint","owner":"endpoint 1090","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +
 				`{"prefix":"10.0.2.9/32","identity":51234,"source":"cilium-endpoint","owner":"cep default/db-0","host-ip":"192.168.56.12","status":{"kind":"Done","updated-at":"2026-12-01T05:00:00Z"}},` +

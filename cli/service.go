@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -22,7 +23,7 @@ func (a *app) serviceCommand() *cobra.Command {
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the frontends (headed, with kube-proxy replacement, by the backend selection for traffic from outside the node: Random, or Maglev and its table size) with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries; a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
+		Short:   "List the frontends (headed, with kube-proxy replacement, by the backend selection for traffic from outside the node: Random, or Maglev and its table size) with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries, then the Services (or pods' hostPorts) the load balancer refuses (STATE Refused: too large for --bpf-lb-map-max, or a frontend owned by another) or serves with endpoints skipped (Degraded); a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
 		Example: `  cellium service list
   cellium service list -o json`,
 		Args: cobra.NoArgs,
@@ -54,7 +55,20 @@ func (a *app) serviceCommand() *cobra.Command {
 					fmt.Fprintln(a.opts.Out, line)
 				}
 			}
-			return writeServices(a.opts.Out, fes)
+			if err := writeServices(a.opts.Out, fes); err != nil {
+				return err
+			}
+			// The Services refused or degraded; an agent without the
+			// table (older) lists none.
+			raw, err = c.GetStatedbTable(ctx, lb.ServiceStatesTableName)
+			if err != nil {
+				return nil
+			}
+			var states []*lb.ServiceState
+			if err := json.Unmarshal(raw, &states); err != nil {
+				return fmt.Errorf("list the service states: decode the agent's answer: %w", err)
+			}
+			return writeServiceStates(a.opts.Out, states)
 		})
 	}
 	cmd.AddCommand(list)
@@ -80,6 +94,24 @@ func writeServices(w io.Writer, fes []*lb.Frontend) error {
 			// The internal scope, as Cilium shows it: the address with /i.
 			serviceRows(t, f.Address.String()+"/i", f.TypeName(), svc, f.AffinityString(), f.IntBackends, f.IntBackendIDs, f.Status.String())
 		}
+	}
+	return t.flush(w)
+}
+
+// writeServiceStates prints, after a blank line, the Services (and pods'
+// hostPorts) not served as asked, with their state (Refused: none of
+// their frontends is in the maps; Degraded: endpoints skipped), reason
+// and message; nothing when there are none.
+func writeServiceStates(w io.Writer, states []*lb.ServiceState) error {
+	if len(states) == 0 {
+		return nil
+	}
+	slices.SortFunc(states, func(x, y *lb.ServiceState) int { return strings.Compare(x.Owner, y.Owner) })
+	fmt.Fprintln(w)
+	t := newTable()
+	t.row("SERVICE", "STATE", "REASON", "MESSAGE")
+	for _, s := range states {
+		t.row(s.Owner, s.State, s.Reason, s.Message)
 	}
 	return t.flush(w)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/lbevents"
 	"github.com/cellium/cellium/cells/lbhealthserver"
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/monitor"
@@ -71,6 +72,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	// Local, with --kube-proxy-replacement=true (reads the Services and
 	// EndpointSlices tables).
 	lbhealthserver.Cell,
+	// Warning Events on the Services (and pods' hostPorts) the load
+	// balancer refuses or serves degraded (reads lb-service-states).
+	lbevents.Cell,
 )
 
 // Agent is the whole agent.

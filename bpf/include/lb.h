@@ -13,14 +13,18 @@
 /* cellium_lb4_services: a frontend (ClusterIP, port, protocol) has slot 0,
  * whose value holds the number of backends in count and the frontend's
  * flags and session affinity timeout, and slots 1..count, whose values
- * hold a backend ID each. */
+ * hold a backend ID each. The slots are in one of two banks: slot 0 (always
+ * bank 0) flagged LB4_SVC_BANK1 has them in bank 1. The agent writes a new
+ * version of the backends into the bank not in use, then slot 0, then
+ * deletes the old bank's slots: a program sees the old set or the new
+ * one, never a mix (lb4_slot_key). */
 struct lb4_key {
 	__be32 address;
 	__be16 dport;
 	__u8 proto;
 	__u8 scope; /* LB4_SCOPE_EXT or LB4_SCOPE_INT */
 	__u16 slot;
-	__u16 pad2;
+	__u16 bank; /* 0 or 1; slot 0 is in bank 0 */
 };
 
 /* lb4_service.flags (slot 0). */
@@ -34,6 +38,8 @@ struct lb4_key {
  * The agent writes the prefixes before it sets the flag and removes them
  * after it cleared it. */
 #define LB4_SVC_SOURCE_RANGE 0x10
+/* The slots 1..count of this scope are in bank 1 (lb4_key.bank). */
+#define LB4_SVC_BANK1 0x20
 #define LB4_SCOPE_EXT 0
 #define LB4_SCOPE_INT 1
 
@@ -46,6 +52,14 @@ struct lb4_service {
 	__u8 flags;  /* slot 0: LB4_SVC_* */
 	__u8 pad;
 };
+
+/* lb4_slot_key points key (slot 0 of a scope, whose value is svc) at
+ * slot n of the scope's current bank. */
+static __always_inline void lb4_slot_key(struct lb4_key *key, const struct lb4_service *svc, __u16 n)
+{
+	key->slot = n;
+	key->bank = (svc->flags & LB4_SVC_BANK1) ? 1 : 0;
+}
 
 /* cellium_lb4_backends: backend ID -> address and port. */
 struct lb4_backend {

@@ -210,9 +210,12 @@ func NewCell(open Opener) hive.Cell {
 		hive.Config(maglev.DefaultConfig),
 		// The derived tables: rows written by the deriver here, statuses by
 		// the reconcilers here.
-		hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable),
-		// Anyone reads them (cellium statedb lb-frontends).
-		hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable),
+		hive.ProvidePrivate(lb.NewFrontendsTable, lb.NewBackendsTable, lb.NewServiceStatesTable),
+		// Anyone reads them (cellium statedb lb-frontends); the Services
+		// refused or degraded (lb-service-states) are reported as Events
+		// by cells/lbevents.
+		hive.Provide(statedb.RWTable[*lb.Frontend].ToTable, statedb.RWTable[*lb.Backend].ToTable,
+			statedb.RWTable[*lb.ServiceState].ToTable),
 		// Whether the frontends are translated: the ipcache cell marks their
 		// addresses only then, so the datapath drops untranslated packets to
 		// them (174 "Is a ClusterIP").
@@ -236,6 +239,7 @@ type params struct {
 	Slices    statedb.Table[*discoveryv1.EndpointSlice]
 	Frontends statedb.RWTable[*lb.Frontend]
 	Backends  statedb.RWTable[*lb.Backend]
+	States    statedb.RWTable[*lb.ServiceState]
 	// NodeName and LocalNode give the node's addresses and name, for
 	// NodePorts and traffic policy Local; needed with
 	// --kube-proxy-replacement=true only.
@@ -262,7 +266,8 @@ func register(p params, open Opener) error {
 		return nil
 	}
 	t := lbsync.Tables{DB: p.DB, Services: p.Services, Slices: p.Slices, Frontends: p.Frontends, Backends: p.Backends,
-		MaxBackendID: uint32(p.Config.LBMapMax - 1), ServiceProxyName: p.Config.K8sServiceProxyName}
+		MaxBackendID: uint32(p.Config.LBMapMax - 1), MaxServiceEntries: p.Config.LBMapMax, States: p.States,
+		ServiceProxyName: p.Config.K8sServiceProxyName}
 	if p.Config.KPR() || p.Config.HostPort() {
 		if p.NodeName == "" || p.LocalNode == nil {
 			return fmt.Errorf("--kube-proxy-replacement=true or --enable-host-port: the agent has no node name or local-node table (NodePorts and hostPorts need the node's addresses)")

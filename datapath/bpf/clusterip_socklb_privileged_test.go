@@ -210,6 +210,20 @@ func TestPrivilegedProgramClusterIPSocketLB(t *testing.T) {
 		return err
 	})
 	expect174("raw ICMP echo", 1, func() error { return a.rawPing(vip.Addr()) })
+
+	// The backends move to bank 1 (datapath/lbsync writes a new version
+	// there, then slot 0 naming it, then deletes bank 0): the program
+	// follows slot 0's LB4_SVC_BANK1 to the slots of bank 1.
+	if err := lbm.Services.Update([]maps.ServiceSlot{{Frontend: fe, Slot: 1, Bank: 1}, {Frontend: fe}},
+		[]maps.ServiceValue{{BackendID: 1}, {Count: 1, Bank1: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lbm.Services.Delete([]maps.ServiceSlot{{Frontend: fe, Slot: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := clientIn(cg, a.ns.Path(), vip); err != nil || strings.TrimSpace(out) != "peer "+vip.String() {
+		t.Fatalf("client to %s with the slots in bank 1: %v\n%s", vip, err, out)
+	}
 }
 
 // clientIn runs runChild in cgroup cg for a connection from network

@@ -132,7 +132,7 @@ type NodeportLb4Key struct {
 	Proto   uint8
 	Scope   uint8
 	Slot    uint16
-	Pad2    uint16
+	Bank    uint16
 }
 
 type NodeportLb4MaglevKey struct {

@@ -48,6 +48,7 @@ const (
 	svcAffinity = 0x1
 	svcNodePort = 0x2
 	svcLocal    = 0x4
+	svcBank1    = 0x20
 	scopeExt    = 0
 )
 
@@ -253,9 +254,18 @@ func (tp *npTopology) attach(t testing.TB) {
 func (tp *npTopology) service(t testing.TB, port uint16, proto uint8, flags uint8, backends ...uint32) {
 	t.Helper()
 	m := tp.n1.lbServices(t)
+	// Slot 0 flagged svcBank1 (LB4_SVC_BANK1) has its slots in bank 1.
+	bank := uint16(0)
+	if flags&svcBank1 != 0 {
+		bank = 1
+	}
 	key := func(slot uint16) bpf.SockLb4Key {
 		b := tp.n1.ip.As4()
-		return bpf.SockLb4Key{Address: binary.LittleEndian.Uint32(b[:]), Dport: htons(port), Proto: proto, Scope: scopeExt, Slot: slot}
+		k := bpf.SockLb4Key{Address: binary.LittleEndian.Uint32(b[:]), Dport: htons(port), Proto: proto, Scope: scopeExt, Slot: slot}
+		if slot > 0 {
+			k.Bank = bank
+		}
+		return k
 	}
 	if err := m.Put(key(0), bpf.SockLb4Service{Count: uint16(len(backends)), Flags: flags, BackendId: 60}); err != nil {
 		t.Fatal(err)
@@ -355,8 +365,9 @@ func testNodePort(t *testing.T, tunnel bool) {
 	n1 := tp.n1.ip.String()
 	tp.service(t, 30080, syscall.IPPROTO_TCP, svcNodePort, 1)
 	tp.service(t, 30080, syscall.IPPROTO_UDP, svcNodePort, 11)
-	tp.service(t, 30081, syscall.IPPROTO_TCP, svcNodePort, 2)
-	tp.service(t, 30081, syscall.IPPROTO_UDP, svcNodePort, 12)
+	// Port 30081's slots are in bank 1, as after an update by lbsync.
+	tp.service(t, 30081, syscall.IPPROTO_TCP, svcNodePort|svcBank1, 2)
+	tp.service(t, 30081, syscall.IPPROTO_UDP, svcNodePort|svcBank1, 12)
 	tp.service(t, 30082, syscall.IPPROTO_TCP, svcNodePort|svcLocal, 1)
 	tp.service(t, 30082, syscall.IPPROTO_UDP, svcNodePort|svcLocal, 11)
 	tp.service(t, 30083, syscall.IPPROTO_TCP, svcNodePort)

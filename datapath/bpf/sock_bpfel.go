@@ -53,7 +53,7 @@ type SockLb4Key struct {
 	Proto   uint8
 	Scope   uint8
 	Slot    uint16
-	Pad2    uint16
+	Bank    uint16
 }
 
 type SockLb4ReverseSkKey struct {

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	lbmaps "github.com/cellium/cellium/datapath/maps"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
@@ -57,6 +58,14 @@ type Tables struct {
 	// MaxBackendID is the highest backend ID handed out (the backends
 	// map's capacity - 1, --bpf-lb-map-max); 0 is MaxBackendID.
 	MaxBackendID uint32
+	// MaxServiceEntries is the services map's capacity (--bpf-lb-map-max):
+	// a Service whose frontends and backend slots would not fit beside
+	// the others' is refused whole; 0 is maps.DefaultLBMapMax.
+	MaxServiceEntries int
+	// States, when set, gets a row per Service (or pod's hostPorts) not
+	// served as asked: refused (too large for the maps, a frontend owned
+	// by another) or degraded (endpoints skipped).
+	States statedb.RWTable[*lb.ServiceState]
 }
 
 // Deriver keeps the lb-frontends and lb-backends tables derived from the
@@ -95,6 +104,16 @@ type Deriver struct {
 	// derived NodePorts on; nodeW closes when its row changes.
 	nodeAddrs []netip.Addr
 	nodeW     <-chan struct{}
+	// entries are the services map entries (slot 0s and slots) each
+	// Service's frontends take, total their sum; maxEntries is the map's
+	// capacity.
+	entries    map[string]int
+	total      int
+	maxEntries int
+	// refused are the Services refused at their last derivation: they
+	// are derived again at every step (room may have been made, the
+	// owner of their frontend gone).
+	refused map[string]bool
 }
 
 // bookkeeping is the deriver's memory of the tables, saved before a step.
@@ -103,14 +122,20 @@ type bookkeeping struct {
 	ids  map[lb.L4Addr]uint32
 	used map[uint32]bool
 	next uint32
+
+	entries map[string]int
+	total   int
+	refused map[string]bool
 }
 
 func (d *Deriver) save() bookkeeping {
-	return bookkeeping{refs: maps.Clone(d.refs), ids: maps.Clone(d.ids), used: maps.Clone(d.used), next: d.next}
+	return bookkeeping{refs: maps.Clone(d.refs), ids: maps.Clone(d.ids), used: maps.Clone(d.used), next: d.next,
+		entries: maps.Clone(d.entries), total: d.total, refused: maps.Clone(d.refused)}
 }
 
 func (d *Deriver) restoreState(b bookkeeping) {
 	d.refs, d.ids, d.used, d.next = b.refs, b.ids, b.used, b.next
+	d.entries, d.total, d.refused = b.entries, b.total, b.refused
 }
 
 // after returns a channel closed after dt.
@@ -131,9 +156,13 @@ func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver
 		t.Frontends.RegisterInitializer(wtxn, "k8s-services"),
 		t.Backends.RegisterInitializer(wtxn, "k8s-services"),
 	), sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
-		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID}
+		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID,
+		entries: map[string]int{}, refused: map[string]bool{}, maxEntries: lbmaps.DefaultLBMapMax}
 	if t.MaxBackendID != 0 {
 		d.maxID = t.MaxBackendID
+	}
+	if t.MaxServiceEntries != 0 {
+		d.maxEntries = t.MaxServiceEntries
 	}
 	wtxn.Commit()
 	return d
@@ -299,6 +328,10 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 	if len(touched) == 0 && !initNow {
 		return svcW, slW, initW, nil
 	}
+	// Something changed: the refused Services may fit now.
+	for name := range d.refused {
+		touched[name] = struct{}{}
+	}
 	// A failed step writes nothing: the bookkeeping goes back to what the
 	// tables hold, and the Services are derived again after a second.
 	saved := d.save()
@@ -309,15 +342,27 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 			initW = after(time.Second)
 		}
 	}()
-	wtxn := d.t.DB.WriteTxn(d.t.Frontends, d.t.Backends)
+	wtables := []statedb.TableMeta{d.t.Frontends, d.t.Backends}
+	if d.t.States != nil {
+		wtables = append(wtables, d.t.States)
+	}
+	wtxn := d.t.DB.WriteTxn(wtables...)
 	defer wtxn.Abort()
 	var released []lb.L4Addr
-	for _, name := range d.syncOrder(rtxn, touched) {
-		rel, err := d.syncService(rtxn, wtxn, name)
-		if err != nil {
-			return svcW, slW, initW, fmt.Errorf("service %s: %w", name, err)
+	order := d.syncOrder(rtxn, touched)
+	// A Service refused in the first pass gets a second: a frontend it
+	// wants may have been freed by one after it in the order.
+	for pass := range 2 {
+		for _, name := range order {
+			if pass == 1 && !d.refused[name] {
+				continue
+			}
+			rel, err := d.syncService(rtxn, wtxn, name)
+			if err != nil {
+				return svcW, slW, initW, fmt.Errorf("service %s: %w", name, err)
+			}
+			released = append(released, rel...)
 		}
-		released = append(released, rel...)
 	}
 	for _, b := range released {
 		if n, ok := d.refs[b]; !ok || n > 0 {
@@ -338,9 +383,12 @@ func (d *Deriver) Step() (svcW, slW, initW <-chan struct{}, err error) {
 
 // syncService rewrites the frontends of Service name and returns the
 // backends whose reference it dropped (deleted by the caller if nobody
-// took them again).
+// took them again). A Service that does not fit the maps, or one of whose
+// frontends another Service (or pod) owns, is refused whole: it keeps no
+// frontend, and its States row says why.
 func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name string) ([]lb.L4Addr, error) {
 	var want []*lb.Frontend
+	var problems []string
 	o := lb.Options{KubeProxyReplacement: d.t.KubeProxyReplacement, NodeName: d.t.NodeName, NodeAddrs: d.nodeAddrs,
 		SourceRangeCheck: d.t.SourceRangeCheck, SourceRangeAllTypes: d.t.SourceRangeAllTypes, ServiceProxyName: d.t.ServiceProxyName}
 	if pod, ok := strings.CutSuffix(name, lb.HostPortSuffix); ok {
@@ -355,27 +403,34 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 			sls = append(sls, s)
 		}
 		want = lb.DeriveFrontends(svc, sls, o)
+		problems = lb.EndpointSliceProblems(svc, sls)
+	}
+	// Current frontends of the Service: their references go.
+	var cur []*lb.Frontend
+	for f := range d.t.Frontends.List(wtxn, lb.FrontendServiceIndex.Query(name)) {
+		if f.Status.Kind != reconciler.StatusPendingDelete {
+			cur = append(cur, f)
+		}
+	}
+	state := d.check(wtxn, name, want, cur)
+	delete(d.refused, name)
+	switch {
+	case state != nil:
+		want = nil
+		d.refused[name] = true
+	case len(problems) > 0:
+		state = &lb.ServiceState{Owner: name, State: lb.StateDegraded, Reason: lb.ReasonInvalidEndpoints,
+			Message: "skipped endpoints: " + joinLimited(problems, 5)}
+	}
+	if err := d.writeState(wtxn, name, state); err != nil {
+		return nil, err
 	}
 	var released []lb.L4Addr
 	wanted := map[lb.L4Addr]bool{}
 	for _, f := range want {
 		wanted[f.Address] = true
 	}
-	// Current frontends of the Service, and rows of the wanted addresses
-	// that another Service held: their references go.
-	var cur []*lb.Frontend
-	for f := range d.t.Frontends.List(wtxn, lb.FrontendServiceIndex.Query(name)) {
-		cur = append(cur, f)
-	}
-	for _, f := range want {
-		if o, _, ok := d.t.Frontends.Get(wtxn, lb.FrontendAddressIndex.Query(f.Address)); ok && o.Service != name {
-			cur = append(cur, o)
-		}
-	}
 	for _, f := range cur {
-		if f.Status.Kind == reconciler.StatusPendingDelete {
-			continue
-		}
 		all, _ := f.AllBackends()
 		for _, b := range all {
 			d.refs[b]--
@@ -386,6 +441,12 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 				return nil, err
 			}
 		}
+	}
+	d.total -= d.entries[name]
+	delete(d.entries, name)
+	if n := entries(want); n > 0 {
+		d.entries[name] = n
+		d.total += n
 	}
 	for _, f := range want {
 		var err error
@@ -406,6 +467,133 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 		}
 	}
 	return released, nil
+}
+
+// entries returns the services map entries fs take: per scope its slot 0
+// and one slot per backend.
+func entries(fs []*lb.Frontend) int {
+	n := 0
+	for _, f := range fs {
+		n += 1 + len(f.Backends)
+		if f.TwoScopes {
+			n += 1 + len(f.IntBackends)
+		}
+	}
+	return n
+}
+
+// MaxSlots is the most backends one frontend scope has in the services
+// map (its slots are numbered 1..65535 and slot 0 counts them in 16 bits).
+const MaxSlots = 65535
+
+// check returns why Service name cannot have the frontends want in place
+// of its current ones cur (nil when it can): a frontend another Service
+// or pod owns (the first owner keeps it, as in Cilium), a scope with more
+// backends than MaxSlots, more services map entries or more new distinct
+// backends than the maps have room for beside the other Services'.
+func (d *Deriver) check(wtxn statedb.WriteTxn, name string, want, cur []*lb.Frontend) *lb.ServiceState {
+	kind := "Service"
+	if strings.HasSuffix(name, lb.HostPortSuffix) {
+		kind = "pod"
+	}
+	for _, f := range want {
+		o, _, ok := d.t.Frontends.Get(wtxn, lb.FrontendAddressIndex.Query(f.Address))
+		if !ok || o.Service == name || o.Status.Kind == reconciler.StatusPendingDelete {
+			continue
+		}
+		owner := "Service " + o.Service
+		if pod, ok := strings.CutSuffix(o.Service, lb.HostPortSuffix); ok {
+			owner = "the hostPort of pod " + pod
+		}
+		return &lb.ServiceState{Owner: name, State: lb.StateRefused, Reason: lb.ReasonFrontendConflict,
+			Message: fmt.Sprintf("%s frontend %s is owned by %s: none of this %s's frontends is served until it is free",
+				f.TypeName(), f.Address, owner, kind)}
+	}
+	limit := func(what string) *lb.ServiceState {
+		return &lb.ServiceState{Owner: name, State: lb.StateRefused, Reason: lb.ReasonLBMapFull,
+			Message: what + ": none of its frontends is served (raise --bpf-lb-map-max, or make the Service smaller)"}
+	}
+	for _, f := range want {
+		if len(f.Backends) > MaxSlots || len(f.IntBackends) > MaxSlots {
+			return limit(fmt.Sprintf("frontend %s has %d backends, more than a frontend can have (%d)",
+				f.Address, max(len(f.Backends), len(f.IntBackends)), MaxSlots))
+		}
+	}
+	// An update writes a scope's new slots before it deletes the old
+	// ones (the other bank): room for its largest scope twice.
+	need, spare := entries(want), 0
+	for _, f := range want {
+		spare = max(spare, len(f.Backends), len(f.IntBackends))
+	}
+	if rest := d.total - d.entries[name]; rest+need+spare > d.maxEntries {
+		return limit(fmt.Sprintf("its %d frontends with their backends take %d entries of the services map (and %d more while one is updated), %d are free of --bpf-lb-map-max=%d",
+			len(want), need, spare, max(d.maxEntries-rest, 0), d.maxEntries))
+	}
+	// Backend IDs: the new distinct backends against the free IDs and
+	// those only this Service's current frontends hold.
+	own := map[lb.L4Addr]int{}
+	for _, f := range cur {
+		all, _ := f.AllBackends()
+		for _, b := range all {
+			own[b]++
+		}
+	}
+	wantB := map[lb.L4Addr]bool{}
+	fresh := 0
+	for _, f := range want {
+		all, _ := f.AllBackends()
+		for _, b := range all {
+			if wantB[b] {
+				continue
+			}
+			wantB[b] = true
+			if _, ok := d.ids[b]; !ok {
+				fresh++
+			}
+		}
+	}
+	if fresh == 0 {
+		return nil
+	}
+	free := int(d.maxID) - len(d.used)
+	for b := range d.ids {
+		if d.refs[b]-own[b] <= 0 && !wantB[b] {
+			free++
+		}
+	}
+	if fresh > free {
+		return limit(fmt.Sprintf("it has %d new distinct backends, the backends map has room for %d more of --bpf-lb-map-max=%d",
+			fresh, free, d.maxID+1))
+	}
+	return nil
+}
+
+// writeState makes the States row of name s (nil: none).
+func (d *Deriver) writeState(wtxn statedb.WriteTxn, name string, s *lb.ServiceState) error {
+	if d.t.States == nil {
+		return nil
+	}
+	old, _, ok := d.t.States.Get(wtxn, lb.ServiceStateOwnerIndex.Query(name))
+	switch {
+	case s == nil && ok:
+		if _, _, err := d.t.States.Delete(wtxn, old); err != nil {
+			return fmt.Errorf("delete state of %s: %w", name, err)
+		}
+	case s != nil && (!ok || *old != *s):
+		if _, _, err := d.t.States.Insert(wtxn, s); err != nil {
+			return fmt.Errorf("write state of %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// joinLimited joins the first n of ss with "; " and says how many more
+// there are.
+func joinLimited(ss []string, n int) string {
+	if len(ss) <= n {
+		return strings.Join(ss, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(ss[:n], "; "), len(ss)-n)
 }
 
 // syncOrder orders the touched Services for a step: the deleted ones

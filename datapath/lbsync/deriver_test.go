@@ -1,12 +1,12 @@
 package lbsync
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cilium/statedb"
@@ -279,10 +279,15 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // A step that fails (here: out of backend IDs) writes nothing and leaves
 // the bookkeeping as the tables are; the Service is derived again later
 // and succeeds once it fits.
-func TestDeriverFailedStepRollsBack(t *testing.T) {
+func TestDeriverRefusesServiceBeyondBackendIDs(t *testing.T) {
 	tt := newTables(t)
 	// --bpf-lb-map-max=3: backend IDs 1 and 2.
 	tt.Tables.MaxBackendID = 2
+	states, err := lb.NewServiceStatesTable(tt.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt.States = states
 	d := NewDeriver(tt.Tables, nil)
 	if err := d.Subscribe(); err != nil {
 		t.Fatal(err)
@@ -295,37 +300,49 @@ func TestDeriverFailedStepRollsBack(t *testing.T) {
 	if _, _, _, err := d.Step(); err != nil {
 		t.Fatal(err)
 	}
-	// Service 2 needs two more backends: one ID is left.
+	// Service 2 needs two more backends: one ID is left. It is refused
+	// whole (no frontend of it), with a state; service 1 stays; a third
+	// Service that fits is served in the same step.
 	wtxn = tt.DB.WriteTxn(tt.svcs, tt.slices)
 	_, _, _ = tt.svcs.Insert(wtxn, service(2, "http TCP 80"))
 	_, _, _ = tt.slices.Insert(wtxn, slice("b", 2, map[int]bool{2: true, 3: true}, "http TCP 8080"))
+	_, _, _ = tt.svcs.Insert(wtxn, service(3, "http TCP 80"))
+	_, _, _ = tt.slices.Insert(wtxn, slice("c", 3, map[int]bool{1: true}, "http TCP 8080"))
 	wtxn.Commit()
-	_, _, retry, err := d.Step()
-	if !errors.Is(err, ErrNoBackendID) {
-		t.Fatalf("step: %v, want ErrNoBackendID", err)
+	if _, _, _, err := d.Step(); err != nil {
+		t.Fatalf("step: %v (a Service that does not fit must not fail the others)", err)
 	}
 	txn := tt.DB.ReadTxn()
-	if got := content(t, tt.Tables, txn); len(got) != 1 {
-		t.Fatalf("frontends after the failed step: %v", got)
+	if got, want := content(t, tt.Tables, txn), []string{
+		"10.96.0.1:80/TCP ns/svc1:http [10.0.0.1:8080/TCP]",
+		"10.96.0.3:80/TCP ns/svc3:http [10.0.0.1:8080/TCP]",
+	}; !slices.Equal(got, want) {
+		t.Fatalf("frontends: %v, want %v", got, want)
 	}
 	checkIDs(t, tt.Tables, txn)
-	if len(d.refs) != 1 || len(d.used) != 1 {
-		t.Fatalf("bookkeeping not rolled back: refs %v, used %v", d.refs, d.used)
+	st, _, ok := states.Get(txn, lb.ServiceStateOwnerIndex.Query("ns/svc2"))
+	if !ok || st.State != lb.StateRefused || st.Reason != lb.ReasonLBMapFull || !strings.Contains(st.Message, "--bpf-lb-map-max=3") {
+		t.Fatalf("state of ns/svc2: %+v, want Refused/LBMapFull naming --bpf-lb-map-max=3", st)
 	}
-	// Service 1 goes, freeing its ID: the retry derives service 2 (which
-	// did not change itself).
-	<-retry
+	// Service 1 and 3 go, freeing the ID: service 2 (which did not
+	// change itself) is served and its state goes.
 	wtxn = tt.DB.WriteTxn(tt.svcs)
 	_, _, _ = tt.svcs.Delete(wtxn, service(1))
+	_, _, _ = tt.svcs.Delete(wtxn, service(3))
 	wtxn.Commit()
 	if _, _, _, err := d.Step(); err != nil {
 		t.Fatal(err)
 	}
 	txn = tt.DB.ReadTxn()
-	if got, want := content(t, tt.Tables, txn), []string{"10.96.0.2:80/TCP ns/svc2:http [10.0.0.2:8080/TCP 10.0.0.3:8080/TCP]"}; !slices.Equal(got, want) {
+	if got, want := content(t, tt.Tables, txn), []string{
+		"10.96.0.2:80/TCP ns/svc2:http [10.0.0.2:8080/TCP 10.0.0.3:8080/TCP]",
+	}; !slices.Equal(got, want) {
 		t.Fatalf("frontends: %v, want %v", got, want)
 	}
 	checkIDs(t, tt.Tables, txn)
+	if st, _, ok := states.Get(txn, lb.ServiceStateOwnerIndex.Query("ns/svc2")); ok {
+		t.Fatalf("state of ns/svc2 after it fits: %+v", st)
+	}
 }
 
 // With kube-proxy replacement the tables are initialized (and the maps

@@ -14,6 +14,9 @@
 //     reconciler (statedb/reconciler). A frontend is written only once
 //     all its backends are in the backends map, slots first and the
 //     count last, so a program never picks a slot that is not there yet;
+//     a new version goes into the slot bank the frontend's slot 0 does not
+//     name, slot 0 then switches to it (LB4_SVC_BANK1) and the old bank
+//     is deleted: a reader sees the old backends or the new, never a mix;
 //     a frontend with two scopes gets its internal scope written before
 //     the external slot 0 announces it.
 //     FrontendOps also keeps cellium_lb4_affinity_match, the (frontend,

@@ -168,12 +168,20 @@ func (o *FrontendOps) removeRanges(fe lb.L4Addr, keep []netip.Prefix) error {
 	return nil
 }
 
+// bankOf is the bank number of the slots slot 0 value v announces.
+func bankOf(v maps.ServiceValue) uint8 {
+	if v.Bank1 {
+		return 1
+	}
+	return 0
+}
+
 // slotIDs returns the backend IDs of slots 1..n of frontend fe's scope in
-// the map.
-func (o *FrontendOps) slotIDs(fe lb.L4Addr, scope uint8, n int) ([]uint32, error) {
+// bank bank of the map.
+func (o *FrontendOps) slotIDs(fe lb.L4Addr, scope, bank uint8, n int) ([]uint32, error) {
 	var ids []uint32
 	for s := 1; s <= n; s++ {
-		v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s)})
+		v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s), Bank: bank})
 		if err != nil {
 			return nil, err
 		}
@@ -185,13 +193,13 @@ func (o *FrontendOps) slotIDs(fe lb.L4Addr, scope uint8, n int) ([]uint32, error
 }
 
 // scopeIDs returns slot 0 of frontend fe's scope, whether it exists, and
-// the backend IDs of its slots.
+// the backend IDs of its slots (in the bank it names).
 func (o *FrontendOps) scopeIDs(fe lb.L4Addr, scope uint8) (maps.ServiceValue, bool, []uint32, error) {
 	v, ok, err := o.m.Lookup(maps.ServiceSlot{Frontend: fe, Scope: scope})
 	if err != nil || !ok {
 		return v, ok, nil, err
 	}
-	ids, err := o.slotIDs(fe, scope, int(v.Count))
+	ids, err := o.slotIDs(fe, scope, bankOf(v), int(v.Count))
 	return v, ok, ids, err
 }
 
@@ -206,15 +214,22 @@ func matches(fe lb.L4Addr, ids []uint32, except []uint32) []maps.AffinityMatch {
 	return out
 }
 
-// writeScope writes slots 1..n of fe's scope with ids, then slot 0 with
-// zero (its Count set to n), then deletes the slots above n up to
-// oldCount.
-func (o *FrontendOps) writeScope(fe lb.L4Addr, scope uint8, ids []uint32, zero maps.ServiceValue, oldCount int) error {
+// writeScope writes fe's scope with backend IDs ids: when slot 0 exists
+// (old, had), slots 1..n into the bank old does not name, then slot 0
+// with zero (its Count n, naming that bank), then deletes the old bank's
+// slots 1..old.Count; else slots 1..n of bank 0, then slot 0. A program
+// reads slot 0 first and then a slot of the bank it names: it sees the
+// old backends or the new ones, never a mix.
+func (o *FrontendOps) writeScope(fe lb.L4Addr, scope uint8, ids []uint32, zero maps.ServiceValue, old maps.ServiceValue, had bool) error {
 	n := len(ids)
+	bank := uint8(0)
+	if had {
+		bank = 1 - bankOf(old)
+	}
 	keys := make([]maps.ServiceSlot, 0, n)
 	vals := make([]maps.ServiceValue, 0, n)
 	for i, id := range ids {
-		keys = append(keys, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(i + 1)})
+		keys = append(keys, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(i + 1), Bank: bank})
 		vals = append(vals, maps.ServiceValue{BackendID: id})
 	}
 	if n > 0 {
@@ -223,26 +238,30 @@ func (o *FrontendOps) writeScope(fe lb.L4Addr, scope uint8, ids []uint32, zero m
 		}
 	}
 	zero.Count = uint16(n)
+	zero.Bank1 = bank == 1
 	if err := o.m.Update([]maps.ServiceSlot{{Frontend: fe, Scope: scope}}, []maps.ServiceValue{zero}); err != nil {
 		return fmt.Errorf("write count: %w", err)
 	}
-	if oldCount > n {
-		var stale []maps.ServiceSlot
-		for s := n + 1; s <= oldCount; s++ {
-			stale = append(stale, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s)})
+	if had && old.Count > 0 {
+		stale := make([]maps.ServiceSlot, 0, old.Count)
+		for s := 1; s <= int(old.Count); s++ {
+			stale = append(stale, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s), Bank: bankOf(old)})
 		}
 		if err := o.m.Delete(stale); err != nil {
-			return fmt.Errorf("delete slots above %d: %w", n, err)
+			return fmt.Errorf("delete the old bank's slots: %w", err)
 		}
 	}
 	return nil
 }
 
-// deleteScope deletes slot 0 of fe's scope, then its slots 1..n.
+// deleteScope deletes slot 0 of fe's scope, then its slots 1..n of both
+// banks.
 func (o *FrontendOps) deleteScope(fe lb.L4Addr, scope uint8, n int) error {
 	slots := []maps.ServiceSlot{{Frontend: fe, Scope: scope}}
-	for s := 1; s <= n; s++ {
-		slots = append(slots, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s)})
+	for _, bank := range []uint8{0, 1} {
+		for s := 1; s <= n; s++ {
+			slots = append(slots, maps.ServiceSlot{Frontend: fe, Scope: scope, Slot: uint16(s), Bank: bank})
+		}
 	}
 	if err := o.m.Delete(slots[:1]); err != nil {
 		return err
@@ -274,7 +293,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 			return fmt.Errorf("frontend %v: backend %v (ID %d): %w", f.Address, all[i], id, ErrBackendNotReady)
 		}
 	}
-	old, _, oldIDs, err := o.scopeIDs(f.Address, maps.ScopeExt)
+	old, hadExt, oldIDs, err := o.scopeIDs(f.Address, maps.ScopeExt)
 	if err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
 	}
@@ -292,7 +311,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 	}
 	zero := maps.ServiceValue{Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout, NodePort: f.NodePort()}
 	if f.TwoScopes {
-		if err := o.writeScope(f.Address, maps.ScopeInt, f.IntBackendIDs, zero, int(oldInt.Count)); err != nil {
+		if err := o.writeScope(f.Address, maps.ScopeInt, f.IntBackendIDs, zero, oldInt, hadInt); err != nil {
 			return fmt.Errorf("frontend %v internal scope: %w", f.Address, err)
 		}
 	}
@@ -313,7 +332,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 		}
 		ext.SourceRange = len(f.SourceRanges) > 0
 	}
-	if err := o.writeScope(f.Address, maps.ScopeExt, f.BackendIDs, ext, int(old.Count)); err != nil {
+	if err := o.writeScope(f.Address, maps.ScopeExt, f.BackendIDs, ext, old, hadExt); err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
 	}
 	if o.ranges != nil {
@@ -347,7 +366,7 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 		if ok {
 			n = max(n, int(v.Count))
 		}
-		sids, err := o.slotIDs(f.Address, scope, n)
+		sids, err := o.slotIDs(f.Address, scope, bankOf(v), n)
 		if err != nil {
 			return fmt.Errorf("frontend %v: %w", f.Address, err)
 		}
@@ -424,10 +443,14 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 	var zero, rest []maps.ServiceSlot
 	for k := range have {
 		n, ok := want[scopeKey{k.Frontend, k.Scope}]
+		// A slot of the bank its slot 0 does not name (an update that
+		// stopped half way), or without a slot 0, is stray.
+		v0, has0 := have[maps.ServiceSlot{Frontend: k.Frontend, Scope: k.Scope}]
 		switch {
-		case !ok && k.Slot == 0 && k.Scope == maps.ScopeExt:
+		case !ok && k.Slot == 0 && k.Bank == 0 && k.Scope == maps.ScopeExt:
 			zero = append(zero, k)
-		case !ok || int(k.Slot) > n:
+		case !ok || int(k.Slot) > n || (k.Slot == 0 && k.Bank != 0) ||
+			(k.Slot > 0 && (!has0 || k.Bank != bankOf(v0))):
 			rest = append(rest, k)
 		}
 	}

@@ -35,6 +35,9 @@ type fakeLB struct {
 	// failBackends fails every backends map update while set.
 	failBackends bool
 	dangling     []string
+	// afterWrite, when set, is called after each services map write
+	// (Update or Delete call), with the lock held.
+	afterWrite func()
 }
 
 func newFakeLB() *fakeLB {
@@ -90,6 +93,9 @@ func (s fakeServices) Update(keys []dpmaps.ServiceSlot, vals []dpmaps.ServiceVal
 		}
 		s.f.services[k] = vals[i]
 	}
+	if s.f.afterWrite != nil {
+		s.f.afterWrite()
+	}
 	return nil
 }
 
@@ -101,6 +107,9 @@ func (s fakeServices) Delete(keys []dpmaps.ServiceSlot) error {
 			s.f.log = append(s.f.log, fmt.Sprintf("int delete %d", k.Slot))
 		}
 		delete(s.f.services, k)
+	}
+	if s.f.afterWrite != nil {
+		s.f.afterWrite()
 	}
 	return nil
 }
@@ -154,12 +163,12 @@ func (f *fakeLB) resolved() (map[lb.L4Addr][]lb.L4Addr, error) {
 	defer f.mu.Unlock()
 	out := map[lb.L4Addr][]lb.L4Addr{}
 	for k, v := range f.services {
-		if k.Slot != 0 {
+		if k.Slot != 0 || k.Scope != dpmaps.ScopeExt {
 			continue
 		}
 		bs := []lb.L4Addr{}
 		for s := uint16(1); s <= v.Count; s++ {
-			sv, ok := f.services[dpmaps.ServiceSlot{Frontend: k.Frontend, Slot: s}]
+			sv, ok := f.services[dpmaps.ServiceSlot{Frontend: k.Frontend, Slot: s, Bank: bankOf(v)}]
 			if !ok {
 				return nil, fmt.Errorf("%v: slot %d of %d missing", k.Frontend, s, v.Count)
 			}
@@ -174,6 +183,10 @@ func (f *fakeLB) resolved() (map[lb.L4Addr][]lb.L4Addr, error) {
 	for k := range f.services {
 		if _, ok := out[k.Frontend]; !ok {
 			return nil, fmt.Errorf("%v: slot %d without slot 0", k.Frontend, k.Slot)
+		}
+		v0, ok := f.services[dpmaps.ServiceSlot{Frontend: k.Frontend, Scope: k.Scope}]
+		if k.Slot > 0 && (!ok || k.Bank != bankOf(v0) || k.Slot > v0.Count) {
+			return nil, fmt.Errorf("%v: slot %d of bank %d beside slot 0 %+v", k.Frontend, k.Slot, k.Bank, v0)
 		}
 	}
 	// The affinity matches are exactly the (frontend, backend ID) pairs

@@ -40,6 +40,8 @@ const (
 	serviceFlagTwoScopes = 0x8
 	// LB4_SVC_SOURCE_RANGE
 	serviceFlagSourceRange = 0x10
+	// LB4_SVC_BANK1
+	serviceFlagBank1 = 0x20
 )
 
 // Scopes of a frontend's entries (lb4_key.scope, LB4_SCOPE_*).
@@ -53,12 +55,16 @@ const (
 )
 
 // ServiceSlot is a key of cellium_lb4_services: slot 0 of a frontend's
-// scope holds its backend count, slots 1..count a backend ID each.
+// scope holds its backend count, slots 1..count a backend ID each, in the
+// bank slot 0 names (ServiceValue.Bank1).
 type ServiceSlot struct {
 	Frontend lb.L4Addr
 	// Scope is ScopeExt (the zero value) or ScopeInt.
 	Scope uint8
 	Slot  uint16
+	// Bank is 0 or 1: the slots of a new version of the backends go to
+	// the bank not in use, slot 0 (always in bank 0) then switches.
+	Bank uint8
 }
 
 // ServiceValue is a value of cellium_lb4_services.
@@ -83,6 +89,8 @@ type ServiceValue struct {
 	// from outside the node pass only when cellium_lb4_source_range holds
 	// a prefix of their address for the frontend.
 	SourceRange bool
+	// Bank1 is LB4_SVC_BANK1 (slot 0): slots 1..Count are in bank 1.
+	Bank1 bool
 }
 
 // FlagString is slot 0's flags as "nodeport,local,two-scopes" ("-" for
@@ -124,6 +132,9 @@ func (v ServiceValue) bpf() bpf.SockLb4Service {
 	if v.SourceRange {
 		out.Flags |= serviceFlagSourceRange
 	}
+	if v.Bank1 {
+		out.Flags |= serviceFlagBank1
+	}
 	if v.AffinityTimeout != 0 {
 		out.BackendId = v.AffinityTimeout
 	}
@@ -137,7 +148,8 @@ func serviceValue(slot uint16, v *bpf.SockLb4Service) ServiceValue {
 	}
 	out := ServiceValue{Count: v.Count, Affinity: v.Flags&serviceFlagAffinity != 0,
 		NodePort: v.Flags&serviceFlagNodePort != 0, Local: v.Flags&serviceFlagLocal != 0,
-		TwoScopes: v.Flags&serviceFlagTwoScopes != 0, SourceRange: v.Flags&serviceFlagSourceRange != 0}
+		TwoScopes: v.Flags&serviceFlagTwoScopes != 0, SourceRange: v.Flags&serviceFlagSourceRange != 0,
+		Bank1: v.Flags&serviceFlagBank1 != 0}
 	if out.Affinity {
 		out.AffinityTimeout = v.BackendId
 	}
@@ -340,11 +352,13 @@ func lb4Key(k ServiceSlot) (bpf.SockLb4Key, error) {
 	if err != nil {
 		return bpf.SockLb4Key{}, err
 	}
-	return bpf.SockLb4Key{Address: a, Dport: htons(k.Frontend.Port), Proto: k.Frontend.Proto, Scope: k.Scope, Slot: k.Slot}, nil
+	return bpf.SockLb4Key{Address: a, Dport: htons(k.Frontend.Port), Proto: k.Frontend.Proto, Scope: k.Scope, Slot: k.Slot,
+		Bank: uint16(k.Bank)}, nil
 }
 
 func lb4Slot(k *bpf.SockLb4Key) ServiceSlot {
-	return ServiceSlot{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}, Scope: k.Scope, Slot: k.Slot}
+	return ServiceSlot{Frontend: lb.L4Addr{Addr: be32Addr(k.Address), Port: ntohs(k.Dport), Proto: k.Proto}, Scope: k.Scope, Slot: k.Slot,
+		Bank: uint8(k.Bank)}
 }
 
 // Update writes the pairs keys[i] -> vals[i] in one batch where the
