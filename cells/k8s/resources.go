@@ -282,14 +282,6 @@ var (
 				return typedLW(c.List, c.Watch, fields.Everything())
 			}
 		})
-	// CiliumIdentitiesCell mirrors CiliumIdentities.
-	CiliumIdentitiesCell = resource("cilium-identities", "CiliumIdentities", k8stables.NewCiliumIdentitiesTable,
-		func() listWatch {
-			return func(cs Clientset) cache.ListerWatcher {
-				c := cs.Cilium().CiliumV2().CiliumIdentities()
-				return typedLW(c.List, c.Watch, fields.Everything())
-			}
-		})
 )
 
 // typedLW lists and watches through a typed client's List and Watch

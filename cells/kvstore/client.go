@@ -163,6 +163,9 @@ func (c *Client) RunSession(ctx context.Context, h hive.Health) {
 		resp, err := c.etcd.Grant(gctx, ttl)
 		cancel()
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			h.Degraded("grant lease", err)
 			c.log.Warn("Cannot grant kvstore lease; retrying", "endpoints", c.cfg.Endpoints, "error", err)
 			select {
