@@ -297,3 +297,16 @@ func TestIntegrationKVStoreMode(t *testing.T) {
 		t.Errorf("%d master keys, want %d (sets + 3 foreign): %v", len(ids), sets+3, keys)
 	}
 }
+
+// TestKVStoreModeNeedsKVStore: --identity-allocation-mode=kvstore without
+// --kvstore stops the agent at start with an error naming both flags.
+func TestKVStoreModeNeedsKVStore(t *testing.T) {
+	h := hivetest.New(t, []string{"--identity-allocation-mode=kvstore"},
+		hive.Provide(func() k8s.Clientset { return k8s.DisabledClientset() }),
+		hive.Provide(func() k8s.NodeName { return "n" }),
+		kvstore.Cell, k8s.CiliumIdentitiesCell, Cell)
+	err := h.Populate()
+	if err == nil || !strings.Contains(err.Error(), "--kvstore=etcd") {
+		t.Fatalf("got %v, want an error naming --kvstore=etcd", err)
+	}
+}

@@ -76,7 +76,7 @@ func TestEtcdConfigFile(t *testing.T) {
 func TestParseLabelsKey(t *testing.T) {
 	for v, ok := range map[string]bool{
 		"k8s:app=web;k8s:io.kubernetes.pod.namespace=default;": true,
-		"reserved:host=;": true,
+		"reserved:host=;":  true,
 		"":                 false,
 		"k8s:app=web":      false, // no trailing ";"
 		"garbage;":         false,
