@@ -310,3 +310,54 @@ func TestKVStoreModeNeedsKVStore(t *testing.T) {
 		t.Fatalf("got %v, want an error naming --kvstore=etcd", err)
 	}
 }
+
+// TestIntegrationKVStoreIDCollision: two agents allocate two different
+// label sets whose probes start at the same number, at the same time. The
+// create-only master key lets one have it; the other moves on. Each set
+// ends with its own number, and both agents agree.
+func TestIntegrationKVStoreIDCollision(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs etcd")
+	}
+	layout, _ := DefaultConfig.layout()
+	span := uint64(layout.MaxAllocation()-layout.MinAllocation()) + 1
+	// Two label sets with the same first number (a birthday search).
+	seen := map[uint64]string{}
+	var x, y string
+	for i := 0; x == ""; i++ {
+		app := fmt.Sprintf("collide-%d", i)
+		s := probeStart(kvLabels(app).SortedList(), span)
+		if prev, ok := seen[s]; ok {
+			x, y = prev, app
+		}
+		seen[s] = app
+	}
+	e := harness.StartEtcd(t)
+	ctx := ctxTimeout(t, time.Minute)
+	a := startKVAgent(t, e.URL(), "node-a", "10.0.0.1", 30*time.Second)
+	b := startKVAgent(t, e.URL(), "node-b", "10.0.0.2", 30*time.Second)
+	lx, ly := kvLabels(x), kvLabels(y)
+	var (
+		wg     sync.WaitGroup
+		ix, iy Identity
+		ex, ey error
+	)
+	wg.Go(func() { ix, ex = a.alloc.Allocate(ctx, lx) })
+	wg.Go(func() { iy, ey = b.alloc.Allocate(ctx, ly) })
+	wg.Wait()
+	if ex != nil || ey != nil {
+		t.Fatalf("%v, %v", ex, ey)
+	}
+	if ix.ID == iy.ID {
+		t.Fatalf("%s and %s both got %d", lx, ly, ix.ID)
+	}
+	t.Logf("%s and %s both probe from %d: got %d and %d", x, y,
+		layout.MinAllocation()+identity.NumericIdentity(probeStart(lx.SortedList(), span)), ix.ID, iy.ID)
+	// Each agent gets the other's number for the other's labels.
+	if jx, err := b.alloc.Allocate(ctx, lx); err != nil || jx.ID != ix.ID {
+		t.Errorf("agent b got %d (%v) for %s, agent a %d", jx.ID, err, lx, ix.ID)
+	}
+	if jy, err := a.alloc.Allocate(ctx, ly); err != nil || jy.ID != iy.ID {
+		t.Errorf("agent a got %d (%v) for %s, agent b %d", jy.ID, err, ly, iy.ID)
+	}
+}
