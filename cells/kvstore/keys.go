@@ -70,3 +70,12 @@ func ParseIdentityIDKey(key string) (identity.NumericIdentity, bool) {
 	}
 	return id, true
 }
+
+// NodesPrefix + "/" + <cluster> + "/" + <node name> is a node's key; its
+// value is Cilium's pkg/node/types.Node as JSON; leased.
+const NodesPrefix = StatePrefix + "/nodes/v1"
+
+// NodeKey is the key of node name in cluster.
+func NodeKey(cluster, name string) string {
+	return NodesPrefix + "/" + strings.Trim(cluster+"/"+name, "/")
+}
