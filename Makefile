@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down scale bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down scale bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode e2e-services clean
 
 all: build
 
@@ -237,6 +237,17 @@ e2e-conformance: deps k8s-binaries
 ## e2e-conformance-realnode: the same on a cluster of its own with a real node, stopped after the run (root)
 e2e-conformance-realnode: deps k8s-binaries node-binaries
 	$(GO) run ./test/cmd/e2enetpol run --suite conformance --realnode --dir $(DEVDIR)/e2e-conformance --focus "$$FOCUS" --skip "$$CONFORMANCE_SKIP" $(E2E_FLAGS)
+
+## e2e-services: the Services specs of Kubernetes' e2e suite outside Conformance (56 in v1.37.2:
+## NodePort, externalTrafficPolicy/internalTrafficPolicy Local, session affinity and its timeout,
+## terminating endpoints, ExternalIP, hairpin, HealthCheckNodePort, hostPort, the Networking
+## Granular Checks of Services) against `make up`'s cluster (make up KPR=true NODES=3 to judge the
+## kube-proxy replacement); the 2 [Disruptive] specs (SSH to the nodes) and the SCTP ones without
+## SCTP are skipped with their reason. FOCUS=regex narrows them, SERVICES_SKIP=regex leaves some out.
+SERVICES_SKIP ?=
+export SERVICES_SKIP
+e2e-services: deps k8s-binaries
+	$(GO) run ./test/cmd/e2enetpol run --suite services --kubeconfig $(DEVDIR)/kubeconfig --dir $(DEVDIR)/e2e-services --focus "$$FOCUS" --skip "$$SERVICES_SKIP" $(E2E_FLAGS)
 
 ## bench-datapath: one report (root, ~3 min): throughput (iperf3) and request/response rate (sockperf)
 ## between two pods, bare veths vs cellium's programs with a policy, as ratios; policy-update-to-enforced

@@ -21,6 +21,11 @@
  *                    clients outside its loadBalancerSourceRanges
  *                    (DROP_NOT_IN_SRC_RANGE).
  *
+ *   cil_to_netdev    tcx egress of the same devices: the replies of a
+ *                    backend that is the node itself (a hostNetwork pod;
+ *                    its connections go up the stack untranslated at the
+ *                    source) are translated back to the frontend.
+ *
  * Replies of local backends are translated back by cil_from_container
  * (bpf/lxc.c), replies through the tunnel by cil_from_overlay
  * (bpf/overlay.c), both with nodeport_rev_nat (include/nodeport.h).
@@ -35,11 +40,15 @@
 #include "include/lb.h"
 #include "include/nodeport.h"
 #include "include/maglev.h"
+#include "include/dsr.h"
 
 /* The node's IPv4 address on this device in network order, the source
  * address of SNAT (set by the loader per device; 0: the frontend's own
  * address, which is a node address for a NodePort). */
 volatile const __u32 NODEPORT_SNAT_IPV4 = 0;
+/* --bpf-lb-mode: NODEPORT_LB_MODE_SNAT (0, the default), _DSR or _HYBRID
+ * (include/dsr.h). With SNAT the verifier removes every DSR branch. */
+volatile const __u8 NODEPORT_LB_MODE = NODEPORT_LB_MODE_SNAT;
 
 /* BPF_FIB_LKUP_RET_NOT_FWDED: the destination is local (or not unicast). */
 #define NP_FIB_NOT_FWDED 4
@@ -87,10 +96,24 @@ static __always_inline int np_no_service(struct __sk_buff *skb, const struct np_
 	return TC_ACT_SHOT;
 }
 
+/* np_is_host reports whether addr is an address of this node (the FIB
+ * does not forward to it): a hostNetwork backend on the node. */
+static __always_inline int np_is_host(struct __sk_buff *skb, const struct np_pkt *p, __be32 addr)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.family = CELLIUM_AF_INET;
+	fib.ifindex = skb->ingress_ifindex;
+	fib.ipv4_src = p->saddr;
+	fib.ipv4_dst = addr;
+	return fib_lookup(skb, &fib, sizeof(fib), 0) == NP_FIB_NOT_FWDED;
+}
+
 /* np_xlate translates a client's packet to the connection's backend
- * (and, with SNAT, its source to nat_addr:nat_port) and forwards it. */
+ * (and, with SNAT, its source to nat_addr:nat_port) and forwards it, or
+ * for a backend on the node itself (host) passes it up the stack. */
 static __always_inline int np_xlate(struct __sk_buff *skb, const struct np_pkt *p, __be32 backend, __be16 backend_port,
-				    __be32 nat_addr, __be16 nat_port)
+				    __be32 nat_addr, __be16 nat_port, const int host)
 {
 	int ret;
 
@@ -99,6 +122,10 @@ static __always_inline int np_xlate(struct __sk_buff *skb, const struct np_pkt *
 		ret = np_rewrite(skb, p, 1, p->saddr, nat_addr, p->sport, nat_port);
 	if (ret)
 		return np_drop(skb, p, ret, METRIC_INGRESS);
+	if (host) {
+		count(skb->len, REASON_FORWARDED, METRIC_INGRESS);
+		return TC_ACT_OK;
+	}
 	ret = np_forward(skb, p, nat_addr, backend);
 	if (ret < 0)
 		return np_drop(skb, p, -ret, METRIC_INGRESS);
@@ -142,6 +169,7 @@ int cil_from_netdev(struct __sk_buff *skb)
 	struct nodeport_ct4_entry fentry = {};
 	struct nodeport_rev4_key rkey = {};
 	struct nodeport_ct4_key fkey = {};
+	struct endpoint_key ekey = {};
 	struct nodeport_rev4_entry *rev;
 	struct nodeport_ct4_entry *fwd;
 	const struct lb4_service *svc, *slot;
@@ -151,15 +179,21 @@ int cil_from_netdev(struct __sk_buff *skb)
 	__be32 nat_addr;
 	__u32 id = 0;
 	__u64 now;
-	int ret, snat;
+	int ret, snat, host;
 
 	/* A reply from a backend on another node. */
-	ret = nodeport_rev_nat(skb, METRIC_INGRESS, 1);
+	ret = nodeport_rev_nat_uplink(skb);
 	if (ret != NP_NOT_NAT)
 		return ret;
 	if (np_parse(skb, &p))
 		return TC_ACT_OK;
 	now = ktime_get_ns();
+	/* DSR: a connection another node sent to a local backend. */
+	if (NODEPORT_LB_MODE != NODEPORT_LB_MODE_SNAT) {
+		ret = dsr_backend_ingress(skb, &p, now);
+		if (ret != NP_NOT_NAT)
+			return ret;
+	}
 
 	key.address = p.daddr;
 	key.dport = p.dport;
@@ -186,18 +220,25 @@ int cil_from_netdev(struct __sk_buff *skb)
 		id = fwd->backend_id;
 		be = map_lookup_elem(&cellium_lb4_backends, &id);
 		if (be && be->address == fwd->backend && be->port == fwd->backend_port) {
+			/* DSR: the replies never come here, there is no
+			 * reverse entry. */
+			if (NODEPORT_LB_MODE != NODEPORT_LB_MODE_SNAT && (fwd->flags & NODEPORT_F_DSR)) {
+				np_track(&p, &fwd->flags, &fwd->expires, 0, 0, now);
+				return dsr_xlate(skb, &p, fwd->backend, fwd->backend_port);
+			}
 			rkey.backend = fwd->backend;
 			rkey.nat_addr = fwd->nat_addr;
 			rkey.backend_port = fwd->backend_port;
 			rkey.nat_port = fwd->nat_port;
 			rkey.proto = p.proto;
 			rev = map_lookup_elem(&cellium_nodeport_rev4, &rkey);
-			/* Without its reverse entry (evicted, or gone as stale)
+			/* Without its reverse entry (expired, or gone as stale)
 			 * the connection's replies would not be translated: a
 			 * SYN starts it again, anything else is the stack's. */
-			if (rev) {
+			if (rev && rev->expires > now) {
 				np_track(&p, &fwd->flags, &fwd->expires, &rev->flags, &rev->expires, now);
-				return np_xlate(skb, &p, fwd->backend, fwd->backend_port, fwd->nat_addr, fwd->nat_port);
+				return np_xlate(skb, &p, fwd->backend, fwd->backend_port, fwd->nat_addr, fwd->nat_port,
+						fwd->flags & NODEPORT_F_HOST);
 			}
 		}
 		be = 0;
@@ -209,6 +250,13 @@ int cil_from_netdev(struct __sk_buff *skb)
 	 * entry goes to the stack, which resets it. */
 	if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN)) != TCP_SYN)
 		return TC_ACT_OK;
+	/* A client claiming an address of this node's own pods is forged
+	 * (their packets never arrive on an uplink): its connection would
+	 * send the backend's replies, from the frontend, into that pod. */
+	ekey.ip[0] = p.saddr;
+	ekey.family = CELLIUM_AF_INET;
+	if (map_lookup_elem(&cellium_lxc, &ekey))
+		return np_drop(skb, &p, DROP_INVALID_SIP, METRIC_INGRESS);
 	if (svc->count == 0)
 		return np_no_service(skb, &p);
 
@@ -242,7 +290,28 @@ int cil_from_netdev(struct __sk_buff *skb)
 		}
 	}
 
-	snat = !(svc->flags & LB4_SVC_LOCAL);
+	/* A backend on the node itself keeps the client's address: the
+	 * stack would take the node's own as a martian source. */
+	host = np_is_host(skb, &p, be->address);
+	snat = !(svc->flags & LB4_SVC_LOCAL) && !host;
+	/* DSR (include/dsr.h): the client's address is kept; a backend on
+	 * this node replies through cil_from_container as with Local, one on
+	 * another node directly to the client. */
+	if (NODEPORT_LB_MODE != NODEPORT_LB_MODE_SNAT && snat && dsr_proto(NODEPORT_LB_MODE, p.proto)) {
+		snat = 0;
+		if (!dsr_local_endpoint(be->address)) {
+			fentry.expires = now + np_lifetime(p.proto, 0);
+			fentry.backend = be->address;
+			fentry.backend_port = be->port;
+			fentry.nat_addr = p.saddr;
+			fentry.nat_port = p.sport;
+			fentry.backend_id = id;
+			fentry.flags = NODEPORT_F_DSR;
+			if (map_update_elem(&cellium_nodeport_ct4, &fkey, &fentry, BPF_ANY) < 0)
+				return np_drop(skb, &p, DROP_CT_CREATE_FAILED, METRIC_INGRESS);
+			return dsr_xlate(skb, &p, be->address, be->port);
+		}
+	}
 	nat_addr = snat ? (NODEPORT_SNAT_IPV4 ? NODEPORT_SNAT_IPV4 : p.daddr) : p.saddr;
 	rentry.client = p.saddr;
 	rentry.frontend = p.daddr;
@@ -267,12 +336,26 @@ int cil_from_netdev(struct __sk_buff *skb)
 	fentry.nat_addr = nat_addr;
 	fentry.nat_port = rkey.nat_port;
 	fentry.backend_id = id;
-	fentry.flags = rentry.flags;
+	fentry.flags = rentry.flags | (host ? NODEPORT_F_HOST : 0);
 	if (map_update_elem(&cellium_nodeport_ct4, &fkey, &fentry, BPF_ANY) < 0) {
 		map_delete_elem(&cellium_nodeport_rev4, &rkey);
 		return np_drop(skb, &p, DROP_CT_CREATE_FAILED, METRIC_INGRESS);
 	}
-	return np_xlate(skb, &p, fentry.backend, fentry.backend_port, nat_addr, fentry.nat_port);
+	return np_xlate(skb, &p, fentry.backend, fentry.backend_port, nat_addr, fentry.nat_port, host);
+}
+
+/* cil_to_netdev, at the tcx egress of the uplink devices, translates back
+ * the node's own replies of NodePort connections to a hostNetwork backend
+ * on the node (NODEPORT_F_HOST): (node:backend port -> client) becomes
+ * (frontend -> client). Everything else passes untouched. */
+SEC("tcx/egress")
+int cil_to_netdev(struct __sk_buff *skb)
+{
+	int ret = nodeport_rev_nat_host(skb);
+
+	if (ret != NP_NOT_NAT)
+		return ret;
+	return TC_ACT_OK;
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -52,6 +52,21 @@ struct nodeport_ct4_key {
  * reaching the pod directly from the same port after a NodePort connection
  * ended): the stale entry goes and the packet is left alone. */
 #define NODEPORT_F_SYNACK 0x8
+/* The backend is an address of this node (a hostNetwork pod): the
+ * packets go up the node's stack, not forwarded, the client's address is
+ * kept, and the host's replies are translated back on the uplink's egress
+ * (cil_to_netdev). Forward entries only. */
+#define NODEPORT_F_HOST 0x20
+/* Direct server return (--bpf-lb-mode=dsr/hybrid, include/dsr.h): on the
+ * frontend's node a forward entry whose backend is on another node (no
+ * reverse entry there: the replies do not come back), on the backend's
+ * node a reverse entry the DSR option made. */
+#define NODEPORT_F_DSR 0x10
+/* TCP: a segment without SYN went either way (Cilium's seen_non_syn):
+ * until then both entries live CT_LIFETIME_SYN, so the SYNs of a flood
+ * from spoofed clients, answered by nobody, free their entries and SNAT
+ * ports within a minute instead of six hours. */
+#define NODEPORT_F_ESTABLISHED 0x40
 
 struct nodeport_ct4_entry {
 	__u64 expires; /* ktime_get_ns */
@@ -104,10 +119,15 @@ struct nodeport_affinity4_value {
 	__u32 pad;
 };
 
-/* LRU maps are preallocated: 65536 connections at a time per node (about
+/* Plain hashes, not LRU (as cellium_ct4): when one is full a new
+ * connection drops (155, or 167 when no SNAT port could be reserved)
+ * instead of evicting an established connection's entry, which a flood
+ * of SYNs from spoofed clients would otherwise do to every idle
+ * connection. The agent's conntrack GC (datapath/ctgc) deletes expired
+ * entries. Preallocated: 65536 connections at a time per node (about
  * 6 MiB each) cost memory on every node, also with the replacement off. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct nodeport_ct4_key);
 	__type(value, struct nodeport_ct4_entry);
 	__uint(max_entries, 65536);
@@ -115,13 +135,14 @@ struct {
 } cellium_nodeport_ct4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct nodeport_rev4_key);
 	__type(value, struct nodeport_rev4_entry);
 	__uint(max_entries, 65536);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cellium_nodeport_rev4 SEC(".maps");
 
+/* LRU: a client whose entry is evicted only gets a new backend. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct nodeport_affinity4_key);
@@ -311,15 +332,19 @@ static __always_inline __u64 np_lifetime(__u8 proto, __u8 flags)
 {
 	if (flags & NODEPORT_F_CLOSED)
 		return (__u64)CT_LIFETIME_CLOSE * 1000000000ULL;
+	if (proto == IPPROTO_TCP && !(flags & NODEPORT_F_ESTABLISHED))
+		return (__u64)CT_LIFETIME_SYN * 1000000000ULL;
 	if (proto == IPPROTO_TCP)
 		return (__u64)CT_LIFETIME_TCP * 1000000000ULL;
 	return (__u64)CT_LIFETIME_NONTCP * 1000000000ULL;
 }
 
 /* np_track updates an entry's flags and lifetime for a packet of its own
- * direction (flags, expires: the entry's fields; other_flags: the other
- * direction's entry's flags, NULL when it is gone). A RST, or a FIN when
- * the other way has sent one, closes both. */
+ * direction (flags, expires: the entry's fields; other_flags,
+ * other_expires: the other direction's entry's, NULL when it is gone),
+ * and the other entry's lifetime with it. A RST, or a FIN when
+ * the other way has sent one, closes both; the first segment without SYN
+ * establishes both (CT_LIFETIME_TCP instead of CT_LIFETIME_SYN). */
 static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 *expires, __u8 *other_flags,
 				     __u64 *other_expires, __u64 now)
 {
@@ -327,6 +352,8 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	__u64 lt;
 
 	if (p->proto == IPPROTO_TCP) {
+		if (!(p->tcp_flags & TCP_SYN))
+			f |= NODEPORT_F_ESTABLISHED;
 		if (p->tcp_flags & TCP_FIN)
 			f |= NODEPORT_F_FIN;
 		if ((p->tcp_flags & TCP_RST) || ((f & NODEPORT_F_FIN) && other_flags && (*other_flags & NODEPORT_F_FIN)))
@@ -337,6 +364,10 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	if ((f & NODEPORT_F_CLOSED) && other_flags && !(*other_flags & NODEPORT_F_CLOSED)) {
 		*other_flags |= NODEPORT_F_CLOSED;
 		*other_expires = now + np_lifetime(p->proto, NODEPORT_F_CLOSED);
+	} else if ((f & NODEPORT_F_ESTABLISHED) && other_flags && !(*other_flags & NODEPORT_F_ESTABLISHED)) {
+		*other_flags |= NODEPORT_F_ESTABLISHED;
+		if (!(*other_flags & NODEPORT_F_CLOSED))
+			*other_expires = now + np_lifetime(p->proto, NODEPORT_F_ESTABLISHED);
 	}
 	/* Refreshed at most once a second; a closed entry is never
 	 * lengthened. */
@@ -344,18 +375,72 @@ static __always_inline void np_track(const struct np_pkt *p, __u8 *flags, __u64 
 	if (f & NODEPORT_F_CLOSED) {
 		if (*expires > now + lt)
 			*expires = now + lt;
-	} else if (now + lt > *expires + NODEPORT_REFRESH_NS) {
-		*expires = now + lt;
+	} else {
+		if (now + lt > *expires + NODEPORT_REFRESH_NS)
+			*expires = now + lt;
+		/* The connection lives while either way has packets (as
+		 * Cilium's one conntrack entry): a one-way UDP flow keeps its
+		 * reverse entry, whose SNAT port would otherwise be free after
+		 * 60 s for another client of the same backend, whose replies
+		 * would then also carry this client's datagrams' answers. */
+		if (other_flags && !(*other_flags & NODEPORT_F_CLOSED) && now + lt > *other_expires + NODEPORT_REFRESH_NS)
+			*other_expires = now + lt;
 	}
 }
 
-/* nodeport_rev_nat translates a reply of a NodePort connection back,
- * from (backend -> node:NAT port) or (backend -> client, Local) to
- * (frontend -> client), and sends it to the client (np_forward). It
+/* np_from_next_hop tells whether a packet that arrived on an uplink from
+ * saddr came from where this node would send a packet to saddr's node:
+ * the same device and, when the neighbour is known, the next hop's MAC as
+ * its Ethernet source (a reverse path check at layer 2; strict rp_filter
+ * checks only the device, and on a shared wire every host is behind it).
+ * saddr's node is its ipcache tunnel endpoint when it has one (in tunnel
+ * mode the node's replies to this node's address take the wire, not the
+ * tunnel), else saddr itself (native routing). */
+static __always_inline int np_from_next_hop(struct __sk_buff *skb, const struct np_pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipcache_key ikey = {
+		.prefixlen = IPCACHE_STATIC_PREFIX + 32,
+		.family = CELLIUM_AF_INET,
+		.ip = { p->saddr },
+	};
+	struct bpf_fib_lookup fib = {};
+	const struct ipcache_value *v;
+	__u8 *smac = data + 6;
+	long ret;
+	int i;
+
+	v = map_lookup_elem(&cellium_ipcache, &ikey);
+	fib.family = CELLIUM_AF_INET;
+	fib.l4_protocol = p->proto;
+	fib.ifindex = skb->ingress_ifindex;
+	fib.ipv4_src = p->daddr;
+	fib.ipv4_dst = v && v->tunnel_endpoint ? v->tunnel_endpoint : p->saddr;
+	ret = fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (ret == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return fib.ifindex == skb->ingress_ifindex;
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != skb->ingress_ifindex)
+		return 0;
+	if ((void *)(smac + 6) > data_end)
+		return 0;
+	for (i = 0; i < 6; i++)
+		if (smac[i] != fib.dmac[i])
+			return 0;
+	return 1;
+}
+
+/* __nodeport_rev_nat translates a reply of a NodePort connection back,
+ * from (backend -> node:NAT port) or (backend -> client, Local or a
+ * backend on the node itself) to (frontend -> client), and sends it to the
+ * client (np_forward), or with via_stack lets it go on (the reply of the
+ * node itself, already routed by its stack, on the uplink's egress). It
  * returns NP_NOT_NAT for any other packet, else the verdict. dir is the
  * metrics direction of the hook; count_fwd counts a forwarded packet (the
- * caller has not already). */
-static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd)
+ * caller has not already); check_hop: the packet arrived on an uplink and
+ * must come from the backend's next hop (np_from_next_hop). */
+static __always_inline int __nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd,
+					      const int check_hop, const int via_stack)
 {
 	struct nodeport_rev4_key key = {};
 	struct nodeport_ct4_key fkey = {};
@@ -378,6 +463,8 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 	now = ktime_get_ns();
 	if (rev->expires <= now)
 		return NP_NOT_NAT;
+	if (check_hop && !np_from_next_hop(skb, &p))
+		return np_drop(skb, &p, DROP_INVALID_SIP, dir);
 	if (p.proto == IPPROTO_TCP && (p.tcp_flags & TCP_SYN)) {
 		if ((rev->flags & NODEPORT_F_SYNACK) && rev->synack_seq != p.tcp_seq) {
 			map_delete_elem(&cellium_nodeport_rev4, &key);
@@ -399,12 +486,45 @@ static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, con
 		ret = np_rewrite(skb, &p, 0, p.daddr, rev->client, p.dport, rev->client_port);
 	if (ret)
 		return np_drop(skb, &p, ret, dir);
+	if (via_stack) {
+		/* The node's stack routed the reply already. */
+		if (count_fwd)
+			count(skb->len, REASON_FORWARDED, dir);
+		return TC_ACT_OK;
+	}
 	ret = np_forward(skb, &p, rev->frontend, rev->client);
 	if (ret < 0)
 		return np_drop(skb, &p, -ret, dir);
 	if (count_fwd)
 		count(skb->len, REASON_FORWARDED, dir);
 	return ret;
+}
+
+/* nodeport_rev_nat is __nodeport_rev_nat of a packet from a local
+ * backend (bpf/lxc.c, after its source validation) or from the tunnel
+ * (bpf/overlay.c, after its sender check). */
+static __always_inline int nodeport_rev_nat(struct __sk_buff *skb, __u8 dir, const int count_fwd)
+{
+	return __nodeport_rev_nat(skb, dir, count_fwd, 0, 0);
+}
+
+/* nodeport_rev_nat_uplink is __nodeport_rev_nat of a packet arriving on
+ * an uplink (a remote backend's reply, native routing), which must come
+ * from the backend's next hop: anyone else on the wire forging a
+ * backend's reply to a client's NAT port (to inject data into its
+ * connection, or close it with a RST) is dropped with DROP_INVALID_SIP
+ * before the entry is touched. */
+static __always_inline int nodeport_rev_nat_uplink(struct __sk_buff *skb)
+{
+	return __nodeport_rev_nat(skb, METRIC_INGRESS, 1, 1, 0);
+}
+
+/* nodeport_rev_nat_host is __nodeport_rev_nat of the node's own reply
+ * (a hostNetwork backend on the node) at the uplink's egress: routed by
+ * the node's stack already, it only needs its source translated back. */
+static __always_inline int nodeport_rev_nat_host(struct __sk_buff *skb)
+{
+	return __nodeport_rev_nat(skb, METRIC_EGRESS, 1, 0, 1);
 }
 
 #endif /* CELLIUM_NODEPORT_H */

@@ -23,19 +23,62 @@ type claim struct {
 	bootID string
 }
 
-// claims are an owner's statements, by prefix.
-type claims map[netip.Prefix]claim
+// claims are an owner's statements, one per prefix. A slice, not a map:
+// an owner claims one to a few prefixes, and the smallest map costs
+// several times more than such a slice (with one map per remote
+// endpoint, most of the deriver's memory).
+type claims []prefixClaim
 
-func (c claims) add(a netip.Addr, cl claim) {
+// prefixClaim is the claim of one prefix.
+type prefixClaim struct {
+	prefix netip.Prefix
+	claim  claim
+}
+
+// get returns the claim of p.
+func (c claims) get(p netip.Prefix) (claim, bool) {
+	for i := range c {
+		if c[i].prefix == p {
+			return c[i].claim, true
+		}
+	}
+	return claim{}, false
+}
+
+// equal reports whether c and o claim the same prefixes alike, in any
+// order.
+func (c claims) equal(o claims) bool {
+	if len(c) != len(o) {
+		return false
+	}
+	for _, pc := range c {
+		if cl, ok := o.get(pc.prefix); !ok || cl != pc.claim {
+			return false
+		}
+	}
+	return true
+}
+
+// put claims p unless c holds a claim of p of the same or a higher
+// precedence.
+func (c *claims) put(p netip.Prefix, cl claim) {
+	for i := range *c {
+		if pc := &(*c)[i]; pc.prefix == p {
+			if pc.claim.source.Precedence() < cl.source.Precedence() {
+				pc.claim = cl
+			}
+			return
+		}
+	}
+	*c = append(*c, prefixClaim{prefix: p, claim: cl})
+}
+
+func (c *claims) add(a netip.Addr, cl claim) {
 	if !a.IsValid() {
 		return
 	}
 	a = a.Unmap()
-	p := netip.PrefixFrom(a, a.BitLen())
-	if old, ok := c[p]; ok && old.source.Precedence() >= cl.source.Precedence() {
-		return
-	}
-	c[p] = cl
+	c.put(netip.PrefixFrom(a, a.BitLen()), cl)
 }
 
 // Owners name the object a claim comes from; they are also the rows'
@@ -51,7 +94,7 @@ const localNodeOwner = "local-node"
 // endpointClaims: a local endpoint's address has its identity once it has
 // one; the health endpoint's is health (4) from the start.
 func endpointClaims(e *endpoints.Endpoint) claims {
-	c := claims{}
+	var c claims
 	switch {
 	case e.Health:
 		c.add(e.IPv4, claim{id: identity.ReservedIdentityHealth, source: ipcache.SourceHealth})
@@ -64,7 +107,7 @@ func endpointClaims(e *endpoints.Endpoint) claims {
 // localNodeClaims: the node's own addresses and router IP are host (1),
 // its health address health (4).
 func localNodeClaims(n *nodes.LocalNode) claims {
-	c := claims{}
+	var c claims
 	if n == nil {
 		return c
 	}
@@ -79,15 +122,11 @@ func localNodeClaims(n *nodes.LocalNode) claims {
 }
 
 // addPrefix adds the claim of a whole prefix.
-func (c claims) addPrefix(p netip.Prefix, cl claim) {
+func (c *claims) addPrefix(p netip.Prefix, cl claim) {
 	if !p.IsValid() {
 		return
 	}
-	p = p.Masked()
-	if old, ok := c[p]; ok && old.source.Precedence() >= cl.source.Precedence() {
-		return
-	}
-	c[p] = cl
+	c.put(p.Masked(), cl)
 }
 
 // nodeClaims: every address of a node (InternalIP, ExternalIP,
@@ -97,7 +136,7 @@ func (c claims) addPrefix(p netip.Prefix, cl claim) {
 // tunnel endpoint), as Cilium's ipcache has them; a node without an
 // InternalIP gives none, as nothing could be sent there.
 func nodeClaims(n *nodes.Node) claims {
-	c := claims{}
+	var c claims
 	hostIP, _ := n.Address(nodes.AddressInternalIP)
 	// A new boot ID changes every claim of another node: its rows are
 	// written again (the node rebooted and is treated as new).
@@ -126,7 +165,7 @@ func nodeClaims(n *nodes.Node) claims {
 // them first-hand. Nor does a CEP whose status has no identity or no
 // networking yet (its agent is still writing it): no refusal.
 func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool, tr trust) (claims, Refusal) {
-	c := claims{}
+	var c claims
 	st := cep.Status
 	if st.Identity == nil || st.Identity.ID == 0 || st.Networking == nil {
 		return c, ""
@@ -156,9 +195,9 @@ func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool, tr trust
 // cidrClaims: a prefix a policy rule names has its CIDR identity.
 func cidrClaims(ci *policy.CIDRIdentity) claims {
 	if !ci.Prefix.IsValid() {
-		return claims{}
+		return nil
 	}
-	return claims{ci.Prefix.Masked(): {id: ci.Identity, source: ipcache.SourcePolicyCIDR}}
+	return claims{{prefix: ci.Prefix.Masked(), claim: claim{id: ci.Identity, source: ipcache.SourcePolicyCIDR}}}
 }
 
 // frontendClaims: the address of a Service frontend the socket load
@@ -170,7 +209,7 @@ func cidrClaims(ci *policy.CIDRIdentity) claims {
 // addresses outside the cluster (LoadBalancer, externalIPs) that keep
 // the identity they have.
 func frontendClaims(f *lb.Frontend) claims {
-	c := claims{}
+	var c claims
 	if f.TypeName() != lb.TypeClusterIP {
 		return c
 	}

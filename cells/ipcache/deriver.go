@@ -182,6 +182,15 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 	})
 }
 
+// CatchUp consumes the input tables' changes up to now and writes the
+// ipcache rows they touch, once, as Run does on each wake-up (for tests
+// and benchmarks that drive the deriver themselves; call Subscribe
+// first).
+func (d *Deriver) CatchUp() error {
+	_, err := d.step()
+	return err
+}
+
 // watches are the channels that close when the deriver has more to do.
 type watches struct {
 	eps, local, nodes, ceps, cidrs, ids <-chan struct{}
@@ -536,9 +545,9 @@ func (d *Deriver) noteConflict(p netip.Prefix) {
 	case now && !was:
 		d.conflicts[p] = struct{}{}
 		var owners []string
-		for owner, cl := range d.st.byPrefix[p] {
-			if cl.source == ipcache.SourceCiliumEndpoint {
-				owners = append(owners, owner)
+		for _, oc := range d.st.byPrefix[p] {
+			if oc.claim.source == ipcache.SourceCiliumEndpoint {
+				owners = append(owners, oc.owner)
 			}
 		}
 		slices.Sort(owners)

@@ -1,7 +1,6 @@
 package ipcache
 
 import (
-	"maps"
 	"net/netip"
 
 	"github.com/cellium/cellium/statedb/identity"
@@ -13,15 +12,49 @@ import (
 // deriver's goroutine touches it.
 type state struct {
 	byOwner  map[string]claims
-	byPrefix map[netip.Prefix]map[string]claim
+	byPrefix map[netip.Prefix]ownerClaims
 	// cidrs are the prefixes policy CIDR rules name, with their CIDR
 	// identities: a row inside one (a pod's address in an ipBlock) carries
 	// the most specific one's identity as its CIDRIdentity.
 	cidrs map[netip.Prefix]identity.NumericIdentity
 }
 
+// ownerClaims are the claims of one prefix, one per owner (a slice for
+// the reason claims is one: most prefixes have one owner).
+type ownerClaims []ownerClaim
+
+// ownerClaim is one owner's claim of a prefix.
+type ownerClaim struct {
+	owner string
+	claim claim
+}
+
+// without returns o without owner's claim; it may reuse o's array.
+func (o ownerClaims) without(owner string) ownerClaims {
+	for i := range o {
+		if o[i].owner == owner {
+			last := len(o) - 1
+			o[i] = o[last]
+			o[last] = ownerClaim{}
+			return o[:last]
+		}
+	}
+	return o
+}
+
+// with returns o with owner's claim cl; it may reuse o's array.
+func (o ownerClaims) with(owner string, cl claim) ownerClaims {
+	for i := range o {
+		if o[i].owner == owner {
+			o[i].claim = cl
+			return o
+		}
+	}
+	return append(o, ownerClaim{owner: owner, claim: cl})
+}
+
 func newState() *state {
-	return &state{byOwner: map[string]claims{}, byPrefix: map[netip.Prefix]map[string]claim{},
+	return &state{byOwner: map[string]claims{}, byPrefix: map[netip.Prefix]ownerClaims{},
 		cidrs: map[netip.Prefix]identity.NumericIdentity{}}
 }
 
@@ -61,30 +94,28 @@ func (s *state) cidrFor(p netip.Prefix) identity.NumericIdentity {
 // prefixes whose claims changed to touched.
 func (s *state) set(owner string, c claims, touched map[netip.Prefix]struct{}) {
 	old := s.byOwner[owner]
-	if maps.Equal(old, c) {
+	if old.equal(c) {
 		return
 	}
-	for p := range old {
-		if _, keep := c[p]; keep {
+	for _, pc := range old {
+		p := pc.prefix
+		if _, keep := c.get(p); keep {
 			continue
 		}
 		touched[p] = struct{}{}
-		delete(s.byPrefix[p], owner)
-		if len(s.byPrefix[p]) == 0 {
+		if rest := s.byPrefix[p].without(owner); len(rest) == 0 {
 			delete(s.byPrefix, p)
+		} else {
+			s.byPrefix[p] = rest
 		}
 	}
-	for p, cl := range c {
-		if o, ok := old[p]; ok && o == cl {
+	for _, pc := range c {
+		p, cl := pc.prefix, pc.claim
+		if o, ok := old.get(p); ok && o == cl {
 			continue
 		}
 		touched[p] = struct{}{}
-		m := s.byPrefix[p]
-		if m == nil {
-			m = map[string]claim{}
-			s.byPrefix[p] = m
-		}
-		m[owner] = cl
+		s.byPrefix[p] = s.byPrefix[p].with(owner, cl)
 	}
 	if len(c) == 0 {
 		delete(s.byOwner, owner)
@@ -124,7 +155,8 @@ func (s *state) winner(p netip.Prefix) (*ipcache.Entry, bool) {
 // the owner that sorts first), leaving the CiliumEndpoints' out if
 // withoutCEPs.
 func (s *state) best(p netip.Prefix, withoutCEPs bool) (best claim, bestOwner string, found bool) {
-	for owner, cl := range s.byPrefix[p] {
+	for _, oc := range s.byPrefix[p] {
+		owner, cl := oc.owner, oc.claim
 		if withoutCEPs && cl.source == ipcache.SourceCiliumEndpoint {
 			continue
 		}
@@ -142,7 +174,8 @@ func (s *state) disagree(p netip.Prefix, source ipcache.Source) bool {
 		first claim
 		seen  bool
 	)
-	for _, cl := range s.byPrefix[p] {
+	for _, oc := range s.byPrefix[p] {
+		cl := oc.claim
 		if cl.source != source {
 			continue
 		}

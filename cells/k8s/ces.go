@@ -3,6 +3,7 @@ package k8s
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/cilium/statedb"
@@ -69,7 +70,11 @@ var AgentCiliumEndpointsCell = hive.Module("cilium-endpoints", "CiliumEndpoints,
 
 func registerCEPsOrSlices(cfg SliceConfig, db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], cs Clientset, jobs hive.Jobs) error {
 	if !cfg.EnableCiliumEndpointSlice {
-		return registerReflector(db, table, cs, ciliumEndpointsLW, jobs)
+		txn := db.WriteTxn(table)
+		done := table.RegisterInitializer(txn, "k8s-reflector")
+		txn.Commit()
+		addReflectorJob(jobs, table.Name(), cs, ciliumEndpointsLW, &ciliumv2.CiliumEndpoint{}, newCEPStore(db, table, done))
+		return nil
 	}
 	txn := db.WriteTxn(table)
 	done := table.RegisterInitializer(txn, "k8s-slice-reflector")
@@ -79,6 +84,17 @@ func registerCEPsOrSlices(cfg SliceConfig, db *statedb.DB, table statedb.RWTable
 	return nil
 }
 
+// newCEPStore returns the reflector's store of CiliumEndpoints, which
+// keeps them slimmed (see cepSlimmer).
+func newCEPStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], initDone func(statedb.WriteTxn)) *tableStore[*ciliumv2.CiliumEndpoint] {
+	return &tableStore[*ciliumv2.CiliumEndpoint]{db: db, table: table, init: tables.NewInitGate(initDone), slim: newCEPSlimmer().slim}
+}
+
+// newIdentityStore returns the reflector's store of CiliumIdentities.
+func newIdentityStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumIdentity], initDone func(statedb.WriteTxn)) *tableStore[*ciliumv2.CiliumIdentity] {
+	return &tableStore[*ciliumv2.CiliumIdentity]{db: db, table: table, init: tables.NewInitGate(initDone), slim: newIdentitySlimmer().slim}
+}
+
 var _ cache.ReflectorStore = (*SliceStore)(nil)
 
 // SliceStore is a reflector's store of CiliumEndpointSlices that keeps a
@@ -86,22 +102,35 @@ var _ cache.ReflectorStore = (*SliceStore)(nil)
 // that two slices hold for a moment (the operator moves it: it writes the
 // slice it joins before the one it leaves) is taken from the slice
 // written last (the higher resourceVersion).
+//
+// It keeps no slice: only the names of each slice's endpoints and, for
+// each endpoint, the CiliumEndpoint each of its slices makes of it (the
+// table's row is one of them), so an endpoint costs one CiliumEndpoint
+// and not a slice's entry too.
 type SliceStore struct {
 	db    *statedb.DB
 	table statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	init  tables.InitGate
+	slim  *cepSlimmer
 
-	// slices by name, and the names of the slices holding each
-	// endpoint ("namespace/name").
-	slices  map[string]*v2alpha1.CiliumEndpointSlice
-	holders map[string]map[string]struct{}
+	// slices are the keys ("namespace/name") of each slice's endpoints,
+	// by slice name; holders what the slices holding each endpoint say
+	// of it, by key.
+	slices  map[string][]string
+	holders map[string][]heldCEP
+}
+
+// heldCEP is one slice's CiliumEndpoint.
+type heldCEP struct {
+	slice, resourceVersion string
+	cep                    *ciliumv2.CiliumEndpoint
 }
 
 // NewSliceStore returns a store that writes table; initDone (nil: none)
 // is called in the transaction of the first Replace.
 func NewSliceStore(db *statedb.DB, table statedb.RWTable[*ciliumv2.CiliumEndpoint], initDone func(statedb.WriteTxn)) *SliceStore {
-	s := &SliceStore{db: db, table: table,
-		slices: map[string]*v2alpha1.CiliumEndpointSlice{}, holders: map[string]map[string]struct{}{}}
+	s := &SliceStore{db: db, table: table, slim: newCEPSlimmer(),
+		slices: map[string][]string{}, holders: map[string][]heldCEP{}}
 	if initDone != nil {
 		s.init.Add(initDone)
 	}
@@ -158,64 +187,73 @@ func (s *SliceStore) Replace(list []any, _ string) error {
 }
 
 func (s *SliceStore) forget(name string, touched map[string]struct{}) {
-	old, ok := s.slices[name]
+	keys, ok := s.slices[name]
 	if !ok {
 		return
 	}
 	delete(s.slices, name)
-	for i := range old.Endpoints {
-		key := old.Namespace + "/" + old.Endpoints[i].Name
+	for _, key := range keys {
 		touched[key] = struct{}{}
-		if h := s.holders[key]; h != nil {
-			delete(h, name)
-			if len(h) == 0 {
-				delete(s.holders, key)
-			}
+		h := slices.DeleteFunc(s.holders[key], func(h heldCEP) bool { return h.slice == name })
+		if len(h) == 0 {
+			delete(s.holders, key)
+		} else {
+			s.holders[key] = h
 		}
 	}
 }
 
 func (s *SliceStore) hold(ces *v2alpha1.CiliumEndpointSlice, touched map[string]struct{}) {
-	s.slices[ces.Name] = ces
+	keys := make([]string, 0, len(ces.Endpoints))
 	for i := range ces.Endpoints {
-		key := ces.Namespace + "/" + ces.Endpoints[i].Name
-		touched[key] = struct{}{}
-		if s.holders[key] == nil {
-			s.holders[key] = map[string]struct{}{}
+		e := &ces.Endpoints[i]
+		key := cepKey(ces.Namespace, e.Name)
+		if slices.ContainsFunc(s.holders[key], func(h heldCEP) bool { return h.slice == ces.Name }) {
+			continue // the slice names the endpoint twice: the first counts
 		}
-		s.holders[key][ces.Name] = struct{}{}
+		keys = append(keys, key)
+		touched[key] = struct{}{}
+		s.holders[key] = append(s.holders[key], heldCEP{slice: ces.Name, resourceVersion: ces.ResourceVersion,
+			cep: s.slim.slim(e.CiliumEndpoint(ces.Namespace))})
 	}
+	s.slices[ces.Name] = keys
+}
+
+// cepKey is the table key (k8stables.Key) of the CiliumEndpoint name in
+// namespace ns: a slice without a namespace makes CiliumEndpoints without
+// one, whose keys are their names.
+func cepKey(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
 }
 
 // current returns the endpoint key as the slice written last shows it.
 func (s *SliceStore) current(key string) (*ciliumv2.CiliumEndpoint, bool) {
-	var best *v2alpha1.CiliumEndpointSlice
-	for name := range s.holders[key] {
-		if c := s.slices[name]; best == nil || newerSlice(c, best) {
+	h := s.holders[key]
+	if len(h) == 0 {
+		return nil, false
+	}
+	best := h[0]
+	for _, c := range h[1:] {
+		if newerSlice(c.resourceVersion, c.slice, best.resourceVersion, best.slice) {
 			best = c
 		}
 	}
-	if best == nil {
-		return nil, false
-	}
-	for i := range best.Endpoints {
-		if e := &best.Endpoints[i]; best.Namespace+"/"+e.Name == key {
-			return e.CiliumEndpoint(best.Namespace), true
-		}
-	}
-	return nil, false
+	return best.cep, true
 }
 
-// newerSlice reports whether a was written after b, by resourceVersion
-// (numbers, as every API server backed by etcd hands out), ties broken
-// by name.
-func newerSlice(a, b *v2alpha1.CiliumEndpointSlice) bool {
-	ra, errA := strconv.ParseUint(a.ResourceVersion, 10, 64)
-	rb, errB := strconv.ParseUint(b.ResourceVersion, 10, 64)
+// newerSlice reports whether slice a (resourceVersion rva) was written
+// after slice b, by resourceVersion (numbers, as every API server backed
+// by etcd hands out), ties broken by name.
+func newerSlice(rva, a, rvb, b string) bool {
+	ra, errA := strconv.ParseUint(rva, 10, 64)
+	rb, errB := strconv.ParseUint(rvb, 10, 64)
 	if errA == nil && errB == nil && ra != rb {
 		return ra > rb
 	}
-	return cmp.Compare(a.Name, b.Name) > 0
+	return cmp.Compare(a, b) > 0
 }
 
 func (s *SliceStore) write(touched map[string]struct{}, replace bool) error {

@@ -43,18 +43,23 @@ type identitiesReflectorParams struct {
 }
 
 func registerIdentitiesReflector(p identitiesReflectorParams) error {
+	var zero *ciliumv2.CiliumIdentity
 	if p.Source.LW == nil {
-		return registerReflector(p.DB, p.Table, p.Clientset, func(cs Clientset) cache.ListerWatcher {
+		txn := p.DB.WriteTxn(p.Table)
+		done := p.Table.RegisterInitializer(txn, "k8s-reflector")
+		txn.Commit()
+		addReflectorJob(p.Jobs, p.Table.Name(), p.Clientset, func(cs Clientset) cache.ListerWatcher {
 			c := cs.Cilium().CiliumV2().CiliumIdentities()
 			return typedLW(c.List, c.Watch, fields.Everything())
-		}, p.Jobs)
+		}, zero, &tableStore[*ciliumv2.CiliumIdentity]{db: p.DB, table: p.Table, init: tables.NewInitGate(done), slim: newIdentitySlimmer().slim})
+		return nil
 	}
 	txn := p.DB.WriteTxn(p.Table)
 	done := p.Table.RegisterInitializer(txn, "kvstore-reflector")
 	txn.Commit()
 	lw := p.Source.LW
 	addReflectorJob(p.Jobs, p.Table.Name(), enabled{p.Clientset}, func(Clientset) cache.ListerWatcher { return lw },
-		&ciliumv2.CiliumIdentity{}, &tableStore[*ciliumv2.CiliumIdentity]{db: p.DB, table: p.Table, init: tables.NewInitGate(done)})
+		zero, &tableStore[*ciliumv2.CiliumIdentity]{db: p.DB, table: p.Table, init: tables.NewInitGate(done), slim: newIdentitySlimmer().slim})
 	return nil
 }
 

@@ -43,6 +43,13 @@ type listWatch func(cs Clientset) cache.ListerWatcher
 // into it. The writable table stays inside the module; everyone gets the
 // read-only statedb.Table[T].
 func resource[T k8stables.Object](id, title string, newTable func(*statedb.DB) (statedb.RWTable[T], error), newLW any) hive.Cell {
+	return slimResource[T](id, title, newTable, newLW, nil)
+}
+
+// slimResource is resource whose table keeps what slim (nil: all but the
+// managed fields) returns of each object, for the resources with a row
+// per pod or identity of the cluster.
+func slimResource[T k8stables.Object](id, title string, newTable func(*statedb.DB) (statedb.RWTable[T], error), newLW any, slim func() func(T) T) hive.Cell {
 	return hive.Module(id, title,
 		// The table is written only by this module's reflector.
 		hive.ProvidePrivate(newTable),
@@ -51,17 +58,19 @@ func resource[T k8stables.Object](id, title string, newTable func(*statedb.DB) (
 		// The ListerWatcher; may depend on the node name.
 		hive.ProvidePrivate(newLW),
 		// The reflector job; it marks the table initialized after the first list.
-		hive.Invoke(registerReflector[T]),
+		hive.Invoke(func(db *statedb.DB, table statedb.RWTable[T], cs Clientset, lw listWatch, jobs hive.Jobs) error {
+			txn := db.WriteTxn(table)
+			done := table.RegisterInitializer(txn, "k8s-reflector")
+			txn.Commit()
+			store := &tableStore[T]{db: db, table: table, init: tables.NewInitGate(done)}
+			if slim != nil {
+				store.slim = slim()
+			}
+			var zero T
+			addReflectorJob(jobs, table.Name(), cs, lw, zero, store)
+			return nil
+		}),
 	)
-}
-
-func registerReflector[T k8stables.Object](db *statedb.DB, table statedb.RWTable[T], cs Clientset, lw listWatch, jobs hive.Jobs) error {
-	txn := db.WriteTxn(table)
-	done := table.RegisterInitializer(txn, "k8s-reflector")
-	txn.Commit()
-	var zero T
-	addReflectorJob(jobs, table.Name(), cs, lw, zero, &tableStore[T]{db: db, table: table, init: tables.NewInitGate(done)})
-	return nil
 }
 
 // addReflectorJob adds the job that runs a reflector of lw's objects (of
@@ -110,6 +119,23 @@ type tableStore[T k8stables.Object] struct {
 	db    *statedb.DB
 	table statedb.RWTable[T]
 	init  tables.InitGate
+	// slim (nil: none) returns what the table keeps of an object, a
+	// copy; without it only the managed fields are dropped.
+	slim func(T) T
+}
+
+// keep returns what the table keeps of o.
+func (s *tableStore[T]) keep(o T) T {
+	if s.slim != nil {
+		return s.slim(o)
+	}
+	// Written only when there is something to drop: a fake clientset's
+	// watch hands out the very object its tracker keeps (and reads for
+	// every Get), so an unconditional write races with it.
+	if len(o.GetManagedFields()) > 0 {
+		o.SetManagedFields(nil)
+	}
+	return o
 }
 
 func (s *tableStore[T]) Add(obj any) error    { return s.upsert(obj) }
@@ -121,12 +147,7 @@ func (s *tableStore[T]) upsert(obj any) error {
 	if !ok {
 		return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), obj)
 	}
-	// Written only when there is something to drop: a fake clientset's
-	// watch hands out the very object its tracker keeps (and reads for
-	// every Get), so an unconditional write races with it.
-	if len(o.GetManagedFields()) > 0 {
-		o.SetManagedFields(nil)
-	}
+	o = s.keep(o)
 	txn := s.db.WriteTxn(s.table)
 	defer txn.Abort()
 	if _, _, err := s.table.Insert(txn, o); err != nil {
@@ -164,7 +185,7 @@ func (s *tableStore[T]) Replace(list []any, _ string) error {
 		if !ok {
 			return fmt.Errorf("table %s: unexpected object %T", s.table.Name(), item)
 		}
-		o.SetManagedFields(nil)
+		o = s.keep(o)
 		keep[k8stables.Key(o)] = true
 		if _, _, err := s.table.Insert(txn, o); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/cellium/cellium/daemon/hostrouting"
 	"github.com/cellium/cellium/daemon/socklb"
 	"github.com/cellium/cellium/datapath/bpfconfig"
+	"github.com/cellium/cellium/datapath/lbmode"
 	"github.com/cellium/cellium/datapath/loader"
 	"github.com/cellium/cellium/datapath/maglev"
 )
@@ -34,6 +35,10 @@ var Cell = hive.Module("bpf-datapath", "eBPF programs on the pod veths and the m
 		// attach-nodeport job): on with --kube-proxy-replacement, on the
 		// --devices.
 		hive.Provide(NodePortConfig),
+		// --bpf-lb-mode, --bpf-lb-dsr-dispatch: SNAT or DSR to remote
+		// backends, checked against --routing-mode.
+		hive.Config(lbmode.DefaultConfig),
+		hive.Invoke(CheckLBMode),
 	),
 )
 
@@ -46,6 +51,8 @@ type NodePortParams struct {
 	// Routing is absent with --enable-endpoint-routes=false: the devices
 	// are then detected.
 	Routing hostrouting.Config `optional:"true"`
+	// LBMode is --bpf-lb-mode (absent: snat).
+	LBMode lbmode.Config `optional:"true"`
 }
 
 // NodePortConfig switches the uplink program (bpf/nodeport.c) with
@@ -57,5 +64,16 @@ func NodePortConfig(p NodePortParams) *loader.NodePortConfig {
 	if p.Maglev.Maglev() {
 		c.MaglevTableSize, c.MaglevSeed = p.Maglev.TableSize, p.Maglev.Seed().Datapath()
 	}
+	c.LBMode = p.LBMode.Datapath()
 	return c
+}
+
+// CheckLBMode refuses --bpf-lb-mode=dsr or hybrid with
+// --routing-mode=tunnel while the kube-proxy replacement is on (Cilium's
+// rule: its tunnel DSR needs Geneve, cellium tunnels with VXLAN).
+func CheckLBMode(p NodePortParams) error {
+	if !p.SocketLB.KPR() || p.Routing.RoutingMode == "" {
+		return nil
+	}
+	return p.LBMode.CheckRouting(p.Routing.RoutingMode)
 }

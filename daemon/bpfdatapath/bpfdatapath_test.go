@@ -13,6 +13,8 @@ import (
 	"github.com/cellium/cellium/daemon/healthendpoint"
 	"github.com/cellium/cellium/daemon/hostlinks"
 	"github.com/cellium/cellium/daemon/hostrouting"
+	"github.com/cellium/cellium/datapath/bpf"
+	"github.com/cellium/cellium/datapath/lbmode"
 	"github.com/cellium/cellium/datapath/maglev"
 )
 
@@ -119,5 +121,42 @@ func TestNodePortConfigMaglev(t *testing.T) {
 	p.Maglev.Algorithm, p.Maglev.TableSize, p.Maglev.HashSeed = maglev.AlgorithmMaglev, 251, "AAECAwQFBgcICQoL"
 	if c := bpfdatapath.NodePortConfig(p); c.MaglevTableSize != 251 || c.MaglevSeed != 0x04050607 {
 		t.Errorf("maglev: %+v, want table size 251, seed 0x04050607", c)
+	}
+}
+
+// --bpf-lb-mode and --bpf-lb-dsr-dispatch are the agent's flags with
+// Cilium's defaults; DSR with --routing-mode=tunnel is refused while the
+// kube-proxy replacement is on, accepted with native routing, and the
+// mode reaches the uplink program's configuration.
+func TestLBModeFlags(t *testing.T) {
+	out, err := run(t, "hive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--bpf-lb-mode=snat (default snat)", "--bpf-lb-dsr-dispatch=opt (default opt)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent hive output lacks %q", want)
+		}
+	}
+	_, err = run(t, "hive", "--kube-proxy-replacement=true", "--bpf-lb-mode=dsr")
+	if err == nil || !strings.Contains(err.Error(), "--routing-mode=tunnel") || !strings.Contains(err.Error(), "--routing-mode=native") {
+		t.Errorf("dsr with tunnel routing: %v, want refused naming --routing-mode=native", err)
+	}
+	if _, err := run(t, "hive", "--kube-proxy-replacement=true", "--bpf-lb-mode=hybrid", "--routing-mode=tunnel"); err == nil {
+		t.Error("hybrid with tunnel routing accepted")
+	}
+	if out, err := run(t, "hive", "--kube-proxy-replacement=true", "--bpf-lb-mode=dsr", "--routing-mode=native",
+		"--enable-ipv4-masquerade=false"); err != nil {
+		t.Errorf("dsr with native routing: %v\n%s", err, out)
+	}
+	if _, err := run(t, "hive", "--bpf-lb-mode=dr"); err == nil || !strings.Contains(err.Error(), "--bpf-lb-mode") {
+		t.Errorf("--bpf-lb-mode=dr: %v, want refused naming the flag", err)
+	}
+	if _, err := run(t, "hive", "--bpf-lb-dsr-dispatch=geneve"); err == nil || !strings.Contains(err.Error(), "--bpf-lb-dsr-dispatch") {
+		t.Errorf("--bpf-lb-dsr-dispatch=geneve: %v, want refused naming the flag", err)
+	}
+	p := bpfdatapath.NodePortParams{LBMode: lbmode.Config{Mode: lbmode.ModeHybrid, DSRDispatch: lbmode.DispatchOption}}
+	if c := bpfdatapath.NodePortConfig(p); c.LBMode != bpf.LBModeHybrid {
+		t.Errorf("hybrid: uplink program mode %d, want %d", c.LBMode, bpf.LBModeHybrid)
 	}
 }

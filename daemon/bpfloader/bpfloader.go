@@ -227,7 +227,7 @@ func register(p params, n loader.Netns, src Sources) error {
 				}
 			}), r.Describe()),
 	)
-	np := &loader.NodePort{Layout: layout, Netns: n, LBMapMax: npCfg.LBMapMax, MaglevTableSize: npCfg.MaglevTableSize, MaglevSeed: npCfg.MaglevSeed}
+	np := &loader.NodePort{Layout: layout, Netns: n, LBMapMax: npCfg.LBMapMax, MaglevTableSize: npCfg.MaglevTableSize, MaglevSeed: npCfg.MaglevSeed, LBMode: npCfg.LBMode}
 	p.Jobs.Add(hive.Service("attach-nodeport", nil, func(ctx context.Context, h hive.Health) {
 		runNodePort(ctx, h, p.DB, p.LocalNode, npCfg, np)
 	}))

@@ -10,6 +10,7 @@ package bpfmaps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -47,6 +48,10 @@ type Targets struct {
 	// none), ConntrackSize its capacity.
 	Conntrack     ctgc.Table
 	ConntrackSize int
+	// NAT gives the collectors of the other maps whose expired entries
+	// the GC job deletes with the conntrack map's (the NodePort NAT
+	// maps); may be nil.
+	NAT func(*ctgc.Metrics) []*ctgc.GC
 	// Close releases the maps (they stay pinned); may be nil.
 	Close func() error
 }
@@ -71,6 +76,13 @@ func OpenPinned(dir string) (Targets, error) {
 	}
 	return Targets{IPCache: mapsync.IPCacheMap(m.IPCache), Endpoints: mapsync.EndpointsMap(m.Endpoints),
 		Policies: mapsync.PinnedPolicyMaps{Dir: dir}, Conntrack: m.CT4, ConntrackSize: int(m.CT4.Map().MaxEntries()),
+		NAT: func(mt *ctgc.Metrics) []*ctgc.GC {
+			ct, rev := m.NodePortCT4Expiry(), m.NodePortRev4Expiry()
+			return []*ctgc.GC{
+				ctgc.NewExpiring(ct, maps.NodePortCT4MapName, ct.Capacity(), ctgc.Monotonic, mt),
+				ctgc.NewExpiring(rev, maps.NodePortRev4MapName, rev.Capacity(), ctgc.Monotonic, mt),
+			}
+		},
 		Close: m.Close}, nil
 }
 
@@ -176,13 +188,23 @@ func register(p params, open Opener) error {
 			return err
 		}
 	}
-	// Job "conntrack-gc": the map evicts nothing, expired entries must go.
+	// Job "conntrack-gc": the maps evict nothing, expired entries must
+	// go (cellium_ct4, then the NodePort NAT maps).
 	p.Jobs.Add(hive.Timer("conntrack-gc", func(ctx context.Context) error {
-		if lazy.t.Conntrack == nil {
-			return nil
+		var gcs []*ctgc.GC
+		if lazy.t.Conntrack != nil {
+			gcs = append(gcs, ctgc.New(lazy.t.Conntrack, maps.CT4MapName, lazy.t.ConntrackSize, ctgc.Monotonic, ctMetrics))
 		}
-		_, err := ctgc.New(lazy.t.Conntrack, maps.CT4MapName, lazy.t.ConntrackSize, ctgc.Monotonic, ctMetrics).Run(ctx)
-		if err != nil {
+		if lazy.t.NAT != nil {
+			gcs = append(gcs, lazy.t.NAT(ctMetrics)...)
+		}
+		var errs []error
+		for _, g := range gcs {
+			if _, err := g.Run(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("conntrack garbage collection: %w", err)
 		}
 		return nil

@@ -146,7 +146,17 @@ type NodePortConstants struct {
 	// MaglevSeed seeds the hash of a connection's 5-tuple
 	// (LB_MAGLEV_SEED, from --bpf-lb-maglev-hash-seed).
 	MaglevSeed uint32
+	// LBMode is --bpf-lb-mode (NODEPORT_LB_MODE): LBModeSNAT, LBModeDSR
+	// or LBModeHybrid.
+	LBMode uint8
 }
+
+// NODEPORT_LB_MODE values (bpf/include/dsr.h).
+const (
+	LBModeSNAT   uint8 = 0
+	LBModeDSR    uint8 = 1
+	LBModeHybrid uint8 = 2
+)
 
 // Apply sets the constants in spec, a spec from LoadNodeport, before it
 // is loaded.
@@ -162,6 +172,7 @@ func (c NodePortConstants) Apply(spec *ebpf.CollectionSpec) error {
 		{NodeportVarNODEPORT_SNAT_IPV4, ip4},
 		{NodeportVarLB_MAGLEV_TABLE_SIZE, c.MaglevTableSize},
 		{NodeportVarLB_MAGLEV_SEED, c.MaglevSeed},
+		{NodeportVarNODEPORT_LB_MODE, c.LBMode},
 	} {
 		vs, ok := spec.Variables[v.name]
 		if !ok {

@@ -48,3 +48,24 @@ func TestEndpointConstantsApply(t *testing.T) {
 		t.Error("a 1-byte MAC was accepted")
 	}
 }
+
+// --bpf-lb-mode reaches the uplink program as NODEPORT_LB_MODE, whose
+// default in the object is snat (0).
+func TestNodePortConstantsLBMode(t *testing.T) {
+	spec, err := bpf.LoadNodeport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mode uint8
+	if err := spec.Variables[bpf.NodeportVarNODEPORT_LB_MODE].Get(&mode); err != nil || mode != bpf.LBModeSNAT {
+		t.Fatalf("object's NODEPORT_LB_MODE %d (%v), want snat", mode, err)
+	}
+	for _, want := range []uint8{bpf.LBModeDSR, bpf.LBModeHybrid} {
+		if err := (bpf.NodePortConstants{LBMode: want}).Apply(spec); err != nil {
+			t.Fatal(err)
+		}
+		if err := spec.Variables[bpf.NodeportVarNODEPORT_LB_MODE].Get(&mode); err != nil || mode != want {
+			t.Errorf("NODEPORT_LB_MODE %d (%v), want %d", mode, err, want)
+		}
+	}
+}

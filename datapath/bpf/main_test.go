@@ -13,5 +13,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(childEnv); args != "" {
 		os.Exit(runChild(args))
 	}
+	// The stand-in agent of TestPrivilegedNodePortAgentGone.
+	if args := os.Getenv(agentEnv); args != "" {
+		os.Exit(runAgent(args))
+	}
 	goleak.VerifyTestMain(m)
 }

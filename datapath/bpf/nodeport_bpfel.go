@@ -294,8 +294,10 @@ const (
 	NodeportMapCelliumPolicy            = "cellium_policy"
 	NodeportMapCelliumPolicyProgs       = "cellium_policy_progs"
 	NodeportProgCilFromNetdev           = "cil_from_netdev"
+	NodeportProgCilToNetdev             = "cil_to_netdev"
 	NodeportVarLB_MAGLEV_SEED           = "LB_MAGLEV_SEED"
 	NodeportVarLB_MAGLEV_TABLE_SIZE     = "LB_MAGLEV_TABLE_SIZE"
+	NodeportVarNODEPORT_LB_MODE         = "NODEPORT_LB_MODE"
 	NodeportVarNODEPORT_SNAT_IPV4       = "NODEPORT_SNAT_IPV4"
 )
 
@@ -342,6 +344,7 @@ type NodeportSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodeportProgramSpecs struct {
 	CilFromNetdev *ebpf.ProgramSpec `ebpf:"cil_from_netdev"`
+	CilToNetdev   *ebpf.ProgramSpec `ebpf:"cil_to_netdev"`
 }
 
 // NodeportMapSpecs contains maps before they are loaded into the kernel.
@@ -377,6 +380,7 @@ type NodeportMapSpecs struct {
 type NodeportVariableSpecs struct {
 	LB_MAGLEV_SEED       *ebpf.VariableSpec `ebpf:"LB_MAGLEV_SEED"`
 	LB_MAGLEV_TABLE_SIZE *ebpf.VariableSpec `ebpf:"LB_MAGLEV_TABLE_SIZE"`
+	NODEPORT_LB_MODE     *ebpf.VariableSpec `ebpf:"NODEPORT_LB_MODE"`
 	NODEPORT_SNAT_IPV4   *ebpf.VariableSpec `ebpf:"NODEPORT_SNAT_IPV4"`
 }
 
@@ -455,6 +459,7 @@ func (m *NodeportMaps) Close() error {
 type NodeportVariables struct {
 	LB_MAGLEV_SEED       *ebpf.Variable `ebpf:"LB_MAGLEV_SEED"`
 	LB_MAGLEV_TABLE_SIZE *ebpf.Variable `ebpf:"LB_MAGLEV_TABLE_SIZE"`
+	NODEPORT_LB_MODE     *ebpf.Variable `ebpf:"NODEPORT_LB_MODE"`
 	NODEPORT_SNAT_IPV4   *ebpf.Variable `ebpf:"NODEPORT_SNAT_IPV4"`
 }
 
@@ -463,11 +468,13 @@ type NodeportVariables struct {
 // It can be passed to LoadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodeportPrograms struct {
 	CilFromNetdev *ebpf.Program `ebpf:"cil_from_netdev"`
+	CilToNetdev   *ebpf.Program `ebpf:"cil_to_netdev"`
 }
 
 func (p *NodeportPrograms) Close() error {
 	return _NodeportClose(
 		p.CilFromNetdev,
+		p.CilToNetdev,
 	)
 }
 

@@ -93,3 +93,85 @@ func TestPrivilegedGC(t *testing.T) {
 		t.Errorf("second pass: %+v, %v", res, err)
 	}
 }
+
+// The NodePort NAT maps are plain hashes too: a pass of NewExpiring over
+// the real cellium_nodeport_ct4 and cellium_nodeport_rev4 deletes their
+// expired entries (a SYN flood's, once CT_LIFETIME_SYN is over) and keeps
+// the live ones, recording only the maps' pressure.
+func TestPrivilegedGCNodePortNAT(t *testing.T) {
+	privileged.Require(t)
+	dir := filepath.Join(t.TempDir(), "ctgc-bpffs")
+	if err := maps.EnsureBPFFS(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	m, err := maps.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if typ := m.NodePortCT4.Type(); typ != ebpf.Hash {
+		t.Errorf("cellium_nodeport_ct4 is a %v, want a plain hash (an LRU evicts established connections under a flood)", typ)
+	}
+	if typ := m.NodePortRev4.Type(); typ != ebpf.Hash {
+		t.Errorf("cellium_nodeport_rev4 is a %v, want a plain hash", typ)
+	}
+	now, err := Monotonic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const alive, expired = 300, 700
+	for i := range alive + expired {
+		deadline := now + 60e9
+		if i >= alive {
+			deadline = now - 1e9
+		}
+		fk := bpf.NodeportNodeportCt4Key{Client: uint32(0x0a000000 + i), Frontend: 0x0a010001, ClientPort: uint16(i), FrontendPort: 80, Proto: 6}
+		if err := m.NodePortCT4.Update(&fk, &bpf.NodeportNodeportCt4Entry{Expires: deadline}, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+		rk := bpf.NodeportNodeportRev4Key{Backend: 0x0a020002, NatAddr: 0x0a010001, BackendPort: 80, NatPort: uint16(i), Proto: 6}
+		if err := m.NodePortRev4.Update(&rk, &bpf.NodeportNodeportRev4Entry{Expires: deadline}, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, rev := m.NodePortCT4Expiry(), m.NodePortRev4Expiry()
+	for _, g := range []*GC{
+		NewExpiring(ct, maps.NodePortCT4MapName, ct.Capacity(), Monotonic, metrics),
+		NewExpiring(rev, maps.NodePortRev4MapName, rev.Capacity(), Monotonic, metrics),
+	} {
+		res, err := g.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Alive != alive || res.Deleted != expired {
+			t.Errorf("%s: result %+v, want %d alive, %d deleted", g.name, res, alive, expired)
+		}
+	}
+	left := 0
+	if err := ct.Iterate(func(_ bpf.NodeportNodeportCt4Key, e uint64) bool {
+		left++
+		if e <= now {
+			t.Errorf("expired entry left")
+		}
+		return true
+	}); err != nil || left != alive {
+		t.Errorf("cellium_nodeport_ct4: %d entries left, want %d (%v)", left, alive, err)
+	}
+	got := gather(t, reg)
+	if v, want := got[`cellium_bpf_map_pressure{map_name="cellium_nodeport_rev4"}`], float64(alive)/float64(rev.Capacity()); v != want {
+		t.Errorf("pressure %v, want %v", v, want)
+	}
+	if _, ok := got[`cellium_datapath_conntrack_gc_entries{family="ipv4",status="deleted"}`]; ok {
+		t.Error("a NAT map's pass set the conntrack entries gauge")
+	}
+}

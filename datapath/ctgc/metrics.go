@@ -51,9 +51,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// record records one pass over the map called name.
-func (m *Metrics) record(name string, capacity int, res Result, err error) {
+// record records one pass over the map called name (conntrack: the
+// conntrack map, else only its pressure).
+func (m *Metrics) record(name string, capacity int, conntrack bool, res Result, err error) {
 	if m == nil {
+		return
+	}
+	if !conntrack {
+		if err == nil {
+			m.pressure.WithLabelValues(name).Set(res.Pressure(capacity))
+		}
 		return
 	}
 	status := "completed"

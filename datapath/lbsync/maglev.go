@@ -1,7 +1,9 @@
 package lbsync
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"iter"
 
 	"github.com/cilium/statedb"
@@ -30,6 +32,12 @@ type Maglev struct {
 	TableSize uint32
 	// Seed is --bpf-lb-maglev-hash-seed.
 	Seed maglev.Seed
+
+	// written is the fingerprint of the backends each frontend's table in
+	// Map was last built from, so that an Update that changes nothing
+	// (the reconciler's periodic full pass) does not rebuild and swap the
+	// table. Made by WithMaglev; FrontendOps calls are serial.
+	written map[lb.L4Addr]uint64
 }
 
 // FrontendOption configures FrontendOps.
@@ -39,6 +47,7 @@ type FrontendOption func(*FrontendOps)
 // in mg.Map in step with its backends: written (swapped in) before the
 // frontend's external slot 0, deleted after it.
 func WithMaglev(mg Maglev) FrontendOption {
+	mg.written = map[lb.L4Addr]uint64{}
 	return func(o *FrontendOps) { o.maglev = &mg }
 }
 
@@ -60,8 +69,22 @@ func (mg *Maglev) Table(f *lb.Frontend) []uint32 {
 	return maglev.Table(mg.TableSize, mg.Seed, bs)
 }
 
+// fingerprint sums up what f's table is built from: its backends' names
+// and IDs in order (the table size and seed are fixed for mg).
+func fingerprint(f *lb.Frontend) uint64 {
+	h := fnv.New64a()
+	var id [4]byte
+	for i, b := range f.Backends {
+		h.Write([]byte(b.String()))
+		binary.LittleEndian.PutUint32(id[:], f.BackendIDs[i])
+		h.Write(id[:])
+	}
+	return h.Sum64()
+}
+
 // update writes f's table, or deletes it when f wants none (a ClusterIP
-// never has one: nothing to delete).
+// never has one: nothing to delete). A table already built from the same
+// backends stays as it is.
 func (mg *Maglev) update(f *lb.Frontend) error {
 	if !f.NodePort() {
 		return nil
@@ -69,13 +92,20 @@ func (mg *Maglev) update(f *lb.Frontend) error {
 	if !mg.wants(f) {
 		return mg.delete(f)
 	}
+	fp := fingerprint(f)
+	if have, ok := mg.written[f.Address]; ok && have == fp {
+		return nil
+	}
 	if err := mg.Map.Swap(f.Address, mg.Table(f)); err != nil {
+		delete(mg.written, f.Address)
 		return fmt.Errorf("maglev table: %w", err)
 	}
+	mg.written[f.Address] = fp
 	return nil
 }
 
 func (mg *Maglev) delete(f *lb.Frontend) error {
+	delete(mg.written, f.Address)
 	if err := mg.Map.Delete([]lb.L4Addr{f.Address}); err != nil {
 		return fmt.Errorf("delete maglev table: %w", err)
 	}
@@ -95,9 +125,19 @@ func (mg *Maglev) prune(desired iter.Seq2[*lb.Frontend, statedb.Revision]) error
 		}
 	}
 	var stray []lb.L4Addr
+	present := map[lb.L4Addr]bool{}
 	for _, fe := range have {
+		present[fe] = true
 		if !want[fe] {
 			stray = append(stray, fe)
+			delete(mg.written, fe)
+		}
+	}
+	// A table that left the map behind our back is built again by the
+	// next update.
+	for fe := range mg.written {
+		if !present[fe] {
+			delete(mg.written, fe)
 		}
 	}
 	if err := mg.Map.Delete(stray); err != nil {

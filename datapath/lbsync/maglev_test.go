@@ -142,6 +142,31 @@ func TestFrontendOpsMaglev(t *testing.T) {
 		}
 	})
 
+	// The reconciler's full pass updates every row again: an unchanged
+	// frontend keeps its table (no rebuild, no new inner map); a table
+	// that left the map is built again after a prune notices.
+	t.Run("unchanged keeps its table", func(t *testing.T) {
+		swaps := mm.swaps
+		for range 3 {
+			if err := ops.Update(ctx, txn, nodePort(1, 3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if mm.swaps != swaps {
+			t.Fatalf("%d swaps for updates that changed nothing", mm.swaps-swaps)
+		}
+		delete(mm.tables, np)
+		if err := ops.Prune(ctx, txn, rows(nodePort(1, 3))); err != nil {
+			t.Fatal(err)
+		}
+		if err := ops.Update(ctx, txn, nodePort(1, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(mm.tables[np], want(1, 3)) {
+			t.Fatal("a table removed from the map was not built again")
+		}
+	})
+
 	t.Run("no table", func(t *testing.T) {
 		for _, r := range []*lb.Frontend{
 			{Address: lb.L4Addr{Addr: mustAddr("10.96.0.1"), Port: 80, Proto: lb.TCP}, Backends: []lb.L4Addr{be(1)}, BackendIDs: []uint32{1}},

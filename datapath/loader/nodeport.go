@@ -42,14 +42,22 @@ type NodePortConfig struct {
 	// backends at random. MaglevSeed seeds the program's hash of a
 	// connection's 5-tuple (maglev.Seed.Datapath).
 	MaglevTableSize, MaglevSeed uint32
+	// LBMode is --bpf-lb-mode as the program's NODEPORT_LB_MODE
+	// (bpf.LBModeSNAT, the zero value, bpf.LBModeDSR, bpf.LBModeHybrid).
+	LBMode uint8
 }
 
-// NodePortDir is the directory of the uplink devices' pinned links,
-// <root>/cellium/nodeport, one pin per device, named after it.
+// NodePortDir is the directory of the uplink devices' pinned ingress
+// links, <root>/cellium/nodeport, one pin per device, named after it.
 func (l Layout) NodePortDir() string { return filepath.Join(l.Dir(), "nodeport") }
 
+// NodePortEgressDir is the directory of the uplink devices' pinned egress
+// links (cil_to_netdev), <root>/cellium/nodeport-egress, one pin per
+// device, named after it.
+func (l Layout) NodePortEgressDir() string { return filepath.Join(l.Dir(), "nodeport-egress") }
+
 // NodePort attaches cil_from_netdev (bpf/nodeport.c) to the tcx ingress of
-// the node's uplink devices, loaded against the global maps and the load
+// the node's uplink devices (and cil_to_netdev to their egress), loaded against the global maps and the load
 // balancer's maps pinned in Layout.Dir(), with the device's first IPv4
 // address as its SNAT address. The links are pinned in
 // Layout.NodePortDir(), so they keep running across an agent restart, and
@@ -62,6 +70,8 @@ type NodePort struct {
 	// MaglevTableSize and MaglevSeed are NodePortConfig's: 0 picks
 	// backends at random.
 	MaglevTableSize, MaglevSeed uint32
+	// LBMode is NodePortConfig's.
+	LBMode uint8
 
 	mu sync.Mutex
 	// on are the devices this process attached to: ifindex and the
@@ -117,7 +127,9 @@ func (n *NodePort) ensure(h *netlink.Handle, dev string) error {
 		return err
 	}
 	pin := filepath.Join(n.Layout.NodePortDir(), dev)
-	if cur, ok := n.on[dev]; ok && cur.ifindex == ifindex && cur.snat == snat && pinnedOn(pin, ifindex, ebpf.AttachTCXIngress) {
+	egressPin := filepath.Join(n.Layout.NodePortEgressDir(), dev)
+	if cur, ok := n.on[dev]; ok && cur.ifindex == ifindex && cur.snat == snat &&
+		pinnedOn(pin, ifindex, ebpf.AttachTCXIngress) && pinnedOn(egressPin, ifindex, ebpf.AttachTCXEgress) {
 		return nil
 	}
 	coll, err := n.load(snat)
@@ -125,33 +137,41 @@ func (n *NodePort) ensure(h *netlink.Handle, dev string) error {
 		return err
 	}
 	defer coll.Close()
-	if err := os.MkdirAll(n.Layout.NodePortDir(), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", n.Layout.NodePortDir(), err)
+	for _, dir := range []string{n.Layout.NodePortDir(), n.Layout.NodePortEgressDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
 	}
 	if err := attachPinned(pin, ifindex, ebpf.AttachTCXIngress, coll.Programs[bpf.NodeportProgCilFromNetdev]); err != nil {
 		return fmt.Errorf("uplink device %s: %w", dev, err)
+	}
+	if err := attachPinned(egressPin, ifindex, ebpf.AttachTCXEgress, coll.Programs[bpf.NodeportProgCilToNetdev]); err != nil {
+		return fmt.Errorf("uplink device %s egress: %w", dev, err)
 	}
 	n.on[dev] = nodePortDevice{ifindex: ifindex, snat: snat}
 	return nil
 }
 
-// prune detaches the program from the pinned devices not in keep.
+// prune detaches the programs from the pinned devices not in keep.
 func (n *NodePort) prune(keep []string) error {
-	entries, err := os.ReadDir(n.Layout.NodePortDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", n.Layout.NodePortDir(), err)
-	}
 	var errs []error
-	for _, e := range entries {
-		if slices.Contains(keep, e.Name()) {
+	for _, dir := range []string{n.Layout.NodePortDir(), n.Layout.NodePortEgressDir()} {
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		delete(n.on, e.Name())
-		if err := removeLinkPin(filepath.Join(n.Layout.NodePortDir(), e.Name())); err != nil {
-			errs = append(errs, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read %s: %w", dir, err))
+			continue
+		}
+		for _, e := range entries {
+			if slices.Contains(keep, e.Name()) {
+				continue
+			}
+			delete(n.on, e.Name())
+			if err := removeLinkPin(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -209,7 +229,7 @@ func (n *NodePort) load(snat netip.Addr) (*ebpf.Collection, error) {
 	if err != nil {
 		return nil, err
 	}
-	consts := bpf.NodePortConstants{SNATIPv4: snat, MaglevTableSize: n.MaglevTableSize, MaglevSeed: n.MaglevSeed}
+	consts := bpf.NodePortConstants{SNATIPv4: snat, MaglevTableSize: n.MaglevTableSize, MaglevSeed: n.MaglevSeed, LBMode: n.LBMode}
 	if err := consts.Apply(spec); err != nil {
 		return nil, fmt.Errorf("%w: rebuild bpf/ (make bpf)", err)
 	}

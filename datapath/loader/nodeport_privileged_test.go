@@ -135,11 +135,42 @@ func nodePortLink(t *testing.T, layout Layout, device string, ifindex int, snat 
 	if !found {
 		t.Errorf("%s: no .rodata with the SNAT address", device)
 	}
+	nodePortEgressLink(t, layout, device, ifindex)
 	return info.Program
 }
 
+// nodePortEgressLink checks that device's pinned egress link is
+// cil_to_netdev at the tcx egress of ifindex.
+func nodePortEgressLink(t *testing.T, layout Layout, device string, ifindex int) {
+	t.Helper()
+	l, err := link.LoadPinnedLink(filepath.Join(layout.NodePortEgressDir(), device), nil)
+	if err != nil {
+		t.Fatalf("pinned egress link of %s: %v", device, err)
+	}
+	info, err := l.Info()
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tcx := info.TCX(); tcx == nil || int(tcx.Ifindex) != ifindex || ebpf.AttachType(tcx.AttachType) != ebpf.AttachTCXEgress {
+		t.Errorf("egress link of %s: %+v, want tcx egress on ifindex %d", device, info.TCX(), ifindex)
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	pi, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := bpf.NodeportProgCilToNetdev; pi.Name != want && pi.Name != want[:min(15, len(want))] {
+		t.Errorf("egress link of %s runs %q", device, pi.Name)
+	}
+}
+
 // TestPrivilegedNodePortAttach: Ensure attaches cil_from_netdev to the
-// tcx ingress of every device named, each with its own address as SNAT
+// tcx ingress (and cil_to_netdev to the egress) of every device named, each with its own address as SNAT
 // source, through links pinned in <root>/cellium/nodeport; a second
 // Ensure loads nothing; a device left out of the list is detached and
 // its pin removed; a missing device is os.ErrNotExist while the others
@@ -176,8 +207,10 @@ func TestPrivilegedNodePortAttach(t *testing.T) {
 		t.Errorf("Ensure with a missing device: %v, want os.ErrNotExist", err)
 	}
 	nodePortLink(t, layout, "up0", up0, a0)
-	if _, err := os.Stat(filepath.Join(layout.NodePortDir(), "up1")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pin of up1 left after it was dropped from the list: %v", err)
+	for _, dir := range []string{layout.NodePortDir(), layout.NodePortEgressDir()} {
+		if _, err := os.Stat(filepath.Join(dir, "up1")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pin of up1 left in %s after it was dropped from the list: %v", dir, err)
+		}
 	}
 	// A restarted agent (a new NodePort) replaces the program in place.
 	np2 := &NodePort{Layout: layout, Netns: Netns{Path: node.Path()}, LBMapMax: 4096}
@@ -190,22 +223,26 @@ func TestPrivilegedNodePortAttach(t *testing.T) {
 	if err := np2.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(layout.NodePortDir())
-	if len(entries) != 0 {
-		t.Errorf("pins left after Remove: %v", entries)
-	}
-	var progs int
-	if err := node.Do(func(ns.NetNS) error {
-		res, err := link.QueryPrograms(link.QueryOptions{Target: up0, Attach: ebpf.AttachTCXIngress})
-		if err == nil {
-			progs = len(res.Programs)
+	for _, dir := range []string{layout.NodePortDir(), layout.NodePortEgressDir()} {
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != 0 {
+			t.Errorf("pins left in %s after Remove: %v", dir, entries)
 		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
 	}
-	if progs != 0 {
-		t.Errorf("%d programs left on up0's tcx ingress after Remove", progs)
+	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+		var progs int
+		if err := node.Do(func(ns.NetNS) error {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: up0, Attach: at})
+			if err == nil {
+				progs = len(res.Programs)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if progs != 0 {
+			t.Errorf("%d programs left on up0's %s after Remove", progs, at)
+		}
 	}
 }
 

@@ -83,7 +83,12 @@ func NamespaceIndex[T Object]() statedb.Index[T, string] {
 
 // NewTable creates and registers the table of one resource type.
 func NewTable[T Object](db *statedb.DB, name string, extra ...statedb.Indexer[T]) (statedb.RWTable[T], error) {
-	idx := append([]statedb.Indexer[T]{NamespaceIndex[T]()}, extra...)
+	return newTable(db, name, append([]statedb.Indexer[T]{NamespaceIndex[T]()}, extra...)...)
+}
+
+// newTable creates and registers the table of one resource type with
+// the name index and idx.
+func newTable[T Object](db *statedb.DB, name string, idx ...statedb.Indexer[T]) (statedb.RWTable[T], error) {
 	t, err := statedb.NewTableAny(db, name, header, row[T], NameIndex[T](), idx...)
 	if err != nil {
 		return nil, fmt.Errorf("create table %s: %w", name, err)
@@ -182,10 +187,12 @@ func CiliumEndpointNodeIP(c *ciliumv2.CiliumEndpoint) (netip.Addr, bool) {
 	return a.Unmap(), true
 }
 
-// NewCiliumEndpointsTable creates the CiliumEndpoint table (indexed also
-// by identity and by node address).
+// NewCiliumEndpointsTable creates the CiliumEndpoint table, indexed also
+// by identity and by node address, and not by namespace: nobody looks
+// CEPs up by namespace, and the agent holds one row per pod of the
+// cluster (an index is a radix tree with a leaf per row).
 func NewCiliumEndpointsTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumEndpoint], error) {
-	return NewTable(db, CiliumEndpointsTable,
+	return newTable(db, CiliumEndpointsTable,
 		statedb.Indexer[*ciliumv2.CiliumEndpoint](CiliumEndpointIdentityIndex),
 		statedb.Indexer[*ciliumv2.CiliumEndpoint](CiliumEndpointNodeIndex))
 }
@@ -214,10 +221,11 @@ func CiliumIdentityLabelsKey(c *ciliumv2.CiliumIdentity) string {
 	return labels.FromMap(c.SecurityLabels, "").SortedList()
 }
 
-// NewCiliumIdentitiesTable creates the CiliumIdentity table (indexed also
-// by security labels).
+// NewCiliumIdentitiesTable creates the CiliumIdentity table, indexed also
+// by security labels, and not by namespace (the objects have none: every
+// row would be a leaf under the one empty key).
 func NewCiliumIdentitiesTable(db *statedb.DB) (statedb.RWTable[*ciliumv2.CiliumIdentity], error) {
-	return NewTable(db, CiliumIdentitiesTable,
+	return newTable(db, CiliumIdentitiesTable,
 		statedb.Indexer[*ciliumv2.CiliumIdentity](CiliumIdentityLabelsIndex))
 }
 

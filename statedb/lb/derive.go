@@ -224,9 +224,10 @@ func portBackends(eps []*discoveryv1.EndpointSlice, name string, proto uint8) []
 
 // pickBackends returns the IPv4 endpoints of the slices for the slice
 // port named name with protocol, sorted and unique, as kube-proxy picks
-// them: the ready ones (conditions.ready unset counts as ready), or when
-// there are none the serving (unset: as ready) and terminating ones; only
-// those on node (nodeName) when local.
+// them: the ready ones (conditions.ready unset counts as ready; a
+// terminating endpoint is ready only with publishNotReadyAddresses), or
+// when there are none the serving (unset: as ready) and terminating ones;
+// only those on node (nodeName) when local.
 func pickBackends(eps []*discoveryv1.EndpointSlice, name string, proto uint8, node string, local bool) []L4Addr {
 	protocol := corev1.ProtocolTCP
 	if proto == UDP {
@@ -259,7 +260,9 @@ func pickBackends(eps []*discoveryv1.EndpointSlice, name string, proto uint8, no
 				}
 				b := L4Addr{Addr: ip, Port: port, Proto: proto}
 				switch {
-				case isReady && !isTerminating:
+				case isReady:
+					// Ready even while terminating: the slice says so only
+					// for a Service with publishNotReadyAddresses.
 					ready = append(ready, b)
 				case isServing && isTerminating:
 					terminating = append(terminating, b)

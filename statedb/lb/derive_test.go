@@ -163,3 +163,45 @@ func TestPodHostPortFrontends(t *testing.T) {
 		}
 	}
 }
+
+// Which endpoints pickBackends uses, as kube-proxy: ready ones (also a
+// terminating one the slice calls ready, which the EndpointSlice
+// controller does only for a Service with publishNotReadyAddresses: the
+// e2e spec "should be able to connect to terminating and unready endpoints
+// if PublishNotReadyAddresses is true"); serving terminating ones only when
+// none is ready; never one neither ready nor serving.
+func TestPickBackendsConditions(t *testing.T) {
+	yes, no := true, false
+	port, name := int32(8080), "a"
+	ep := func(addr string, c discoveryv1.EndpointConditions) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: c}
+	}
+	be := func(s string) L4Addr { return L4Addr{Addr: netip.MustParseAddr(s), Port: 8080, Proto: TCP} }
+	for _, c := range []struct {
+		name string
+		eps  []discoveryv1.Endpoint
+		want []L4Addr
+	}{
+		{"ready, unset counts as ready", []discoveryv1.Endpoint{
+			ep("10.0.0.1", discoveryv1.EndpointConditions{Ready: &yes}), ep("10.0.0.2", discoveryv1.EndpointConditions{}),
+			ep("10.0.0.3", discoveryv1.EndpointConditions{Ready: &no, Serving: &no})},
+			[]L4Addr{be("10.0.0.1"), be("10.0.0.2")}},
+		{"publishNotReadyAddresses: ready, not serving, terminating", []discoveryv1.Endpoint{
+			ep("10.0.0.4", discoveryv1.EndpointConditions{Ready: &yes, Serving: &no, Terminating: &yes})},
+			[]L4Addr{be("10.0.0.4")}},
+		{"serving terminating only without ready ones", []discoveryv1.Endpoint{
+			ep("10.0.0.1", discoveryv1.EndpointConditions{Ready: &yes}),
+			ep("10.0.0.5", discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes})},
+			[]L4Addr{be("10.0.0.1")}},
+		{"fallback to serving terminating", []discoveryv1.Endpoint{
+			ep("10.0.0.5", discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}),
+			ep("10.0.0.6", discoveryv1.EndpointConditions{Ready: &no, Serving: &no, Terminating: &yes})},
+			[]L4Addr{be("10.0.0.5")}},
+	} {
+		sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+			Ports: []discoveryv1.EndpointPort{{Name: &name, Port: &port}}, Endpoints: c.eps}
+		if got := pickBackends([]*discoveryv1.EndpointSlice{sl}, name, TCP, "", false); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

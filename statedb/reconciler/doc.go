@@ -6,7 +6,10 @@
 // deleted one to Operations.Delete, and the outcome is written back into the
 // object's Status. Failures are retried with exponential backoff. Every
 // FullInterval the whole table is reconciled again (Update on every object)
-// and Operations.Prune removes what exists but is not desired.
+// and Operations.Prune removes what exists but is not desired. The full
+// pass goes in rounds (RoundLimit objects or 10 ms, whichever comes first)
+// with the changes that came meanwhile applied between them, so a change
+// never waits for the whole pass of a large table.
 //
 // A deletion that fails is not only remembered in memory: the object goes
 // back into the table with status PendingDelete and the error, so that

@@ -25,6 +25,11 @@ type Reconciler[Obj any] struct {
 	lastErr   error
 	fullAfter time.Time // earliest next full reconciliation after a failure
 	fullFails int
+	// pass is what is left of the full reconciliation under way: the
+	// objects of the table when it began, updated a round at a time
+	// between incremental rounds (so that a change waits for one round of
+	// it, not all of it); nil when none is under way.
+	pass []Obj
 }
 
 type retryItem[Obj any] struct {
@@ -104,12 +109,19 @@ func (r *Reconciler[Obj]) Run(ctx context.Context, health Health) {
 			return
 		}
 		if initialized && needFull && !time.Now().Before(r.fullAfter) {
-			r.full(ctx)
-			needFull = !r.fullAfter.IsZero() // a failed prune is retried after a backoff
+			if r.full(ctx) {
+				needFull = !r.fullAfter.IsZero() // a failed prune is retried after a backoff
+			}
 		}
 		r.retry(ctx)
 		r.report(health)
 
+		if r.pass != nil {
+			// The full pass goes on after the changes that came meanwhile.
+			closed := make(chan struct{})
+			close(closed)
+			watch = closed
+		}
 		wait := time.Hour
 		if next, ok := r.nextRetry(); ok {
 			wait = time.Until(next)
@@ -232,13 +244,29 @@ func (r *Reconciler[Obj]) apply(ctx context.Context, txn statedb.ReadTxn, entrie
 	}
 }
 
-// full reconciles every object again and prunes the target.
-func (r *Reconciler[Obj]) full(ctx context.Context) {
+// fullRoundBudget bounds the time of one round of a full reconciliation,
+// so that a change waits at most about that long for it.
+const fullRoundBudget = 10 * time.Millisecond
+
+// full reconciles every object again and then prunes the target, one
+// round of at most RoundLimit objects or fullRoundBudget per call (each
+// object at its current version); it reports whether the pass is over.
+func (r *Reconciler[Obj]) full(ctx context.Context) bool {
 	txn := r.db.ReadTxn()
+	if r.pass == nil {
+		r.pass = []Obj{}
+		for obj := range r.cfg.Table.All(txn) {
+			r.pass = append(r.pass, obj)
+		}
+	}
 	var updates []statusUpdate[Obj]
-	for obj, rev := range r.cfg.Table.All(txn) {
-		if r.cfg.GetStatus(obj).Kind == StatusPendingDelete {
-			continue // not desired: its deletion is retried
+	began := time.Now()
+	for i := 0; len(r.pass) > 0 && i < r.cfg.RoundLimit && time.Since(began) < fullRoundBudget; i++ {
+		snap := r.pass[0]
+		r.pass = r.pass[1:]
+		obj, rev, found := r.current(txn, snap)
+		if !found || r.cfg.GetStatus(obj).Kind == StatusPendingDelete {
+			continue // deleted since, or not desired: its deletion is retried
 		}
 		t0 := time.Now()
 		err := r.cfg.Operations.Update(ctx, txn, obj)
@@ -255,6 +283,11 @@ func (r *Reconciler[Obj]) full(ctx context.Context) {
 			updates = append(updates, statusUpdate[Obj]{obj, rev, Done()})
 		}
 	}
+	if len(r.pass) > 0 {
+		r.writeStatuses(updates)
+		return false
+	}
+	r.pass = nil
 	t0 := time.Now()
 	err := r.cfg.Operations.Prune(ctx, txn, r.desired(txn))
 	r.observe("prune", time.Since(t0), err)
@@ -274,6 +307,7 @@ func (r *Reconciler[Obj]) full(ctx context.Context) {
 		defer r.writePendingDeletes(nil, pruned)
 	}
 	r.writeStatuses(updates)
+	return true
 }
 
 // retry re-runs operations whose backoff has expired, against the

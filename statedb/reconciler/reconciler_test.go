@@ -422,3 +422,97 @@ func TestFailedDeleteIsPendingDeleteInTable(t *testing.T) {
 		t.Fatalf("back = %+v, %v after stuck was deleted", obj, ok)
 	}
 }
+
+// loggingTarget logs the names it updates, in order, once logging is on;
+// each logged update takes a little time, as a map write does, and onLog
+// runs after each (outside the lock).
+type loggingTarget struct {
+	*fakeTarget
+	logMu sync.Mutex
+	on    bool
+	log   []string
+	onLog func(n int)
+}
+
+func (l *loggingTarget) Update(ctx context.Context, txn statedb.ReadTxn, r *route) error {
+	l.logMu.Lock()
+	on := l.on
+	n := 0
+	if on {
+		l.log = append(l.log, r.Name)
+		n = len(l.log)
+	}
+	l.logMu.Unlock()
+	if on {
+		time.Sleep(200 * time.Microsecond)
+		l.onLog(n)
+	}
+	return l.fakeTarget.Update(ctx, txn, r)
+}
+
+// A change that comes while a full reconciliation is under way is applied
+// after at most one round of it (RoundLimit objects), not after all of it:
+// the full pass of a large table (10,000 Services' frontends) must not hold
+// a Service change back for its whole length.
+func TestChangeDuringFullPassWaitsOneRound(t *testing.T) {
+	const objects, roundLimit = 300, 10
+	db := statedb.New()
+	tbl, err := statedb.NewTable(db, "routes", routeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &loggingTarget{fakeTarget: newFakeTarget()}
+	insertedAt := make(chan int, 1)
+	target.onLog = func(n int) {
+		if n == objects/10 { // a tenth into a full pass
+			insert(db, tbl, &route{Name: "new", Value: 1})
+			insertedAt <- n
+		}
+	}
+	r, err := reconciler.New(db, reconciler.Config[*route]{
+		Name:         "routes",
+		Table:        tbl,
+		GetStatus:    func(r *route) reconciler.Status { return r.Status },
+		SetStatus:    func(r *route, s reconciler.Status) *route { c := *r; c.Status = s; return &c },
+		Operations:   target,
+		FullInterval: 100 * time.Millisecond,
+		RoundLimit:   roundLimit,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []*route
+	for i := range objects {
+		routes = append(routes, &route{Name: fmt.Sprintf("r%03d", i), Value: i})
+	}
+	insert(db, tbl, routes...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, nopHealth{}) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "every route done", func() bool {
+		n := 0
+		for o := range tbl.All(db.ReadTxn()) {
+			if o.Status.Kind == reconciler.StatusDone {
+				n++
+			}
+		}
+		return n == objects
+	})
+	// Only full passes update the routes from now on.
+	target.logMu.Lock()
+	target.on = true
+	target.logMu.Unlock()
+	at := <-insertedAt
+	waitFor(t, "the new route applied", func() bool { return target.snapshot()["new"] == 1 })
+	target.logMu.Lock()
+	log := slices.Clone(target.log)
+	target.logMu.Unlock()
+	i := slices.Index(log, "new")
+	if i < 0 {
+		t.Fatal("the new route was not updated through the target")
+	}
+	if waited := i - at; waited > roundLimit {
+		t.Errorf("the change waited for %d updates of the full pass, want at most one round (%d)", waited, roundLimit)
+	}
+}

@@ -15,7 +15,7 @@ import (
 )
 
 func TestSuiteNamed(t *testing.T) {
-	for _, name := range []string{"netpol", "conformance"} {
+	for _, name := range []string{"netpol", "conformance", "services"} {
 		if s, err := SuiteNamed(name); err != nil || s.Name != name {
 			t.Errorf("SuiteNamed(%q) = %+v, %v", name, s, err)
 		}

@@ -79,7 +79,7 @@ func AgnhostImage(ctx context.Context, dir string, bins harness.E2EBinaries) (ar
 // sources' manifest.go gives them:
 //
 //   - Netpol: agnhost alone (see [AgnhostImage]).
-//   - Conformance: agnhost with [ConformanceTools] (a shell, nc, curl,
+//   - Conformance and Services: agnhost with [ConformanceTools] (a shell, nc, curl,
 //     dig, getent, wget, coreutils: what the specs exec in it);
 //     glibc-dns-testing (the DNS specs' glibc prober: the same tools,
 //     which are glibc programs of this Debian machine, as upstream's
@@ -111,7 +111,7 @@ func Images(ctx context.Context, suite Suite, dir string, bins harness.E2EBinari
 		Cmd:        []string{"pause"},
 		Files:      agnhostFiles,
 	}}
-	if suite.Name == Conformance.Name {
+	if suite.Name == Conformance.Name || suite.Name == Services.Name {
 		tools, err := ToolFiles(ctx, ConformanceTools)
 		if err != nil {
 			return nil, fmt.Errorf("e2e images: %w", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -20,6 +21,16 @@ const NetpolFocus = `\[sig-network\] Netpol`
 // and node to pod), Proxy, HostPort and the networking APIs.
 const ConformanceFocus = `\[sig-network\].*\[Conformance\]`
 
+// ServicesFocus is the Ginkgo focus of the Services specs besides
+// Conformance's: "[sig-network] Services", the Services part of
+// "Networking Granular Checks" and "HostPort" (72 specs in v1.37.2, 56
+// without the 16 [Conformance] ones, which are the conformance suite's).
+const ServicesFocus = `\[sig-network\] (Services|Networking Granular Checks: Services|HostPort) `
+
+// DisruptivePattern matches the specs that restart a node's kube-proxy or
+// the API server over SSH.
+const DisruptivePattern = `\[Disruptive\]`
+
 // SCTPPattern matches the specs that need SCTP in the kernel.
 const SCTPPattern = `\[Feature:SCTPConnectivity\]`
 
@@ -32,6 +43,12 @@ type Suite struct {
 	// Focus selects its specs: every spec the runner runs matches it,
 	// whatever else it is given.
 	Focus string
+	// Exclude leaves out the specs of Focus that belong to another suite
+	// (not reported as skipped); empty means none.
+	Exclude string
+	// Rules skip specs of the suite that cannot run on these clusters,
+	// reported with their reason.
+	Rules []SkipRule
 }
 
 // The suites the runner knows.
@@ -40,18 +57,33 @@ var (
 	Netpol = Suite{Name: "netpol", Title: "Netpol", Focus: NetpolFocus}
 	// Conformance are sig-network's conformance specs (make e2e-conformance).
 	Conformance = Suite{Name: "conformance", Title: "sig-network Conformance", Focus: ConformanceFocus}
+	// Services are the Services, NodePort, traffic policy, session
+	// affinity and hostPort specs outside Conformance (make e2e-services).
+	Services = Suite{
+		Name: "services", Title: "sig-network Services (outside Conformance)",
+		Focus: ServicesFocus, Exclude: `\[Conformance\]`,
+		Rules: []SkipRule{{
+			Pattern: DisruptivePattern,
+			Reason:  "Disruptive: restarts kube-proxy or the API server over SSH; these nodes run no SSH server",
+		}},
+	}
 )
+
+// suites are the suites SuiteNamed knows.
+var suites = []Suite{Netpol, Conformance, Services}
 
 // SuiteNamed returns the suite called name.
 //
 // Errors: no suite has that name.
 func SuiteNamed(name string) (Suite, error) {
-	for _, s := range []Suite{Netpol, Conformance} {
+	var known []string
+	for _, s := range suites {
 		if s.Name == name {
 			return s, nil
 		}
+		known = append(known, strconv.Quote(s.Name))
 	}
-	return Suite{}, fmt.Errorf("no suite %q: want %q or %q", name, Netpol.Name, Conformance.Name)
+	return Suite{}, fmt.Errorf("no suite %q: want one of %s", name, strings.Join(known, ", "))
 }
 
 // SkipRule leaves out the specs whose full text matches Pattern, for
@@ -83,9 +115,10 @@ type rule struct {
 
 // compiled is a Filter ready to apply to spec texts.
 type compiled struct {
-	suite *regexp.Regexp
-	focus *regexp.Regexp // nil: all of the suite
-	skips []rule
+	suite   *regexp.Regexp
+	exclude *regexp.Regexp // nil: none
+	focus   *regexp.Regexp // nil: all of the suite
+	skips   []rule
 }
 
 // suite is f.Suite, Netpol if unset.
@@ -102,6 +135,9 @@ func (f Filter) suite() Suite {
 // expression.
 func (f Filter) compile() (compiled, error) {
 	c := compiled{suite: regexp.MustCompile(f.suite().Focus)}
+	if x := f.suite().Exclude; x != "" {
+		c.exclude = regexp.MustCompile(x)
+	}
 	if f.Focus != "" {
 		re, err := regexp.Compile(f.Focus)
 		if err != nil {
@@ -109,7 +145,7 @@ func (f Filter) compile() (compiled, error) {
 		}
 		c.focus = re
 	}
-	for _, r := range f.Rules {
+	for _, r := range slices.Concat(f.suite().Rules, f.Rules) {
 		re, err := regexp.Compile(r.Pattern)
 		if err != nil {
 			return compiled{}, fmt.Errorf("skip rule %q: %w", r.Pattern, err)
@@ -165,7 +201,7 @@ func (c compiled) plan(r ginkgoReport) Plan {
 			continue
 		}
 		text := s.text(r.SuiteDescription)
-		if !c.suite.MatchString(text) || (c.focus != nil && !c.focus.MatchString(text)) {
+		if !c.suite.MatchString(text) || (c.exclude != nil && c.exclude.MatchString(text)) || (c.focus != nil && !c.focus.MatchString(text)) {
 			continue
 		}
 		skipped := false

@@ -227,8 +227,10 @@ func testTwoNodes(t *testing.T, mode string, kpr bool, values []string) {
 
 	// Node 2's agent killed (SIGKILL) while a stream from b to a runs
 	// through node 2: the stream carries on, the deny on b holds while
-	// the agent is down, the kubelet brings the agent back.
-	checkAgentKill(t, c, c.Nodes[1], netnsOf, ips, "b", "a")
+	// the agent is down, the kubelet brings the agent back. With kpr, a
+	// stream through node 2's NodePort to a carries on and new NodePort
+	// connections through node 2 are served while its agent is down.
+	checkAgentKill(t, c, c.Nodes[1], netnsOf, ips, "b", "a", kpr)
 
 	// Node 2 removed (its pods drained, its processes stopped, its Node
 	// and CiliumNode deleted: Node.Stop): node 1 keeps no route to its pod

@@ -10,7 +10,7 @@ import (
 // ipcache or a missed sample each fail it.
 func TestBudgetCheck(t *testing.T) {
 	good := func() *Result {
-		return &Result{Config: CIConfig(ModeCEP), HeapBefore: 8 << 20, HeapAfter: 8<<20 + 2000*10<<10,
+		return &Result{Config: CIConfig(ModeCEP), HeapBefore: 8 << 20, HeapAfter: 8<<20 + 2000*6<<10,
 			RSSBefore: 64 << 20, RSSAfter: 64<<20 + 2000*12<<10, Changes: 1000, ChurnWindow: 10 * time.Second,
 			ChurnCPU: 1, IPCache: Latencies{N: 200, P50: 5 * time.Millisecond, P99: 40 * time.Millisecond, Max: 90 * time.Millisecond},
 			Policy: Latencies{N: 5, P50: 10 * time.Millisecond, Max: 20 * time.Millisecond}, WatchEvents: map[string]float64{"ciliumendpoints": 2000},

@@ -47,7 +47,7 @@ type filterFlags struct {
 }
 
 func (f *filterFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.suite, "suite", e2enetpol.Netpol.Name, "the specs: netpol (\"[sig-network] Netpol\") or conformance (\"[sig-network] ... [Conformance]\")")
+	cmd.Flags().StringVar(&f.suite, "suite", e2enetpol.Netpol.Name, "the specs: netpol (\"[sig-network] Netpol\"), conformance (\"[sig-network] ... [Conformance]\") or services (the Services, NodePort, affinity and hostPort specs outside Conformance)")
 	cmd.Flags().StringVar(&f.focus, "focus", "", "run only the suite's specs whose name also matches this regular expression (e.g. \"default-deny-ingress\")")
 	cmd.Flags().StringVar(&f.skip, "skip", "", "leave out the specs whose name matches this regular expression")
 	cmd.Flags().BoolVar(&f.forceSCTP, "sctp", false, "run the SCTP specs even if this kernel cannot open an SCTP socket")
@@ -127,7 +127,7 @@ func newBuildCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&suiteName, "suite", e2enetpol.Netpol.Name, "whose images to pack: netpol (agnhost) or conformance (agnhost with sh, nc, curl, dig...; glibc-dns-testing; nginx)")
+	cmd.Flags().StringVar(&suiteName, "suite", e2enetpol.Netpol.Name, "whose images to pack: netpol (agnhost), conformance or services (agnhost with sh, nc, curl, dig...; glibc-dns-testing; nginx)")
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for the image archives (default .cellium-dev/e2e-<suite>/images)")
 	return cmd
 }
