@@ -17,6 +17,7 @@ import (
 	"github.com/cellium/cellium/cells/ipam"
 	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/cells/lbevents"
 	"github.com/cellium/cellium/cells/lbhealthserver"
 	"github.com/cellium/cellium/cells/metrics"
@@ -32,6 +33,8 @@ var Infrastructure = hive.Module("infra", "Infrastructure",
 	metrics.Cell,
 	agentapi.Cell,
 	statedir.Cell,
+	// The etcd client and session lease with --kvstore=etcd (nil without).
+	kvstore.Cell,
 	// Requests to the API server say who we are.
 	hive.Provide(func() k8s.UserAgent { return "cellium-agent" }),
 )

@@ -10,6 +10,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/identitygc"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/cells/lbipam"
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/cells/metrics"
@@ -21,6 +22,8 @@ import (
 // Infrastructure is the operator's client, metrics, health API and CRDs.
 var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
 	k8s.ClientCell,
+	// The etcd client with --kvstore=etcd (the kvstore identity GC).
+	kvstore.Cell,
 	metrics.Cell,
 	// Before the health API: /healthz answers only once the CRDs are served.
 	crdregister.Cell,

@@ -41,6 +41,9 @@ type allocatorOptions struct {
 	Timeout time.Duration
 	// Metrics records the allocations reconciler's work; may be nil.
 	Metrics reconciler.Metrics
+	// KV is the kvstore backend in --identity-allocation-mode=kvstore;
+	// nil in CRD mode.
+	KV *kvBackend
 }
 
 // allocator is the CRD-mode Allocator.
@@ -65,6 +68,7 @@ type allocator struct {
 
 	idx   identities
 	locks keyLocks
+	kv    *kvBackend // nil in CRD mode
 	rec   *reconciler.Reconciler[*identity.Allocation]
 
 	// restored maps the labels key of an identity that restored endpoints
@@ -86,14 +90,18 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 	}
 	a := &allocator{
 		log: log, db: db, cids: cids, allocs: allocs, client: client, opts: opts,
-		idx: identities{table: cids},
+		idx: identities{table: cids}, kv: opts.KV,
+	}
+	var ops reconciler.Operations[*identity.Allocation] = &identityOps{log: log, cids: cids, client: client}
+	if opts.KV != nil {
+		ops = &kvOps{b: opts.KV}
 	}
 	rec, err := reconciler.New(db, reconciler.Config[*identity.Allocation]{
 		Name:         "identity-allocations",
 		Table:        allocs,
 		GetStatus:    func(a *identity.Allocation) reconciler.Status { return a.Status },
 		SetStatus:    func(a *identity.Allocation, s reconciler.Status) *identity.Allocation { return a.With(a.Refs, s) },
-		Operations:   &identityOps{log: log, cids: cids, client: client},
+		Operations:   ops,
 		FullInterval: fullReconcileInterval,
 		RetryMin:     100 * time.Millisecond,
 		RetryMax:     30 * time.Second,
@@ -109,10 +117,14 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 // jobs are the allocator's background work: the watch for deleted or
 // marked identities in use, and the reconciler.
 func (a *allocator) jobs() []hive.Job {
-	return []hive.Job{
+	jobs := []hive.Job{
 		hive.ObserveTable("identity-in-use-watch", a.db, a.cids, a.onIdentityChange),
 		reconcilejob.Job("identity-allocations", a.rec, nil),
 	}
+	if a.kv != nil {
+		jobs = append(jobs, a.reRegisterJob())
+	}
+	return jobs
 }
 
 // Allocate implements Allocator.
@@ -191,6 +203,14 @@ func (a *allocator) resolveRestored(key string) (identity.NumericIdentity, error
 
 // resolve finds the cluster's identity for lbls or creates one.
 func (a *allocator) resolve(ctx context.Context, lbls labels.Labels, key string) (identity.NumericIdentity, error) {
+	if a.kv != nil {
+		// Known from the mirror of etcd: the reconciler writes this
+		// node's value key. Else etcd decides, under its lock.
+		if e, ok := a.idx.preferred(a.db.ReadTxn(), key, a.inRange); ok {
+			return e.id, nil
+		}
+		return a.kv.resolve(ctx, lbls, key)
+	}
 	if a.client == nil {
 		return 0, errNoClient
 	}

@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/cilium/statedb"
@@ -9,12 +10,16 @@ import (
 	ciliumv2client "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/reconciler"
 )
 
-// Cell allocates identities in CRD mode and provides Allocator,
-// LabelFilter and ClusterName.
+// Cell allocates identities in CRD or kvstore mode and provides
+// Allocator, LabelFilter and ClusterName. In kvstore mode it also points
+// the CiliumIdentity table at etcd (k8s.CiliumIdentitiesSource), so that
+// every reader of the table works unchanged.
 var Cell = hive.Module("identity-allocator", "Allocates numeric security identities as CiliumIdentity objects",
 	// Flags: mode, timeout, label rules, cluster name and ID.
 	hive.Config(DefaultConfig),
@@ -36,7 +41,33 @@ var Cell = hive.Module("identity-allocator", "Allocates numeric security identit
 	hive.Provide(newLabelFilter, newClusterName),
 	// GET /v1/identity and /v1/identity/{id}.
 	hive.Provide(apiHandlers),
+	// In kvstore mode the CiliumIdentity table mirrors etcd's master keys.
+	hive.Provide(newIdentitiesSource),
 )
+
+// newIdentitiesSource makes the CiliumIdentity table mirror etcd in
+// kvstore mode (and the API server otherwise).
+func newIdentitiesSource(p identitiesSourceParams) (k8s.CiliumIdentitiesSource, error) {
+	if p.Config.IdentityAllocationMode != AllocationModeKVStore {
+		return k8s.CiliumIdentitiesSource{}, nil
+	}
+	if p.KVStore == nil {
+		return k8s.CiliumIdentitiesSource{}, errNeedsKVStore
+	}
+	return k8s.CiliumIdentitiesSource{LW: p.KVStore.IdentitiesListerWatcher(p.Log)}, nil
+}
+
+// identitiesSourceParams are newIdentitiesSource's inputs.
+type identitiesSourceParams struct {
+	hive.In
+
+	Config  Config
+	Log     *slog.Logger
+	KVStore *kvstore.Client `optional:"true"`
+}
+
+var errNeedsKVStore = fmt.Errorf("--identity-allocation-mode=%s needs --kvstore=etcd and --kvstore-opt etcd.config=<file> (or use --identity-allocation-mode=%s)",
+	AllocationModeKVStore, AllocationModeCRD)
 
 func asAllocator(a *allocator) Allocator { return a }
 
@@ -52,6 +83,11 @@ type allocatorParams struct {
 	Identities  statedb.Table[*ciliumv2.CiliumIdentity]
 	Allocations statedb.RWTable[*identity.Allocation]
 	Metrics     reconciler.Metrics `optional:"true"`
+	// KVStore is the etcd client (nil without --kvstore); the local-node
+	// table and node name give the value keys' node suffix (its IP).
+	KVStore   *kvstore.Client                 `optional:"true"`
+	LocalNode statedb.Table[*nodes.LocalNode] `optional:"true"`
+	NodeName  k8s.NodeName                    `optional:"true"`
 }
 
 // newAllocator builds the allocator for the cluster's identity range and
@@ -61,12 +97,23 @@ func newAllocator(p allocatorParams) (*allocator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startAllocator(p, allocatorOptions{
+	opts := allocatorOptions{
 		Min:     layout.MinAllocation(),
 		Max:     layout.MaxAllocation(),
 		Timeout: p.Config.IdentityAllocationTimeout,
 		Metrics: p.Metrics,
-	})
+	}
+	if p.Config.IdentityAllocationMode == AllocationModeKVStore {
+		if p.KVStore == nil {
+			return nil, errNeedsKVStore
+		}
+		if p.LocalNode == nil {
+			return nil, fmt.Errorf("--identity-allocation-mode=%s needs the local node's IP (node discovery)", AllocationModeKVStore)
+		}
+		opts.KV = &kvBackend{log: p.Log, kv: p.KVStore, min: opts.Min, max: opts.Max,
+			suffix: localNodeSuffix(p.DB, p.LocalNode, string(p.NodeName))}
+	}
+	return startAllocator(p, opts)
 }
 
 // startAllocator is newAllocator with explicit options (tests use a tiny

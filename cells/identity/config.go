@@ -12,14 +12,21 @@ import (
 	"github.com/cellium/cellium/statedb/labels"
 )
 
-// AllocationModeCRD is the only identity allocation mode cellium supports:
-// identities are CiliumIdentity objects in the Kubernetes API.
-const AllocationModeCRD = "crd"
+// Identity allocation modes (Cilium's --identity-allocation-mode values).
+const (
+	// AllocationModeCRD: identities are CiliumIdentity objects in the
+	// Kubernetes API (the Helm chart's default).
+	AllocationModeCRD = "crd"
+	// AllocationModeKVStore: identities are keys in etcd
+	// (cilium/state/identities/v1); needs --kvstore=etcd.
+	AllocationModeKVStore = "kvstore"
+)
 
 // Config is the identity allocator's configuration. The flag names and
 // defaults are Cilium's.
 type Config struct {
-	// IdentityAllocationMode selects where identities live; only "crd".
+	// IdentityAllocationMode selects where identities live: "crd" or
+	// "kvstore".
 	IdentityAllocationMode string
 	// IdentityAllocationTimeout bounds one Allocate call.
 	IdentityAllocationTimeout time.Duration
@@ -45,7 +52,7 @@ var DefaultConfig = Config{
 
 // Flags registers the allocator's flags.
 func (def Config) Flags(fs *pflag.FlagSet) {
-	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored; only "crd" (CiliumIdentity objects) is supported`)
+	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored: "crd" (CiliumIdentity objects) or "kvstore" (etcd keys; needs --kvstore=etcd)`)
 	fs.Duration("identity-allocation-timeout", def.IdentityAllocationTimeout, "Time after which an identity allocation fails")
 	fs.StringSlice("labels", def.Labels, `Rules that select the labels that make up an endpoint's identity, "[source:][!]regexp" (e.g. "k8s:app", "!pod-template-hash"); any include rule switches to allow-list mode`)
 	fs.String("label-prefix-file", def.LabelPrefixFile, "JSON file of label prefixes that replace the default identity label rules")
@@ -62,9 +69,14 @@ var clusterNameRE = regexp.MustCompile(`^([a-z0-9][-a-z0-9]*)?[a-z0-9]$`)
 // Validate checks every flag, so that a bad value stops the agent at start
 // instead of failing the first pod.
 func (c Config) Validate() error {
-	if c.IdentityAllocationMode != AllocationModeCRD {
-		return fmt.Errorf("invalid --identity-allocation-mode=%q: cellium supports only %q (CiliumIdentity objects); kvstore modes are not implemented",
-			c.IdentityAllocationMode, AllocationModeCRD)
+	switch c.IdentityAllocationMode {
+	case AllocationModeCRD, AllocationModeKVStore:
+	case "doublewrite-readkvstore", "doublewrite-readcrd":
+		return fmt.Errorf("invalid --identity-allocation-mode=%q: the migration modes that write both CRDs and the kvstore are not implemented; use %q or %q",
+			c.IdentityAllocationMode, AllocationModeCRD, AllocationModeKVStore)
+	default:
+		return fmt.Errorf("invalid --identity-allocation-mode=%q: use %q (CiliumIdentity objects) or %q (etcd, with --kvstore=etcd)",
+			c.IdentityAllocationMode, AllocationModeCRD, AllocationModeKVStore)
 	}
 	if c.IdentityAllocationTimeout <= 0 {
 		return fmt.Errorf("invalid --identity-allocation-timeout=%s: must be greater than 0", c.IdentityAllocationTimeout)

@@ -19,7 +19,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"defaults", func(*Config) {}, ""},
 		{"cluster 1 of 511", func(c *Config) { c.ClusterID, c.MaxConnectedClusters = 1, 511 }, ""},
-		{"kvstore", func(c *Config) { c.IdentityAllocationMode = "kvstore" }, "--identity-allocation-mode"},
+		{"kvstore", func(c *Config) { c.IdentityAllocationMode = "kvstore" }, ""},
+		{"doublewrite", func(c *Config) { c.IdentityAllocationMode = "doublewrite-readkvstore" }, "--identity-allocation-mode"},
+		{"unknown mode", func(c *Config) { c.IdentityAllocationMode = "consul" }, "--identity-allocation-mode"},
 		{"no timeout", func(c *Config) { c.IdentityAllocationTimeout = 0 }, "--identity-allocation-timeout"},
 		{"upper-case cluster", func(c *Config) { c.ClusterName = "Prod" }, "--cluster-name"},
 		{"empty cluster", func(c *Config) { c.ClusterName = "" }, "--cluster-name"},

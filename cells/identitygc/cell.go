@@ -1,6 +1,8 @@
 package identitygc
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/cilium/statedb"
@@ -8,6 +10,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
+	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/cells/leaderelection"
 )
 
@@ -30,17 +33,40 @@ type leaderJobParams struct {
 	Endpoints  statedb.Table[*ciliumv2.CiliumEndpoint]
 	Log        *slog.Logger
 	Health     hive.Health
+	// KVStore is the etcd client (nil without --kvstore).
+	KVStore *kvstore.Client `optional:"true"`
 }
 
 // newLeaderJob makes the collector and contributes it as a leader job.
-func newLeaderJob(p leaderJobParams) leaderelection.LeaderJobsOut {
+func newLeaderJob(p leaderJobParams) (leaderelection.LeaderJobsOut, error) {
+	if p.Config.IdentityAllocationMode == "kvstore" {
+		if p.KVStore == nil {
+			return leaderelection.LeaderJobsOut{}, fmt.Errorf("--identity-allocation-mode=kvstore needs --kvstore=etcd and --kvstore-opt etcd.config=<file>")
+		}
+		gc := &kvGCJob{cfg: p.Config, kv: p.KVStore, log: p.Log, health: p.Health.Scope("gc")}
+		// Cilium's controller name.
+		return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "kvstore-identity-gc", Run: gc.run}}}, nil
+	}
 	if !p.Clientset.IsEnabled() {
 		p.Log.Info("identity GC disabled", "reason", k8s.ErrNotConfigured)
-		return leaderelection.LeaderJobsOut{}
+		return leaderelection.LeaderJobsOut{}, nil
 	}
 	gc := NewGC(p.Config, p.Clientset.Cilium().CiliumV2().CiliumIdentities(),
 		Tables{DB: p.DB, Identities: p.Identities, Endpoints: p.Endpoints},
 		p.Log, p.Health.Scope("gc"))
 	// Cilium's controller name, so logs read the same.
-	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "crd-identity-gc", Run: gc.Run}}}
+	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "crd-identity-gc", Run: gc.Run}}}, nil
+}
+
+// kvGCJob builds the kvstore collector when leading (the etcd client is
+// started by then); its two-pass memory starts empty on each new term.
+type kvGCJob struct {
+	cfg    Config
+	kv     *kvstore.Client
+	log    *slog.Logger
+	health hive.Health
+}
+
+func (j *kvGCJob) run(ctx context.Context) error {
+	return NewKVStoreGC(j.cfg, j.kv.Etcd(), j.log, j.health).Run(ctx)
 }

@@ -26,6 +26,9 @@ type Config struct {
 	// at most IdentityGCRateLimit per IdentityGCRateInterval.
 	IdentityGCRateInterval time.Duration
 	IdentityGCRateLimit    int64
+	// IdentityAllocationMode says where the identities are: "crd"
+	// (CiliumIdentity objects) or "kvstore" (etcd, with --kvstore=etcd).
+	IdentityAllocationMode string
 }
 
 // DefaultConfig has Cilium's defaults: a pass every 15 minutes, deletion
@@ -35,6 +38,7 @@ var DefaultConfig = Config{
 	IdentityHeartbeatTimeout: 30 * time.Minute,
 	IdentityGCRateInterval:   time.Minute,
 	IdentityGCRateLimit:      2500,
+	IdentityAllocationMode:   "crd",
 }
 
 // Flags registers the collector's flags.
@@ -44,6 +48,7 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Time an identity must be unused before it is marked for deletion; a later pass deletes it if it is still unused")
 	fs.Duration(FlagRateInterval, def.IdentityGCRateInterval, "Interval used for rate limiting the GC of identities")
 	fs.Int64(FlagRateLimit, def.IdentityGCRateLimit, "Maximum number of identities deleted per --"+FlagRateInterval)
+	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored: "crd" (CiliumIdentity objects) or "kvstore" (etcd; needs --kvstore=etcd)`)
 }
 
 // Validate requires every value to be positive.
@@ -59,6 +64,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			return fmt.Errorf("invalid --%s=%s: must be positive", d.flag, d.v)
 		}
+	}
+	if c.IdentityAllocationMode != "crd" && c.IdentityAllocationMode != "kvstore" {
+		return fmt.Errorf("invalid --identity-allocation-mode=%q: use \"crd\" or \"kvstore\"", c.IdentityAllocationMode)
 	}
 	if c.IdentityGCRateLimit <= 0 {
 		return fmt.Errorf("invalid --%s=%d: must be positive", FlagRateLimit, c.IdentityGCRateLimit)

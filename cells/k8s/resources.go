@@ -303,14 +303,6 @@ var (
 				return typedLW(c.List, c.Watch, fields.Everything())
 			}
 		})
-	// CiliumIdentitiesCell mirrors CiliumIdentities.
-	CiliumIdentitiesCell = slimResource("cilium-identities", "CiliumIdentities", k8stables.NewCiliumIdentitiesTable,
-		func() listWatch {
-			return func(cs Clientset) cache.ListerWatcher {
-				c := cs.Cilium().CiliumV2().CiliumIdentities()
-				return typedLW(c.List, c.Watch, fields.Everything())
-			}
-		}, func() func(*ciliumv2.CiliumIdentity) *ciliumv2.CiliumIdentity { return newIdentitySlimmer().slim })
 )
 
 // typedLW lists and watches through a typed client's List and Watch

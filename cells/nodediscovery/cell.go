@@ -26,4 +26,6 @@ var Cell = hive.Module("nodediscovery", "Local CiliumNode and the nodes table",
 	hive.Invoke(registerNodesSync),
 	// Reconciler publishing the local-node row as this node's CiliumNode.
 	hive.Invoke(registerReconciler),
+	// With --kvstore=etcd, the row also goes to cilium/state/nodes/v1 (leased).
+	hive.Invoke(registerKVStoreNode),
 )
