@@ -83,30 +83,7 @@ func ifindexIn(t *testing.T, node ns.NetNS, name string) int {
 // snat as its NODEPORT_SNAT_IPV4.
 func nodePortLink(t *testing.T, layout Layout, device string, ifindex int, snat netip.Addr) ebpf.ProgramID {
 	t.Helper()
-	l, err := link.LoadPinnedLink(filepath.Join(layout.NodePortDir(), device), nil)
-	if err != nil {
-		t.Fatalf("pinned link of %s: %v", device, err)
-	}
-	info, err := l.Info()
-	l.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tcx := info.TCX(); tcx == nil || int(tcx.Ifindex) != ifindex || ebpf.AttachType(tcx.AttachType) != ebpf.AttachTCXIngress {
-		t.Errorf("link of %s: %+v, want tcx ingress on ifindex %d", device, info.TCX(), ifindex)
-	}
-	prog, err := ebpf.NewProgramFromID(info.Program)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	pi, err := prog.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := bpf.NodeportProgCilFromNetdev; pi.Name != want && pi.Name != want[:min(15, len(want))] {
-		t.Errorf("link of %s runs %q", device, pi.Name)
-	}
+	id, pi := pinnedTCX(t, filepath.Join(layout.NodePortDir(), device), ifindex, ebpf.AttachTCXIngress, bpf.NodeportProgCilFromNetdev)
 	// The SNAT address is one of the program's constants, in its .rodata.
 	spec, err := bpf.LoadNodeport()
 	if err != nil {
@@ -135,25 +112,26 @@ func nodePortLink(t *testing.T, layout Layout, device string, ifindex int, snat 
 	if !found {
 		t.Errorf("%s: no .rodata with the SNAT address", device)
 	}
-	nodePortEgressLink(t, layout, device, ifindex)
-	return info.Program
+	pinnedTCX(t, filepath.Join(layout.NodePortEgressDir(), device), ifindex, ebpf.AttachTCXEgress, bpf.NodeportProgCilToNetdev)
+	return id
 }
 
-// nodePortEgressLink checks that device's pinned egress link is
-// cil_to_netdev at the tcx egress of ifindex.
-func nodePortEgressLink(t *testing.T, layout Layout, device string, ifindex int) {
+// pinnedTCX checks that the link pinned at pin is a tcx link of type at
+// on ifindex running the program called name, and returns the program's
+// ID and info.
+func pinnedTCX(t *testing.T, pin string, ifindex int, at ebpf.AttachType, name string) (ebpf.ProgramID, *ebpf.ProgramInfo) {
 	t.Helper()
-	l, err := link.LoadPinnedLink(filepath.Join(layout.NodePortEgressDir(), device), nil)
+	l, err := link.LoadPinnedLink(pin, nil)
 	if err != nil {
-		t.Fatalf("pinned egress link of %s: %v", device, err)
+		t.Fatalf("pinned link %s: %v", pin, err)
 	}
 	info, err := l.Info()
 	l.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tcx := info.TCX(); tcx == nil || int(tcx.Ifindex) != ifindex || ebpf.AttachType(tcx.AttachType) != ebpf.AttachTCXEgress {
-		t.Errorf("egress link of %s: %+v, want tcx egress on ifindex %d", device, info.TCX(), ifindex)
+	if tcx := info.TCX(); tcx == nil || int(tcx.Ifindex) != ifindex || ebpf.AttachType(tcx.AttachType) != at {
+		t.Errorf("link %s: %+v, want %s on ifindex %d", pin, info.TCX(), at, ifindex)
 	}
 	prog, err := ebpf.NewProgramFromID(info.Program)
 	if err != nil {
@@ -164,9 +142,10 @@ func nodePortEgressLink(t *testing.T, layout Layout, device string, ifindex int)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := bpf.NodeportProgCilToNetdev; pi.Name != want && pi.Name != want[:min(15, len(want))] {
-		t.Errorf("egress link of %s runs %q", device, pi.Name)
+	if pi.Name != name && pi.Name != name[:min(15, len(name))] {
+		t.Errorf("link %s runs %q, want %s", pin, pi.Name, name)
 	}
+	return info.Program, pi
 }
 
 // TestPrivilegedNodePortAttach: Ensure attaches cil_from_netdev to the
