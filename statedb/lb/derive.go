@@ -36,6 +36,19 @@ type Options struct {
 	ServiceProxyName string
 }
 
+// servedSlices are the slices without the service.kubernetes.io/headless
+// label, which proxies leave alone (kube-proxy and Cilium do not watch
+// them).
+func servedSlices(sls []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	out := sls[:0:0]
+	for _, sl := range sls {
+		if _, ok := sl.Labels[LabelHeadless]; !ok {
+			out = append(out, sl)
+		}
+	}
+	return out
+}
+
 // Labels that hand a Service to another proxy, or tell proxies to leave
 // it alone (as kube-proxy and Cilium read them).
 const (
@@ -44,7 +57,8 @@ const (
 )
 
 // Served reports whether a proxy with o serves svc: not when svc has
-// the service.kubernetes.io/headless label, nor when its
+// the service.kubernetes.io/headless label (nor does it read slices with
+// it), nor when its
 // service.kubernetes.io/service-proxy-name differs from
 // o.ServiceProxyName (absent and empty are the same).
 func (o Options) Served(svc *corev1.Service) bool {
@@ -96,6 +110,7 @@ func DeriveFrontends(svc *corev1.Service, slices_ []*discoveryv1.EndpointSlice, 
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName || !o.Served(svc) {
 		return nil
 	}
+	slices_ = servedSlices(slices_)
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}

@@ -235,4 +235,19 @@ func TestDeriveFrontendsServiceProxyName(t *testing.T) {
 			}
 		}
 	}
+	// A slice labelled service.kubernetes.io/headless is not read (the
+	// e2e spec "should implement service.kubernetes.io/headless" labels a
+	// selectorless Service's slice).
+	port := int32(8080)
+	slice := func(labels map[string]string, addr string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: labels}, AddressType: discoveryv1.AddressTypeIPv4,
+			Ports: []discoveryv1.EndpointPort{{Port: &port}}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}}}}
+	}
+	for _, kpr := range []bool{false, true} {
+		got := DeriveFrontends(svc(nil), []*discoveryv1.EndpointSlice{slice(nil, "10.0.0.1"), slice(map[string]string{LabelHeadless: ""}, "10.0.0.2")},
+			Options{KubeProxyReplacement: kpr})
+		if len(got) != 1 || !slices.Equal(got[0].Backends, []L4Addr{{Addr: netip.MustParseAddr("10.0.0.1"), Port: 8080, Proto: TCP}}) {
+			t.Errorf("kpr %v: %+v, want the unlabelled slice's backend only", kpr, got)
+		}
+	}
 }
