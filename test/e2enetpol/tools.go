@@ -52,6 +52,11 @@ var ConformanceTools = []Tool{
 	{Path: "/usr/bin/getent", Host: "getent", Package: "libc-bin"},
 	{Path: "/usr/bin/seq", Host: "seq", Package: "coreutils"},
 	{Path: "/usr/bin/sleep", Host: "sleep", Package: "coreutils"},
+	// The Services specs' slow-terminating pods exec /bin/sleep in their
+	// preStop hook and /bin/false as readiness probe (without them the
+	// pod dies at once instead of terminating for minutes).
+	{Path: "/bin/sleep", Host: "sleep", Package: "coreutils"},
+	{Path: "/bin/false", Host: "false", Package: "coreutils"},
 	{Path: "/usr/bin/cat", Host: "cat", Package: "coreutils"},
 	{Path: "/usr/bin/echo", Host: "echo", Package: "coreutils"},
 	{Path: "/usr/bin/test", Host: "test", Package: "coreutils"},
