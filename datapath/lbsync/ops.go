@@ -2,8 +2,10 @@ package lbsync
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"iter"
 	"net/netip"
 	"slices"
@@ -79,6 +81,13 @@ type FrontendOps struct {
 	rangesLoaded bool
 	// maglev keeps the frontends' Maglev tables (WithMaglev); nil: none.
 	maglev *Maglev
+	// written is the fingerprint of what the last successful Update of
+	// each frontend wrote (writtenFingerprint), so that an Update that
+	// would write the same (the reconciler's periodic full pass) writes
+	// nothing; Prune compares the maps with the rows and rewrites the
+	// frontends that differ. The reconciler calls the operations
+	// serially.
+	written map[lb.L4Addr]uint64
 }
 
 var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
@@ -86,7 +95,7 @@ var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
 // NewFrontendOps reconciles into m and match; backends is the lb-backends
 // table, whose statuses say which backends are in the backends map.
 func NewFrontendOps(m ServicesMap, match AffinityMatchMap, backends statedb.Table[*lb.Backend], opts ...FrontendOption) *FrontendOps {
-	o := &FrontendOps{m: m, match: match, backends: backends}
+	o := &FrontendOps{m: m, match: match, backends: backends, written: map[lb.L4Addr]uint64{}}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -281,7 +290,75 @@ func (o *FrontendOps) deleteScope(fe lb.L4Addr, scope uint8, n int) error {
 // LB4_SVC_SOURCE_RANGE, and the ones it no longer has deleted after slot
 // 0 is rewritten: a program never sees the flag without the frontend's
 // ranges.
+//
+// A frontend whose last successful Update wrote what f would write is
+// left as it is.
 func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Frontend) error {
+	fp := writtenFingerprint(f)
+	if have, ok := o.written[f.Address]; ok && have == fp {
+		return nil
+	}
+	delete(o.written, f.Address)
+	if err := o.update(txn, f); err != nil {
+		return err
+	}
+	o.written[f.Address] = fp
+	return nil
+}
+
+// slotZeros returns the slot 0 values of f's external and internal
+// scopes as Update writes them, without Count and Bank1.
+func (o *FrontendOps) slotZeros(f *lb.Frontend) (ext, internal maps.ServiceValue) {
+	internal = maps.ServiceValue{Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout, NodePort: f.NodePort()}
+	ext = internal
+	ext.Local, ext.TwoScopes = f.Local, f.TwoScopes
+	ext.SourceRange = o.ranges != nil && len(f.SourceRanges) > 0
+	return ext, internal
+}
+
+// writtenFingerprint sums up everything Update writes for f: the slot 0
+// values' inputs, both scopes' backends and IDs in order, and the source
+// ranges.
+func writtenFingerprint(f *lb.Frontend) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	u32 := func(v uint32) {
+		binary.LittleEndian.PutUint32(b[:4], v)
+		h.Write(b[:4])
+	}
+	flag := func(v bool) {
+		if v {
+			u32(1)
+		} else {
+			u32(0)
+		}
+	}
+	flag(f.SessionAffinity)
+	u32(f.AffinityTimeout)
+	flag(f.NodePort())
+	flag(f.Local)
+	flag(f.TwoScopes)
+	for _, scope := range [][]lb.L4Addr{f.Backends, f.IntBackends} {
+		u32(uint32(len(scope)))
+		for _, a := range scope {
+			h.Write([]byte(a.String()))
+		}
+	}
+	for _, ids := range [][]uint32{f.BackendIDs, f.IntBackendIDs} {
+		u32(uint32(len(ids)))
+		for _, id := range ids {
+			u32(id)
+		}
+	}
+	u32(uint32(len(f.SourceRanges)))
+	for _, p := range f.SourceRanges {
+		h.Write([]byte(p.String()))
+	}
+	return h.Sum64()
+}
+
+// update writes f into the maps (Update without the fingerprint).
+func (o *FrontendOps) update(txn statedb.ReadTxn, f *lb.Frontend) error {
 	if len(f.BackendIDs) != len(f.Backends) || len(f.IntBackendIDs) != len(f.IntBackends) {
 		return fmt.Errorf("frontend %v: %d+%d backends but %d+%d IDs", f.Address, len(f.Backends), len(f.IntBackends),
 			len(f.BackendIDs), len(f.IntBackendIDs))
@@ -309,7 +386,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 	if err := o.match.Update(matches(f.Address, uniq, nil)); err != nil {
 		return fmt.Errorf("frontend %v: write affinity matches: %w", f.Address, err)
 	}
-	zero := maps.ServiceValue{Affinity: f.SessionAffinity, AffinityTimeout: f.AffinityTimeout, NodePort: f.NodePort()}
+	ext, zero := o.slotZeros(f)
 	if f.TwoScopes {
 		if err := o.writeScope(f.Address, maps.ScopeInt, f.IntBackendIDs, zero, oldInt, hadInt); err != nil {
 			return fmt.Errorf("frontend %v internal scope: %w", f.Address, err)
@@ -321,8 +398,6 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 			return fmt.Errorf("frontend %v: %w", f.Address, err)
 		}
 	}
-	ext := zero
-	ext.Local, ext.TwoScopes = f.Local, f.TwoScopes
 	if o.ranges != nil {
 		if err := o.loadRanges(); err != nil {
 			return fmt.Errorf("frontend %v: %w", f.Address, err)
@@ -330,7 +405,6 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 		if err := o.addRanges(f.Address, f.SourceRanges); err != nil {
 			return fmt.Errorf("frontend %v: %w", f.Address, err)
 		}
-		ext.SourceRange = len(f.SourceRanges) > 0
 	}
 	if err := o.writeScope(f.Address, maps.ScopeExt, f.BackendIDs, ext, old, hadExt); err != nil {
 		return fmt.Errorf("frontend %v: %w", f.Address, err)
@@ -352,6 +426,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 // first (the frontend is gone for the programs), then its slots, the
 // internal scope, the affinity matches and the source ranges.
 func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
+	delete(o.written, f.Address)
 	_, allIDs := f.AllBackends()
 	var ids []uint32
 	for _, scope := range []uint8{maps.ScopeExt, maps.ScopeInt} {
@@ -409,7 +484,10 @@ type scopeKey struct {
 // has and the affinity matches no row has; then the source ranges no row
 // has, except those of a frontend whose slot 0 still carries
 // LB4_SVC_SOURCE_RANGE (its Update removes them after clearing it).
-func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
+// Last, a frontend whose Update was skipped as unchanged but whose
+// entries the maps do not hold as written (changed behind the agent's
+// back) is written again.
+func (o *FrontendOps) Prune(ctx context.Context, txn statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
 	have, err := o.m.Dump()
 	if err != nil {
 		return fmt.Errorf("list services map: %w", err)
@@ -435,7 +513,9 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 		}
 	}
 	var strayMatch []maps.AffinityMatch
+	present := make(map[maps.AffinityMatch]bool, len(haveMatch))
 	for _, k := range haveMatch {
+		present[k] = true
 		if !wantMatch[k] {
 			strayMatch = append(strayMatch, k)
 		}
@@ -468,16 +548,90 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 			return err
 		}
 	}
-	if o.ranges == nil {
-		return nil
+	var missingRanges map[lb.L4Addr]bool
+	if o.ranges != nil {
+		if missingRanges, err = o.pruneRanges(have, zero, wantRange); err != nil {
+			return err
+		}
 	}
+	// The frontends skipped as written whose entries differ from the
+	// row: services map, affinity matches, a Maglev table prune found
+	// gone, source ranges.
+	var drifted []*lb.Frontend
+	for f := range desired {
+		if _, ok := o.written[f.Address]; !ok {
+			continue
+		}
+		lostTable := false
+		if o.maglev != nil {
+			_, ok := o.maglev.written[f.Address]
+			lostTable = !ok && o.maglev.wants(f)
+		}
+		if lostTable || missingRanges[f.Address] || !o.holds(have, present, f) {
+			drifted = append(drifted, f)
+		}
+	}
+	for _, f := range drifted {
+		delete(o.written, f.Address)
+		if err := o.Update(ctx, txn, f); err != nil {
+			return fmt.Errorf("rewrite frontend %v the maps lost: %w", f.Address, err)
+		}
+	}
+	return nil
+}
+
+// holds reports whether the services map have and the affinity matches
+// present hold f as Update writes it: both scopes' slot 0 and slots in
+// the bank slot 0 names, and a match per backend.
+func (o *FrontendOps) holds(have map[maps.ServiceSlot]maps.ServiceValue, present map[maps.AffinityMatch]bool, f *lb.Frontend) bool {
+	type scopeWant struct {
+		scope uint8
+		zero  maps.ServiceValue
+		ids   []uint32
+	}
+	ext, internal := o.slotZeros(f)
+	scopes := []scopeWant{{maps.ScopeExt, ext, f.BackendIDs}}
+	if f.TwoScopes {
+		scopes = append(scopes, scopeWant{maps.ScopeInt, internal, f.IntBackendIDs})
+	}
+	for _, sc := range scopes {
+		v0, ok := have[maps.ServiceSlot{Frontend: f.Address, Scope: sc.scope}]
+		bank := bankOf(v0)
+		v0.Bank1 = false
+		sc.zero.Count = uint16(len(sc.ids))
+		if !ok || v0 != sc.zero {
+			return false
+		}
+		for i, id := range sc.ids {
+			v, ok := have[maps.ServiceSlot{Frontend: f.Address, Scope: sc.scope, Slot: uint16(i + 1), Bank: bank}]
+			if !ok || v.BackendID != id {
+				return false
+			}
+		}
+	}
+	_, ids := f.AllBackends()
+	for _, id := range ids {
+		if !present[maps.AffinityMatch{Frontend: f.Address, BackendID: id}] {
+			return false
+		}
+	}
+	return true
+}
+
+// pruneRanges deletes the source ranges no row wants (wantRange), except
+// those of a frontend whose slot 0 in have still carries
+// LB4_SVC_SOURCE_RANGE and is not among the deleted zero, and returns
+// the frontends a wanted range is missing from.
+func (o *FrontendOps) pruneRanges(have map[maps.ServiceSlot]maps.ServiceValue, zero []maps.ServiceSlot, wantRange map[maps.SourceRange]bool) (map[lb.L4Addr]bool, error) {
 	haveRange, err := o.ranges.Dump()
 	if err != nil {
-		return fmt.Errorf("list source range map: %w", err)
+		return nil, fmt.Errorf("list source range map: %w", err)
 	}
 	var strayRange []maps.SourceRange
 	kept := map[lb.L4Addr][]netip.Prefix{}
+	found := make(map[maps.SourceRange]bool, len(haveRange))
 	for _, r := range haveRange {
+		found[r] = true
 		// A slot 0 still flagged (not pruned above) keeps its ranges.
 		zeroKey := maps.ServiceSlot{Frontend: r.Frontend, Scope: maps.ScopeExt}
 		v, ok := have[zeroKey]
@@ -489,10 +643,16 @@ func (o *FrontendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.S
 		strayRange = append(strayRange, r)
 	}
 	if err := o.ranges.Delete(strayRange); err != nil {
-		return fmt.Errorf("prune %d source ranges: %w", len(strayRange), err)
+		return nil, fmt.Errorf("prune %d source ranges: %w", len(strayRange), err)
 	}
 	o.haveRanges, o.rangesLoaded = kept, true
-	return nil
+	missing := map[lb.L4Addr]bool{}
+	for r := range wantRange {
+		if !found[r] {
+			missing[r.Frontend] = true
+		}
+	}
+	return missing, nil
 }
 
 // BackendOps reconciles the lb-backends table into the backends map.

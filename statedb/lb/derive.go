@@ -38,15 +38,16 @@ type Options struct {
 
 // servedSlices are the slices without the service.kubernetes.io/headless
 // label, which proxies leave alone (kube-proxy and Cilium do not watch
-// them).
+// them). sls itself when every slice is served (no copy).
 func servedSlices(sls []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
-	out := sls[:0:0]
-	for _, sl := range sls {
-		if _, ok := sl.Labels[LabelHeadless]; !ok {
-			out = append(out, sl)
-		}
+	headless := func(sl *discoveryv1.EndpointSlice) bool {
+		_, ok := sl.Labels[LabelHeadless]
+		return ok
 	}
-	return out
+	if !slices.ContainsFunc(sls, headless) {
+		return sls
+	}
+	return slices.DeleteFunc(slices.Clone(sls), headless)
 }
 
 // Labels that hand a Service to another proxy, or tell proxies to leave
