@@ -233,3 +233,7 @@ func socketInode(path string) (uint32, bool) {
 	}
 	return uint32(n), true
 }
+
+// Processes names the processes holding the sockets of inodes (Processes
+// in the Lister's /proc).
+func (l *Lister) Processes(inodes []uint32) map[uint32]Process { return Processes(l.procDir, inodes) }
