@@ -36,6 +36,14 @@ type Lister interface {
 	Processes(inodes []uint32) map[uint32]hostsockets.Process
 }
 
+// Notifier is a Lister that knows when its sockets change (the
+// control-plane tests' fake host); the Checker then also lists at once.
+// The host's Lister does not: it is polled every Interval.
+type Notifier interface {
+	// Changed returns a channel closed at the next change.
+	Changed() <-chan struct{}
+}
+
 // Config is what a Checker reads and writes.
 type Config struct {
 	DB        *statedb.DB
@@ -87,7 +95,12 @@ func (c *Checker) Run(ctx context.Context, health interface {
 		health.OK("no socket lister: host ports not checked")
 		return
 	}
+	notifier, _ := l.(Notifier)
 	for {
+		var changed <-chan struct{}
+		if notifier != nil {
+			changed = notifier.Changed()
+		}
 		w, n, err := c.Step(l)
 		if err != nil {
 			c.c.Log.Warn("Could not check the host's sockets against the NodePorts and hostPorts", "error", err)
@@ -106,6 +119,7 @@ func (c *Checker) Run(ctx context.Context, health interface {
 		case <-ctx.Done():
 			return
 		case <-w:
+		case <-changed:
 		case <-time.After(c.c.Interval - c.c.MinInterval):
 		}
 	}
