@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -65,6 +66,17 @@ type Config struct {
 // it with New; Run it in one goroutine.
 type Checker struct {
 	c Config
+	// ports are the NodePort and HostPort frontends (owner, type,
+	// address) of the last listing, socks the sockets it found: a change
+	// of the frontends that leaves the ports as they are (new backends,
+	// reconciliation) is matched against socks without listing again.
+	ports map[portKey]bool
+	socks []hostsockets.Socket
+}
+
+type portKey struct {
+	owner, typ string
+	addr       lb.L4Addr
 }
 
 // New returns a Checker; it starts nothing.
@@ -96,12 +108,13 @@ func (c *Checker) Run(ctx context.Context, health interface {
 		return
 	}
 	notifier, _ := l.(Notifier)
+	relist := true
 	for {
 		var changed <-chan struct{}
 		if notifier != nil {
 			changed = notifier.Changed()
 		}
-		w, n, err := c.Step(l)
+		w, n, err := c.Step(l, relist)
 		if err != nil {
 			c.c.Log.Warn("Could not check the host's sockets against the NodePorts and hostPorts", "error", err)
 			health.Degraded("check host sockets", err)
@@ -119,32 +132,43 @@ func (c *Checker) Run(ctx context.Context, health interface {
 		case <-ctx.Done():
 			return
 		case <-w:
+			relist = false
 		case <-changed:
+			relist = true
 		case <-time.After(c.c.Interval - c.c.MinInterval):
+			relist = true
 		}
 	}
 }
 
-// Step lists the sockets once and rewrites the host-socket rows. It
-// returns a channel closed when the frontends change, and how many rows
-// there are. The rows are kept when the listing fails.
-func (c *Checker) Step(l Lister) (<-chan struct{}, int, error) {
+// Step rewrites the host-socket rows: it lists the sockets when relist
+// is set or the NodePort and HostPort frontends are not those of the last
+// listing (and there are any), else it matches the last listing's
+// sockets. It returns a channel closed when the frontends change, and how
+// many rows there are. The rows are kept when the listing fails.
+func (c *Checker) Step(l Lister, relist bool) (<-chan struct{}, int, error) {
 	rtxn := c.c.DB.ReadTxn()
 	all, w := c.c.Frontends.AllWatch(rtxn)
 	var fes []*lb.Frontend
+	ports := map[portKey]bool{}
 	for f := range all {
 		if (f.Type == lb.TypeNodePort || f.Type == lb.TypeHostPort) && f.Status.Kind != reconciler.StatusPendingDelete {
 			fes = append(fes, f)
+			ports[portKey{f.Service, f.Type, f.Address}] = true
 		}
 	}
-	var socks []hostsockets.Socket
-	if len(fes) > 0 {
-		var err error
-		if socks, err = l.Listening(); err != nil {
+	switch {
+	case len(fes) == 0:
+		c.ports, c.socks = ports, nil
+	case relist || c.ports == nil || !maps.Equal(ports, c.ports):
+		socks, err := l.Listening()
+		if err != nil {
+			c.ports = nil // listed again at the next step
 			return w, 0, fmt.Errorf("list the host's sockets: %w", err)
 		}
+		c.ports, c.socks = ports, socks
 	}
-	want := Conflicts(fes, socks, l.Processes)
+	want := Conflicts(fes, c.socks, l.Processes)
 	n, err := c.write(want)
 	return w, n, err
 }

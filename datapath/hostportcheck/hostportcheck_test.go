@@ -28,6 +28,8 @@ type fakeLister struct {
 	socks []hostsockets.Socket
 	procs map[uint32]hostsockets.Process
 	calls int
+	// steps counts Processes calls: one per step that finds a conflict.
+	steps int
 }
 
 func (f *fakeLister) set(socks ...hostsockets.Socket) {
@@ -46,6 +48,7 @@ func (f *fakeLister) Listening() ([]hostsockets.Socket, error) {
 func (f *fakeLister) Processes(inodes []uint32) map[uint32]hostsockets.Process {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.steps++
 	out := map[uint32]hostsockets.Process{}
 	for _, i := range inodes {
 		if p, ok := f.procs[i]; ok {
@@ -85,14 +88,16 @@ type env struct {
 
 // start runs a Checker over its own frontends and states tables, as the
 // socket load balancer's module does, listing sockets every 50ms.
-func start(t *testing.T) *env {
+func start(t *testing.T) *env { return startEvery(t, 50*time.Millisecond) }
+
+func startEvery(t *testing.T, interval time.Duration) *env {
 	e := &env{lister: &fakeLister{procs: map[uint32]hostsockets.Process{42: {PID: 1234, Comm: "nginx"}}}}
 	hivetest.Start(t, nil,
 		hive.Provide(lb.NewFrontendsTable, lb.NewServiceStatesTable),
 		hive.Invoke(func(db *statedb.DB, fes statedb.RWTable[*lb.Frontend], states statedb.RWTable[*lb.ServiceState], jobs hive.Jobs) {
 			c := hostportcheck.New(hostportcheck.Config{DB: db, Frontends: fes, States: states,
 				Lister:   func() hostportcheck.Lister { return e.lister },
-				Interval: 50 * time.Millisecond, MinInterval: 5 * time.Millisecond})
+				Interval: interval, MinInterval: 5 * time.Millisecond})
 			jobs.Add(hive.Service("check-host-port-sockets", nil, func(ctx context.Context, h hive.Health) { c.Run(ctx, h) }))
 		}),
 		hivetest.Capture(&e.db), hivetest.Capture(&e.fes), hivetest.Capture(&e.states),
@@ -249,6 +254,52 @@ func TestHostPortOnHostSocket(t *testing.T) {
 	// The pod goes: so does the row.
 	e.setFrontends(t, pod, nil)
 	e.waitState(t, owner, gone, "the pod's hostPort is gone")
+}
+
+// counts returns the lister's listings and steps with a conflict.
+func (e *env) counts() (int, int) {
+	e.lister.mu.Lock()
+	defer e.lister.mu.Unlock()
+	return e.lister.calls, e.lister.steps
+}
+
+// A change of the frontends is checked at once; the sockets are listed
+// again only when a NodePort or hostPort changed, not for new backends.
+func TestChecksOnFrontendChange(t *testing.T) {
+	e := startEvery(t, time.Hour)
+	o := lb.Options{KubeProxyReplacement: true, NodeName: "node1", NodeAddrs: []netip.Addr{nodeAddr}}
+	owner := lb.HostSocketOwner("ns/web")
+	e.lister.set(sock(lb.TCP, "0.0.0.0", 30080, 42), sock(lb.TCP, "0.0.0.0", 30081, 43))
+	// No NodePort yet: nothing listed at start; the Service's frontends
+	// are a change, listed at once.
+	e.setFrontends(t, "ns/web", lb.DeriveFrontends(nodePortService(30080), nil, o))
+	e.waitState(t, owner, hostPortInUse("30080"), "the new NodePort is checked at once")
+	listings, steps := e.counts()
+	// New backends: a step, no listing (the socket on 30080 closed
+	// meanwhile is only seen at the next Interval).
+	e.lister.set(sock(lb.TCP, "0.0.0.0", 30081, 43))
+	fs := lb.DeriveFrontends(nodePortService(30080), nil, o)
+	for _, f := range fs {
+		f.Backends = []lb.L4Addr{{Addr: netip.MustParseAddr("10.0.1.5"), Port: 8080, Proto: lb.TCP}}
+	}
+	e.setFrontends(t, "ns/web", fs)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, s := e.counts(); s > steps {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no step after the backends changed")
+		}
+	}
+	if l, _ := e.counts(); l != listings {
+		t.Errorf("new backends: %d listings, want %d (none more)", l, listings)
+	}
+	// Another nodePort: listed again, the socket there reported.
+	e.setFrontends(t, "ns/web", lb.DeriveFrontends(nodePortService(30081), nil, o))
+	e.waitState(t, owner, hostPortInUse("NodePort 30081/TCP"), "the moved NodePort is checked")
+	if l, _ := e.counts(); l != listings+1 {
+		t.Errorf("a NodePort change: %d listings, want %d", l, listings+1)
+	}
 }
 
 // TestConflictsRules checks the matching on its own.
