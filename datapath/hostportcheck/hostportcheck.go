@@ -72,6 +72,9 @@ type Checker struct {
 	// reconciliation) is matched against socks without listing again.
 	ports map[portKey]bool
 	socks []hostsockets.Socket
+	// procs are the processes named since the last listing (a /proc
+	// walk each).
+	procs map[uint32]hostsockets.Process
 }
 
 type portKey struct {
@@ -166,11 +169,41 @@ func (c *Checker) Step(l Lister, relist bool) (<-chan struct{}, int, error) {
 			c.ports = nil // listed again at the next step
 			return w, 0, fmt.Errorf("list the host's sockets: %w", err)
 		}
-		c.ports, c.socks = ports, socks
+		c.ports, c.socks, c.procs = ports, socks, nil
 	}
-	want := Conflicts(fes, c.socks, l.Processes)
+	want := Conflicts(fes, c.socks, func(inodes []uint32) map[uint32]hostsockets.Process {
+		return c.processes(l, inodes)
+	})
 	n, err := c.write(want)
 	return w, n, err
+}
+
+// processes names the processes of inodes, asking l only for those not
+// named since the last listing.
+func (c *Checker) processes(l Lister, inodes []uint32) map[uint32]hostsockets.Process {
+	if c.procs == nil {
+		c.procs = map[uint32]hostsockets.Process{}
+	}
+	var ask []uint32
+	for _, i := range inodes {
+		if _, ok := c.procs[i]; !ok {
+			ask = append(ask, i)
+		}
+	}
+	if len(ask) > 0 {
+		got := l.Processes(ask)
+		for _, i := range ask {
+			// Unnamed ones are remembered too (not asked again).
+			c.procs[i] = got[i]
+		}
+	}
+	out := map[uint32]hostsockets.Process{}
+	for _, i := range inodes {
+		if p := c.procs[i]; p.PID != 0 {
+			out[i] = p
+		}
+	}
+	return out
 }
 
 // write makes the host-socket rows of the states table want.

@@ -28,7 +28,7 @@ type fakeLister struct {
 	socks []hostsockets.Socket
 	procs map[uint32]hostsockets.Process
 	calls int
-	// steps counts Processes calls: one per step that finds a conflict.
+	// steps counts Processes calls (the /proc walks).
 	steps int
 }
 
@@ -256,15 +256,8 @@ func TestHostPortOnHostSocket(t *testing.T) {
 	e.waitState(t, owner, gone, "the pod's hostPort is gone")
 }
 
-// counts returns the lister's listings and steps with a conflict.
-func (e *env) counts() (int, int) {
-	e.lister.mu.Lock()
-	defer e.lister.mu.Unlock()
-	return e.lister.calls, e.lister.steps
-}
-
-// A change of the frontends is checked at once; the sockets are listed
-// again only when a NodePort or hostPort changed, not for new backends.
+// A change of the frontends is checked at once, not at the next
+// Interval.
 func TestChecksOnFrontendChange(t *testing.T) {
 	e := startEvery(t, time.Hour)
 	o := lb.Options{KubeProxyReplacement: true, NodeName: "node1", NodeAddrs: []netip.Addr{nodeAddr}}
@@ -273,33 +266,63 @@ func TestChecksOnFrontendChange(t *testing.T) {
 	// No NodePort yet: nothing listed at start; the Service's frontends
 	// are a change, listed at once.
 	e.setFrontends(t, "ns/web", lb.DeriveFrontends(nodePortService(30080), nil, o))
-	e.waitState(t, owner, hostPortInUse("30080"), "the new NodePort is checked at once")
-	listings, steps := e.counts()
-	// New backends: a step, no listing (the socket on 30080 closed
-	// meanwhile is only seen at the next Interval).
-	e.lister.set(sock(lb.TCP, "0.0.0.0", 30081, 43))
+	e.waitState(t, owner, hostPortInUse("NodePort 30080/TCP"), "the new NodePort is checked at once")
+	e.setFrontends(t, "ns/web", lb.DeriveFrontends(nodePortService(30081), nil, o))
+	e.waitState(t, owner, hostPortInUse("NodePort 30081/TCP"), "the moved NodePort is checked at once")
+}
+
+// Step lists the sockets again (and walks /proc again) only when asked
+// to or when a NodePort or hostPort changed, not for new backends.
+func TestStepListsOnPortChange(t *testing.T) {
+	db := statedb.New()
+	fes, err := lb.NewFrontendsTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := lb.NewServiceStatesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{db: db, fes: fes, states: states, lister: &fakeLister{procs: map[uint32]hostsockets.Process{42: {PID: 1234, Comm: "nginx"}}}}
+	c := hostportcheck.New(hostportcheck.Config{DB: db, Frontends: fes, States: states})
+	o := lb.Options{KubeProxyReplacement: true, NodeName: "node1", NodeAddrs: []netip.Addr{nodeAddr}}
+	owner := lb.HostSocketOwner("ns/web")
+	step := func(relist bool, wantRow string, listings, walks int) {
+		t.Helper()
+		if _, _, err := c.Step(e.lister, relist); err != nil {
+			t.Fatal(err)
+		}
+		s, _, ok := states.Get(db.ReadTxn(), lb.ServiceStateOwnerIndex.Query(owner))
+		switch {
+		case wantRow == "" && ok:
+			t.Errorf("row %+v, want none", s)
+		case wantRow != "" && (!ok || !strings.Contains(s.Message, wantRow)):
+			t.Errorf("row %+v (%v), want one with %q", s, ok, wantRow)
+		}
+		e.lister.mu.Lock()
+		defer e.lister.mu.Unlock()
+		if e.lister.calls != listings || e.lister.steps != walks {
+			t.Errorf("%d listings and %d /proc walks, want %d and %d", e.lister.calls, e.lister.steps, listings, walks)
+		}
+	}
+	e.lister.set(sock(lb.TCP, "0.0.0.0", 30080, 42))
+	step(true, "", 0, 0) // no NodePort: nothing to list
+	e.setFrontends(t, "ns/web", lb.DeriveFrontends(nodePortService(30080), nil, o))
+	step(false, "by nginx (pid 1234)", 1, 1) // new ports: listed
+	// New backends, the socket closed meanwhile: matched against the
+	// last listing, its process remembered.
+	e.lister.set()
 	fs := lb.DeriveFrontends(nodePortService(30080), nil, o)
 	for _, f := range fs {
 		f.Backends = []lb.L4Addr{{Addr: netip.MustParseAddr("10.0.1.5"), Port: 8080, Proto: lb.TCP}}
 	}
 	e.setFrontends(t, "ns/web", fs)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, s := e.counts(); s > steps {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no step after the backends changed")
-		}
-	}
-	if l, _ := e.counts(); l != listings {
-		t.Errorf("new backends: %d listings, want %d (none more)", l, listings)
-	}
-	// Another nodePort: listed again, the socket there reported.
+	step(false, "NodePort 30080/TCP", 1, 1)
+	step(true, "", 2, 1) // the Interval: listed again, gone
+	e.lister.set(sock(lb.TCP, "0.0.0.0", 30081, 42))
+	step(false, "", 2, 1)
 	e.setFrontends(t, "ns/web", lb.DeriveFrontends(nodePortService(30081), nil, o))
-	e.waitState(t, owner, hostPortInUse("NodePort 30081/TCP"), "the moved NodePort is checked")
-	if l, _ := e.counts(); l != listings+1 {
-		t.Errorf("a NodePort change: %d listings, want %d", l, listings+1)
-	}
+	step(false, "NodePort 30081/TCP", 3, 2) // another port: listed
 }
 
 // TestConflictsRules checks the matching on its own.
