@@ -7,8 +7,9 @@
 // the collision is made visible.
 //
 // A Checker lists the host namespace's listening TCP and bound UDP
-// sockets (datapath/hostsockets) whenever the lb-frontends table changes
-// (at most once per MinInterval) and every Interval, matches them with
+// sockets (datapath/hostsockets) when the NodePort and HostPort frontends
+// of the lb-frontends table change (at most once per MinInterval) and
+// every Interval, matches them with
 // the NodePort and HostPort frontends (same protocol and port, the socket
 // bound to a wildcard address or to the frontend's address; the agent's
 // own sockets, such as its healthCheckNodePort server, left out), and
