@@ -83,7 +83,8 @@ func (l *Lister) Close() { l.h.Close() }
 
 // Listening returns the TCP sockets in LISTEN and the bound, unconnected
 // UDP sockets, IPv4 and IPv6, of the Lister's namespace, each with Own
-// set when the calling process holds it.
+// set when the calling process holds it. A kernel without udp_diag gives
+// the TCP sockets only.
 //
 // It returns the error of a dump that fails (or is interrupted
 // dumpAttempts times in a row by changes of the socket tables).
@@ -103,6 +104,12 @@ func (l *Lister) Listening() ([]Socket, error) {
 	} {
 		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 			socks, err := dump(q.dump, family)
+			if q.proto == lb.UDP && errors.Is(err, unix.ENOENT) {
+				// No udp_diag in the kernel (a module not loaded and
+				// not loadable): the UDP sockets cannot be listed, the
+				// TCP ones still are.
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("list %s sockets (family %d) with sock_diag: %w", lb.ProtoName(q.proto), family, err)
 			}
