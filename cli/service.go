@@ -23,7 +23,7 @@ func (a *app) serviceCommand() *cobra.Command {
 	list := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the frontends (headed, with kube-proxy replacement, by the backend selection for traffic from outside the node: Random, or Maglev and its table size) with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries, then the Services (or pods' hostPorts) the load balancer refuses (STATE Refused: too large for --bpf-lb-map-max, or a frontend owned by another) or serves with endpoints skipped (Degraded); a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
+		Short:   "List the frontends (headed, with kube-proxy replacement, by the backend selection for traffic from outside the node: Random, or Maglev and its table size) with their type (ClusterIP, NodePort, LoadBalancer, ExternalIPs), session affinity (None, or ClientIP and its timeout), backends (by backend ID) and the reconciliation status of their map entries, then the Services (or pods' hostPorts) the load balancer refuses (STATE Refused: too large for --bpf-lb-map-max, or a frontend owned by another) or serves degraded (Degraded: endpoints skipped, or a host socket on one of its NodePorts or hostPorts that gets none of their traffic from outside, reason HostPortInUse, listed as SERVICE/host-socket); a frontend with two scopes (a traffic policy Local) has a second line, its address suffixed /i, with the backends clients inside the cluster get",
 		Example: `  cellium service list
   cellium service list -o json`,
 		Args: cobra.NoArgs,
@@ -100,7 +100,8 @@ func writeServices(w io.Writer, fes []*lb.Frontend) error {
 
 // writeServiceStates prints, after a blank line, the Services (and pods'
 // hostPorts) not served as asked, with their state (Refused: none of
-// their frontends is in the maps; Degraded: endpoints skipped), reason
+// their frontends is in the maps; Degraded: endpoints skipped, or a host
+// socket on a NodePort or hostPort), reason
 // and message; nothing when there are none.
 func writeServiceStates(w io.Writer, states []*lb.ServiceState) error {
 	if len(states) == 0 {

@@ -145,3 +145,63 @@ func TestEmitterRun(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A host socket on a Service's NodePort or a pod's hostPort (the
+// HostPortInUse rows, owner ".../host-socket") is a Warning Event on the
+// Service or pod itself, beside the deriver's row of the same object.
+func TestEmitterHostPortInUse(t *testing.T) {
+	db := statedb.New()
+	states, err := lb.NewServiceStatesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, err := k8stables.NewServicesTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := k8stables.NewPodsTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wtxn := db.WriteTxn(svcs, pods, states)
+	_, _, _ = svcs.Insert(wtxn, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "uid-web"}})
+	_, _, _ = pods.Insert(wtxn, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"}})
+	for _, s := range []*lb.ServiceState{
+		{Owner: "ns/web", State: lb.StateDegraded, Reason: lb.ReasonInvalidEndpoints, Message: "skipped endpoints: x"},
+		{Owner: lb.HostSocketOwner("ns/web"), State: lb.StateDegraded, Reason: lb.ReasonHostPortInUse,
+			Message: "NodePort 30080/TCP: a host socket is bound to 0.0.0.0:30080 by nginx (pid 812). Traffic from outside the node to the port goes to the Service"},
+		{Owner: lb.HostSocketOwner(lb.HostPortOwner("ns/p")), State: lb.StateDegraded, Reason: lb.ReasonHostPortInUse,
+			Message: "HostPort 8053/UDP: a host socket is bound to [::]:8053. Traffic from outside the node to the port goes to the pod"},
+	} {
+		_, _, _ = states.Insert(wtxn, s)
+	}
+	wtxn.Commit()
+	cs := fake.NewClientset()
+	e := lbevents.New(lbevents.Config{DB: db, States: states, Services: svcs, Pods: pods, Core: cs, NodeName: "node1"})
+	if _, failed := e.Step(context.Background()); failed != 0 {
+		t.Fatalf("%d failed", failed)
+	}
+	l, err := cs.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byReason := map[string][]corev1.Event{}
+	for _, ev := range l.Items {
+		byReason[ev.Reason] = append(byReason[ev.Reason], ev)
+	}
+	if n := len(byReason[lb.ReasonInvalidEndpoints]); n != 1 || len(l.Items) != 3 {
+		t.Fatalf("Events %+v, want one InvalidEndpoints and two HostPortInUse", l.Items)
+	}
+	got := map[string]corev1.Event{}
+	for _, ev := range byReason[lb.ReasonHostPortInUse] {
+		got[ev.InvolvedObject.Kind] = ev
+	}
+	if ev := got["Service"]; ev.InvolvedObject.Name != "web" || ev.InvolvedObject.UID != "uid-web" || ev.Type != corev1.EventTypeWarning ||
+		ev.Message != "node node1: NodePort 30080/TCP: a host socket is bound to 0.0.0.0:30080 by nginx (pid 812). Traffic from outside the node to the port goes to the Service" {
+		t.Errorf("Service Event %+v", ev)
+	}
+	if ev := got["Pod"]; ev.InvolvedObject.Name != "p" || ev.InvolvedObject.UID != "uid-p" || ev.Type != corev1.EventTypeWarning ||
+		!strings.Contains(ev.Message, "[::]:8053") {
+		t.Errorf("Pod Event %+v", ev)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,6 +26,8 @@ import (
 	"github.com/cellium/cellium/cells/hive/reconcilejob"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/datapath/bpfconfig"
+	"github.com/cellium/cellium/datapath/hostportcheck"
+	"github.com/cellium/cellium/datapath/hostsockets"
 	"github.com/cellium/cellium/datapath/lbsync"
 	"github.com/cellium/cellium/datapath/maglev"
 	"github.com/cellium/cellium/datapath/maps"
@@ -140,6 +143,10 @@ type Targets struct {
 	// Maglev holds the frontends' Maglev tables (with
 	// --kube-proxy-replacement=true; nil: none are written).
 	Maglev lbsync.MaglevMap
+	// HostSockets lists the host's listening sockets, which the
+	// NodePorts and hostPorts are checked against (lb-service-states,
+	// reason HostPortInUse); nil: not checked.
+	HostSockets hostportcheck.Lister
 	// Close releases the maps (they and the programs stay); may be nil.
 	Close func() error
 }
@@ -152,6 +159,36 @@ type Opener func(c Config, bpf bpfconfig.Config) (Targets, error)
 // in the agent's pin directory and attaches the cgroup programs to
 // --cgroup-root, mounting bpffs and cgroup2 where they are missing.
 func OpenPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
+	t, err := openPinned(c, bpf)
+	if err != nil || !c.HostPort() {
+		return t, err
+	}
+	// NodePorts and hostPorts are served: the host's sockets on their
+	// ports are reported. The check is no reason not to start: a lister
+	// that cannot open says so in its module's health.
+	l, err := hostsockets.Open("")
+	if err != nil {
+		t.HostSockets = failedLister{err}
+		return t, nil
+	}
+	t.HostSockets = l
+	closeMaps := t.Close
+	t.Close = func() error {
+		l.Close()
+		return closeMaps()
+	}
+	return t, nil
+}
+
+// failedLister is the host socket lister that could not be opened.
+type failedLister struct{ err error }
+
+func (f failedLister) Listening() ([]hostsockets.Socket, error) { return nil, f.err }
+func (failedLister) Processes([]uint32) map[uint32]hostsockets.Process {
+	return nil
+}
+
+func openPinned(c Config, bpf bpfconfig.Config) (Targets, error) {
 	pinDir := bpf.PinDir()
 	// bpffs at --bpf-root (not at the pin directory: a mount there
 	// would hide under the loader's mount of the root).
@@ -250,6 +287,7 @@ type params struct {
 	Lifecycle hive.Lifecycle
 	Jobs      hive.Jobs
 	Reconcile reconcilejob.Params
+	Log       *slog.Logger
 }
 
 func register(p params, open Opener) error {
@@ -324,6 +362,13 @@ func register(p params, open Opener) error {
 		return err
 	}
 	p.Jobs.Add(hive.Service("derive-lb-tables", d.Subscribe, func(ctx context.Context, h hive.Health) { d.Run(ctx, h) }))
+	if p.Config.HostPort() {
+		// NodePorts and hostPorts a host socket listens on: Degraded rows
+		// (HostPortInUse) beside the deriver's.
+		chk := hostportcheck.New(hostportcheck.Config{DB: p.DB, Frontends: p.Frontends, States: p.States,
+			Lister: func() hostportcheck.Lister { return m.HostSockets }, Log: p.Log})
+		p.Jobs.Add(hive.Service("check-host-port-sockets", nil, func(ctx context.Context, h hive.Health) { chk.Run(ctx, h) }))
+	}
 	return nil
 }
 

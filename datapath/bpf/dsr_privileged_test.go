@@ -252,12 +252,8 @@ func dsrOptionSeen(t *testing.T, tp *npTopology, port uint16) []byte {
 		t.Fatal(err)
 	}
 	tp.service(t, port, syscall.IPPROTO_UDP, svcNodePort, backendID)
-	var c net.Conn
-	if err := tp.outside.Do(func(ns.NetNS) error {
-		var err error
-		c, err = net.Dial("udp4", netip.AddrPortFrom(tp.n1.ip, port).String())
-		return err
-	}); err != nil {
+	c, err := tp.dialOutside("udp4", netip.AddrPort{}, tp.nodePort(port), 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/maps"
@@ -53,27 +52,15 @@ func addrOfBE(v uint32) netip.Addr {
 // port, which has had one answer (its NAT entry exists).
 func (tp *npTopology) victimUDP(t *testing.T, port uint16) *net.UDPConn {
 	t.Helper()
-	var c *net.UDPConn
-	if err := tp.outside.Do(func(ns.NetNS) error {
-		var err error
-		c, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(tp.n1.ip, port)))
-		return err
-	}); err != nil {
+	c, err := tp.dialOutside("udp4", netip.AddrPort{}, tp.nodePort(port), 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	buf := make([]byte, 64)
-	for range 5 {
-		if _, err := c.Write([]byte("who")); err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		if _, err := c.Read(buf); err == nil {
-			return c
-		}
+	if _, err := askUDP(c, "who", 5); err != nil {
+		t.Fatalf("the victim's UDP flow to port %d gets no answer: %v", port, err)
 	}
-	t.Fatalf("the victim's UDP flow to port %d gets no answer", port)
-	return nil
+	return c.(*net.UDPConn)
 }
 
 // readForged reads what c gets within d and reports whether any datagram
@@ -260,12 +247,8 @@ func TestPrivilegedNodePortOneWayUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp.service(t, port, syscall.IPPROTO_UDP, svcNodePort, silentID)
-	var c net.Conn
-	if err := tp.outside.Do(func(ns.NetNS) error {
-		var err error
-		c, err = net.Dial("udp4", netip.AddrPortFrom(tp.n1.ip, port).String())
-		return err
-	}); err != nil {
+	c, err := tp.dialOutside("udp4", netip.AddrPort{}, tp.nodePort(port), 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/cellium/cellium/datapath/bpf"
 	"github.com/cellium/cellium/datapath/lbsync"
@@ -246,13 +245,7 @@ func (tp *npTopology) maglevDial(port, sport uint16) (uint32, error) {
 	if err := flushMap[bpf.NodeportNodeportRev4Key](tp.n1.m.NodePortRev4); err != nil {
 		return 0, err
 	}
-	var c net.Conn
-	err := tp.outside.Do(func(ns.NetNS) error {
-		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: outsideIP.AsSlice(), Port: int(sport)}}
-		var err error
-		c, err = d.Dial("tcp4", netip.AddrPortFrom(tp.n1.ip, port).String())
-		return err
-	})
+	c, err := tp.dialOutside("tcp4", netip.AddrPortFrom(outsideIP, sport), tp.nodePort(port), 3*time.Second)
 	if err != nil {
 		return 0, fmt.Errorf("dial from port %d: %w", sport, err)
 	}

@@ -291,15 +291,53 @@ func (x *xnode) lbServices(t testing.TB) *ebpf.Map {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// dialWhoami connects from the outside namespace to node 1's port and
-// returns the connection and the source address the backend saw.
-func (tp *npTopology) dialWhoami(port uint16) (net.Conn, string, error) {
+// dialOutside connects from the outside namespace to dst over network
+// ("tcp4" or "udp4"), from local when it is valid (port 0: any port),
+// within timeout (0: none). Every test of the topology dials through it.
+func (tp *npTopology) dialOutside(network string, local, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if local.IsValid() {
+		if network == "udp4" {
+			d.LocalAddr = net.UDPAddrFromAddrPort(local)
+		} else {
+			d.LocalAddr = net.TCPAddrFromAddrPort(local)
+		}
+	}
 	var c net.Conn
 	err := tp.outside.Do(func(ns.NetNS) error {
 		var err error
-		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(tp.n1.ip, port).String(), 3*time.Second)
+		c, err = d.Dial(network, dst.String())
 		return err
 	})
+	return c, err
+}
+
+// nodePort is node 1's address with port.
+func (tp *npTopology) nodePort(port uint16) netip.AddrPort { return netip.AddrPortFrom(tp.n1.ip, port) }
+
+// askUDP sends msg on c until a datagram comes back (tries times, a
+// second each) and returns it; a failed send ends it at once.
+func askUDP(c net.Conn, msg string, tries int) (string, error) {
+	buf := make([]byte, 64)
+	var last error
+	for range tries {
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return "", err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(buf)
+		if err == nil {
+			return string(buf[:n]), nil
+		}
+		last = err
+	}
+	return "", last
+}
+
+// dialWhoami connects from the outside namespace to node 1's port and
+// returns the connection and the source address the backend saw.
+func (tp *npTopology) dialWhoami(port uint16) (net.Conn, string, error) {
+	c, err := tp.dialOutside("tcp4", netip.AddrPort{}, tp.nodePort(port), 3*time.Second)
 	if err != nil {
 		return nil, "", err
 	}
@@ -315,29 +353,12 @@ func (tp *npTopology) dialWhoami(port uint16) (net.Conn, string, error) {
 // udpWhoami sends datagrams from the outside to node 1's port until one
 // comes back (5 tries) and returns the address the backend saw.
 func (tp *npTopology) udpWhoami(port uint16) (string, error) {
-	var c net.Conn
-	if err := tp.outside.Do(func(ns.NetNS) error {
-		var err error
-		c, err = net.Dial("udp4", netip.AddrPortFrom(tp.n1.ip, port).String())
-		return err
-	}); err != nil {
+	c, err := tp.dialOutside("udp4", netip.AddrPort{}, tp.nodePort(port), 0)
+	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	buf := make([]byte, 64)
-	var last error
-	for range 5 {
-		if _, err := c.Write([]byte("who")); err != nil {
-			return "", err
-		}
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		n, err := c.Read(buf)
-		if err == nil {
-			return string(buf[:n]), nil
-		}
-		last = err
-	}
-	return "", last
+	return askUDP(c, "who", 5)
 }
 
 // TestPrivilegedNodePort: clients outside the node reach NodePort
@@ -510,14 +531,10 @@ func testNodePort(t *testing.T, tunnel bool) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		src := &net.TCPAddr{IP: outsideIP.AsSlice(), Port: 40123}
+		src := netip.AddrPortFrom(outsideIP, 40123)
 		dialFrom := func(dst netip.AddrPort) (string, error) {
-			var c net.Conn
-			if err := tp.outside.Do(func(ns.NetNS) error {
-				var err error
-				c, err = (&net.Dialer{LocalAddr: src, Timeout: 3 * time.Second}).Dial("tcp4", dst.String())
-				return err
-			}); err != nil {
+			c, err := tp.dialOutside("tcp4", src, dst, 3*time.Second)
+			if err != nil {
 				return "", err
 			}
 			// Reset on close: no TIME_WAIT holds the port.
@@ -527,7 +544,7 @@ func testNodePort(t *testing.T, tunnel bool) {
 			return strings.TrimSpace(line), err
 		}
 		if seen, err := dialFrom(netip.AddrPortFrom(tp.n1.ip, 30082)); err != nil || seen != outsideIP.String() {
-			t.Fatalf("Local from port %d: %q, %v", src.Port, seen, err)
+			t.Fatalf("Local from port %d: %q, %v", src.Port(), seen, err)
 		}
 		if seen, err := dialFrom(netip.AddrPortFrom(npLocalIP, npBackendPort)); err != nil || seen != outsideIP.String() {
 			t.Errorf("then straight to the pod from the same port: %q, %v", seen, err)
@@ -622,12 +639,7 @@ func BenchmarkPrivilegedNodePortRR(b *testing.B) {
 		b.Fatal(err)
 	}
 	dial := func(dst netip.AddrPort) (net.Conn, error) {
-		var c net.Conn
-		err := tp.outside.Do(func(ns.NetNS) error {
-			var err error
-			c, err = net.DialTimeout("tcp4", dst.String(), 3*time.Second)
-			return err
-		})
+		c, err := tp.dialOutside("tcp4", netip.AddrPort{}, dst, 3*time.Second)
 		if err != nil {
 			return nil, err
 		}

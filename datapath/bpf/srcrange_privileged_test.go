@@ -34,13 +34,7 @@ func (tp *npTopology) dialFrom(src netip.Addr, port uint16, timeout time.Duratio
 
 // dialConn is dialFrom leaving the connection open (whoami's line read).
 func (tp *npTopology) dialConn(src netip.Addr, port uint16, timeout time.Duration) (net.Conn, string, error) {
-	var c net.Conn
-	err := tp.outside.Do(func(ns.NetNS) error {
-		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: src.AsSlice()}}
-		var err error
-		c, err = d.Dial("tcp4", netip.AddrPortFrom(tp.n1.ip, port).String())
-		return err
-	})
+	c, err := tp.dialOutside("tcp4", netip.AddrPortFrom(src, 0), tp.nodePort(port), timeout)
 	if err != nil {
 		return nil, "", err
 	}

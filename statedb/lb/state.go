@@ -2,6 +2,7 @@ package lb
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cilium/statedb"
 	"github.com/cilium/statedb/index"
@@ -19,7 +20,9 @@ const (
 	// Service or pod); the frontends it had before are removed.
 	StateRefused = "Refused"
 	// StateDegraded: the Service is served, but some of its endpoints
-	// were skipped (a malformed EndpointSlice).
+	// were skipped (a malformed EndpointSlice), or a socket of the node
+	// listens on one of its NodePorts (hostPorts) and gets none of the
+	// traffic from outside.
 	StateDegraded = "Degraded"
 )
 
@@ -34,14 +37,33 @@ const (
 	// ReasonInvalidEndpoints: endpoints of the Service's EndpointSlices
 	// were skipped.
 	ReasonInvalidEndpoints = "InvalidEndpoints"
+	// ReasonHostPortInUse: a socket in the node's host network namespace
+	// (not the agent's) listens on a NodePort of the Service (or a
+	// hostPort of the pod) on every address or on the frontend's: the
+	// load balancer takes the port's traffic from outside the node, the
+	// socket gets none of it.
+	ReasonHostPortInUse = "HostPortInUse"
 )
+
+// HostSocketSuffix ends the owner of the rows about host sockets on a
+// Service's NodePorts or a pod's hostPorts (ReasonHostPortInUse):
+// "ns/name/host-socket", "ns/name/host-port/host-socket". The load
+// balancer's deriver writes the rows of the plain owners, the host-port
+// checker (datapath/hostportcheck) those with the suffix; a Service can
+// have one of each.
+const HostSocketSuffix = "/host-socket"
+
+// HostSocketOwner is the owner of the host-socket row of owner (a
+// Service's "ns/name" or a pod's HostPortOwner).
+func HostSocketOwner(owner string) string { return owner + HostSocketSuffix }
 
 // ServiceState is why a Service (or a pod's hostPorts) is not served as
 // its objects ask. A Service served as asked has no row. Rows are
 // immutable.
 type ServiceState struct {
 	// Owner is the Service's "namespace/name", or for a pod's hostPorts
-	// HostPortOwner of the pod ("namespace/name/host-port").
+	// HostPortOwner of the pod ("namespace/name/host-port"); either with
+	// HostSocketSuffix for the row about host sockets on its ports.
 	Owner string `json:"owner"`
 	// State is StateRefused or StateDegraded.
 	State string `json:"state"`
@@ -60,7 +82,7 @@ func (s *ServiceState) IsPod() bool {
 // Object returns the namespace and name of the Service or pod the row is
 // about.
 func (s *ServiceState) Object() (ns, name string) {
-	key := s.Owner
+	key := strings.TrimSuffix(s.Owner, HostSocketSuffix)
 	if pod, ok := hostPortPod(key); ok {
 		key = pod
 	}
@@ -73,6 +95,7 @@ func (s *ServiceState) Object() (ns, name string) {
 }
 
 func hostPortPod(owner string) (string, bool) {
+	owner = strings.TrimSuffix(owner, HostSocketSuffix)
 	if len(owner) > len(HostPortSuffix) && owner[len(owner)-len(HostPortSuffix):] == HostPortSuffix {
 		return owner[:len(owner)-len(HostPortSuffix)], true
 	}

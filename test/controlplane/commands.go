@@ -42,6 +42,7 @@ func (h *Harness) commands() map[string]script.Cmd {
 		"maps/list":       h.mapsListCmd(),
 		"maps/dump":       h.mapsDumpCmd(),
 		"maps/cmp":        h.mapsCmpCmd(),
+		"host/sockets":    h.hostSocketsCmd(),
 	}
 }
 

@@ -35,6 +35,10 @@ type Maps struct {
 	ranges   map[dpmaps.SourceRange]struct{}
 	// maglev holds the frontends' Maglev tables (--bpf-lb-algorithm=maglev).
 	maglev map[lb.L4Addr][]uint32
+
+	// Sockets are the host's listening sockets (host/sockets), which
+	// OpenLB gives the host-port check.
+	Sockets *HostSockets
 }
 
 // NewMaps returns empty maps.
@@ -49,6 +53,7 @@ func NewMaps() *Maps {
 		match:    map[dpmaps.AffinityMatch]struct{}{},
 		ranges:   map[dpmaps.SourceRange]struct{}{},
 		maglev:   map[lb.L4Addr][]uint32{},
+		Sockets:  newHostSockets(),
 	}
 }
 
@@ -91,6 +96,7 @@ func (m *Maps) OpenLB(socklb.Config, bpfconfig.Config) (socklb.Targets, error) {
 		AffinityMatch: fakeMatch{m},
 		SourceRange:   fakeRanges{m},
 		Maglev:        fakeMaglev{m},
+		HostSockets:   m.Sockets,
 	}, nil
 }
 
