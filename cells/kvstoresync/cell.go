@@ -72,7 +72,7 @@ func register(p params) error {
 	nm := &mirror[*kvtables.Node]{
 		name: "nodes", prefix: kvstore.NodesPrefix + "/", etcd: nil, db: p.DB, table: p.Nodes,
 		parse: func(key string, v []byte, rev int64) (*kvtables.Node, bool, error) {
-			n, err := kvstore.ParseNode(key, v, rev)
+			n, err := ParseNode(key, v, rev)
 			if err != nil {
 				return nil, false, err
 			}
@@ -86,7 +86,7 @@ func register(p params) error {
 	im := &mirror[*kvtables.IPEntry]{
 		name: "ip", prefix: kvstore.IPKeysPrefix, db: p.DB, table: p.IPs,
 		parse: func(key string, v []byte, rev int64) (*kvtables.IPEntry, bool, error) {
-			e, err := kvstore.ParseIPEntry(key, v, rev)
+			e, err := ParseIPEntry(key, v, rev)
 			return e, err == nil, err
 		},
 		invalid: invalid.WithLabelValues("ip").Inc,
