@@ -217,6 +217,9 @@ func TestIntegrationIPCacheThroughEtcd(t *testing.T) {
 	e := harness.StartEtcd(t)
 	cli := etcdClient(t, e.URL())
 	const ttl = 3 * time.Second
+	// A key a previous run of A left behind for a pod that is gone.
+	const staleKey = "cilium/state/ip/v1/default/10.1.0.99"
+	put(t, cli, staleKey, `{"IP":"10.1.0.99","HostIP":"192.168.10.1","ID":40009,"Metadata":"cilium-global:default:node-a:99"}`)
 	a := startAgent(t, e.URL(), "node-a", "192.168.10.1", "10.1.0.0/24", ttl)
 	b := startAgent(t, e.URL(), "node-b", "192.168.10.2", "10.2.0.0/24", ttl)
 
@@ -247,6 +250,13 @@ func TestIntegrationIPCacheThroughEtcd(t *testing.T) {
 		return nil
 	})
 	waitFor(t, 20*time.Second, "A's endpoint in B's ipcache", b.hasRow("10.1.0.12", 40000, "192.168.10.1"))
+	waitFor(t, 20*time.Second, "A deletes the key its previous run left", func() error {
+		if _, _, ok := get(t, cli, staleKey); ok {
+			return fmt.Errorf("%s still there", staleKey)
+		}
+		return nil
+	})
+	waitFor(t, 20*time.Second, "B drops the stale key's row", b.noRow("10.1.0.99"))
 	// A's own ipcache keeps its endpoint as an endpoint, not a kvstore entry.
 	if r, ok := a.row("10.1.0.12"); ok && r.Source == ipcache.SourceKVStore {
 		t.Errorf("A's own endpoint came back from etcd into A's ipcache: %+v", r)

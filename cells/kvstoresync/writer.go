@@ -158,8 +158,9 @@ func (w *writer) sync(ctx context.Context, rtxn statedb.ReadTxn, lease clientv3.
 		resp, err := w.kv.Etcd().Put(wctx, key, string(v), clientv3.WithLease(lease))
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("write %s: %w", key, err))
-			continue
+			// etcd is likely unreachable: the others wait for the retry
+			// rather than each for its timeout.
+			return fmt.Errorf("write %s: %w", key, err)
 		}
 		w.written[key] = written{prefix: prefixes[key], value: v, lease: lease, rev: resp.Header.Revision}
 	}
@@ -168,14 +169,15 @@ func (w *writer) sync(ctx context.Context, rtxn statedb.ReadTxn, lease clientv3.
 			continue
 		}
 		if err := w.delete(ctx, key); err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
 		delete(w.written, key)
 	}
-	if !w.cleaned && mirrorReady {
+	if epsReady, _ := w.endpoints.Initialized(rtxn); !w.cleaned && mirrorReady && epsReady {
 		// Keys a previous run of this agent wrote for endpoints that no
-		// longer exist (their old lease has not expired yet).
+		// longer exist (their old lease has not expired yet); only once
+		// the endpoints are restored, so that a restored endpoint's key
+		// stays.
 		prefix := kvstore.EndpointMetadata(w.node, 0)
 		prefix = prefix[:len(prefix)-1]
 		for row := range w.mirrored.All(rtxn) {
