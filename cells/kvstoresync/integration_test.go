@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -338,11 +339,21 @@ func TestIntegrationIPCacheThroughEtcd(t *testing.T) {
 		t.Errorf("after a key turned garbage: %v", err)
 	}
 
-	// etcd gone for longer than the lease TTL: B keeps what it has.
+	// etcd gone for longer than the lease TTL (3 TTLs, or
+	// $CELLIUM_KVSTORE_OUTAGE, e.g. 60s): B keeps what it has.
+	outage := 3 * ttl
+	if s := os.Getenv("CELLIUM_KVSTORE_OUTAGE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("CELLIUM_KVSTORE_OUTAGE: %v", err)
+		}
+		outage = d
+	}
 	if err := e.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * ttl); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	t.Logf("etcd stopped for %s", outage)
+	for deadline := time.Now().Add(outage); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if err := b.hasRow("10.1.0.12", 40000, "192.168.10.1")(); err != nil {
 			t.Fatalf("etcd down: %v", err)
 		}
