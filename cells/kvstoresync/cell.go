@@ -70,7 +70,7 @@ func register(p params) error {
 	}
 	cluster, local := string(p.Cluster), string(p.NodeName)
 	nm := &mirror[*kvtables.Node]{
-		name: "nodes", prefix: kvstore.NodesPrefix + "/", etcd: nil, db: p.DB, table: p.Nodes,
+		name: "nodes", prefix: kvstore.NodesPrefix + "/", db: p.DB, table: p.Nodes,
 		parse: func(key string, v []byte, rev int64) (*kvtables.Node, bool, error) {
 			n, err := ParseNode(key, v, rev)
 			if err != nil {
