@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/kvstore"
+	"github.com/cellium/cellium/cells/kvstoresync"
 	"github.com/cellium/cellium/cells/lbevents"
 	"github.com/cellium/cellium/cells/lbhealthserver"
 	"github.com/cellium/cellium/cells/metrics"
@@ -50,6 +51,9 @@ var ControlPlane = hive.Module("controlplane", "Control plane",
 	endpointmanager.Cell,
 	cepsync.Cell,
 	endpointpolicy.Cell,
+	// With --kvstore=etcd: other nodes and ipcache entries from etcd, and
+	// this node's endpoints' ipcache keys into it.
+	kvstoresync.Cell,
 	// Prefix -> identity for the datapath, from endpoints, nodes, CEPs and policy CIDRs.
 	ipcache.Cell,
 	cniconfig.Cell,

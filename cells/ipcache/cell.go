@@ -11,6 +11,7 @@ import (
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/ipcache"
+	kvtables "github.com/cellium/cellium/statedb/kvstore"
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
@@ -47,10 +48,12 @@ type params struct {
 	Identities statedb.Table[*ciliumv2.CiliumIdentity]
 	// The socket load balancer's switch and frontends: provided by its
 	// cell (daemon/socklb) under the BPF datapath, absent (off) without.
-	SocketLB   lb.SocketLB                 `optional:"true"`
-	Frontends  statedb.Table[*lb.Frontend] `optional:"true"`
-	IPCache    statedb.RWTable[*ipcache.Entry]
-	Refused    statedb.RWTable[*ipcache.RefusedCEP]
+	SocketLB  lb.SocketLB                 `optional:"true"`
+	Frontends statedb.Table[*lb.Frontend] `optional:"true"`
+	IPCache   statedb.RWTable[*ipcache.Entry]
+	Refused   statedb.RWTable[*ipcache.RefusedCEP]
+	// KVStore: the etcd kvstore's ipcache keys (kvstoresync.Cell).
+	KVStore    statedb.Table[*kvtables.IPEntry] `optional:"true"`
 	Jobs       hive.Jobs
 	Log        *slog.Logger
 	Registerer prometheus.Registerer `optional:"true"`
@@ -58,7 +61,8 @@ type params struct {
 
 func register(p params) (*Deriver, error) {
 	t := Tables{DB: p.DB, Endpoints: p.Endpoints, LocalNode: p.LocalNode, Nodes: p.Nodes,
-		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache, Refused: p.Refused}
+		CEPs: p.CEPs, CIDRs: p.CIDRs, Identities: p.Identities, IPCache: p.IPCache, Refused: p.Refused,
+		KVStore: p.KVStore}
 	if p.SocketLB.Enabled {
 		// Only what the socket LB translates is guarded: with it off, a
 		// ClusterIP is world to the datapath (Documentation/operations/socket-lb.md).

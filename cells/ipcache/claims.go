@@ -9,6 +9,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	"github.com/cellium/cellium/statedb/ipcache"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	kvtables "github.com/cellium/cellium/statedb/kvstore"
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
@@ -88,6 +89,7 @@ func nodeOwner(name string) string     { return "node " + name }
 func cepOwner(key string) string       { return "cep " + key }
 func cidrOwner(p netip.Prefix) string  { return "cidr " + p.String() }
 func frontendOwner(a lb.L4Addr) string { return "frontend " + a.String() }
+func kvOwner(p netip.Prefix) string    { return "kvstore " + p.String() }
 
 const localNodeOwner = "local-node"
 
@@ -190,6 +192,18 @@ func cepClaims(cep *ciliumv2.CiliumEndpoint, local map[netip.Addr]bool, tr trust
 		c.add(a, cl)
 	}
 	return c, ""
+}
+
+// kvClaims: an ipcache key of the kvstore gives its address its
+// identity, living on its host IP; an entry whose host IP is this node's
+// gives nothing (the endpoints table knows this node's pods first-hand,
+// and a key a previous run left behind must not speak for them). The
+// kvstore is written by agents only: no CiliumEndpoint-like checks.
+func kvClaims(e *kvtables.IPEntry, local map[netip.Addr]bool) claims {
+	if e.HostIP.IsValid() && local[e.HostIP] {
+		return nil
+	}
+	return claims{{prefix: e.Prefix.Masked(), claim: claim{id: e.Identity, source: ipcache.SourceKVStore, hostIP: e.HostIP}}}
 }
 
 // cidrClaims: a prefix a policy rule names has its CIDR identity.

@@ -15,6 +15,7 @@ import (
 	"github.com/cellium/cellium/statedb/endpoints"
 	"github.com/cellium/cellium/statedb/ipcache"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	kvtables "github.com/cellium/cellium/statedb/kvstore"
 	"github.com/cellium/cellium/statedb/lb"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/policy"
@@ -41,12 +42,18 @@ type Tables struct {
 	// Refused is the refused-CEPs table the deriver writes beside the
 	// ipcache (the doctor reads it); nil: not kept.
 	Refused statedb.RWTable[*ipcache.RefusedCEP]
+	// KVStore are the ipcache keys of the etcd kvstore (source kvstore);
+	// nil: none (no kvstoresync cell).
+	KVStore statedb.Table[*kvtables.IPEntry]
 }
 
 func (t Tables) inputs() []statedb.TableMeta {
 	in := []statedb.TableMeta{t.Endpoints, t.LocalNode, t.Nodes, t.CEPs, t.CIDRs, t.Identities}
 	if t.Frontends != nil {
 		in = append(in, t.Frontends)
+	}
+	if t.KVStore != nil {
+		in = append(in, t.KVStore)
 	}
 	return in
 }
@@ -66,7 +73,8 @@ type Deriver struct {
 	ceps  statedb.ChangeIterator[*ciliumv2.CiliumEndpoint]
 	cidrs statedb.ChangeIterator[*policy.CIDRIdentity]
 	ids   statedb.ChangeIterator[*ciliumv2.CiliumIdentity]
-	fes   statedb.ChangeIterator[*lb.Frontend] // nil without Tables.Frontends
+	fes   statedb.ChangeIterator[*lb.Frontend]      // nil without Tables.Frontends
+	kvs   statedb.ChangeIterator[*kvtables.IPEntry] // nil without Tables.KVStore
 
 	// The local node as both tables show it, and the addresses they
 	// give it (which mark the CEPs of this node).
@@ -152,6 +160,11 @@ func (d *Deriver) Subscribe() error {
 			return fmt.Errorf("subscribe to %s: %w", d.t.Frontends.Name(), err)
 		}
 	}
+	if d.t.KVStore != nil {
+		if d.kvs, err = d.t.KVStore.Changes(wtxn); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", d.t.KVStore.Name(), err)
+		}
+	}
 	return nil
 }
 
@@ -163,6 +176,9 @@ func (d *Deriver) close() {
 	}
 	if d.fes != nil {
 		d.fes.Close()
+	}
+	if d.kvs != nil {
+		d.kvs.Close()
 	}
 }
 
@@ -177,7 +193,7 @@ func (d *Deriver) Run(ctx context.Context, health reconciler.Health) {
 	defer d.close()
 	tables.RunDeriver(ctx, health, "write ipcache", func(ws *statedb.WatchSet) (string, error) {
 		w, err := d.step()
-		ws.Add(w.eps, w.local, w.nodes, w.ceps, w.cidrs, w.ids, w.fes, w.init)
+		ws.Add(w.eps, w.local, w.nodes, w.ceps, w.cidrs, w.ids, w.fes, w.kvs, w.init)
 		return d.status(), err
 	})
 }
@@ -194,8 +210,9 @@ func (d *Deriver) CatchUp() error {
 // watches are the channels that close when the deriver has more to do.
 type watches struct {
 	eps, local, nodes, ceps, cidrs, ids <-chan struct{}
-	// fes is nil (never closes) without a frontends table.
-	fes <-chan struct{}
+	// fes is nil (never closes) without a frontends table, kvs without
+	// a kvstore table.
+	fes, kvs <-chan struct{}
 	// init closes when an input not yet initialized is; nil when the
 	// deriver waits for none.
 	init <-chan struct{}
@@ -285,6 +302,11 @@ func (d *Deriver) step() (watches, error) {
 			for cep := range d.t.CEPs.All(rtxn) {
 				d.setCEP(cep, tr, touched)
 			}
+			if d.t.KVStore != nil {
+				for e := range d.t.KVStore.All(rtxn) {
+					d.st.set(kvOwner(e.Prefix), kvClaims(e, d.localAddrs), touched)
+				}
+			}
 			clear(recheckIPs)
 			clear(recheckIDs)
 		}
@@ -308,6 +330,18 @@ func (d *Deriver) step() (watches, error) {
 			d.dropCEP(k8stables.Key(ch.Object), touched)
 		} else {
 			d.setCEP(ch.Object, tr, touched)
+		}
+	}
+
+	if d.kvs != nil {
+		kvCh, kvsW := d.kvs.Next(rtxn)
+		w.kvs = kvsW
+		for ch := range kvCh {
+			if ch.Deleted {
+				d.st.set(kvOwner(ch.Object.Prefix), nil, touched)
+			} else {
+				d.st.set(kvOwner(ch.Object.Prefix), kvClaims(ch.Object, d.localAddrs), touched)
+			}
 		}
 	}
 
@@ -584,6 +618,11 @@ func FromScratch(txn statedb.ReadTxn, t Tables) map[netip.Prefix]*ipcache.Entry 
 	for cep := range t.CEPs.All(txn) {
 		c, _ := cepClaims(cep, local, tr)
 		st.set(cepOwner(k8stables.Key(cep)), c, touched)
+	}
+	if t.KVStore != nil {
+		for e := range t.KVStore.All(txn) {
+			st.set(kvOwner(e.Prefix), kvClaims(e, local), touched)
+		}
 	}
 	for c := range t.CIDRs.All(txn) {
 		st.set(cidrOwner(c.Prefix.Masked()), cidrClaims(c), touched)

@@ -1,7 +1,7 @@
 // Package ipcache is the control-plane cell that derives the ipcache table
 // (statedb/ipcache): which security identity each IP prefix has. It reads
-// the endpoints, local-node, nodes, CiliumEndpoint, CiliumIdentity and
-// policy CIDR tables and follows their change streams, so that each change
+// the endpoints, local-node, nodes, CiliumEndpoint, CiliumIdentity,
+// kvstore-ipcache and policy CIDR tables and follows their change streams, so that each change
 // rewrites only the prefixes it touches.
 //
 // What claims a prefix, by source (ipcache.Source), highest precedence
@@ -19,6 +19,10 @@
 //     nodes') -> health (4);
 //   - remote-node: every address of the other nodes -> remote-node (6),
 //     host IP the node's InternalIP;
+//   - kvstore: with --kvstore=etcd, the ipcache keys of other nodes'
+//     endpoints (cilium/state/ip/v1/default/<IP>, the kvstore-ipcache
+//     table) -> their identity, host IP the key's HostIP; keys whose
+//     HostIP is this node's give nothing;
 //   - cilium-endpoint: the addresses of the CiliumEndpoints of other nodes
 //     that pass the trust checks (see Refusal: a CiliumIdentity of the
 //     CEP's namespace, addresses in the pod CIDRs of the node it names) ->

@@ -339,7 +339,7 @@ func TestSyncNodesCountsRefusals(t *testing.T) {
 		t.Helper()
 		w := db.WriteTxn(cns, tbl)
 		fn(w)
-		if err := syncNodes(w, cns, tbl, "local"); err != nil {
+		if err := syncNodes(w, cns, nil, tbl, "local"); err != nil {
 			t.Fatal(err)
 		}
 		noteRefusals(w, tbl, last, stats, slog.New(slog.DiscardHandler))

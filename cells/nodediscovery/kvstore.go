@@ -20,40 +20,14 @@ import (
 	"github.com/cellium/cellium/statedb/nodes"
 )
 
-// kvNode is Cilium's pkg/node/types.Node as it appears in etcd: no JSON
-// tags, so the keys are the Go field names.
-type kvNode struct {
-	Name                    string
-	Cluster                 string
-	IPAddresses             []kvNodeAddress
-	IPv4AllocCIDR           *kvCIDR
-	IPv4SecondaryAllocCIDRs []*kvCIDR
-	IPv6AllocCIDR           *kvCIDR
-	IPv6SecondaryAllocCIDRs []*kvCIDR
-	IPv4HealthIP            net.IP
-	IPv6HealthIP            net.IP
-	IPv4IngressIP           net.IP
-	IPv6IngressIP           net.IP
-	ClusterID               uint32
-	Source                  string
-	EncryptionKey           uint8
-	Labels                  map[string]string
-	Annotations             map[string]string
-	WireguardPubKey         string
-	BootID                  string
-}
+// kvNode is Cilium's node JSON (kvstore.NodeJSON).
+type kvNode = kvstore.NodeJSON
 
 // kvNodeAddress is Cilium's node Address.
-type kvNodeAddress struct {
-	Type string
-	IP   net.IP
-}
+type kvNodeAddress = kvstore.NodeAddressJSON
 
-// kvCIDR is Cilium's cidr.CIDR (an embedded *net.IPNet) in JSON.
-type kvCIDR struct {
-	IP   net.IP
-	Mask net.IPMask
-}
+// kvCIDR is Cilium's cidr.CIDR in JSON.
+type kvCIDR = kvstore.CIDRJSON
 
 func toKVCIDR(p netip.Prefix) *kvCIDR {
 	bits := 32

@@ -3,6 +3,7 @@ package nodediscovery
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/k8s"
+	kvtables "github.com/cellium/cellium/statedb/kvstore"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/statedb/tables"
 )
@@ -29,6 +31,9 @@ type nodesSyncParams struct {
 	Jobs        hive.Jobs
 	Log         *slog.Logger
 	Registerer  prometheus.Registerer `optional:"true"`
+	// KVNodes are the other nodes' kvstore keys (kvstoresync.Cell); a
+	// node's key wins over its CiliumNode. Absent: CiliumNodes only.
+	KVNodes statedb.Table[*kvtables.Node] `optional:"true"`
 }
 
 // registerNodesSync mirrors every CiliumNode into the nodes table (see
@@ -43,20 +48,35 @@ func registerNodesSync(p nodesSyncParams) error {
 	if err := registerRefusalMetrics(p.Registerer, stats); err != nil {
 		return err
 	}
-	var changes statedb.ChangeIterator[*ciliumv2.CiliumNode]
+	var (
+		changes   statedb.ChangeIterator[*ciliumv2.CiliumNode]
+		kvChanges statedb.ChangeIterator[*kvtables.Node]
+	)
+	inputs := []statedb.TableMeta{p.CiliumNodes}
+	if p.KVNodes != nil {
+		inputs = append(inputs, p.KVNodes)
+	}
 	p.Jobs.Add(hive.Service("nodes-table",
 		func() error {
-			wtxn := p.DB.WriteTxn(p.CiliumNodes)
+			wtxn := p.DB.WriteTxn(inputs...)
+			defer wtxn.Commit()
 			var err error
 			changes, err = p.CiliumNodes.Changes(wtxn)
-			wtxn.Commit()
 			if err != nil {
 				return fmt.Errorf("subscribe to %s: %w", p.CiliumNodes.Name(), err)
+			}
+			if p.KVNodes != nil {
+				if kvChanges, err = p.KVNodes.Changes(wtxn); err != nil {
+					return fmt.Errorf("subscribe to %s: %w", p.KVNodes.Name(), err)
+				}
 			}
 			return nil
 		},
 		func(ctx context.Context, h hive.Health) {
 			defer changes.Close()
+			if kvChanges != nil {
+				defer kvChanges.Close()
+			}
 			h.OK("mirroring CiliumNodes")
 			local := string(p.NodeName)
 			// refused are the refusals of each node as last logged.
@@ -68,11 +88,20 @@ func registerNodesSync(p nodesSyncParams) error {
 				for range seq {
 					changed = true
 				}
-				init, initWatch := p.CiliumNodes.Initialized(wtxn)
+				var kvWatch <-chan struct{}
+				if kvChanges != nil {
+					var kvSeq iter.Seq2[statedb.Change[*kvtables.Node], statedb.Revision]
+					kvSeq, kvWatch = kvChanges.Next(wtxn)
+					for range kvSeq {
+						changed = true
+					}
+				}
+				initWatch := tables.InitWatch(wtxn, inputs...)
+				init := initWatch == nil
 				if changed || (init && initGate.Closed()) {
 					// One node's change can settle another's dispute
 					// (the holder of an address goes): all again.
-					if err := syncNodes(wtxn, p.CiliumNodes, p.Nodes, local); err != nil {
+					if err := syncNodes(wtxn, p.CiliumNodes, p.KVNodes, p.Nodes, local); err != nil {
 						h.Degraded("write the nodes table", err)
 					} else {
 						noteRefusals(wtxn, p.Nodes, refused, stats, p.Log)
@@ -90,6 +119,7 @@ func registerNodesSync(p nodesSyncParams) error {
 				case <-ctx.Done():
 					return
 				case <-watch:
+				case <-kvWatch:
 				case <-initWatch:
 				}
 			}
@@ -97,13 +127,17 @@ func registerNodesSync(p nodesSyncParams) error {
 	return nil
 }
 
-// syncNodes makes the nodes table what resolveNodes makes of the
-// CiliumNodes as of txn: changed rows are written, rows of deleted
+// syncNodes makes the nodes table what resolveAll makes of the
+// CiliumNodes and the kvstore nodes (kvs, nil: none) as of txn: changed rows are written, rows of deleted
 // CiliumNodes deleted.
-func syncNodes(txn statedb.WriteTxn, cns statedb.Table[*ciliumv2.CiliumNode], tbl statedb.RWTable[*nodes.Node], local string) error {
+func syncNodes(txn statedb.WriteTxn, cns statedb.Table[*ciliumv2.CiliumNode], kvs statedb.Table[*kvtables.Node], tbl statedb.RWTable[*nodes.Node], local string) error {
 	all := slices.Collect(statedb.ToSeq(cns.All(txn)))
+	var kvAll []*kvtables.Node
+	if kvs != nil {
+		kvAll = slices.Collect(statedb.ToSeq(kvs.All(txn)))
+	}
 	want := map[string]*nodes.Node{}
-	for _, n := range resolveNodes(all, local) {
+	for _, n := range resolveAll(all, kvAll, local) {
 		want[n.Name] = n
 	}
 	for cur := range tbl.All(txn) {

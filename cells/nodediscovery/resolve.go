@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
+	kvtables "github.com/cellium/cellium/statedb/kvstore"
 	"github.com/cellium/cellium/statedb/nodes"
 )
 
@@ -20,10 +21,68 @@ import (
 // agent decides alike whatever order its watch delivered the objects in,
 // and which a node created later to hijack an address cannot win.
 func resolveNodes(cns []*ciliumv2.CiliumNode, local string) []*nodes.Node {
-	sorted := slices.Clone(cns)
-	slices.SortFunc(sorted, func(a, b *ciliumv2.CiliumNode) int {
+	return resolveAll(cns, nil, local)
+}
+
+// nodeInput is one node to resolve: its CiliumNode (for a node known only
+// from the kvstore, one made of its key), where it came from, and whether
+// only the kvstore knows it.
+type nodeInput struct {
+	cn     *ciliumv2.CiliumNode
+	source string
+	kvOnly bool
+}
+
+// resolveAll is resolveNodes over the CiliumNodes and the nodes' kvstore
+// keys. A node's key wins over its CiliumNode (Cilium's precedence of the
+// kvstore source over custom-resource): its addresses, pod CIDRs, health
+// IP and boot ID replace the CiliumNode's, whose creation time still
+// orders the disputes. Nodes only the kvstore knows come after every node
+// with a CiliumNode in the disputes, by name.
+func resolveAll(cns []*ciliumv2.CiliumNode, kvs []*kvtables.Node, local string) []*nodes.Node {
+	byName := map[string]int{}
+	in := make([]nodeInput, 0, len(cns)+len(kvs))
+	for _, cn := range cns {
+		byName[cn.Name] = len(in)
+		in = append(in, nodeInput{cn: cn, source: nodes.SourceCustomResource})
+	}
+	for _, kn := range kvs {
+		if kn.Name == local {
+			continue
+		}
+		cn := &ciliumv2.CiliumNode{}
+		i, ok := byName[kn.Name]
+		if ok {
+			cn.ObjectMeta = in[i].cn.ObjectMeta
+		}
+		cn.Name = kn.Name
+		cn.Spec.BootID = kn.BootID
+		for _, a := range kn.Addresses {
+			cn.Spec.Addresses = append(cn.Spec.Addresses, ciliumv2.NodeAddress{Type: ciliumv2.AddressType(a.Type), IP: a.IP.String()})
+		}
+		for _, p := range kn.PodCIDRs {
+			cn.Spec.IPAM.PodCIDRs = append(cn.Spec.IPAM.PodCIDRs, p.String())
+		}
+		if kn.HealthIPv4.IsValid() {
+			cn.Spec.HealthAddressing.IPv4 = kn.HealthIPv4.String()
+		}
+		if ok {
+			in[i] = nodeInput{cn: cn, source: nodes.SourceKVStore}
+		} else {
+			byName[kn.Name] = len(in)
+			in = append(in, nodeInput{cn: cn, source: nodes.SourceKVStore, kvOnly: true})
+		}
+	}
+	slices.SortFunc(in, func(ai, bi nodeInput) int {
+		a, b := ai.cn, bi.cn
 		if (a.Name == local) != (b.Name == local) {
 			if a.Name == local {
+				return -1
+			}
+			return 1
+		}
+		if ai.kvOnly != bi.kvOnly {
+			if bi.kvOnly {
 				return -1
 			}
 			return 1
@@ -39,9 +98,10 @@ func resolveNodes(cns []*ciliumv2.CiliumNode, local string) []*nodes.Node {
 		node string
 	}
 	var cidrHolders []held
-	out := make([]*nodes.Node, 0, len(sorted))
-	for _, cn := range sorted {
-		n := &nodes.Node{Name: cn.Name, BootID: cn.Spec.BootID, Source: nodes.SourceCustomResource}
+	out := make([]*nodes.Node, 0, len(in))
+	for _, ni := range in {
+		cn := ni.cn
+		n := &nodes.Node{Name: cn.Name, BootID: cn.Spec.BootID, Source: ni.source}
 		if cn.Name == local {
 			n.Local, n.Source = true, nodes.SourceLocal
 		}

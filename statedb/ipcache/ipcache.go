@@ -39,6 +39,11 @@ const (
 	// SourceRemoteNode is another node's addresses: identity
 	// remote-node (6).
 	SourceRemoteNode Source = "remote-node"
+	// SourceKVStore is a pod of another node, from its ipcache key in the
+	// etcd kvstore (cilium/state/ip/v1/default/<IP>, --kvstore=etcd). It
+	// wins over the pod's CiliumEndpoint, as Cilium's kvstore source wins
+	// over custom-resource.
+	SourceKVStore Source = "kvstore"
 	// SourceCiliumEndpoint is a pod of another node, from its
 	// CiliumEndpoint.
 	SourceCiliumEndpoint Source = "cilium-endpoint"
@@ -61,7 +66,9 @@ const (
 // Precedence orders sources when two claim the same prefix: the higher
 // wins. What the agent knows first-hand (its node, its endpoints) beats
 // what it learns from the cluster (other nodes, CiliumEndpoints), which
-// beats what policy rules merely name. A Service frontend address ranks
+// beats what policy rules merely name. Between the two sources of other
+// nodes' pods, the kvstore's key (written by the pod's agent itself) beats
+// the CiliumEndpoint. A Service frontend address ranks
 // just above a policy CIDR: nothing else should hold a ClusterIP, and a
 // rule naming it (toCIDR: ClusterIP/32) must not lift the guard; a pod or
 // node that does hold it keeps it unguarded. A remote node's pod CIDR
@@ -78,6 +85,8 @@ func (s Source) Precedence() int {
 		return 40
 	case SourceRemoteNode:
 		return 30
+	case SourceKVStore:
+		return 25
 	case SourceCiliumEndpoint:
 		return 20
 	case SourceServiceFrontend:

@@ -24,6 +24,9 @@ const (
 	SourceLocal = "local"
 	// SourceCustomResource marks a node learnt from its CiliumNode.
 	SourceCustomResource = "custom-resource"
+	// SourceKVStore marks a node learnt from its kvstore key
+	// (cilium/state/nodes/v1); it wins over the node's CiliumNode.
+	SourceKVStore = "kvstore"
 )
 
 // Address kinds used in Address.Type; they are the CiliumNode address
@@ -59,8 +62,8 @@ type Node struct {
 	BootID string `json:"boot-id,omitempty"`
 	// Local is true for the node this agent runs on.
 	Local bool `json:"local,omitempty"`
-	// Source is where the row came from: SourceLocal or
-	// SourceCustomResource.
+	// Source is where the row came from: SourceLocal,
+	// SourceCustomResource or SourceKVStore.
 	Source string `json:"source"`
 	// Refused lists what of the CiliumNode the agent leaves out of the
 	// row (and so out of the ipcache, routes and health probes), and why:
