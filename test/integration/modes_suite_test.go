@@ -113,13 +113,21 @@ func TestModes(t *testing.T) {
 				labels := mc.checkIdentityLabels(t, webID)
 				mc.checkIdentityUsers(t, webID, labels, b)
 				mc.checkIdentityStored(t, webID, labels)
-				// The last user goes: no node uses the identity any more,
-				// but it stays until the operator's GC finds it unused.
+				// The last user goes: no node uses the identity any more
+				// (the operator's GC collects it, below).
 				mc.deletePod(t, web2)
 				mc.checkNoCEP(t, "web-2")
 				mc.checkIdentityUsers(t, webID, labels)
-				mc.checkIdentityStored(t, webID, labels)
 				checkIPCache(t, a, web2.ip, 0, "")
+			})
+
+			t.Run("identity-gc", func(t *testing.T) {
+				// The operator collects web's identity, which nothing
+				// uses, from the mode's backend, and keeps client's.
+				mc.checkIdentityCollected(t, webID)
+				labels := mc.checkIdentityLabels(t, clientID)
+				mc.checkIdentityStored(t, clientID, labels)
+				mc.checkIdentityUsers(t, clientID, labels, b)
 			})
 		})
 	}
@@ -270,6 +278,33 @@ func (mc *modeCluster) checkIdentityStored(t *testing.T, id int64, labels []stri
 	}
 }
 
+// checkIdentityCollected waits until the operator's GC has deleted
+// identity id from the mode's backend (the CiliumIdentity object, or the
+// etcd master key) and both agents have forgotten it.
+func (mc *modeCluster) checkIdentityCollected(t *testing.T, id int64) {
+	t.Helper()
+	name := strconv.FormatInt(id, 10)
+	eventually(t, time.Minute, "identity "+name+" collected", func() error {
+		if mc.kvstore() {
+			resp, err := mc.etcd.Get(t.Context(), kvstore.IdentityIDPrefix+name)
+			if err != nil {
+				return err
+			}
+			if len(resp.Kvs) != 0 {
+				return fmt.Errorf("etcd still has %s = %q", resp.Kvs[0].Key, resp.Kvs[0].Value)
+			}
+		} else if _, err := mc.admin.CiliumV2().CiliumIdentities().Get(t.Context(), name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("CiliumIdentity %s still there", name)
+		}
+		for _, a := range mc.agents {
+			if _, err := a.api.GetIdentity(t.Context(), name); err == nil {
+				return fmt.Errorf("%s still knows it", a.node)
+			}
+		}
+		return nil
+	})
+}
+
 // checkIdentityUsers checks which nodes use identity id. In kvstore mode
 // that is etcd's value keys, one per node, holding the number; in CRD
 // mode nodes leave no trace of their use, and the check is that the
@@ -290,6 +325,9 @@ func (mc *modeCluster) checkIdentityUsers(t *testing.T, id int64, labels []strin
 			if slices.Sort(got); slices.Equal(got, labels) {
 				same = append(same, obj.Name)
 			}
+		}
+		if len(users) == 0 && len(same) == 0 {
+			return // unused: the operator's GC may have collected it already
 		}
 		if !slices.Equal(same, []string{strconv.FormatInt(id, 10)}) {
 			t.Fatalf("CiliumIdentities with labels %v: %v, want only %d", labels, same, id)
