@@ -356,12 +356,6 @@ func (mc *modeCluster) checkIdentityUsers(t *testing.T, id int64, labels []strin
 	})
 }
 
-// labelsKey is the master key's value for labels ("source:key=value;"
-// each, sorted).
-func labelsKey(labels []string) string {
-	return strings.Join(labels, ";") + ";"
-}
-
 // checkIPCache waits until agent a's ipcache map has ip with identity id
 // and tunnel endpoint node, or (id 0) does not have ip.
 func checkIPCache(t *testing.T, a *modeAgent, ip string, id int64, node string) {
