@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	api "github.com/cellium/cellium/api/policy"
+	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/test/controlplane"
 )
@@ -57,6 +59,28 @@ func TestModes(t *testing.T) {
 					mc.checkIdentityUsers(t, p.id, labels, p.ep.on)
 				}
 			})
+
+			if mc.crd() && mc.kvstore() {
+				t.Run("migration", func(t *testing.T) {
+					// An identity that only the backend being read holds
+					// (made before the migration began) is used as it is
+					// and written to the other backend with its number.
+					labels := slices.Clone(mc.checkIdentityLabels(t, webID))
+					labels[slices.Index(labels, "k8s:app=web")] = "k8s:app=legacy"
+					slices.Sort(labels)
+					legacyID := 50000 + i
+					mc.createInReadBackend(t, legacyID, labels)
+					legacy := mc.addPod(t, a, "legacy", map[string]string{"app": "legacy"})
+					if id := mc.checkCEP(t, legacy); id != int64(legacyID) {
+						t.Fatalf("legacy has identity %d, want the existing %d", id, legacyID)
+					}
+					mc.checkIdentityStored(t, int64(legacyID), labels)
+					mc.checkIdentityUsers(t, int64(legacyID), labels, a)
+					mc.deletePod(t, legacy)
+					mc.checkNoCEP(t, "legacy")
+					mc.checkSlices(t, map[string]int64{"web": webID, "client": clientID})
+				})
+			}
 
 			t.Run("multi-node", func(t *testing.T) {
 				// Each node's datapath has the other node's pod, with its
@@ -242,15 +266,15 @@ func (mc *modeCluster) checkIdentityLabels(t *testing.T, id int64, want ...strin
 // mode keeps identities, and only there: a CiliumIdentity object named
 // id, or etcd's master key cilium/state/identities/v1/id/<id> holding the
 // labels key (and then no CiliumIdentity: kvstore agents do not write
-// them).
+// them), or both in the double-write modes.
 func (mc *modeCluster) checkIdentityStored(t *testing.T, id int64, labels []string) {
 	t.Helper()
 	name := strconv.FormatInt(id, 10)
 	obj, err := mc.admin.CiliumV2().CiliumIdentities().Get(t.Context(), name, metav1.GetOptions{})
-	if !mc.kvstore() {
-		if err != nil {
-			t.Fatalf("CiliumIdentity %s: %v", name, err)
-		}
+	switch {
+	case mc.crd() && err != nil:
+		t.Fatalf("CiliumIdentity %s: %v", name, err)
+	case mc.crd():
 		var got []string
 		for k, v := range obj.SecurityLabels {
 			got = append(got, k+"="+v)
@@ -258,10 +282,11 @@ func (mc *modeCluster) checkIdentityStored(t *testing.T, id int64, labels []stri
 		if slices.Sort(got); !slices.Equal(got, labels) {
 			t.Fatalf("CiliumIdentity %s has labels %v, the agents say %v", name, got, labels)
 		}
-		return
-	}
-	if err == nil {
+	case err == nil:
 		t.Fatalf("CiliumIdentity %s exists in kvstore mode: %v", name, obj.SecurityLabels)
+	}
+	if !mc.kvstore() {
+		return
 	}
 	key := kvstore.IdentityIDPrefix + name
 	resp, err := mc.etcd.Get(t.Context(), key)
@@ -293,7 +318,8 @@ func (mc *modeCluster) checkIdentityCollected(t *testing.T, id int64) {
 			if len(resp.Kvs) != 0 {
 				return fmt.Errorf("etcd still has %s = %q", resp.Kvs[0].Key, resp.Kvs[0].Value)
 			}
-		} else if _, err := mc.admin.CiliumV2().CiliumIdentities().Get(t.Context(), name, metav1.GetOptions{}); err == nil {
+		}
+		if _, err := mc.admin.CiliumV2().CiliumIdentities().Get(t.Context(), name, metav1.GetOptions{}); mc.crd() && err == nil {
 			return fmt.Errorf("CiliumIdentity %s still there", name)
 		}
 		for _, a := range mc.agents {
@@ -305,13 +331,39 @@ func (mc *modeCluster) checkIdentityCollected(t *testing.T, id int64) {
 	})
 }
 
-// checkIdentityUsers checks which nodes use identity id. In kvstore mode
-// that is etcd's value keys, one per node, holding the number; in CRD
-// mode nodes leave no trace of their use, and the check is that the
-// labels map to this one CiliumIdentity (no node allocated another).
+// createInReadBackend makes identity id of labels only in the backend
+// the double-write mode reads: a CiliumIdentity object
+// (doublewrite-readcrd) or an etcd master key (doublewrite-readkvstore).
+func (mc *modeCluster) createInReadBackend(t *testing.T, id int, labels []string) {
+	t.Helper()
+	if mc.identity == identity.AllocationModeDoubleWriteReadKVStore {
+		if _, err := mc.etcd.Put(t.Context(), kvstore.IdentityIDPrefix+strconv.Itoa(id), labelsKey(labels)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	sec := map[string]string{}
+	for _, l := range labels {
+		k, v, _ := strings.Cut(l, "=")
+		sec[k] = v
+	}
+	obj := &ciliumv2.CiliumIdentity{ObjectMeta: metav1.ObjectMeta{Name: strconv.Itoa(id)}, SecurityLabels: sec}
+	if _, err := mc.admin.CiliumV2().CiliumIdentities().Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = mc.admin.CiliumV2().CiliumIdentities().Delete(context.Background(), obj.Name, metav1.DeleteOptions{})
+	})
+}
+
+// checkIdentityUsers checks which nodes use identity id. Where etcd is
+// written that is its value keys, one per node, holding the number;
+// CiliumIdentity objects keep no trace of their users, and the check is
+// that the labels map to this one object (no node allocated another).
+// The double-write modes get both checks.
 func (mc *modeCluster) checkIdentityUsers(t *testing.T, id int64, labels []string, users ...*modeAgent) {
 	t.Helper()
-	if !mc.kvstore() {
+	if mc.crd() {
 		l, err := mc.admin.CiliumV2().CiliumIdentities().List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -326,12 +378,12 @@ func (mc *modeCluster) checkIdentityUsers(t *testing.T, id int64, labels []strin
 				same = append(same, obj.Name)
 			}
 		}
-		if len(users) == 0 && len(same) == 0 {
-			return // unused: the operator's GC may have collected it already
-		}
-		if !slices.Equal(same, []string{strconv.FormatInt(id, 10)}) {
+		// Unused, the operator's GC may have collected it already.
+		if (len(users) > 0 || len(same) > 0) && !slices.Equal(same, []string{strconv.FormatInt(id, 10)}) {
 			t.Fatalf("CiliumIdentities with labels %v: %v, want only %d", labels, same, id)
 		}
+	}
+	if !mc.kvstore() {
 		return
 	}
 	var want []string

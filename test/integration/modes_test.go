@@ -50,15 +50,23 @@ func (m mode) String() string {
 	return "mode=" + endpoints + "/identity=" + m.identity
 }
 
-// kvstore says whether identities live in etcd.
-func (m mode) kvstore() bool { return m.identity == identity.AllocationModeKVStore }
+// kvstore says whether identities are written to etcd (kvstore and the
+// double-write modes).
+func (m mode) kvstore() bool { return m.identity != identity.AllocationModeCRD }
 
-// allModes is the matrix: {CEP, CES} × {CRD, kvstore}.
+// crd says whether identities are written as CiliumIdentity objects (crd
+// and the double-write modes).
+func (m mode) crd() bool { return m.identity != identity.AllocationModeKVStore }
+
+// allModes is the matrix, {CEP, CES} × {CRD, kvstore}, and the two
+// migration modes that write both identity backends and read one.
 var allModes = []mode{
 	{slices: false, identity: identity.AllocationModeCRD},
 	{slices: false, identity: identity.AllocationModeKVStore},
 	{slices: true, identity: identity.AllocationModeCRD},
 	{slices: true, identity: identity.AllocationModeKVStore},
+	{slices: false, identity: identity.AllocationModeDoubleWriteReadCRD},
+	{slices: true, identity: identity.AllocationModeDoubleWriteReadKVStore},
 }
 
 // modesEnv selects the modes TestModes runs in (see testModes).
