@@ -73,8 +73,9 @@ endif
 test-realnode: deps k8s-binaries node-binaries
 	CELLIUM_REAL_NODE=1 $(GO) test $(TEST_FLAGS) -count=1 ./test/realnode/
 
-## test-modes: only the mode matrix ({CEP, CES} x {CRD, kvstore}: endpoints,
-## identities, policy, two nodes) against the real API server and etcd;
+## test-modes: only the mode matrix ({CEP, CES} x {CRD, kvstore} and the two
+## double-write migration modes: endpoints, identities, policy, two nodes)
+## against the real API server and etcd;
 ## make test runs it too. MODES=mode=ces/identity=kvstore picks modes
 ## (comma-separated; Documentation/contributing/testing.md#the-mode-matrix)
 MODES ?=

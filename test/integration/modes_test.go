@@ -72,8 +72,8 @@ var allModes = []mode{
 // modesEnv selects the modes TestModes runs in (see testModes).
 const modesEnv = "CELLIUM_TEST_MODES"
 
-// testModes are the modes TestModes runs: the whole matrix (about 20 s
-// a mode on 2 cores, so make test runs all four), or with
+// testModes are the modes TestModes runs: all of allModes (20 to 30 s a
+// mode on 2 cores, so make test runs them all), or with
 // CELLIUM_TEST_MODES=<name>[,<name>...] only those
 // (mode=ces/identity=kvstore,mode=cep/identity=crd).
 func testModes(t *testing.T) []mode {
