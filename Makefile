@@ -76,9 +76,9 @@ test-realnode: deps k8s-binaries node-binaries
 ## test-modes: only the mode matrix ({CEP, CES} x {CRD, kvstore} and the two
 ## double-write migration modes: endpoints, identities, policy, two nodes)
 ## against the real API server and etcd;
-## make test runs it too. MODES=mode=ces/identity=kvstore picks modes
-## (comma-separated; Documentation/contributing/testing.md#the-mode-matrix)
-MODES ?=
+## make test runs three of the six modes. MODES=mode=ces/identity=kvstore picks
+## modes (comma-separated; Documentation/contributing/testing.md#the-mode-matrix)
+MODES ?= all
 test-modes: k8s-binaries
 	CELLIUM_TEST_MODES=$(MODES) $(GO) test $(TEST_FLAGS) -count=1 -run 'TestModes|TestCiliumEndpointSlicesSameIPCache|TestCiliumEndpointSliceBadInput' ./test/integration/
 
