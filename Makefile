@@ -11,7 +11,7 @@ export CELLIUM_REQUIRE_PRIVILEGED := 1
 endif
 TEST_FLAGS ?= -race -timeout 45m
 
-.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-unit vet lint generate bpf manifests up down scale bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode e2e-services clean
+.PHONY: all build deps k8s-binaries node-binaries kubectl k8s-node-binaries containerd-binaries coredns-binary hubble-binaries test test-realnode test-modes test-unit vet lint generate bpf manifests up down scale bench bench-endpoints bench-policy bench-reconciler bench-hubble bench-hubble-datapath bench-datapath fuzz-datapath soak e2e-binaries e2e-netpol e2e-netpol-realnode e2e-conformance e2e-conformance-realnode e2e-services clean
 
 all: build
 
@@ -72,6 +72,15 @@ endif
 ## Separate from `test` so that a cold `make test` stays short; CI runs both.
 test-realnode: deps k8s-binaries node-binaries
 	CELLIUM_REAL_NODE=1 $(GO) test $(TEST_FLAGS) -count=1 ./test/realnode/
+
+## test-modes: only the mode matrix ({CEP, CES} x {CRD, kvstore} and the two
+## double-write migration modes: endpoints, identities, policy, two nodes)
+## against the real API server and etcd;
+## make test runs three of the six modes. MODES=mode=ces/identity=kvstore picks
+## modes (comma-separated; Documentation/contributing/testing.md#the-mode-matrix)
+MODES ?= all
+test-modes: k8s-binaries
+	CELLIUM_TEST_MODES=$(MODES) $(GO) test $(TEST_FLAGS) -count=1 -run 'TestModes|TestCiliumEndpointSlicesSameIPCache|TestCiliumEndpointSliceBadInput' ./test/integration/
 
 ## test-unit: the fast tests only
 test-unit:

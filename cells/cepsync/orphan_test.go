@@ -271,3 +271,54 @@ func TestOrphanOfLivingPod(t *testing.T) {
 		t.Fatal("the adopted CEP was deleted")
 	}
 }
+
+// In slice mode the agent's CEP table comes from the slices, which the
+// operator writes up to a few seconds after a CEP: a pod deleted before
+// that leaves an orphan the table never showed. Its absence is no proof
+// of deletion: without a garbage collector the agent still deletes it
+// GCGrace after its endpoint went (read first, by UID), and one the
+// collector deleted meanwhile is only read.
+func TestOrphanNeverInTable(t *testing.T) {
+	e := newOrphanEnv(t)
+	e.pod("web", "pod-1", "")
+	d := e.desired("web", "pod-1")
+	if err := e.tg.Update(context.Background(), nil, d); err != nil { // no mirror: no slice yet
+		t.Fatal(err)
+	}
+	e.pod("web", "pod-1", "gone")
+	start := e.now
+	if err := e.tg.Delete(context.Background(), nil, d); err != nil {
+		t.Fatal(err)
+	}
+	e.sweepAt(GCGrace-time.Second, start)
+	equalWrites(t, e.writes(), "create web")
+	e.sweepAt(GCGrace, start)
+	equalWrites(t, e.writes(), "create web", "delete web")
+	if e.exists("web") {
+		t.Fatal("the CEP the table never showed is still there after the grace")
+	}
+	if _, ok := e.tg.orphan("ns/web"); ok {
+		t.Error("still an orphan after its delete")
+	}
+
+	// Deleted by the collector meanwhile: one read, no write.
+	e.pod("db", "pod-2", "")
+	d = e.desired("db", "pod-2")
+	if err := e.tg.Update(context.Background(), nil, d); err != nil {
+		t.Fatal(err)
+	}
+	e.pod("db", "pod-2", "gone")
+	start = e.now
+	if err := e.tg.Delete(context.Background(), nil, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.CiliumV2().CiliumEndpoints("ns").Delete(context.Background(), "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.client.ClearActions()
+	e.sweepAt(GCGrace, start)
+	equalWrites(t, e.writes())
+	if _, ok := e.tg.orphan("ns/db"); ok {
+		t.Error("the collected CEP is still an orphan")
+	}
+}

@@ -67,6 +67,11 @@ type orphan struct {
 	uid             types.UID
 	podName, podUID string
 	since           time.Time
+	// seen says the CEP was in the agent's CEP table since it became an
+	// orphan: its absence from the table then means it was deleted. In
+	// slice mode a young CEP may not be in any slice yet: its absence
+	// means nothing, and only the API server can tell.
+	seen bool
 }
 
 // owned records that the CEP key (UID cep) is ours, written for pod UID pod.
@@ -263,7 +268,8 @@ func (t *target) Delete(ctx context.Context, _ statedb.ReadTxn, d *DesiredCEP) e
 		if t.orphans == nil {
 			t.orphans = map[string]orphan{}
 		}
-		t.orphans[key] = orphan{uid: uid, podName: d.PodName, podUID: d.PodUID, since: t.clock()}
+		_, _, seen := t.ceps.Get(t.db.ReadTxn(), k8stables.NameIndex[*ciliumv2.CiliumEndpoint]().Query(key))
+		t.orphans[key] = orphan{uid: uid, podName: d.PodName, podUID: d.PodUID, since: t.clock(), seen: seen}
 		t.mu.Unlock()
 		t.setUID(key, "")
 		return nil
@@ -314,6 +320,16 @@ func (t *target) orphan(key string) (orphan, bool) {
 	return o, ok
 }
 
+// markSeen records that the orphan key (the CEP uid) is in the CEP table.
+func (t *target) markSeen(key string, uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o, ok := t.orphans[key]; ok && o.uid == uid {
+		o.seen = true
+		t.orphans[key] = o
+	}
+}
+
 // forgetOrphan forgets the orphan key if it is the CEP uid.
 func (t *target) forgetOrphan(key string, uid types.UID) {
 	t.mu.Lock()
@@ -338,7 +354,9 @@ func (t *target) leftToGC(cep *ciliumv2.CiliumEndpoint) bool {
 // sweepOrphans forgets the orphans the garbage collector deleted and
 // deletes those it has not after gcGrace (by UID: never a CEP created
 // since). The CEP mirror says which are gone; a CEP rebuilt from a slice
-// (no UID) is read before it is deleted.
+// (no UID), or not in the mirror since it became an orphan (in slice mode,
+// a CEP deleted before the operator put it in a slice), is read before it
+// is deleted.
 func (t *target) sweepOrphans(ctx context.Context) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
@@ -353,7 +371,15 @@ func (t *target) sweepOrphans(ctx context.Context) error {
 	var errs []error
 	for key, o := range due {
 		cur, _, ok := t.ceps.Get(rtxn, k8stables.NameIndex[*ciliumv2.CiliumEndpoint]().Query(key))
-		if !ok || cur.UID != "" && cur.UID != o.uid {
+		switch {
+		case ok && !o.seen:
+			t.markSeen(key, o.uid)
+		case !ok && !o.seen:
+			// Never in the table: in slice mode, its slice may not be
+			// written yet. Treated as present, and read before deleting.
+			cur = &ciliumv2.CiliumEndpoint{}
+		}
+		if !ok && o.seen || cur.UID != "" && cur.UID != o.uid {
 			t.forgetOrphan(key, o.uid) // the collector (or someone) deleted it
 			continue
 		}

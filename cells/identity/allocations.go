@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 	"github.com/cellium/cellium/statedb/labels"
+	"github.com/cellium/cellium/statedb/reconciler"
 )
 
 // newCiliumIdentity is the object for id and lbls: named by the number,
@@ -67,7 +69,10 @@ func marked(obj *ciliumv2.CiliumIdentity) bool {
 // identityOps keeps the CiliumIdentity of each allocation in the API.
 // Delete does nothing: unused identities are the operator's to delete.
 type identityOps struct {
-	log    *slog.Logger
+	log *slog.Logger
+	// cids mirrors the objects; nil when the CiliumIdentity table is fed
+	// from etcd (doublewrite-readkvstore): the objects are then read from
+	// the API server.
 	cids   statedb.Table[*ciliumv2.CiliumIdentity]
 	client ciliumv2client.CiliumIdentityInterface
 }
@@ -81,7 +86,21 @@ func (o *identityOps) Update(ctx context.Context, txn statedb.ReadTxn, a *identi
 	}
 	name := a.ID.StringID()
 	key := a.Labels.SortedList()
-	obj, _, found := o.cids.Get(txn, k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(name))
+	var (
+		obj   *ciliumv2.CiliumIdentity
+		found bool
+	)
+	if o.cids != nil {
+		obj, _, found = o.cids.Get(txn, k8stables.NameIndex[*ciliumv2.CiliumIdentity]().Query(name))
+	} else {
+		cur, err := o.client.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			obj, found = cur, true
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("get CiliumIdentity %s: %w", name, err)
+		}
+	}
 	if !found {
 		// Gone (the operator's GC raced with a new user, or someone deleted
 		// it): put it back with the same number and labels.
@@ -150,3 +169,27 @@ func (o *identityOps) Prune(context.Context, statedb.ReadTxn, iter.Seq2[*identit
 // fullReconcileInterval is how often every allocation is checked against
 // the table again, in case a change was missed.
 const fullReconcileInterval = 5 * time.Minute
+
+// doubleWriteOps keeps each allocation in both backends (the double-write
+// modes): etcd's master and value keys, and the CiliumIdentity object.
+// An error of either is returned, so that the reconciler retries until
+// both hold it.
+type doubleWriteOps struct {
+	kv, crd reconciler.Operations[*identity.Allocation]
+}
+
+// Update writes the allocation to both backends.
+func (o doubleWriteOps) Update(ctx context.Context, txn statedb.ReadTxn, a *identity.Allocation) error {
+	return errors.Join(o.kv.Update(ctx, txn, a), o.crd.Update(ctx, txn, a))
+}
+
+// Delete removes this node's use from both (the object stays: the
+// operator's GC deletes it).
+func (o doubleWriteOps) Delete(ctx context.Context, txn statedb.ReadTxn, a *identity.Allocation) error {
+	return errors.Join(o.kv.Delete(ctx, txn, a), o.crd.Delete(ctx, txn, a))
+}
+
+// Prune prunes both.
+func (o doubleWriteOps) Prune(ctx context.Context, txn statedb.ReadTxn, objs iter.Seq2[*identity.Allocation, statedb.Revision]) error {
+	return errors.Join(o.kv.Prune(ctx, txn, objs), o.crd.Prune(ctx, txn, objs))
+}

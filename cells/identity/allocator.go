@@ -41,9 +41,13 @@ type allocatorOptions struct {
 	Timeout time.Duration
 	// Metrics records the allocations reconciler's work; may be nil.
 	Metrics reconciler.Metrics
-	// KV is the kvstore backend in --identity-allocation-mode=kvstore;
-	// nil in CRD mode.
+	// KV is the kvstore backend in --identity-allocation-mode=kvstore
+	// and the double-write modes; nil in CRD mode.
 	KV *kvBackend
+	// DoubleWrite (with KV) writes every identity both to etcd and as a
+	// CiliumIdentity object; ReadKV says which of the two is read (the
+	// CiliumIdentity table's source) and picks new numbers.
+	DoubleWrite, ReadKV bool
 }
 
 // allocator is the CRD-mode Allocator.
@@ -93,7 +97,17 @@ func newAllocatorWith(log *slog.Logger, db *statedb.DB, cids statedb.Table[*cili
 		idx: identities{table: cids}, kv: opts.KV,
 	}
 	var ops reconciler.Operations[*identity.Allocation] = &identityOps{log: log, cids: cids, client: client}
-	if opts.KV != nil {
+	switch {
+	case opts.KV != nil && opts.DoubleWrite:
+		// Both backends. The CiliumIdentity table mirrors the objects
+		// only when they are what is read; else the objects are read
+		// from the API server.
+		crd := &identityOps{log: log, client: client}
+		if !opts.ReadKV {
+			crd.cids = cids
+		}
+		ops = doubleWriteOps{&kvOps{b: opts.KV}, crd}
+	case opts.KV != nil:
 		ops = &kvOps{b: opts.KV}
 	}
 	rec, err := reconciler.New(db, reconciler.Config[*identity.Allocation]{
@@ -201,9 +215,56 @@ func (a *allocator) resolveRestored(key string) (identity.NumericIdentity, error
 	return id, nil
 }
 
-// resolve finds the cluster's identity for lbls or creates one.
+// resolve finds the cluster's identity for lbls or creates one, in the
+// backend that is read; in the double-write modes it then writes the same
+// number to the other backend.
 func (a *allocator) resolve(ctx context.Context, lbls labels.Labels, key string) (identity.NumericIdentity, error) {
-	if a.kv != nil {
+	id, err := a.resolveRead(ctx, lbls, key)
+	if err != nil || !a.opts.DoubleWrite {
+		return id, err
+	}
+	if err := a.writeOther(ctx, id, lbls, key); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// writeOther writes identity id of lbls to the backend that is written
+// but not read (double-write modes): the CiliumIdentity object, or etcd's
+// master key (the reconciler then writes this node's value key). The
+// number taken by other labels there is ErrIdentityConflict.
+func (a *allocator) writeOther(ctx context.Context, id identity.NumericIdentity, lbls labels.Labels, key string) error {
+	if !a.opts.ReadKV {
+		won, cur, err := a.kv.createOnly(ctx, id, key)
+		if err != nil {
+			return err
+		}
+		if !won && cur != key {
+			return fmt.Errorf("double-write: kvstore identity %d has labels %q, want %q: %w", id, cur, key, ErrIdentityConflict)
+		}
+		return nil
+	}
+	if a.client == nil {
+		return errNoClient
+	}
+	for range 2 { // a number deleted between Create and Get is tried once more
+		res, _, err := a.tryCreate(ctx, id, lbls, key)
+		if err != nil {
+			return fmt.Errorf("double-write: %w", err)
+		}
+		switch res {
+		case createdIt, existsSame:
+			return nil
+		case existsOther:
+			return fmt.Errorf("double-write: CiliumIdentity %s has other labels than %s: %w", id.StringID(), lbls, ErrIdentityConflict)
+		}
+	}
+	return fmt.Errorf("double-write: CiliumIdentity %s deleted while being created; retry", id.StringID())
+}
+
+// resolveRead is resolve in the backend that is read.
+func (a *allocator) resolveRead(ctx context.Context, lbls labels.Labels, key string) (identity.NumericIdentity, error) {
+	if a.kv != nil && (!a.opts.DoubleWrite || a.opts.ReadKV) {
 		// Known from the mirror of etcd: the reconciler writes this
 		// node's value key. Else etcd decides, under its lock.
 		if e, ok := a.idx.preferred(a.db.ReadTxn(), key, a.inRange); ok {

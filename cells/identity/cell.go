@@ -48,11 +48,12 @@ var Cell = hive.Module("identity-allocator", "Allocates numeric security identit
 // newIdentitiesSource makes the CiliumIdentity table mirror etcd in
 // kvstore mode (and the API server otherwise).
 func newIdentitiesSource(p identitiesSourceParams) (k8s.CiliumIdentitiesSource, error) {
-	if p.Config.IdentityAllocationMode != AllocationModeKVStore {
-		return k8s.CiliumIdentitiesSource{}, nil
+	mode := p.Config.IdentityAllocationMode
+	if writesKVStore(mode) && p.KVStore == nil {
+		return k8s.CiliumIdentitiesSource{}, needsKVStore(mode)
 	}
-	if p.KVStore == nil {
-		return k8s.CiliumIdentitiesSource{}, errNeedsKVStore
+	if !readsKVStore(mode) {
+		return k8s.CiliumIdentitiesSource{}, nil
 	}
 	return k8s.CiliumIdentitiesSource{LW: p.KVStore.IdentitiesListerWatcher(p.Log)}, nil
 }
@@ -66,8 +67,11 @@ type identitiesSourceParams struct {
 	KVStore *kvstore.Client `optional:"true"`
 }
 
-var errNeedsKVStore = fmt.Errorf("--identity-allocation-mode=%s needs --kvstore=etcd and --kvstore-opt etcd.config=<file> (or use --identity-allocation-mode=%s)",
-	AllocationModeKVStore, AllocationModeCRD)
+// needsKVStore is the error of a mode that writes etcd without --kvstore.
+func needsKVStore(mode string) error {
+	return fmt.Errorf("--identity-allocation-mode=%s needs --kvstore=etcd and --kvstore-opt etcd.config=<file> (or use --identity-allocation-mode=%s)",
+		mode, AllocationModeCRD)
+}
 
 func asAllocator(a *allocator) Allocator { return a }
 
@@ -103,15 +107,19 @@ func newAllocator(p allocatorParams) (*allocator, error) {
 		Timeout: p.Config.IdentityAllocationTimeout,
 		Metrics: p.Metrics,
 	}
-	if p.Config.IdentityAllocationMode == AllocationModeKVStore {
+	if mode := p.Config.IdentityAllocationMode; writesKVStore(mode) {
 		if p.KVStore == nil {
-			return nil, errNeedsKVStore
+			return nil, needsKVStore(mode)
 		}
 		if p.LocalNode == nil {
-			return nil, fmt.Errorf("--identity-allocation-mode=%s needs the local node's IP (node discovery)", AllocationModeKVStore)
+			return nil, fmt.Errorf("--identity-allocation-mode=%s needs the local node's IP (node discovery)", mode)
 		}
 		opts.KV = &kvBackend{log: p.Log, kv: p.KVStore, min: opts.Min, max: opts.Max,
 			suffix: localNodeSuffix(p.DB, p.LocalNode, string(p.NodeName))}
+		// The migration modes write CiliumIdentity objects too, and
+		// read from one of the two.
+		opts.DoubleWrite = writesCRD(mode)
+		opts.ReadKV = readsKVStore(mode)
 	}
 	return startAllocator(p, opts)
 }

@@ -20,13 +20,31 @@ const (
 	// AllocationModeKVStore: identities are keys in etcd
 	// (cilium/state/identities/v1); needs --kvstore=etcd.
 	AllocationModeKVStore = "kvstore"
+	// AllocationModeDoubleWriteReadKVStore: Cilium's migration mode;
+	// identities are written both as CiliumIdentity objects and as etcd
+	// keys, and read from etcd; needs --kvstore=etcd.
+	AllocationModeDoubleWriteReadKVStore = "doublewrite-readkvstore"
+	// AllocationModeDoubleWriteReadCRD: written to both, read from the
+	// CiliumIdentity objects; needs --kvstore=etcd.
+	AllocationModeDoubleWriteReadCRD = "doublewrite-readcrd"
 )
+
+// writesKVStore says whether mode writes identities to etcd.
+func writesKVStore(mode string) bool { return mode != AllocationModeCRD }
+
+// writesCRD says whether mode writes CiliumIdentity objects.
+func writesCRD(mode string) bool { return mode != AllocationModeKVStore }
+
+// readsKVStore says whether mode reads identities from etcd.
+func readsKVStore(mode string) bool {
+	return mode == AllocationModeKVStore || mode == AllocationModeDoubleWriteReadKVStore
+}
 
 // Config is the identity allocator's configuration. The flag names and
 // defaults are Cilium's.
 type Config struct {
-	// IdentityAllocationMode selects where identities live: "crd" or
-	// "kvstore".
+	// IdentityAllocationMode selects where identities live: "crd",
+	// "kvstore", or both ("doublewrite-readcrd", "doublewrite-readkvstore").
 	IdentityAllocationMode string
 	// IdentityAllocationTimeout bounds one Allocate call.
 	IdentityAllocationTimeout time.Duration
@@ -52,7 +70,7 @@ var DefaultConfig = Config{
 
 // Flags registers the allocator's flags.
 func (def Config) Flags(fs *pflag.FlagSet) {
-	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored: "crd" (CiliumIdentity objects) or "kvstore" (etcd keys; needs --kvstore=etcd)`)
+	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored: "crd" (CiliumIdentity objects), "kvstore" (etcd keys; needs --kvstore=etcd), or while migrating "doublewrite-readcrd" or "doublewrite-readkvstore" (both written, the named one read; needs --kvstore=etcd)`)
 	fs.Duration("identity-allocation-timeout", def.IdentityAllocationTimeout, "Time after which an identity allocation fails")
 	fs.StringSlice("labels", def.Labels, `Rules that select the labels that make up an endpoint's identity, "[source:][!]regexp" (e.g. "k8s:app", "!pod-template-hash"); any include rule switches to allow-list mode`)
 	fs.String("label-prefix-file", def.LabelPrefixFile, "JSON file of label prefixes that replace the default identity label rules")
@@ -70,13 +88,10 @@ var clusterNameRE = regexp.MustCompile(`^([a-z0-9][-a-z0-9]*)?[a-z0-9]$`)
 // instead of failing the first pod.
 func (c Config) Validate() error {
 	switch c.IdentityAllocationMode {
-	case AllocationModeCRD, AllocationModeKVStore:
-	case "doublewrite-readkvstore", "doublewrite-readcrd":
-		return fmt.Errorf("invalid --identity-allocation-mode=%q: the migration modes that write both CRDs and the kvstore are not implemented; use %q or %q",
-			c.IdentityAllocationMode, AllocationModeCRD, AllocationModeKVStore)
+	case AllocationModeCRD, AllocationModeKVStore, AllocationModeDoubleWriteReadKVStore, AllocationModeDoubleWriteReadCRD:
 	default:
-		return fmt.Errorf("invalid --identity-allocation-mode=%q: use %q (CiliumIdentity objects) or %q (etcd, with --kvstore=etcd)",
-			c.IdentityAllocationMode, AllocationModeCRD, AllocationModeKVStore)
+		return fmt.Errorf("invalid --identity-allocation-mode=%q: use %q (CiliumIdentity objects), %q (etcd, with --kvstore=etcd), or to migrate between them %q or %q (both written, one read)",
+			c.IdentityAllocationMode, AllocationModeCRD, AllocationModeKVStore, AllocationModeDoubleWriteReadCRD, AllocationModeDoubleWriteReadKVStore)
 	}
 	if c.IdentityAllocationTimeout <= 0 {
 		return fmt.Errorf("invalid --identity-allocation-timeout=%s: must be greater than 0", c.IdentityAllocationTimeout)

@@ -298,16 +298,19 @@ func TestIntegrationKVStoreMode(t *testing.T) {
 	}
 }
 
-// TestKVStoreModeNeedsKVStore: --identity-allocation-mode=kvstore without
-// --kvstore stops the agent at start with an error naming both flags.
+// TestKVStoreModeNeedsKVStore: --identity-allocation-mode=kvstore (or a
+// double-write mode) without --kvstore stops the agent at start with an
+// error naming both flags.
 func TestKVStoreModeNeedsKVStore(t *testing.T) {
-	h := hivetest.New(t, []string{"--identity-allocation-mode=kvstore"},
-		hive.Provide(func() k8s.Clientset { return k8s.DisabledClientset() }),
-		hive.Provide(func() k8s.NodeName { return "n" }),
-		kvstore.Cell, k8s.CiliumIdentitiesCell, Cell)
-	err := h.Populate()
-	if err == nil || !strings.Contains(err.Error(), "--kvstore=etcd") {
-		t.Fatalf("got %v, want an error naming --kvstore=etcd", err)
+	for _, mode := range []string{AllocationModeKVStore, AllocationModeDoubleWriteReadCRD, AllocationModeDoubleWriteReadKVStore} {
+		h := hivetest.New(t, []string{"--identity-allocation-mode=" + mode},
+			hive.Provide(func() k8s.Clientset { return k8s.DisabledClientset() }),
+			hive.Provide(func() k8s.NodeName { return "n" }),
+			kvstore.Cell, k8s.CiliumIdentitiesCell, Cell)
+		err := h.Populate()
+		if err == nil || !strings.Contains(err.Error(), "--kvstore=etcd") || !strings.Contains(err.Error(), mode) {
+			t.Errorf("%s: got %v, want an error naming --kvstore=etcd and the mode", mode, err)
+		}
 	}
 }
 

@@ -39,23 +39,34 @@ type leaderJobParams struct {
 
 // newLeaderJob makes the collector and contributes it as a leader job.
 func newLeaderJob(p leaderJobParams) (leaderelection.LeaderJobsOut, error) {
-	if p.Config.IdentityAllocationMode == "kvstore" {
+	var out leaderelection.LeaderJobsOut
+	mode := p.Config.IdentityAllocationMode
+	// The double-write modes collect both backends, as Cilium does.
+	if mode != modeCRD {
 		if p.KVStore == nil {
-			return leaderelection.LeaderJobsOut{}, fmt.Errorf("--identity-allocation-mode=kvstore needs --kvstore=etcd and --kvstore-opt etcd.config=<file>")
+			return leaderelection.LeaderJobsOut{}, fmt.Errorf("--identity-allocation-mode=%s needs --kvstore=etcd and --kvstore-opt etcd.config=<file>", mode)
 		}
-		gc := &kvGCJob{cfg: p.Config, kv: p.KVStore, log: p.Log, health: p.Health.Scope("gc")}
+		scope := "gc"
+		if mode != modeKVStore {
+			scope = "kvstore-gc" // beside the CRD collector's "gc"
+		}
+		gc := &kvGCJob{cfg: p.Config, kv: p.KVStore, log: p.Log, health: p.Health.Scope(scope)}
 		// Cilium's controller name.
-		return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "kvstore-identity-gc", Run: gc.run}}}, nil
+		out.Jobs = append(out.Jobs, leaderelection.LeaderJob{Name: "kvstore-identity-gc", Run: gc.run})
+	}
+	if mode == modeKVStore {
+		return out, nil
 	}
 	if !p.Clientset.IsEnabled() {
 		p.Log.Info("identity GC disabled", "reason", k8s.ErrNotConfigured)
-		return leaderelection.LeaderJobsOut{}, nil
+		return out, nil
 	}
 	gc := NewGC(p.Config, p.Clientset.Cilium().CiliumV2().CiliumIdentities(),
 		Tables{DB: p.DB, Identities: p.Identities, Endpoints: p.Endpoints},
 		p.Log, p.Health.Scope("gc"))
 	// Cilium's controller name, so logs read the same.
-	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "crd-identity-gc", Run: gc.Run}}}, nil
+	out.Jobs = append(out.Jobs, leaderelection.LeaderJob{Name: "crd-identity-gc", Run: gc.Run})
+	return out, nil
 }
 
 // kvGCJob builds the kvstore collector when leading (the etcd client is

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/cilium/statedb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/k8s/k8stest"
+	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/cells/leaderelection"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
 )
@@ -76,4 +78,42 @@ func TestCellAsLeaderJob(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLeaderJobsByMode: the CRD collector in crd mode, the kvstore one in
+// kvstore mode, both in the double-write modes (as Cilium's operator
+// does); a mode that writes etcd without --kvstore stops the operator.
+func TestLeaderJobsByMode(t *testing.T) {
+	kv := kvstore.NewClient(hivetest.Discard(), clientv3.Config{Endpoints: []string{"http://127.0.0.1:1"}}, time.Minute)
+	for mode, want := range map[string]string{
+		"crd":                     "[crd-identity-gc]",
+		"kvstore":                 "[kvstore-identity-gc]",
+		"doublewrite-readcrd":     "[kvstore-identity-gc crd-identity-gc]",
+		"doublewrite-readkvstore": "[kvstore-identity-gc crd-identity-gc]",
+	} {
+		cfg := DefaultConfig
+		cfg.IdentityAllocationMode = mode
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		p := leaderJobParams{Config: cfg, Clientset: k8stest.NewClientset(), DB: statedb.New(),
+			Log: hivetest.Discard(), Health: &k8stest.HealthRecorder{}, KVStore: kv}
+		out, err := newLeaderJob(p)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		var names []string
+		for _, j := range out.Jobs {
+			names = append(names, j.Name)
+		}
+		if got := fmt.Sprint(names); got != want {
+			t.Errorf("%s: jobs %s, want %s", mode, got, want)
+		}
+		if mode != "crd" {
+			p.KVStore = nil
+			if _, err := newLeaderJob(p); err == nil || !strings.Contains(err.Error(), "--kvstore=etcd") {
+				t.Errorf("%s without --kvstore: err = %v, want one naming --kvstore=etcd", mode, err)
+			}
+		}
+	}
 }

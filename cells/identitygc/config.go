@@ -15,6 +15,14 @@ const (
 	FlagRateLimit        = "identity-gc-rate-limit"
 )
 
+// The --identity-allocation-mode values (the agent's, cells/identity).
+const (
+	modeCRD                    = "crd"
+	modeKVStore                = "kvstore"
+	modeDoubleWriteReadCRD     = "doublewrite-readcrd"
+	modeDoubleWriteReadKVStore = "doublewrite-readkvstore"
+)
+
 // Config is the collector's configuration.
 type Config struct {
 	// IdentityGCInterval is the time between passes.
@@ -27,7 +35,8 @@ type Config struct {
 	IdentityGCRateInterval time.Duration
 	IdentityGCRateLimit    int64
 	// IdentityAllocationMode says where the identities are: "crd"
-	// (CiliumIdentity objects) or "kvstore" (etcd, with --kvstore=etcd).
+	// (CiliumIdentity objects), "kvstore" (etcd, with --kvstore=etcd), or
+	// both (the double-write modes: both are collected).
 	IdentityAllocationMode string
 }
 
@@ -48,7 +57,7 @@ func (def Config) Flags(fs *pflag.FlagSet) {
 		"Time an identity must be unused before it is marked for deletion; a later pass deletes it if it is still unused")
 	fs.Duration(FlagRateInterval, def.IdentityGCRateInterval, "Interval used for rate limiting the GC of identities")
 	fs.Int64(FlagRateLimit, def.IdentityGCRateLimit, "Maximum number of identities deleted per --"+FlagRateInterval)
-	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored: "crd" (CiliumIdentity objects) or "kvstore" (etcd; needs --kvstore=etcd)`)
+	fs.String("identity-allocation-mode", def.IdentityAllocationMode, `Where identities are stored: "crd" (CiliumIdentity objects), "kvstore" (etcd; needs --kvstore=etcd), or while migrating "doublewrite-readcrd" or "doublewrite-readkvstore" (both; needs --kvstore=etcd)`)
 }
 
 // Validate requires every value to be positive.
@@ -65,8 +74,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("invalid --%s=%s: must be positive", d.flag, d.v)
 		}
 	}
-	if c.IdentityAllocationMode != "crd" && c.IdentityAllocationMode != "kvstore" {
-		return fmt.Errorf("invalid --identity-allocation-mode=%q: use \"crd\" or \"kvstore\"", c.IdentityAllocationMode)
+	switch c.IdentityAllocationMode {
+	case modeCRD, modeKVStore, modeDoubleWriteReadCRD, modeDoubleWriteReadKVStore:
+	default:
+		return fmt.Errorf("invalid --identity-allocation-mode=%q: use %q, %q, %q or %q",
+			c.IdentityAllocationMode, modeCRD, modeKVStore, modeDoubleWriteReadCRD, modeDoubleWriteReadKVStore)
 	}
 	if c.IdentityGCRateLimit <= 0 {
 		return fmt.Errorf("invalid --%s=%d: must be positive", FlagRateLimit, c.IdentityGCRateLimit)

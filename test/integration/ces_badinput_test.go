@@ -34,8 +34,16 @@ import (
 // identity that appears only later, a CEP that disagrees with its slice,
 // a slice without a namespace. Each is handled as
 // Documentation/operations/endpoint-slices.md says, and the good
-// endpoints keep their identities throughout.
+// endpoints keep their identities throughout. It runs once with the
+// identities as CiliumIdentity objects and once as etcd keys
+// (identity=crd, identity=kvstore).
 func TestCiliumEndpointSliceBadInput(t *testing.T) {
+	for _, mode := range identityModes {
+		t.Run("identity="+mode, func(t *testing.T) { testSliceBadInput(t, mode) })
+	}
+}
+
+func testSliceBadInput(t *testing.T, identityMode string) {
 	c := cluster.Get(t)
 	ns := c.TestNamespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -51,6 +59,7 @@ func TestCiliumEndpointSliceBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	backend := newIdentityBackend(t, identityMode)
 	ignore := goleak.IgnoreCurrent()
 
 	var (
@@ -61,15 +70,15 @@ func TestCiliumEndpointSliceBadInput(t *testing.T) {
 		local statedb.RWTable[*nodes.LocalNode]
 		nds   statedb.RWTable[*nodes.Node]
 	)
-	h := hivetest.New(t, []string{"--k8s-kubeconfig-path=" + agentKube, "--enable-cilium-endpoint-slice=true"},
-		k8s.ClientCell, k8s.AgentCiliumEndpointsCell, k8s.CiliumIdentitiesCell, ipcache.Cell,
-		hive.Provide(func() k8s.UserAgent { return "cellium-agent-ces-badinput-test" },
-			func() k8s.NodeName { return "node-local" },
-			endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable,
-			nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
-			nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
-			policy.NewCIDRTable, statedb.RWTable[*policy.CIDRIdentity].ToTable),
-		hivetest.Capture(&db), hivetest.Capture(&ipc), hivetest.Capture(&ceps), hivetest.Capture(&local), hivetest.Capture(&nds), hivetest.Capture(&cs))
+	h := hivetest.New(t, append([]string{"--k8s-kubeconfig-path=" + agentKube, "--enable-cilium-endpoint-slice=true"}, backend.args...),
+		append(backend.cells(), k8s.ClientCell, k8s.AgentCiliumEndpointsCell, k8s.CiliumIdentitiesCell, ipcache.Cell,
+			hive.Provide(func() k8s.UserAgent { return "cellium-agent-ces-badinput-test" },
+				func() k8s.NodeName { return "node-local" },
+				endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable,
+				nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
+				nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
+				policy.NewCIDRTable, statedb.RWTable[*policy.CIDRIdentity].ToTable),
+			hivetest.Capture(&db), hivetest.Capture(&ipc), hivetest.Capture(&ceps), hivetest.Capture(&local), hivetest.Capture(&nds), hivetest.Capture(&cs))...)
 	if err := h.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +101,7 @@ func TestCiliumEndpointSliceBadInput(t *testing.T) {
 	ghost := ns + "-ghost" // no such Namespace
 	createID := func(id int, idNS string) {
 		t.Helper()
-		obj := &ciliumv2.CiliumIdentity{ObjectMeta: metav1.ObjectMeta{Name: strconv.Itoa(id)},
-			SecurityLabels: map[string]string{"k8s:io.kubernetes.pod.namespace": idNS, "k8s:app": "a" + strconv.Itoa(id)}}
-		if _, err := admin.CiliumV2().CiliumIdentities().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = admin.CiliumV2().CiliumIdentities().Delete(context.Background(), obj.Name, metav1.DeleteOptions{})
-		})
+		backend.create(t, admin, id, map[string]string{"k8s:io.kubernetes.pod.namespace": idNS, "k8s:app": "a" + strconv.Itoa(id)})
 	}
 	entry := func(name string, id int, ip string) v2alpha1.CoreCiliumEndpoint {
 		return v2alpha1.CoreCiliumEndpoint{Name: name, IdentityID: int64(id), PodUID: types.UID("uid-" + name),

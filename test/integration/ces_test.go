@@ -36,8 +36,16 @@ import (
 // the operator's and the agent's credentials from install/: one agent
 // watches the CiliumEndpoints, the other (--enable-cilium-endpoint-slice)
 // the slices. For the same CiliumEndpoints, created, relabelled and
-// deleted, both ipcache tables hold the same rows.
+// deleted, both ipcache tables hold the same rows. It runs once with the
+// identities as CiliumIdentity objects and once as etcd keys, which the
+// agents then read through the kvstore (identity=crd, identity=kvstore).
 func TestCiliumEndpointSlicesSameIPCache(t *testing.T) {
+	for _, mode := range identityModes {
+		t.Run("identity="+mode, func(t *testing.T) { testSlicesSameIPCache(t, mode) })
+	}
+}
+
+func testSlicesSameIPCache(t *testing.T, identityMode string) {
 	c := cluster.Get(t)
 	ns := c.TestNamespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -56,6 +64,7 @@ func TestCiliumEndpointSlicesSameIPCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	backend := newIdentityBackend(t, identityMode)
 	ignore := goleak.IgnoreCurrent()
 	var opCS k8s.Clientset
 
@@ -87,14 +96,7 @@ func TestCiliumEndpointSlicesSameIPCache(t *testing.T) {
 	// Three identities of the namespace, one of another.
 	const base = 61000
 	for i, ns2 := range []string{ns, ns, ns, "elsewhere"} {
-		id := &ciliumv2.CiliumIdentity{ObjectMeta: metav1.ObjectMeta{Name: strconv.Itoa(base + i)},
-			SecurityLabels: map[string]string{"k8s:io.kubernetes.pod.namespace": ns2, "k8s:app": fmt.Sprintf("app%d", i)}}
-		if _, err := admin.CiliumV2().CiliumIdentities().Create(ctx, id, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = admin.CiliumV2().CiliumIdentities().Delete(context.Background(), id.Name, metav1.DeleteOptions{})
-		})
+		backend.create(t, admin, base+i, map[string]string{"k8s:io.kubernetes.pod.namespace": ns2, "k8s:app": fmt.Sprintf("app%d", i)})
 	}
 
 	// Two agents on node-local, one per mode.
@@ -109,15 +111,15 @@ func TestCiliumEndpointSlicesSameIPCache(t *testing.T) {
 			local statedb.RWTable[*nodes.LocalNode]
 			nds   statedb.RWTable[*nodes.Node]
 		)
-		h := hivetest.New(t, []string{"--k8s-kubeconfig-path=" + agentKube, "--enable-cilium-endpoint-slice=" + strconv.FormatBool(slices)},
-			k8s.ClientCell, k8s.AgentCiliumEndpointsCell, k8s.CiliumIdentitiesCell, ipcache.Cell,
-			hive.Provide(func() k8s.UserAgent { return "cellium-agent-ces-test" },
-				func() k8s.NodeName { return "node-local" },
-				endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable,
-				nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
-				nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
-				policy.NewCIDRTable, statedb.RWTable[*policy.CIDRIdentity].ToTable),
-			hivetest.Capture(&a.db), hivetest.Capture(&a.ipc), hivetest.Capture(&local), hivetest.Capture(&nds), hivetest.Capture(&cs))
+		h := hivetest.New(t, append([]string{"--k8s-kubeconfig-path=" + agentKube, "--enable-cilium-endpoint-slice=" + strconv.FormatBool(slices)}, backend.args...),
+			append(backend.cells(), k8s.ClientCell, k8s.AgentCiliumEndpointsCell, k8s.CiliumIdentitiesCell, ipcache.Cell,
+				hive.Provide(func() k8s.UserAgent { return "cellium-agent-ces-test" },
+					func() k8s.NodeName { return "node-local" },
+					endpoints.NewTable, statedb.RWTable[*endpoints.Endpoint].ToTable,
+					nodes.NewLocalNodeTable, statedb.RWTable[*nodes.LocalNode].ToTable,
+					nodes.NewNodesTable, statedb.RWTable[*nodes.Node].ToTable,
+					policy.NewCIDRTable, statedb.RWTable[*policy.CIDRIdentity].ToTable),
+				hivetest.Capture(&a.db), hivetest.Capture(&a.ipc), hivetest.Capture(&local), hivetest.Capture(&nds), hivetest.Capture(&cs))...)
 		if err := h.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
