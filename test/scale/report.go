@@ -75,6 +75,14 @@ func Table(results ...*Result) string {
 	row("etcd database size (in use)", "", "", func(r *Result) string {
 		return fmt.Sprintf("%.0f MiB (%.0f MiB)", r.EtcdDBSize/(1<<20), r.EtcdDBInUse/(1<<20))
 	})
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.Config.Mode == ModeKVStore }) {
+		row("kvstore: keys under cilium/ in etcd (keys' and values' bytes)", "", "", func(r *Result) string {
+			if r.Config.Mode != ModeKVStore {
+				return "(not used)"
+			}
+			return fmt.Sprintf("%d keys (%.0f KiB)", r.KVStoreKeys, float64(r.KVStoreBytes)/1024)
+		})
+	}
 	return b.String()
 }
 

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +67,9 @@ type Result struct {
 	// Writes are cellium's writes (agent and operator ServiceAccounts,
 	// from the audit log) in the churn window, by "who resource verb".
 	Writes map[string]int
+	// KVStoreKeys and KVStoreBytes are the keys under cilium/ in etcd
+	// (kvstore mode) and their keys' and values' bytes, at the end.
+	KVStoreKeys, KVStoreBytes int64
 	// EtcdDBSize and EtcdDBInUse are etcd's database size and the part in
 	// use, at the end.
 	EtcdDBSize, EtcdDBInUse float64
@@ -165,7 +172,9 @@ type runner struct {
 	dir     string
 	procs   []*harness.Running
 	api     *client.Client
-	metrics string // the agent's /metrics URL
+	metrics string           // the agent's /metrics URL
+	pprof   string           // the agent's pprof server, with Config.HeapProfile
+	etcd    *clientv3.Client // in kvstore mode
 	scraper *http.Client
 
 	pool  *addressPool
@@ -239,6 +248,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	r.log("memory", "heap per remote endpoint", res.HeapPerEndpoint(), "rss per remote endpoint", res.RSSPerEndpoint())
+	if r.cfg.HeapProfile != "" {
+		if err := r.saveHeapProfile(ctx, r.cfg.HeapProfile); err != nil {
+			return nil, err
+		}
+		r.log("heap profile saved", "file", r.cfg.HeapProfile)
+	}
 
 	if err := r.churn(ctx, res, iw); err != nil {
 		return nil, err
@@ -252,6 +267,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 	res.EtcdDBSize = etcd.get("etcd_mvcc_db_total_size_in_bytes")
 	res.EtcdDBInUse = etcd.get("etcd_mvcc_db_total_size_in_use_in_bytes")
+	if r.etcd != nil {
+		if res.KVStoreKeys, res.KVStoreBytes, err = r.kvstoreSize(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
 }
 
@@ -296,6 +316,16 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	slices := fmt.Sprintf("--enable-cilium-endpoint-slice=%t", r.cfg.Mode == ModeCES)
+	var kvArgs []string
+	if r.cfg.Mode == ModeKVStore {
+		// Both on the harness's etcd (the API server's too; the
+		// kvstore's keys are under cilium/).
+		kvArgs = []string{"--identity-allocation-mode=kvstore", "--kvstore=etcd", "--kvstore-opt=etcd.address=" + c.EtcdURL()}
+		if r.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{c.EtcdURL()}, DialTimeout: 10 * time.Second,
+			Logger: zap.NewNop()}); err != nil {
+			return fmt.Errorf("etcd client: %w", err)
+		}
+	}
 	opAddr, err := freeAddr()
 	if err != nil {
 		return err
@@ -304,7 +334,7 @@ func (r *runner) start(ctx context.Context) error {
 		"--leader-election-namespace=" + install.Namespace, slices,
 		// The simulated pods have no Pod objects, and their identities
 		// must outlive the run.
-		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, r.cfg.OperatorArgs...)
+		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, append(kvArgs, r.cfg.OperatorArgs...)...)
 	if err := r.startProc("cellium-operator", filepath.Join(bin, "cellium-operator"), nil, opArgs...); err != nil {
 		return err
 	}
@@ -330,11 +360,29 @@ func (r *runner) start(ctx context.Context) error {
 	r.metrics = "http://" + promAddr + "/metrics"
 	socket := filepath.Join(r.dir, "agent.sock")
 	state := filepath.Join(r.dir, "agent-state")
+	var pprofArgs []string
+	if r.cfg.HeapProfile != "" {
+		pprofAddr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		host, port, _ := net.SplitHostPort(pprofAddr)
+		r.pprof = "http://" + pprofAddr
+		pprofArgs = []string{"--pprof", "--pprof-address=" + host, "--pprof-port=" + port}
+	}
 	agentArgs := append([]string{"--k8s-kubeconfig-path=" + agentKube, "--socket-path=" + socket,
 		"--prometheus-serve-addr=" + promAddr, "--state-dir=" + state, "--write-cni-conf-when-ready=",
 		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", slices},
-		r.cfg.AgentArgs...)
-	if err := r.startProc("cellium-agent", filepath.Join(bin, "cellium-agent"), []string{"K8S_NODE_NAME=" + agentNode}, agentArgs...); err != nil {
+		append(append(append([]string{}, kvArgs...), pprofArgs...), r.cfg.AgentArgs...)...)
+	agentEnv := []string{"K8S_NODE_NAME=" + agentNode}
+	if r.cfg.HeapProfile != "" {
+		// Sample an allocation every 4 KiB on average rather than 512:
+		// the profile then shows the small per-endpoint allocations. The
+		// runtime keeps its samples outside the heap, so the heap figures
+		// stay comparable.
+		agentEnv = append(agentEnv, "GODEBUG=memprofilerate=4096")
+	}
+	if err := r.startProc("cellium-agent", filepath.Join(bin, "cellium-agent"), agentEnv, agentArgs...); err != nil {
 		return err
 	}
 	r.api = client.New(socket)
@@ -369,6 +417,9 @@ func (r *runner) stop(failed bool) error {
 	}
 	for _, p := range slices.Backward(r.procs) {
 		_ = p.Stop(30 * time.Second)
+	}
+	if r.etcd != nil {
+		_ = r.etcd.Close()
 	}
 	if r.c == nil {
 		return nil
@@ -471,6 +522,32 @@ func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
 	return heap, rss, nil
 }
 
+// saveHeapProfile writes the agent's heap profile, taken after a GC, to
+// path.
+func (r *runner) saveHeapProfile(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.pprof+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("the agent's heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("the agent's heap profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent's heap profile: %s", resp.Status)
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		return fmt.Errorf("save the agent's heap profile: %w", err)
+	}
+	return nil
+}
+
 // agentCPU returns the agent's CPU seconds so far.
 func (r *runner) agentCPU(ctx context.Context) (float64, error) {
 	s, err := scrape(ctx, r.scraper, r.metrics)
@@ -522,6 +599,9 @@ func (r *runner) populate(ctx context.Context) error {
 		return err
 	}
 	if err := r.parallel(ctx, cfg.Identities, func(ctx context.Context, i int) error {
+		if cfg.Mode == ModeKVStore {
+			return r.kvstoreIdentity(ctx, i)
+		}
 		_, err := r.cilium.CiliumV2().CiliumIdentities().Create(ctx, ciliumIdentity(i), metav1.CreateOptions{})
 		return wrap(err, "create identity")
 	}); err != nil {
