@@ -80,7 +80,9 @@ type Config struct {
 	// HeapProfile, if set, is where the agent's heap profile (pprof's
 	// protobuf format, taken after a GC through the agent's --pprof
 	// server) is saved once every remote object is in, just after the
-	// memory sample with all of them.
+	// memory sample with all of them; the profile before any remote
+	// object, after the first memory sample, is saved beside it with
+	// "-before" added to the name (heap.pprof, heap-before.pprof).
 	HeapProfile string
 	// KeepDir keeps the cluster's work directory (logs) after the run.
 	KeepDir bool

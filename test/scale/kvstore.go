@@ -32,9 +32,13 @@ func (r *runner) kvstoreIdentity(ctx context.Context, i int) error {
 }
 
 // identityNodes are the nodes the pods of identity i are placed on by
-// populate (pod j: node j%nodes, identity j%podIdentities), at most 8.
+// populate (pod j: node j%nodes, identity j%podIdentities), at most 8;
+// none for an identity without pods.
 func (r *runner) identityNodes(i int) []int {
 	podIdentities := min(r.cfg.Identities, max(1, r.cfg.Pods/podsPerIdentity))
+	if i >= podIdentities {
+		return nil // no pod: no node uses it (the operator's GC is off)
+	}
 	var nodes []int
 	seen := map[int]bool{}
 	for j := i; j < r.cfg.Pods && len(nodes) < 8; j += podIdentities {

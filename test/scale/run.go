@@ -188,7 +188,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, scraper: &http.Client{Timeout: 10 * time.Second}}
+	// The scrapes ask for no gzip: promhttp would otherwise keep a
+	// gzip writer of about 800 KiB per concurrent scrape in a pool in the
+	// agent's heap, which the memory samples would count at random.
+	r := &runner{cfg: cfg, scraper: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{DisableCompression: true}}}
 	// The watch streams end with ctx: cancelled before the agent is
 	// stopped, so that its API server need not wait for them.
 	ctx, cancel := context.WithCancel(ctx)
@@ -221,6 +225,13 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	time.Sleep(3 * time.Second)
 	if res.HeapBefore, res.RSSBefore, err = r.memory(ctx); err != nil {
 		return nil, err
+	}
+	if r.cfg.HeapProfile != "" {
+		// The base to subtract: go tool pprof -diff_base.
+		ext := filepath.Ext(r.cfg.HeapProfile)
+		if err := r.saveHeapProfile(ctx, strings.TrimSuffix(r.cfg.HeapProfile, ext)+"-before"+ext); err != nil {
+			return nil, err
+		}
 	}
 	iw, err := watchIPCache(ctx, r.api)
 	if err != nil {
@@ -421,6 +432,7 @@ func (r *runner) stop(failed bool) error {
 	if r.etcd != nil {
 		_ = r.etcd.Close()
 	}
+	r.scraper.CloseIdleConnections()
 	if r.c == nil {
 		return nil
 	}
