@@ -19,7 +19,7 @@ import (
 // value keys have no lease: the simulated nodes' sessions would outlive
 // the run.
 func (r *runner) kvstoreIdentity(ctx context.Context, i int) error {
-	key := labels.FromMap(identityLabels(i), "").SortedList()
+	key := labelsKeyOf(i)
 	id := identity.NumericIdentity(identityID(i))
 	ops := []clientv3.Op{clientv3.OpPut(kvstore.IdentityIDKey(id), key)}
 	for _, n := range r.identityNodes(i) {
@@ -30,6 +30,9 @@ func (r *runner) kvstoreIdentity(ctx context.Context, i int) error {
 	}
 	return nil
 }
+
+// labelsKeyOf is the i-th identity's labels key: a master key's value.
+func labelsKeyOf(i int) string { return labels.FromMap(identityLabels(i), "").SortedList() }
 
 // identityNodes are the nodes the pods of identity i are placed on by
 // populate (pod j: node j%nodes, identity j%podIdentities), at most 8;

@@ -173,7 +173,7 @@ type runner struct {
 	procs   []*harness.Running
 	api     *client.Client
 	metrics string           // the agent's /metrics URL
-	pprof   string           // the agent's pprof server, with Config.HeapProfile
+	pprof   string           // the agent's pprof server (--pprof)
 	etcd    *clientv3.Client // in kvstore mode
 	scraper *http.Client
 
@@ -371,16 +371,15 @@ func (r *runner) start(ctx context.Context) error {
 	r.metrics = "http://" + promAddr + "/metrics"
 	socket := filepath.Join(r.dir, "agent.sock")
 	state := filepath.Join(r.dir, "agent-state")
-	var pprofArgs []string
-	if r.cfg.HeapProfile != "" {
-		pprofAddr, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		host, port, _ := net.SplitHostPort(pprofAddr)
-		r.pprof = "http://" + pprofAddr
-		pprofArgs = []string{"--pprof", "--pprof-address=" + host, "--pprof-port=" + port}
+	// The memory samples start with a GC through the pprof server, and
+	// -heap-profile reads the heap profile from it.
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return err
 	}
+	host, port, _ := net.SplitHostPort(pprofAddr)
+	r.pprof = "http://" + pprofAddr
+	pprofArgs := []string{"--pprof", "--pprof-address=" + host, "--pprof-port=" + port}
 	agentArgs := append([]string{"--k8s-kubeconfig-path=" + agentKube, "--socket-path=" + socket,
 		"--prometheus-serve-addr=" + promAddr, "--state-dir=" + state, "--write-cni-conf-when-ready=",
 		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", slices},
@@ -517,6 +516,12 @@ func (r *runner) localEndpoint(ctx context.Context) (uint16, error) {
 // memory returns the agent's Go heap in use (least of 10 samples over
 // 5 s) and its resident set (last sample).
 func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
+	// A full GC first (the pprof handler's gc=1: runtime.GC returns with
+	// every span swept), so that the samples start from the live heap
+	// rather than from wherever the GC cycle happens to be.
+	if err := r.agentGC(ctx); err != nil {
+		return 0, 0, err
+	}
 	heap = -1
 	for i := range 10 {
 		if i > 0 {
@@ -532,6 +537,26 @@ func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
 		rss = s.get("process_resident_memory_bytes")
 	}
 	return heap, rss, nil
+}
+
+// agentGC makes the agent run a full garbage collection: the heap
+// profile handler does one first with gc=1 (debug=1: a small text
+// profile, no gzip writer).
+func (r *runner) agentGC(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.pprof+"/debug/pprof/heap?gc=1&debug=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.scraper.Do(req)
+	if err != nil {
+		return fmt.Errorf("the agent's GC: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent's GC: %s", resp.Status)
+	}
+	return nil
 }
 
 // saveHeapProfile writes the agent's heap profile, taken after a GC, to
