@@ -45,6 +45,9 @@ func Table(results ...*Result) string {
 	row("Agent memory per remote endpoint, Go heap in use", "≤ 5 KiB", ciliumMemPerEndpoint, func(r *Result) string {
 		return fmt.Sprintf("%.2f KiB (%.0f → %.0f MiB)", r.HeapPerEndpoint()/1024, r.HeapBefore/(1<<20), r.HeapAfter/(1<<20))
 	})
+	row("Agent memory per remote endpoint, Go heap live (after a GC)", "", "", func(r *Result) string {
+		return fmt.Sprintf("%.2f KiB (%.0f → %.0f MiB)", r.LivePerEndpoint()/1024, r.LiveBefore/(1<<20), r.LiveAfter/(1<<20))
+	})
 	row("Agent memory per remote endpoint, RSS", "", "", func(r *Result) string {
 		return fmt.Sprintf("%.2f KiB (%.0f → %.0f MiB)", r.RSSPerEndpoint()/1024, r.RSSBefore/(1<<20), r.RSSAfter/(1<<20))
 	})

@@ -43,6 +43,9 @@ type Result struct {
 	// to the live heap) and resident set, before any remote object and
 	// with all of them.
 	HeapBefore, HeapAfter, RSSBefore, RSSAfter float64
+	// LiveBefore and LiveAfter are the agent's live heap: its allocated
+	// heap bytes just after the full GC that starts each memory sample.
+	LiveBefore, LiveAfter float64
 	// Changes is the number of remote endpoint changes of the churn phase
 	// (at most two per pod: no pod is replaced twice), ChurnWindow how
 	// long it lasted (until the sampled pods were in the ipcache), ChurnCPU the agent's CPU seconds in it and IdleCPU its CPU
@@ -82,6 +85,12 @@ func (r *Result) RemoteEndpoints() int { return r.Config.Pods }
 // bytes.
 func (r *Result) HeapPerEndpoint() float64 {
 	return (r.HeapAfter - r.HeapBefore) / float64(r.RemoteEndpoints())
+}
+
+// LivePerEndpoint is the agent's live heap growth per remote endpoint,
+// in bytes: HeapPerEndpoint without the free space in the spans in use.
+func (r *Result) LivePerEndpoint() float64 {
+	return (r.LiveAfter - r.LiveBefore) / float64(r.RemoteEndpoints())
 }
 
 // RSSPerEndpoint is the agent's resident set growth per remote
@@ -223,7 +232,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// The agent idle, with its own node and pod only.
 	r.log("measuring the agent before the remote objects")
 	time.Sleep(3 * time.Second)
-	if res.HeapBefore, res.RSSBefore, err = r.memory(ctx); err != nil {
+	if res.HeapBefore, res.RSSBefore, res.LiveBefore, err = r.memory(ctx); err != nil {
 		return nil, err
 	}
 	if r.cfg.HeapProfile != "" {
@@ -255,10 +264,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 
 	// Let the agent settle (slices batched, derived tables done).
 	time.Sleep(5 * time.Second)
-	if res.HeapAfter, res.RSSAfter, err = r.memory(ctx); err != nil {
+	if res.HeapAfter, res.RSSAfter, res.LiveAfter, err = r.memory(ctx); err != nil {
 		return nil, err
 	}
-	r.log("memory", "heap per remote endpoint", res.HeapPerEndpoint(), "rss per remote endpoint", res.RSSPerEndpoint())
+	r.log("memory", "heap per remote endpoint", res.HeapPerEndpoint(), "live heap per remote endpoint", res.LivePerEndpoint(),
+		"rss per remote endpoint", res.RSSPerEndpoint())
 	if r.cfg.HeapProfile != "" {
 		if err := r.saveHeapProfile(ctx, r.cfg.HeapProfile); err != nil {
 			return nil, err
@@ -515,12 +525,12 @@ func (r *runner) localEndpoint(ctx context.Context) (uint16, error) {
 
 // memory returns the agent's Go heap in use (least of 10 samples over
 // 5 s) and its resident set (last sample).
-func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
+func (r *runner) memory(ctx context.Context) (heap, rss, live float64, err error) {
 	// A full GC first (the pprof handler's gc=1: runtime.GC returns with
 	// every span swept), so that the samples start from the live heap
 	// rather than from wherever the GC cycle happens to be.
 	if err := r.agentGC(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	heap = -1
 	for i := range 10 {
@@ -529,14 +539,17 @@ func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
 		}
 		s, err := scrape(ctx, r.scraper, r.metrics)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
+		}
+		if i == 0 {
+			live = s.get("go_memstats_heap_alloc_bytes")
 		}
 		if h := s.get("go_memstats_heap_inuse_bytes"); heap < 0 || h < heap {
 			heap = h
 		}
 		rss = s.get("process_resident_memory_bytes")
 	}
-	return heap, rss, nil
+	return heap, rss, live, nil
 }
 
 // agentGC makes the agent run a full garbage collection: the heap
