@@ -524,7 +524,8 @@ func (r *runner) localEndpoint(ctx context.Context) (uint16, error) {
 }
 
 // memory returns the agent's Go heap in use (least of 10 samples over
-// 5 s) and its resident set (last sample).
+// 5 s after a full GC), its resident set (last sample) and its live heap
+// (allocated bytes in the first sample after the GC).
 func (r *runner) memory(ctx context.Context) (heap, rss, live float64, err error) {
 	// A full GC first (the pprof handler's gc=1: runtime.GC returns with
 	// every span swept), so that the samples start from the live heap
