@@ -145,8 +145,9 @@ soak: deps k8s-binaries
 ## scale: the scale simulation (Documentation/operations/scale.md): one real agent and operator
 ## among NODES other nodes' objects (CiliumNodes, PODS pods' CiliumEndpoints, IDENTITIES identities,
 ## SERVICES Services, POLICIES NetworkPolicies) on a real API server, churned at CHURN changes/s
-## for CHURN_DURATION; MODE=cep|ces|both. Prints one markdown table (also into SCALE_OUT if set);
-## SCALE_FLAGS adds flags (e.g. -operator-arg=--ces-write-qps-limit=50). Defaults: the CI size.
+## for CHURN_DURATION; MODE=cep|ces|kvstore|both|all (kvstore: identities in etcd). Prints one
+## markdown table (also into SCALE_OUT if set); SCALE_FLAGS adds flags (e.g.
+## -operator-arg=--ces-write-qps-limit=50, -heap-profile=/tmp/heap.pprof). Defaults: the CI size.
 NODES_SCALE_DEFAULT := 100
 MODE           ?= both
 PODS           ?= 2000

@@ -24,6 +24,7 @@ import (
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/monitor"
 	"github.com/cellium/cellium/cells/nodediscovery"
+	"github.com/cellium/cellium/cells/pprof"
 	"github.com/cellium/cellium/cells/statedir"
 )
 
@@ -32,6 +33,8 @@ import (
 var Infrastructure = hive.Module("infra", "Infrastructure",
 	k8s.ClientCell,
 	metrics.Cell,
+	// Go runtime profiles over HTTP with --pprof (off by default).
+	pprof.AgentCell,
 	agentapi.Cell,
 	statedir.Cell,
 	// The etcd client and session lease with --kvstore=etcd (nil without).

@@ -16,6 +16,7 @@ import (
 	"github.com/cellium/cellium/cells/metrics"
 	"github.com/cellium/cellium/cells/operatorapi"
 	"github.com/cellium/cellium/cells/policyvalidator"
+	"github.com/cellium/cellium/cells/pprof"
 	"github.com/cellium/cellium/cells/servicemap"
 )
 
@@ -25,6 +26,8 @@ var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
 	// The etcd client with --kvstore=etcd (the kvstore identity GC).
 	kvstore.Cell,
 	metrics.Cell,
+	// Go runtime profiles over HTTP with --operator-pprof (off by default).
+	pprof.OperatorCell,
 	// Before the health API: /healthz answers only once the CRDs are served.
 	crdregister.Cell,
 	operatorapi.Cell,

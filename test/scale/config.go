@@ -29,7 +29,17 @@ const (
 	// operator batches the CiliumEndpoints into
 	// (--enable-cilium-endpoint-slice on both).
 	ModeCES Mode = "ces"
+	// ModeKVStore: identities in Cilium's etcd kvstore
+	// (--identity-allocation-mode=kvstore --kvstore=etcd on both, the
+	// harness's etcd): the simulation writes them as keys under
+	// cilium/state/identities/v1/ instead of CiliumIdentities. Endpoints
+	// and nodes stay CRDs (CEP mode): the agent watches every
+	// CiliumEndpoint.
+	ModeKVStore Mode = "kvstore"
 )
+
+// Modes are the modes in the order `-mode all` runs them.
+var Modes = []Mode{ModeCEP, ModeCES, ModeKVStore}
 
 // Config is one simulation.
 type Config struct {
@@ -44,8 +54,8 @@ type Config struct {
 	Services int
 	// Policies is the number of NetworkPolicies.
 	Policies int
-	// Identities is the number of CiliumIdentities; pods share them
-	// round-robin.
+	// Identities is the number of identities (CiliumIdentities, or
+	// kvstore keys in kvstore mode); pods share them round-robin.
 	Identities int
 	// Churn is the rate of remote endpoint changes per second during the
 	// churn phase: each pod replacement (a CiliumEndpoint deleted, a new
@@ -67,6 +77,13 @@ type Config struct {
 	// AgentArgs and OperatorArgs are appended to the daemons' flags (the
 	// last occurrence of a flag wins), e.g. "--ces-write-qps-limit=50".
 	AgentArgs, OperatorArgs []string
+	// HeapProfile, if set, is where the agent's heap profile (pprof's
+	// protobuf format, taken after a GC through the agent's --pprof
+	// server) is saved once every remote object is in, just after the
+	// memory sample with all of them; the profile before any remote
+	// object, after the first memory sample, is saved beside it with
+	// "-before" added to the name (heap.pprof, heap-before.pprof).
+	HeapProfile string
 	// KeepDir keeps the cluster's work directory (logs) after the run.
 	KeepDir bool
 	// Log receives progress; nil discards it.
@@ -105,8 +122,8 @@ func (c Config) withDefaults() Config {
 // Validate checks the sizes.
 func (c Config) Validate() error {
 	switch {
-	case c.Mode != ModeCEP && c.Mode != ModeCES:
-		return fmt.Errorf("mode %q: want cep or ces (kvstore mode is not built)", c.Mode)
+	case c.Mode != ModeCEP && c.Mode != ModeCES && c.Mode != ModeKVStore:
+		return fmt.Errorf("mode %q: want cep, ces or kvstore", c.Mode)
 	case c.Nodes < 1 || c.Nodes > maxNodes:
 		return fmt.Errorf("nodes %d: want 1 to %d", c.Nodes, maxNodes)
 	case c.Pods < 1 || c.Pods > c.Nodes*200:

@@ -45,6 +45,9 @@ func Table(results ...*Result) string {
 	row("Agent memory per remote endpoint, Go heap in use", "≤ 5 KiB", ciliumMemPerEndpoint, func(r *Result) string {
 		return fmt.Sprintf("%.2f KiB (%.0f → %.0f MiB)", r.HeapPerEndpoint()/1024, r.HeapBefore/(1<<20), r.HeapAfter/(1<<20))
 	})
+	row("Agent memory per remote endpoint, Go heap live (after a GC)", "", "", func(r *Result) string {
+		return fmt.Sprintf("%.2f KiB (%.0f → %.0f MiB)", r.LivePerEndpoint()/1024, r.LiveBefore/(1<<20), r.LiveAfter/(1<<20))
+	})
 	row("Agent memory per remote endpoint, RSS", "", "", func(r *Result) string {
 		return fmt.Sprintf("%.2f KiB (%.0f → %.0f MiB)", r.RSSPerEndpoint()/1024, r.RSSBefore/(1<<20), r.RSSAfter/(1<<20))
 	})
@@ -75,6 +78,14 @@ func Table(results ...*Result) string {
 	row("etcd database size (in use)", "", "", func(r *Result) string {
 		return fmt.Sprintf("%.0f MiB (%.0f MiB)", r.EtcdDBSize/(1<<20), r.EtcdDBInUse/(1<<20))
 	})
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.Config.Mode == ModeKVStore }) {
+		row("kvstore: keys under cilium/ in etcd (keys' and values' bytes)", "", "", func(r *Result) string {
+			if r.Config.Mode != ModeKVStore {
+				return "(not used)"
+			}
+			return fmt.Sprintf("%d keys (%.0f KiB)", r.KVStoreKeys, float64(r.KVStoreBytes)/1024)
+		})
+	}
 	return b.String()
 }
 

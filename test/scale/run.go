@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +43,9 @@ type Result struct {
 	// to the live heap) and resident set, before any remote object and
 	// with all of them.
 	HeapBefore, HeapAfter, RSSBefore, RSSAfter float64
+	// LiveBefore and LiveAfter are the agent's live heap: its allocated
+	// heap bytes just after the full GC that starts each memory sample.
+	LiveBefore, LiveAfter float64
 	// Changes is the number of remote endpoint changes of the churn phase
 	// (at most two per pod: no pod is replaced twice), ChurnWindow how
 	// long it lasted (until the sampled pods were in the ipcache), ChurnCPU the agent's CPU seconds in it and IdleCPU its CPU
@@ -63,6 +70,9 @@ type Result struct {
 	// Writes are cellium's writes (agent and operator ServiceAccounts,
 	// from the audit log) in the churn window, by "who resource verb".
 	Writes map[string]int
+	// KVStoreKeys and KVStoreBytes are the keys under cilium/ in etcd
+	// (kvstore mode) and their keys' and values' bytes, at the end.
+	KVStoreKeys, KVStoreBytes int64
 	// EtcdDBSize and EtcdDBInUse are etcd's database size and the part in
 	// use, at the end.
 	EtcdDBSize, EtcdDBInUse float64
@@ -75,6 +85,12 @@ func (r *Result) RemoteEndpoints() int { return r.Config.Pods }
 // bytes.
 func (r *Result) HeapPerEndpoint() float64 {
 	return (r.HeapAfter - r.HeapBefore) / float64(r.RemoteEndpoints())
+}
+
+// LivePerEndpoint is the agent's live heap growth per remote endpoint,
+// in bytes: HeapPerEndpoint without the free space in the spans in use.
+func (r *Result) LivePerEndpoint() float64 {
+	return (r.LiveAfter - r.LiveBefore) / float64(r.RemoteEndpoints())
 }
 
 // RSSPerEndpoint is the agent's resident set growth per remote
@@ -165,7 +181,9 @@ type runner struct {
 	dir     string
 	procs   []*harness.Running
 	api     *client.Client
-	metrics string // the agent's /metrics URL
+	metrics string           // the agent's /metrics URL
+	pprof   string           // the agent's pprof server (--pprof)
+	etcd    *clientv3.Client // in kvstore mode
 	scraper *http.Client
 
 	pool  *addressPool
@@ -179,7 +197,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, scraper: &http.Client{Timeout: 10 * time.Second}}
+	// The scrapes ask for no gzip: promhttp would otherwise keep a
+	// gzip writer of about 800 KiB per concurrent scrape in a pool in the
+	// agent's heap, which the memory samples would count at random.
+	r := &runner{cfg: cfg, scraper: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{DisableCompression: true}}}
 	// The watch streams end with ctx: cancelled before the agent is
 	// stopped, so that its API server need not wait for them.
 	ctx, cancel := context.WithCancel(ctx)
@@ -210,8 +232,15 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// The agent idle, with its own node and pod only.
 	r.log("measuring the agent before the remote objects")
 	time.Sleep(3 * time.Second)
-	if res.HeapBefore, res.RSSBefore, err = r.memory(ctx); err != nil {
+	if res.HeapBefore, res.RSSBefore, res.LiveBefore, err = r.memory(ctx); err != nil {
 		return nil, err
+	}
+	if r.cfg.HeapProfile != "" {
+		// The base to subtract: go tool pprof -diff_base.
+		ext := filepath.Ext(r.cfg.HeapProfile)
+		if err := r.saveHeapProfile(ctx, strings.TrimSuffix(r.cfg.HeapProfile, ext)+"-before"+ext); err != nil {
+			return nil, err
+		}
 	}
 	iw, err := watchIPCache(ctx, r.api)
 	if err != nil {
@@ -235,10 +264,17 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 
 	// Let the agent settle (slices batched, derived tables done).
 	time.Sleep(5 * time.Second)
-	if res.HeapAfter, res.RSSAfter, err = r.memory(ctx); err != nil {
+	if res.HeapAfter, res.RSSAfter, res.LiveAfter, err = r.memory(ctx); err != nil {
 		return nil, err
 	}
-	r.log("memory", "heap per remote endpoint", res.HeapPerEndpoint(), "rss per remote endpoint", res.RSSPerEndpoint())
+	r.log("memory", "heap per remote endpoint", res.HeapPerEndpoint(), "live heap per remote endpoint", res.LivePerEndpoint(),
+		"rss per remote endpoint", res.RSSPerEndpoint())
+	if r.cfg.HeapProfile != "" {
+		if err := r.saveHeapProfile(ctx, r.cfg.HeapProfile); err != nil {
+			return nil, err
+		}
+		r.log("heap profile saved", "file", r.cfg.HeapProfile)
+	}
 
 	if err := r.churn(ctx, res, iw); err != nil {
 		return nil, err
@@ -252,6 +288,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 	res.EtcdDBSize = etcd.get("etcd_mvcc_db_total_size_in_bytes")
 	res.EtcdDBInUse = etcd.get("etcd_mvcc_db_total_size_in_use_in_bytes")
+	if r.etcd != nil {
+		if res.KVStoreKeys, res.KVStoreBytes, err = r.kvstoreSize(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
 }
 
@@ -296,6 +337,16 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	slices := fmt.Sprintf("--enable-cilium-endpoint-slice=%t", r.cfg.Mode == ModeCES)
+	var kvArgs []string
+	if r.cfg.Mode == ModeKVStore {
+		// Both on the harness's etcd (the API server's too; the
+		// kvstore's keys are under cilium/).
+		kvArgs = []string{"--identity-allocation-mode=kvstore", "--kvstore=etcd", "--kvstore-opt=etcd.address=" + c.EtcdURL()}
+		if r.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{c.EtcdURL()}, DialTimeout: 10 * time.Second,
+			Logger: zap.NewNop()}); err != nil {
+			return fmt.Errorf("etcd client: %w", err)
+		}
+	}
 	opAddr, err := freeAddr()
 	if err != nil {
 		return err
@@ -304,7 +355,7 @@ func (r *runner) start(ctx context.Context) error {
 		"--leader-election-namespace=" + install.Namespace, slices,
 		// The simulated pods have no Pod objects, and their identities
 		// must outlive the run.
-		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, r.cfg.OperatorArgs...)
+		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, append(kvArgs, r.cfg.OperatorArgs...)...)
 	if err := r.startProc("cellium-operator", filepath.Join(bin, "cellium-operator"), nil, opArgs...); err != nil {
 		return err
 	}
@@ -330,11 +381,28 @@ func (r *runner) start(ctx context.Context) error {
 	r.metrics = "http://" + promAddr + "/metrics"
 	socket := filepath.Join(r.dir, "agent.sock")
 	state := filepath.Join(r.dir, "agent-state")
+	// The memory samples start with a GC through the pprof server, and
+	// -heap-profile reads the heap profile from it.
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(pprofAddr)
+	r.pprof = "http://" + pprofAddr
+	pprofArgs := []string{"--pprof", "--pprof-address=" + host, "--pprof-port=" + port}
 	agentArgs := append([]string{"--k8s-kubeconfig-path=" + agentKube, "--socket-path=" + socket,
 		"--prometheus-serve-addr=" + promAddr, "--state-dir=" + state, "--write-cni-conf-when-ready=",
 		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", slices},
-		r.cfg.AgentArgs...)
-	if err := r.startProc("cellium-agent", filepath.Join(bin, "cellium-agent"), []string{"K8S_NODE_NAME=" + agentNode}, agentArgs...); err != nil {
+		append(append(append([]string{}, kvArgs...), pprofArgs...), r.cfg.AgentArgs...)...)
+	agentEnv := []string{"K8S_NODE_NAME=" + agentNode}
+	if r.cfg.HeapProfile != "" {
+		// Sample an allocation every 4 KiB on average rather than 512:
+		// the profile then shows the small per-endpoint allocations. The
+		// runtime keeps its samples outside the heap, so the heap figures
+		// stay comparable.
+		agentEnv = append(agentEnv, "GODEBUG=memprofilerate=4096")
+	}
+	if err := r.startProc("cellium-agent", filepath.Join(bin, "cellium-agent"), agentEnv, agentArgs...); err != nil {
 		return err
 	}
 	r.api = client.New(socket)
@@ -370,6 +438,10 @@ func (r *runner) stop(failed bool) error {
 	for _, p := range slices.Backward(r.procs) {
 		_ = p.Stop(30 * time.Second)
 	}
+	if r.etcd != nil {
+		_ = r.etcd.Close()
+	}
+	r.scraper.CloseIdleConnections()
 	if r.c == nil {
 		return nil
 	}
@@ -452,8 +524,15 @@ func (r *runner) localEndpoint(ctx context.Context) (uint16, error) {
 }
 
 // memory returns the agent's Go heap in use (least of 10 samples over
-// 5 s) and its resident set (last sample).
-func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
+// 5 s after a full GC), its resident set (last sample) and its live heap
+// (allocated bytes in the first sample after the GC).
+func (r *runner) memory(ctx context.Context) (heap, rss, live float64, err error) {
+	// A full GC first (the pprof handler's gc=1: runtime.GC returns with
+	// every span swept), so that the samples start from the live heap
+	// rather than from wherever the GC cycle happens to be.
+	if err := r.agentGC(ctx); err != nil {
+		return 0, 0, 0, err
+	}
 	heap = -1
 	for i := range 10 {
 		if i > 0 {
@@ -461,14 +540,63 @@ func (r *runner) memory(ctx context.Context) (heap, rss float64, err error) {
 		}
 		s, err := scrape(ctx, r.scraper, r.metrics)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
+		}
+		if i == 0 {
+			live = s.get("go_memstats_heap_alloc_bytes")
 		}
 		if h := s.get("go_memstats_heap_inuse_bytes"); heap < 0 || h < heap {
 			heap = h
 		}
 		rss = s.get("process_resident_memory_bytes")
 	}
-	return heap, rss, nil
+	return heap, rss, live, nil
+}
+
+// agentGC makes the agent run a full garbage collection: the heap
+// profile handler does one first with gc=1 (debug=1: a small text
+// profile, no gzip writer).
+func (r *runner) agentGC(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.pprof+"/debug/pprof/heap?gc=1&debug=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.scraper.Do(req)
+	if err != nil {
+		return fmt.Errorf("the agent's GC: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent's GC: %s", resp.Status)
+	}
+	return nil
+}
+
+// saveHeapProfile writes the agent's heap profile, taken after a GC, to
+// path.
+func (r *runner) saveHeapProfile(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.pprof+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("the agent's heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("the agent's heap profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent's heap profile: %s", resp.Status)
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		return fmt.Errorf("save the agent's heap profile: %w", err)
+	}
+	return nil
 }
 
 // agentCPU returns the agent's CPU seconds so far.
@@ -522,6 +650,9 @@ func (r *runner) populate(ctx context.Context) error {
 		return err
 	}
 	if err := r.parallel(ctx, cfg.Identities, func(ctx context.Context, i int) error {
+		if cfg.Mode == ModeKVStore {
+			return r.kvstoreIdentity(ctx, i)
+		}
 		_, err := r.cilium.CiliumV2().CiliumIdentities().Create(ctx, ciliumIdentity(i), metav1.CreateOptions{})
 		return wrap(err, "create identity")
 	}); err != nil {

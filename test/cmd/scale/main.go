@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,7 +33,7 @@ func run() error {
 	def := scale.CIConfig(scale.ModeCEP)
 	var (
 		cfg  = def
-		mode = flag.String("mode", "both", "cep, ces or both (kvstore mode is not built)")
+		mode = flag.String("mode", "both", "cep, ces, kvstore (CEP mode with identities in etcd), both (cep and ces), all, or a comma-separated list")
 		out  = flag.String("out", "", "also write the table to this file")
 		to   = flag.Duration("timeout", 2*time.Hour, "bound on the whole run")
 	)
@@ -46,6 +48,7 @@ func run() error {
 	flag.IntVar(&cfg.PolicyChanges, "policy-changes", def.PolicyChanges, "timed changes of the measured policy")
 	flag.IntVar(&cfg.Concurrency, "concurrency", def.Concurrency, "admin client requests in flight while creating objects")
 	flag.StringVar(&cfg.BinDir, "bin-dir", "", "directory with cellium-agent and cellium-operator (default: build them)")
+	heapProfile := flag.String("heap-profile", "", "save the agent's heap profile (go tool pprof) here once every remote object is in; with -mode both, the mode is added to the name (heap-cep.pprof, heap-ces.pprof)")
 	flag.BoolVar(&cfg.KeepDir, "keep", false, "keep the cluster's work directory (logs)")
 	flag.Func("agent-arg", "a flag for cellium-agent (repeatable), e.g. -agent-arg=--k8s-client-qps=50", func(v string) error {
 		cfg.AgentArgs = append(cfg.AgentArgs, v)
@@ -58,13 +61,17 @@ func run() error {
 	flag.Parse()
 
 	var modes []scale.Mode
-	switch *mode {
-	case "both":
-		modes = []scale.Mode{scale.ModeCEP, scale.ModeCES}
-	case "cep", "ces":
-		modes = []scale.Mode{scale.Mode(*mode)}
-	default:
-		return fmt.Errorf("-mode %q: want cep, ces or both (kvstore mode is not built)", *mode)
+	for m := range strings.SplitSeq(*mode, ",") {
+		switch m {
+		case "both":
+			modes = append(modes, scale.ModeCEP, scale.ModeCES)
+		case "all":
+			modes = append(modes, scale.Modes...)
+		case string(scale.ModeCEP), string(scale.ModeCES), string(scale.ModeKVStore):
+			modes = append(modes, scale.Mode(m))
+		default:
+			return fmt.Errorf("-mode %q: want cep, ces, kvstore, both, all or a comma-separated list", *mode)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -76,6 +83,13 @@ func run() error {
 	for _, m := range modes {
 		c := cfg
 		c.Mode = m
+		if *heapProfile != "" {
+			c.HeapProfile = *heapProfile
+			if len(modes) > 1 {
+				ext := filepath.Ext(*heapProfile)
+				c.HeapProfile = strings.TrimSuffix(*heapProfile, ext) + "-" + string(m) + ext
+			}
+		}
 		cfg.Log.Info("simulation", "setup", c.Setup())
 		r, err := scale.Run(ctx, c)
 		if err != nil {
