@@ -559,7 +559,9 @@ func (o *FrontendOps) Prune(ctx context.Context, txn statedb.ReadTxn, desired it
 	// gone, source ranges.
 	var drifted []*lb.Frontend
 	for f := range desired {
-		if _, ok := o.written[f.Address]; !ok {
+		// Only rows as last written: a row changed since waits for its
+		// own Update (its backends may not be ready yet).
+		if fp, ok := o.written[f.Address]; !ok || fp != writtenFingerprint(f) {
 			continue
 		}
 		lostTable := false
@@ -571,13 +573,14 @@ func (o *FrontendOps) Prune(ctx context.Context, txn statedb.ReadTxn, desired it
 			drifted = append(drifted, f)
 		}
 	}
+	var errs []error
 	for _, f := range drifted {
 		delete(o.written, f.Address)
 		if err := o.Update(ctx, txn, f); err != nil {
-			return fmt.Errorf("rewrite frontend %v the maps lost: %w", f.Address, err)
+			errs = append(errs, fmt.Errorf("rewrite frontend %v the maps lost: %w", f.Address, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // holds reports whether the services map have and the affinity matches
