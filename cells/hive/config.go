@@ -34,7 +34,9 @@ type configCell[T Flagger] struct {
 // Config declares a config struct with its defaults. Its Flags method
 // registers the flags; after parsing, each exported field is filled from the
 // flag of the same name (case-insensitive, dashes removed) or the flag named
-// by a `flag:"name"` tag. An exported field without a flag is an error. The
+// by a `flag:"name"` tag; a bool field tagged `changed:"name"` instead
+// tells whether that flag was given (for a deprecated flag that only
+// counts when set). An exported field without a flag is an error. The
 // decoded T is provided to the hive (to everyone: config is read-only).
 func Config[T Flagger](def T) Cell { return &configCell[T]{def: def} }
 
@@ -68,6 +70,16 @@ func decodeConfig[T Flagger](def T, fs *pflag.FlagSet) (T, error) {
 	for i := range rt.NumField() {
 		field := rt.Field(i)
 		if !field.IsExported() {
+			continue
+		}
+		if of := field.Tag.Get("changed"); of != "" {
+			// The field says whether flag "of" was given (on the
+			// command line or in the environment), not its value.
+			flag := fs.Lookup(of)
+			if flag == nil || field.Type.Kind() != reflect.Bool {
+				return out, fmt.Errorf("config %T: field %s tagged `changed:%q` must be a bool naming a flag", def, field.Name, of)
+			}
+			rv.Field(i).SetBool(flag.Changed)
 			continue
 		}
 		name := field.Tag.Get("flag")

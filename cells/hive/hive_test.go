@@ -68,6 +68,37 @@ func TestConfigDefaultsAndFlags(t *testing.T) {
 	}
 }
 
+// changedConfig has a deprecated flag whose field says whether it was
+// given.
+type changedConfig struct {
+	Old    int
+	OldSet bool `changed:"old"`
+}
+
+func (def changedConfig) Flags(fs *pflag.FlagSet) {
+	fs.Int("old", def.Old, "an old flag")
+}
+
+func TestConfigChangedTag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want changedConfig
+	}{
+		{nil, changedConfig{Old: 3}},
+		// Given with its default value: still given.
+		{[]string{"--old=3"}, changedConfig{Old: 3, OldSet: true}},
+		{[]string{"--old=0"}, changedConfig{Old: 0, OldSet: true}},
+	} {
+		var got changedConfig
+		if err := hivetest.New(t, c.args, hive.Module("example", "Example", hive.Config(changedConfig{Old: 3})), hivetest.Capture(&got)).Populate(); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%v: got %+v, want %+v", c.args, got, c.want)
+		}
+	}
+}
+
 func TestConfigValidationNamesFlag(t *testing.T) {
 	h := hivetest.New(t, []string{"--mode=sometimes"}, hive.Module("example", "Example", hive.Config(defaultExample)))
 	err := h.Populate()
