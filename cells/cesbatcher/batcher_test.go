@@ -254,10 +254,11 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []Config{
-		{CESMaxCiliumendpointsPerCES: 0, CESSliceMode: "identity", CESWriteQPSLimit: 10, CESWriteQPSBurst: 20},
-		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "fcfs", CESWriteQPSLimit: 10, CESWriteQPSBurst: 20},
-		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "identity", CESWriteQPSLimit: 51, CESWriteQPSBurst: 20},
-		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "identity", CESWriteQPSLimit: 10, CESWriteQPSBurst: 0},
+		{CESMaxCiliumendpointsPerCES: 0, CESSliceMode: "identity", CESRateLimits: DefaultRateLimits},
+		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "fcfs", CESRateLimits: DefaultRateLimits},
+		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "identity", CESRateLimits: `[{"nodes":0,"limit":51,"burst":20}]`},
+		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "identity", CESRateLimits: DefaultRateLimits, CESWriteQPSLimit: 51, WriteQPSLimitSet: true},
+		{CESMaxCiliumendpointsPerCES: 100, CESSliceMode: "identity", CESRateLimits: DefaultRateLimits, CESWriteQPSBurst: 0, WriteQPSBurstSet: true},
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--ces-") {
 			t.Errorf("%+v: err = %v, want one naming the flag", c, err)

@@ -18,7 +18,9 @@ import (
 var Cell = hive.Module("ces-batcher", "Batches CiliumEndpoints into CiliumEndpointSlices",
 	hive.Feature(k8s.FlagEnableCiliumEndpointSlice, false,
 		"Batch the CiliumEndpoints into CiliumEndpointSlices, which agents with the same flag watch instead",
-		// --ces-max-ciliumendpoints-per-ces, --ces-slice-mode, --ces-write-qps-* (Cilium's names and defaults).
+		// --ces-max-ciliumendpoints-per-ces, --ces-rate-limits (Cilium's
+		// names and defaults), --ces-slice-mode and the deprecated
+		// --ces-write-qps-*.
 		hive.Config(DefaultConfig),
 		// The slices in the cluster: what a new leader adopts.
 		k8s.CiliumEndpointSlicesCell,
@@ -35,18 +37,24 @@ type leaderJobParams struct {
 	DB        *statedb.DB
 	CEPs      statedb.Table[*ciliumv2.CiliumEndpoint]
 	Slices    statedb.Table[*v2alpha1.CiliumEndpointSlice]
+	Nodes     statedb.Table[*ciliumv2.CiliumNode]
 	Log       *slog.Logger
 	Health    hive.Health
 }
 
-func newLeaderJob(p leaderJobParams) leaderelection.LeaderJobsOut {
+func newLeaderJob(p leaderJobParams) (leaderelection.LeaderJobsOut, error) {
 	if !p.Clientset.IsEnabled() {
 		p.Log.Info("CiliumEndpointSlice batcher disabled", "reason", k8s.ErrNotConfigured)
-		return leaderelection.LeaderJobsOut{}
+		return leaderelection.LeaderJobsOut{}, nil
 	}
-	s := NewSyncer(p.Config, Tables{DB: p.DB, CEPs: p.CEPs, Slices: p.Slices},
+	s, err := NewSyncer(p.Config, Tables{DB: p.DB, CEPs: p.CEPs, Slices: p.Slices, Nodes: p.Nodes},
 		p.Clientset.Cilium().CiliumV2alpha1(), p.Log, p.Health.Scope("batch"))
-	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "ces-batcher", Run: s.Run}}}
+	if err != nil {
+		return leaderelection.LeaderJobsOut{}, err
+	}
+	cur := s.WriteLimit()
+	p.Log.Info("CES controller workqueue configuration", "workQueueQPSLimit", cur.Limit, "workQueueBurstLimit", cur.Burst)
+	return leaderelection.LeaderJobsOut{Jobs: []leaderelection.LeaderJob{{Name: "ces-batcher", Run: s.Run}}}, nil
 }
 
 // sliceName queries the slice table by name.

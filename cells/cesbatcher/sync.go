@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cilium/statedb"
 	"k8s.io/apimachinery/pkg/api/equality"
 	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/flowcontrol"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
@@ -23,12 +23,14 @@ import (
 	"github.com/cellium/cellium/statedb/tables"
 )
 
-// Tables are what the syncer reads: the CiliumEndpoints (the truth) and
-// the slices in the cluster.
+// Tables are what the syncer reads: the CiliumEndpoints (the truth), the
+// slices in the cluster, and the CiliumNodes (their number picks the
+// write rate's step).
 type Tables struct {
 	DB     *statedb.DB
 	CEPs   statedb.Table[*ciliumv2.CiliumEndpoint]
 	Slices statedb.Table[*v2alpha1.CiliumEndpointSlice]
+	Nodes  statedb.Table[*ciliumv2.CiliumNode]
 }
 
 // Syncer runs a Batcher over the tables and writes its slices to the API
@@ -37,7 +39,7 @@ type Syncer struct {
 	cfg     Config
 	tables  Tables
 	client  ciliumclient.CiliumEndpointSlicesGetter
-	limiter flowcontrol.RateLimiter
+	limiter *writeLimiter
 	log     *slog.Logger
 	health  hive.Health
 
@@ -61,19 +63,33 @@ const (
 	DefaultMaxDelay = 2 * time.Second
 )
 
-// NewSyncer returns a syncer with cfg's size limit and write rate.
-func NewSyncer(cfg Config, t Tables, client ciliumclient.CiliumEndpointSlicesGetter, log *slog.Logger, health hive.Health) *Syncer {
+// NewSyncer returns a syncer with cfg's size limit and write rate; it
+// fails if cfg's rate limits do not parse.
+func NewSyncer(cfg Config, t Tables, client ciliumclient.CiliumEndpointSlicesGetter, log *slog.Logger, health hive.Health) (*Syncer, error) {
+	steps, err := cfg.RateLimits()
+	if err != nil {
+		return nil, err
+	}
 	return &Syncer{cfg: cfg, tables: t, client: client, log: log, health: health,
-		limiter: flowcontrol.NewTokenBucketRateLimiter(float32(cfg.CESWriteQPSLimit), cfg.CESWriteQPSBurst),
-		Delay:   DefaultDelay, MaxDelay: DefaultMaxDelay, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}
+		limiter: newWriteLimiter(steps, log),
+		Delay:   DefaultDelay, MaxDelay: DefaultMaxDelay, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}, nil
 }
+
+// WriteLimit returns the step of the write rate in force.
+func (s *Syncer) WriteLimit() RateLimit { return s.limiter.Current() }
 
 // Run batches until ctx ends: it waits for both tables to be listed,
 // adopts the slices there are, and then writes a round after every change
-// of the CiliumEndpoints or the slices, coalesced (Delay, MaxDelay). It
-// returns nil.
+// of the CiliumEndpoints or the slices, coalesced (Delay, MaxDelay).
+// Meanwhile the write rate follows the number of CiliumNodes. It returns
+// nil.
 func (s *Syncer) Run(ctx context.Context) error {
 	defer s.health.Stopped("not leading")
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { s.followNodes(ctx) })
 	s.health.OK("waiting for the CiliumEndpoints and CiliumEndpointSlices tables")
 	if err := tables.WaitInitialized(ctx, s.tables.DB, s.tables.CEPs, s.tables.Slices); err != nil {
 		return nil
@@ -112,6 +128,24 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		if !s.coalesce(ctx) {
 			return nil
+		}
+	}
+}
+
+// followNodes sets the write rate's step from the number of CiliumNodes,
+// once they are listed and after every change, until ctx ends.
+func (s *Syncer) followNodes(ctx context.Context) {
+	if err := tables.WaitInitialized(ctx, s.tables.DB, s.tables.Nodes); err != nil {
+		return
+	}
+	for {
+		txn := s.tables.DB.ReadTxn()
+		_, changed := s.tables.Nodes.AllWatch(txn)
+		s.limiter.SetNodes(s.tables.Nodes.NumObjects(txn))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
 		}
 	}
 }
@@ -185,7 +219,7 @@ func (s *Syncer) Round(ctx context.Context, b *Batcher, cur []*v2alpha1.CiliumEn
 	}
 	var echoes []echo
 	for _, w := range ws {
-		if err := s.limiter.Wait(ctx); err != nil {
+		if err := s.limiter.lim.Wait(ctx); err != nil {
 			return len(echoes), err
 		}
 		api := s.client.CiliumEndpointSlices()

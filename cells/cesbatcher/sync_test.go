@@ -35,7 +35,12 @@ type syncEnv struct {
 	db     *statedb.DB
 	ceps   statedb.RWTable[*ciliumv2.CiliumEndpoint]
 	slices statedb.RWTable[*v2alpha1.CiliumEndpointSlice]
-	runs   int
+	nodes  statedb.RWTable[*ciliumv2.CiliumNode]
+	// rateLimits, if set, replaces the syncer's one step of 50 writes a
+	// second with bursts of 100.
+	rateLimits string
+	syncer     *Syncer
+	runs       int
 	// delay and maxDelay, if set, replace the syncer's 10ms and 2s.
 	delay, maxDelay time.Duration
 }
@@ -51,6 +56,10 @@ func newSyncEnv(t *testing.T, cs *k8stest.Clientset) *syncEnv {
 		t.Fatal(err)
 	}
 	k8stest.Mirror(t, e.db, e.slices, cs.Cilium().CiliumV2alpha1().CiliumEndpointSlices(), k8stest.Closed())
+	if e.nodes, err = k8stables.NewCiliumNodesTable(e.db); err != nil {
+		t.Fatal(err)
+	}
+	k8stest.Mirror(t, e.db, e.nodes, cs.Cilium().CiliumV2().CiliumNodes(), k8stest.Closed())
 	return e
 }
 
@@ -59,9 +68,16 @@ func newSyncEnv(t *testing.T, cs *k8stest.Clientset) *syncEnv {
 func (e *syncEnv) run(max int) (stop func()) {
 	cfg := DefaultConfig
 	cfg.CESMaxCiliumendpointsPerCES = max
-	cfg.CESWriteQPSLimit, cfg.CESWriteQPSBurst = MaxWriteQPS, MaxWriteBurst
-	s := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices}, e.cs.Cilium().CiliumV2alpha1(),
+	cfg.CESRateLimits = fmt.Sprintf(`[{"nodes":0,"limit":%d,"burst":%d}]`, MaxWriteQPS, MaxWriteBurst)
+	if e.rateLimits != "" {
+		cfg.CESRateLimits = e.rateLimits
+	}
+	s, err := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices, Nodes: e.nodes}, e.cs.Cilium().CiliumV2alpha1(),
 		hivetest.Logger(e.t), &k8stest.HealthRecorder{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.syncer = s
 	s.Delay, s.RetryDelay = 10*time.Millisecond, 20*time.Millisecond
 	if e.delay != 0 {
 		s.Delay, s.MaxDelay = e.delay, e.maxDelay
