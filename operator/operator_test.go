@@ -85,6 +85,7 @@ func TestCiliumEndpointSliceFlags(t *testing.T) {
 		"--enable-cilium-endpoint-slice=false (default false)",
 		"--ces-max-ciliumendpoints-per-ces=100 (default 100)",
 		"--ces-slice-mode=identity (default identity)",
+		`--ces-rate-limits=[{"nodes":0,"limit":10,"burst":20}] (default [{"nodes":0,"limit":10,"burst":20}])`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("operator hive output lacks %q", want)
@@ -99,5 +100,24 @@ func TestCiliumEndpointSliceFlags(t *testing.T) {
 	}
 	if _, err := run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice", "--ces-slice-mode=fcfs"); err == nil || !strings.Contains(err.Error(), "--ces-slice-mode") {
 		t.Errorf("--ces-slice-mode=fcfs: err = %v, want one naming the flag", err)
+	}
+	// --help shows --ces-rate-limits, not the deprecated flags.
+	if help, err := run(t, "--help"); err != nil || !strings.Contains(help, "--ces-rate-limits") || strings.Contains(help, "--ces-write-qps") {
+		t.Errorf("--help (err %v) should list --ces-rate-limits and hide --ces-write-qps-*:\n%s", err, help)
+	}
+	// Cilium v1.20's stepped rate; the deprecated fixed rate alone; both.
+	if _, err := run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice",
+		`--ces-rate-limits=[{"nodes":0,"limit":10,"burst":20},{"nodes":100,"limit":50,"burst":100}]`); err != nil {
+		t.Errorf("--ces-rate-limits with the chart's steps: %v", err)
+	}
+	if _, err := run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice", `--ces-rate-limits=[{"nodes":0,"limit":60,"burst":20}]`); err == nil || !strings.Contains(err.Error(), "--ces-rate-limits") {
+		t.Errorf("--ces-rate-limits with limit 60: err = %v, want one naming the flag", err)
+	}
+	if _, err := run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice", "--ces-write-qps-limit=50", "--ces-write-qps-burst=100"); err != nil {
+		t.Errorf("the deprecated --ces-write-qps-*: %v", err)
+	}
+	if _, err := run(t, "hive", "--leader-election=false", "--enable-cilium-endpoint-slice", "--ces-write-qps-limit=50",
+		`--ces-rate-limits=[{"nodes":0,"limit":10,"burst":20}]`); err == nil || !strings.Contains(err.Error(), "set only --ces-rate-limits") {
+		t.Errorf("--ces-write-qps-limit with --ces-rate-limits: err = %v, want one asking for --ces-rate-limits only", err)
 	}
 }
