@@ -10,8 +10,10 @@
 // rewritten. Changes are coalesced into rounds of writes (a round once
 // the CiliumEndpoints are quiet for half a second, at most two seconds
 // after a change: a burst of pods costs a few slice writes, not one per
-// pod), and writes to the API server pass a token bucket
-// (--ces-write-qps-limit, --ces-write-qps-burst).
+// pod), and writes to the API server pass a token bucket whose rate and
+// burst follow the number of CiliumNodes (--ces-rate-limits, Cilium
+// v1.20's steps by cluster size; the deprecated --ces-write-qps-limit and
+// --ces-write-qps-burst make one step).
 //
 // On start (and on gaining leadership) it adopts the slices that exist:
 // each endpoint found in a slice of its namespace and identity stays
