@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/cilium/statedb"
+	"github.com/prometheus/client_golang/prometheus"
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
@@ -40,6 +41,8 @@ type leaderJobParams struct {
 	Nodes     statedb.Table[*ciliumv2.CiliumNode]
 	Log       *slog.Logger
 	Health    hive.Health
+	// Registerer, when metrics are on, gets the write rate's gauges.
+	Registerer prometheus.Registerer `optional:"true"`
 }
 
 func newLeaderJob(p leaderJobParams) (leaderelection.LeaderJobsOut, error) {
@@ -50,6 +53,9 @@ func newLeaderJob(p leaderJobParams) (leaderelection.LeaderJobsOut, error) {
 	s, err := NewSyncer(p.Config, Tables{DB: p.DB, CEPs: p.CEPs, Slices: p.Slices, Nodes: p.Nodes},
 		p.Clientset.Cilium().CiliumV2alpha1(), p.Log, p.Health.Scope("batch"))
 	if err != nil {
+		return leaderelection.LeaderJobsOut{}, err
+	}
+	if err := registerRateMetrics(p.Registerer, s.WriteLimit); err != nil {
 		return leaderelection.LeaderJobsOut{}, err
 	}
 	cur := s.WriteLimit()

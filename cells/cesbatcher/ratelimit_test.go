@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -166,6 +167,24 @@ func TestSyncerRateFollowsCiliumNodes(t *testing.T) {
 		})
 	}
 	waitLimit("the step for no nodes", RateLimit{0, 10, 20})
+	reg := prometheus.NewRegistry()
+	if err := registerRateMetrics(reg, e.syncer.WriteLimit); err != nil {
+		t.Fatal(err)
+	}
+	gauges := func() string {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, mf := range mfs {
+			out = append(out, fmt.Sprintf("%s=%v", mf.GetName(), mf.GetMetric()[0].GetGauge().GetValue()))
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := gauges(), "cellium_ces_write_burst_limit=20 cellium_ces_write_rate_limit=10"; got != want {
+		t.Errorf("metrics %s, want %s", got, want)
+	}
 	api := e.cs.Cilium().CiliumV2().CiliumNodes()
 	for i := range 100 {
 		if _, err := api.Create(context.Background(), &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%03d", i)}}, metav1.CreateOptions{}); err != nil {
@@ -173,6 +192,9 @@ func TestSyncerRateFollowsCiliumNodes(t *testing.T) {
 		}
 	}
 	waitLimit("the step for 100 nodes", RateLimit{100, 50, 100})
+	if got, want := gauges(), "cellium_ces_write_burst_limit=100 cellium_ces_write_rate_limit=50"; got != want {
+		t.Errorf("metrics %s, want %s", got, want)
+	}
 	// Slices are still written at the new rate.
 	e.set(cep("b", "y", 1000, "10.0.0.2"))
 	e.waitShape("y's slice", "a: x=1000", "b: y=1000")
