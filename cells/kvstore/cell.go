@@ -2,10 +2,7 @@ package kvstore
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellium/cellium/cells/hive"
 )
@@ -27,9 +24,6 @@ type clientParams struct {
 	Log       *slog.Logger
 	Lifecycle hive.Lifecycle
 	Jobs      hive.Jobs
-	// Registerer takes cellium_kvstore_quorum_errors_total (none in
-	// tests that do not provide one).
-	Registerer prometheus.Registerer `optional:"true"`
 }
 
 // newClient reads the etcd configuration (a broken etcd.config stops the
@@ -50,20 +44,5 @@ func newClient(p clientParams) (*Client, error) {
 		OnStop:  func(context.Context) error { return c.Close() },
 	})
 	p.Jobs.Add(hive.Service("kvstore-session", nil, c.RunSession))
-	quorumErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cellium_kvstore_quorum_errors_total",
-		Help: "Number of quorum errors (Cilium's cilium_kvstore_quorum_errors_total); error=\"" + QuorumErrorNoHeartbeat + "\" counts checks that found no heartbeat within " + HeartbeatTimeout.String(),
-	}, []string{"error"})
-	if p.Registerer != nil {
-		if err := p.Registerer.Register(quorumErrors); err != nil {
-			return nil, fmt.Errorf("register kvstore metrics: %w", err)
-		}
-	}
-	noHeartbeat := quorumErrors.WithLabelValues(QuorumErrorNoHeartbeat)
-	// The operator's heartbeat (cilium/.heartbeat): stale after two
-	// missed writes, shown in the module's health.
-	p.Jobs.Add(hive.Service("kvstore-heartbeat", nil, func(ctx context.Context, h hive.Health) {
-		c.WatchHeartbeat(ctx, h, HeartbeatTimeout, noHeartbeat.Inc)
-	}))
 	return c, nil
 }

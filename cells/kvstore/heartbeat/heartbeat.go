@@ -1,7 +1,8 @@
-// Package heartbeat is the operator's half of the kvstore heartbeat
-// (Cilium's pkg/kvstore/heartbeat): the leader writes the current time to
-// cilium/.heartbeat every minute, with its session lease, and agents
-// watching the key (kvstore.Client.WatchHeartbeat) report their kvstore
+// Package heartbeat is the kvstore heartbeat (Cilium's
+// pkg/kvstore/heartbeat and its etcd client's heartbeat watch): the
+// operator's leader writes the current time to cilium/.heartbeat every
+// minute, with its session lease (Cell), and agents watch the key
+// (WatcherCell, kvstore.Client.WatchHeartbeat) and report their kvstore
 // session stale when no write arrives for two minutes.
 package heartbeat
 
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cellium/cellium/cells/hive"
@@ -23,6 +25,44 @@ import (
 var Cell = hive.Module("kvstore-heartbeat-updater", "KVStore Heartbeat Updater",
 	hive.Provide(newLeaderJob),
 )
+
+// WatcherCell watches the heartbeat in the agent (nothing without
+// --kvstore): its health (module kvstore-heartbeat, in `cellium status`)
+// is degraded while the heartbeat is stale, and each check that finds it
+// so counts in cellium_kvstore_quorum_errors_total{error="no event
+// received"}.
+var WatcherCell = hive.Module("kvstore-heartbeat", "KVStore heartbeat watcher",
+	hive.Invoke(registerWatcher),
+)
+
+type watcherParams struct {
+	hive.In
+
+	KVStore    *kvstore.Client `optional:"true"`
+	Jobs       hive.Jobs
+	Registerer prometheus.Registerer `optional:"true"`
+}
+
+func registerWatcher(p watcherParams) error {
+	if p.KVStore == nil {
+		return nil
+	}
+	quorumErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cellium_kvstore_quorum_errors_total",
+		Help: "Number of quorum errors (Cilium's cilium_kvstore_quorum_errors_total); error=\"" + kvstore.QuorumErrorNoHeartbeat +
+			"\" counts the checks that found no heartbeat within " + kvstore.HeartbeatTimeout.String(),
+	}, []string{"error"})
+	if p.Registerer != nil {
+		if err := p.Registerer.Register(quorumErrors); err != nil {
+			return fmt.Errorf("register kvstore heartbeat metrics: %w", err)
+		}
+	}
+	noHeartbeat := quorumErrors.WithLabelValues(kvstore.QuorumErrorNoHeartbeat)
+	p.Jobs.Add(hive.Service("kvstore-heartbeat", nil, func(ctx context.Context, h hive.Health) {
+		p.KVStore.WatchHeartbeat(ctx, h, kvstore.HeartbeatTimeout, noHeartbeat.Inc)
+	}))
+	return nil
+}
 
 // writeTimeout bounds one write (Cilium's lock lease TTL, 25 s).
 const writeTimeout = 25 * time.Second

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/kvstore"
@@ -175,7 +177,9 @@ func TestIntegrationAgentCellHeartbeat(t *testing.T) {
 		rep hive.HealthReporter
 		c   *kvstore.Client
 	)
-	hivetest.Start(t, []string{"--kvstore=etcd", "--kvstore-opt=etcd.address=" + e.URL()}, kvstore.Cell, hivetest.Capture(&rep), hivetest.Capture(&c))
+	reg := prometheus.NewRegistry()
+	hivetest.Start(t, []string{"--kvstore=etcd", "--kvstore-opt=etcd.address=" + e.URL()}, kvstore.Cell, WatcherCell,
+		hive.Provide(func() prometheus.Registerer { return reg }), hivetest.Capture(&rep), hivetest.Capture(&c))
 	waitFor(t, 20*time.Second, "the heartbeat in the kvstore module's health", func() bool {
 		for _, s := range rep.Statuses() {
 			if strings.HasSuffix(s.ID, "kvstore-heartbeat") && s.Level == hive.LevelOK && strings.HasPrefix(s.Message, "last heartbeat ") {
@@ -184,4 +188,13 @@ func TestIntegrationAgentCellHeartbeat(t *testing.T) {
 		}
 		return false
 	})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || mfs[0].GetName() != "cellium_kvstore_quorum_errors_total" {
+		t.Errorf("metrics %v, want cellium_kvstore_quorum_errors_total", mfs)
+	}
+	// Without --kvstore: nothing.
+	hivetest.Start(t, nil, kvstore.Cell, WatcherCell)
 }
