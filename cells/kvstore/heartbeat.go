@@ -61,7 +61,10 @@ func (c *Client) WatchHeartbeat(ctx context.Context, h hive.Health, timeout time
 	}
 	report()
 	for ctx.Err() == nil {
-		resp, err := c.etcd.Get(ctx, HeartbeatPath)
+		// Bounded, so that the checks go on while etcd is unreachable.
+		gctx, gcancel := context.WithTimeout(ctx, max(timeout/4, 100*time.Millisecond))
+		resp, err := c.etcd.Get(gctx, HeartbeatPath)
+		gcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -104,9 +107,8 @@ func (c *Client) WatchHeartbeat(ctx context.Context, h hive.Health, timeout time
 	}
 }
 
-// waitOrCheck waits d (running report at each check tick that finds the
-// heartbeat stale is the caller's job: here every tick reports), false
-// when ctx ended.
+// waitOrCheck waits d, running report at each check tick meanwhile;
+// false when ctx ended.
 func (c *Client) waitOrCheck(ctx context.Context, check *time.Ticker, d time.Duration, report func()) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

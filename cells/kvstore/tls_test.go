@@ -134,3 +134,42 @@ func TestIntegrationEtcdTLS(t *testing.T) {
 		t.Errorf("cert-file without key-file: %v", err)
 	}
 }
+
+// TestClientCertificateReloaded: the client certificate is read from
+// cert-file and key-file at each handshake, so a renewed one (a rotated
+// Secret) is used without a restart.
+func TestClientCertificateReloaded(t *testing.T) {
+	dir := t.TempDir()
+	ca := harness.NewTestCA(t, "ca")
+	c1, k1 := ca.Issue(t, "first", x509.ExtKeyUsageClientAuth)
+	cert := harness.WriteTestFile(t, dir, "etcd-client.crt", c1)
+	key := harness.WriteTestFile(t, dir, "etcd-client.key", k1)
+	path := harness.WriteTestFile(t, dir, "etcd.config", []byte("endpoints: [https://127.0.0.1:2379]\ncert-file: "+cert+"\nkey-file: "+key+"\n"))
+	cfg, err := EtcdConfig(map[string]string{OptConfig: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TLS == nil || cfg.TLS.GetClientCertificate == nil {
+		t.Fatal("no client certificate callback")
+	}
+	name := func() string {
+		c, err := cfg.TLS.GetClientCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.Subject.CommonName
+	}
+	if got := name(); got != "first" {
+		t.Fatalf("certificate %q, want first", got)
+	}
+	c2, k2 := ca.Issue(t, "renewed", x509.ExtKeyUsageClientAuth)
+	harness.WriteTestFile(t, dir, "etcd-client.crt", c2)
+	harness.WriteTestFile(t, dir, "etcd-client.key", k2)
+	if got := name(); got != "renewed" {
+		t.Errorf("certificate %q after renewal, want renewed", got)
+	}
+}

@@ -86,7 +86,7 @@ func TestIntegrationHeartbeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	const interval, timeout = 100 * time.Millisecond, 800 * time.Millisecond
+	const interval, timeout = 100 * time.Millisecond, 2 * time.Second
 	var ah recHealth
 	var staleChecks atomic.Int64
 	actx, acancel := context.WithCancel(ctx)
@@ -157,6 +157,21 @@ func TestIntegrationHeartbeat(t *testing.T) {
 	waitFor(t, 10*time.Second, "the agent to be OK again", func() bool {
 		deg, _, _ := ah.get()
 		return !deg
+	})
+
+	// An agent that starts while etcd is unreachable sees no heartbeat
+	// either: stale after the timeout, not stuck reading the key.
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var dh recHealth
+	dctx, dcancel := context.WithCancel(ctx)
+	ddone := make(chan struct{})
+	go func() { agent.WatchHeartbeat(dctx, &dh, timeout, nil); close(ddone) }()
+	defer func() { dcancel(); <-ddone }()
+	waitFor(t, 3*timeout, "stale with etcd down", func() bool {
+		deg, _, _ := dh.get()
+		return deg
 	})
 }
 
