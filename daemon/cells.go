@@ -18,6 +18,7 @@ import (
 	"github.com/cellium/cellium/cells/ipcache"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/kvstore"
+	"github.com/cellium/cellium/cells/kvstore/heartbeat"
 	"github.com/cellium/cellium/cells/kvstoresync"
 	"github.com/cellium/cellium/cells/lbevents"
 	"github.com/cellium/cellium/cells/lbhealthserver"
@@ -39,6 +40,8 @@ var Infrastructure = hive.Module("infra", "Infrastructure",
 	statedir.Cell,
 	// The etcd client and session lease with --kvstore=etcd (nil without).
 	kvstore.Cell,
+	// The operator's cilium/.heartbeat: degraded when stale (--kvstore=etcd).
+	heartbeat.WatcherCell,
 	// Requests to the API server say who we are.
 	hive.Provide(func() k8s.UserAgent { return "cellium-agent" }),
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/cellium/cellium/cells/identitygc"
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/kvstore"
+	"github.com/cellium/cellium/cells/kvstore/heartbeat"
 	"github.com/cellium/cellium/cells/lbipam"
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/cells/metrics"
@@ -45,6 +46,9 @@ var ControlPlane = hive.Module("operator-controlplane", "Operator control plane"
 	endpointgc.Cell,
 	// Deletes CiliumIdentities no CiliumEndpoint uses (leader only).
 	identitygc.Cell,
+	// Writes cilium/.heartbeat every minute with --kvstore=etcd (leader
+	// only); agents report their kvstore session stale without it.
+	heartbeat.Cell,
 	// CiliumEndpoints batched into CiliumEndpointSlices (leader only;
 	// --enable-cilium-endpoint-slice).
 	cesbatcher.Cell,

@@ -22,8 +22,9 @@ import (
 )
 
 // lockTTL is the TTL of the lease behind an allocation lock (Cilium's
-// 25 s): a lock of an agent that died mid-allocation frees itself.
-const lockTTL = 25
+// LockLeaseTTL, 25 s): a lock of an agent that died mid-allocation frees
+// itself at the latest this long after the agent's last keep-alive.
+const lockTTL = 25 * time.Second
 
 // kvBackend is the kvstore half of the allocator in
 // --identity-allocation-mode=kvstore. Identities are etcd keys in Cilium's
@@ -48,6 +49,8 @@ type kvBackend struct {
 	suffix func(context.Context) (string, error)
 	min    identity.NumericIdentity
 	max    identity.NumericIdentity
+	// lockTTL is the allocation locks' lease TTL; 0 means lockTTL.
+	lockTTL time.Duration
 }
 
 // resolve returns the ID of lbls from etcd, creating the master key if
@@ -62,20 +65,11 @@ func (b *kvBackend) resolve(ctx context.Context, lbls labels.Labels, key string)
 		return 0, err
 	}
 	cli := b.kv.Etcd()
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(lockTTL), concurrency.WithContext(ctx))
+	unlock, err := b.lock(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("kvstore lock session: %w", err)
+		return 0, err
 	}
-	defer sess.Close()
-	mu := concurrency.NewMutex(sess, kvstore.IdentityLocksPrefix+key)
-	if err := mu.Lock(ctx); err != nil {
-		return 0, fmt.Errorf("lock %s: %w", kvstore.IdentityLocksPrefix+key, err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = mu.Unlock(uctx)
-	}()
+	defer unlock()
 
 	id, ok, err := b.fromValueKeys(ctx, key)
 	if err != nil {
@@ -90,6 +84,34 @@ func (b *kvBackend) resolve(ctx context.Context, lbls labels.Labels, key string)
 		return 0, fmt.Errorf("write value key of identity %d: %w", id, err)
 	}
 	return id, nil
+}
+
+// lock takes the allocation lock of the labels key: an etcd mutex under
+// kvstore.IdentityLocksPrefix whose key is attached to a lease of its own
+// (TTL lockTTL, kept alive while held). It waits for earlier holders; the
+// lock of a holder that died without unlocking goes with its lease, so
+// it blocks the others for at most lockTTL. unlock releases the lock and
+// revokes its lease.
+func (b *kvBackend) lock(ctx context.Context, key string) (unlock func(), err error) {
+	ttl := b.lockTTL
+	if ttl == 0 {
+		ttl = lockTTL
+	}
+	sess, err := concurrency.NewSession(b.kv.Etcd(), concurrency.WithTTL(int(max(ttl/time.Second, 1))), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("kvstore lock session: %w", err)
+	}
+	mu := concurrency.NewMutex(sess, kvstore.IdentityLocksPrefix+key)
+	if err := mu.Lock(ctx); err != nil {
+		_ = sess.Close()
+		return nil, fmt.Errorf("lock %s (held by another agent's allocation of the same labels; a dead agent's lock expires with its %s lease): %w", kvstore.IdentityLocksPrefix+key, ttl, err)
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = mu.Unlock(uctx)
+		_ = sess.Close()
+	}, nil
 }
 
 // fromValueKeys returns the ID another node uses for key, if its master

@@ -38,6 +38,7 @@ func newClient(p clientParams) (*Client, error) {
 		return nil, err
 	}
 	c := NewClient(p.Log, cfg, p.Config.KVStoreLeaseTTL)
+	c.configFile = p.Config.KVStoreOpt[OptConfig]
 	p.Lifecycle.Append(hive.Hook{
 		OnStart: func(context.Context) error { return c.Start() },
 		OnStop:  func(context.Context) error { return c.Close() },

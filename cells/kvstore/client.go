@@ -32,6 +32,13 @@ func EtcdConfig(opts map[string]string) (clientv3.Config, error) {
 			return cfg, fmt.Errorf("read --kvstore-opt %s=%s: %w", OptConfig, path, err)
 		}
 		cfg = *c
+		if cfg.TLS != nil {
+			reload, err := clientCertificateReloader(path)
+			if err != nil {
+				return cfg, fmt.Errorf("read --kvstore-opt %s=%s: %w", OptConfig, path, err)
+			}
+			cfg.TLS.GetClientCertificate = reload
+		}
 	}
 	if addr := opts[OptAddress]; addr != "" {
 		cfg.Endpoints = nil
@@ -73,9 +80,10 @@ func EtcdConfig(opts map[string]string) (clientv3.Config, error) {
 // unreachable for longer than its TTL) the client grants a new one and
 // tells the owners to write their keys again (Session's channel).
 type Client struct {
-	log *slog.Logger
-	cfg clientv3.Config
-	ttl time.Duration
+	log        *slog.Logger
+	cfg        clientv3.Config
+	ttl        time.Duration
+	configFile string // the etcd.config file, for error messages
 
 	etcd *clientv3.Client // set by Start
 
@@ -166,6 +174,7 @@ func (c *Client) RunSession(ctx context.Context, h hive.Health) {
 			if ctx.Err() != nil {
 				return
 			}
+			err = c.explainTLS(ctx, err)
 			h.Degraded("grant lease", err)
 			c.log.Warn("Cannot grant kvstore lease; retrying", "endpoints", c.cfg.Endpoints, "error", err)
 			select {

@@ -2,7 +2,10 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,14 +20,34 @@ import (
 type StandaloneEtcd struct {
 	bin, dir  string
 	url, peer string
+	tls       *EtcdTLS
 	cmd       *exec.Cmd
 	done      chan struct{}
 }
 
+// EtcdTLS makes a StandaloneEtcd serve its clients over TLS (https) and
+// require a client certificate signed by CAFile. All are PEM files.
+type EtcdTLS struct {
+	// CAFile signs the client certificates etcd accepts.
+	CAFile string
+	// CertFile and KeyFile are etcd's serving certificate (for
+	// 127.0.0.1) and key.
+	CertFile, KeyFile string
+	// ClientCertFile and ClientKeyFile are a client certificate the
+	// harness uses for its own health checks.
+	ClientCertFile, ClientKeyFile string
+}
+
+// EtcdOption changes how StartEtcd runs etcd.
+type EtcdOption func(*StandaloneEtcd)
+
+// WithEtcdTLS serves clients over TLS with client certificates required.
+func WithEtcdTLS(c EtcdTLS) EtcdOption { return func(e *StandaloneEtcd) { e.tls = &c } }
+
 // StartEtcd builds (or finds cached) etcd and starts it on free loopback
 // ports with a data directory under t.TempDir(); it is stopped when the
 // test ends.
-func StartEtcd(t testing.TB) *StandaloneEtcd {
+func StartEtcd(t testing.TB, opts ...EtcdOption) *StandaloneEtcd {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -41,6 +64,12 @@ func StartEtcd(t testing.TB) *StandaloneEtcd {
 		dir:  t.TempDir(),
 		url:  "http://127.0.0.1:" + strconv.Itoa(ports[0]),
 		peer: "http://127.0.0.1:" + strconv.Itoa(ports[1]),
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.tls != nil {
+		e.url = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	}
 	if err := e.Start(); err != nil {
 		t.Fatal(err)
@@ -66,19 +95,31 @@ func (e *StandaloneEtcd) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(e.bin,
+	args := []string{
 		"--name=kvstore-test",
-		"--data-dir="+filepath.Join(e.dir, "data"),
-		"--listen-client-urls="+e.url,
-		"--advertise-client-urls="+e.url,
-		"--listen-peer-urls="+e.peer,
-		"--initial-advertise-peer-urls="+e.peer,
-		"--initial-cluster=kvstore-test="+e.peer,
+		"--data-dir=" + filepath.Join(e.dir, "data"),
+		"--listen-client-urls=" + e.url,
+		"--advertise-client-urls=" + e.url,
+		"--listen-peer-urls=" + e.peer,
+		"--initial-advertise-peer-urls=" + e.peer,
+		"--initial-cluster=kvstore-test=" + e.peer,
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 		"--heartbeat-interval=10",
 		"--election-timeout=100",
-	)
+	}
+	healthy := etcdHealthy
+	if e.tls != nil {
+		args = append(args, "--cert-file="+e.tls.CertFile, "--key-file="+e.tls.KeyFile,
+			"--trusted-ca-file="+e.tls.CAFile, "--client-cert-auth")
+		hc, err := e.tls.healthClient()
+		if err != nil {
+			log.Close()
+			return err
+		}
+		healthy = func(ctx context.Context, url string) error { return etcdHealthyWith(ctx, hc, url) }
+	}
+	cmd := exec.Command(e.bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -90,7 +131,7 @@ func (e *StandaloneEtcd) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		if etcdHealthy(ctx, e.url) == nil {
+		if healthy(ctx, e.url) == nil {
 			return nil
 		}
 		select {
@@ -113,5 +154,41 @@ func (e *StandaloneEtcd) Stop() error {
 	_ = e.cmd.Process.Kill()
 	<-e.done
 	e.cmd = nil
+	return nil
+}
+
+// healthClient is an HTTPS client with the harness's client certificate
+// that trusts CAFile (which must also sign etcd's serving certificate).
+func (c *EtcdTLS) healthClient() (*http.Client, error) {
+	ca, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("etcd TLS CA %s: no PEM certificate", c.CAFile)
+	}
+	cert, err := tls.LoadX509KeyPair(c.ClientCertFile, c.ClientKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS health-check client certificate: %w", err)
+	}
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}, nil
+}
+
+// etcdHealthyWith is etcdHealthy with the given client (TLS).
+func etcdHealthyWith(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd health: %s", resp.Status)
+	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,8 +44,9 @@ func NewTestCA(t testing.TB, name string) *TestCA {
 	return &TestCA{PEM: pemBlock("CERTIFICATE", der), cert: cert, key: key}
 }
 
-// Issue returns a certificate for name (its common name and DNS name)
-// with the extended usage, and its key, as PEM.
+// Issue returns a certificate for name (its common name and DNS name, or
+// its IP address when name is one) with the extended usage, and its key,
+// as PEM.
 func (ca *TestCA) Issue(t testing.TB, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -54,6 +56,9 @@ func (ca *TestCA) Issue(t testing.TB, name string, usage x509.ExtKeyUsage) (cert
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: name},
 		DNSNames: []string{name}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	if ip := net.ParseIP(name); ip != nil {
+		tmpl.DNSNames, tmpl.IPAddresses = nil, []net.IP{ip}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
