@@ -71,8 +71,8 @@ func testSlicesSameIPCache(t *testing.T, identityMode string) {
 	// The operator: CRDs and the batcher, leading at once; 40 endpoints a
 	// slice, so that an identity needs several.
 	op := hivetest.New(t, []string{"--k8s-kubeconfig-path=" + opKube, "--leader-election=false",
-		"--enable-cilium-endpoint-slice=true", "--ces-max-ciliumendpoints-per-ces=40", "--ces-write-qps-limit=50", "--ces-write-qps-burst=100"},
-		k8s.ClientCell, crdregister.Cell, leaderelection.Cell, k8s.CiliumEndpointsCell, cesbatcher.Cell,
+		"--enable-cilium-endpoint-slice=true", "--ces-max-ciliumendpoints-per-ces=40", `--ces-rate-limits=[{"nodes":0,"limit":50,"burst":100}]`},
+		k8s.ClientCell, crdregister.Cell, leaderelection.Cell, k8s.CiliumEndpointsCell, k8s.CiliumNodesCell, cesbatcher.Cell,
 		hive.Provide(func() k8s.UserAgent { return "cellium-operator-ces-test" }), hivetest.Capture(&opCS))
 	var (
 		hives   []*hive.Hive

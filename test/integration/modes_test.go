@@ -168,7 +168,7 @@ func startModeCluster(t *testing.T, m mode, index int) *modeCluster {
 	// The operator: pod CIDRs for the nodes, slices in CES mode, CEP and
 	// identity GC; leading at once.
 	op := hivetest.New(t, append([]string{"--k8s-kubeconfig-path=" + opKube, "--leader-election=false",
-		"--operator-api-serve-addr=", "--ces-write-qps-limit=50", "--ces-write-qps-burst=100",
+		"--operator-api-serve-addr=", `--ces-rate-limits=[{"nodes":0,"limit":50,"burst":100}]`,
 		// Identity GC within the test: a pass every 2s; a CiliumIdentity
 		// is marked after 10s unused (longer than a new pod takes to get
 		// its CEP), an etcd master key after two passes.

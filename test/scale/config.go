@@ -75,7 +75,7 @@ type Config struct {
 	// built into a temporary directory.
 	BinDir string
 	// AgentArgs and OperatorArgs are appended to the daemons' flags (the
-	// last occurrence of a flag wins), e.g. "--ces-write-qps-limit=50".
+	// last occurrence of a flag wins), e.g. `--ces-rate-limits=[{"nodes":0,"limit":50,"burst":100}]`.
 	AgentArgs, OperatorArgs []string
 	// HeapProfile, if set, is where the agent's heap profile (pprof's
 	// protobuf format, taken after a GC through the agent's --pprof

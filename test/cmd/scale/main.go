@@ -54,7 +54,7 @@ func run() error {
 		cfg.AgentArgs = append(cfg.AgentArgs, v)
 		return nil
 	})
-	flag.Func("operator-arg", "a flag for cellium-operator (repeatable), e.g. -operator-arg=--ces-write-qps-limit=50", func(v string) error {
+	flag.Func("operator-arg", "a flag for cellium-operator (repeatable), e.g. -operator-arg=--ces-rate-limits=[{\"nodes\":0,\"limit\":50,\"burst\":100}]", func(v string) error {
 		cfg.OperatorArgs = append(cfg.OperatorArgs, v)
 		return nil
 	})
