@@ -28,9 +28,11 @@ const (
 const QuorumErrorNoHeartbeat = "no event received"
 
 // WatchHeartbeat watches HeartbeatPath until ctx ends and reports on h:
-// OK while a write (a put, not a delete) arrived within timeout, else
-// Degraded with how long it has been, calling stale at each check that
-// finds it so (every timeout/4). As in Cilium, the time of arrival counts,
+// whether a write (a put, not a delete) arrived within timeout, calling
+// stale at each check that finds none (every timeout/4). A stale
+// heartbeat stays at level OK with a message starting "stale:": as for
+// Cilium's main kvstore connection, agents work without an operator, so
+// a missing heartbeat must not fail their readiness. As in Cilium, the time of arrival counts,
 // not the value written, so that clocks need not agree; the timeout runs
 // from the start of the watch.
 func (c *Client) WatchHeartbeat(ctx context.Context, h hive.Health, timeout time.Duration, stale func()) {
@@ -50,7 +52,7 @@ func (c *Client) WatchHeartbeat(ctx context.Context, h hive.Health, timeout time
 			if stale != nil {
 				stale()
 			}
-			h.Degraded("no heartbeat", fmt.Errorf("%s since last heartbeat update has been received (the cellium-operator leader writes %s every %s; is it running and connected to etcd?)",
+			h.OK(fmt.Sprintf("stale: %s since last heartbeat update has been received (the cellium-operator leader writes %s every %s; is it running and connected to etcd?)",
 				since, HeartbeatPath, HeartbeatWriteInterval))
 		case got:
 			isStale = false

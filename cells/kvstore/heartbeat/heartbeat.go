@@ -27,9 +27,9 @@ var Cell = hive.Module("kvstore-heartbeat-updater", "KVStore Heartbeat Updater",
 )
 
 // WatcherCell watches the heartbeat in the agent (nothing without
-// --kvstore): its health (module kvstore-heartbeat, in `cellium status`)
-// is degraded while the heartbeat is stale, and each check that finds it
-// so counts in cellium_kvstore_quorum_errors_total{error="no event
+// --kvstore): its health message (module kvstore-heartbeat, in `cellium
+// status --verbose`) starts with "stale:" while the heartbeat is stale,
+// at level OK as in Cilium, and each check that finds it so counts in cellium_kvstore_quorum_errors_total{error="no event
 // received"}.
 var WatcherCell = hive.Module("kvstore-heartbeat", "KVStore heartbeat watcher",
 	hive.Invoke(registerWatcher),
