@@ -2,10 +2,8 @@ package lbsync
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"iter"
 	"net/netip"
 	"slices"
@@ -320,41 +318,64 @@ func (o *FrontendOps) slotZeros(f *lb.Frontend) (ext, internal maps.ServiceValue
 // values' inputs, both scopes' backends and IDs in order, and the source
 // ranges.
 func writtenFingerprint(f *lb.Frontend) uint64 {
-	h := fnv.New64a()
-	var b [8]byte
-	u32 := func(v uint32) {
-		binary.LittleEndian.PutUint32(b[:4], v)
-		h.Write(b[:4])
-	}
+	h := fnv64a(fnvOffset64)
 	flag := func(v bool) {
 		if v {
-			u32(1)
+			h.u32(1)
 		} else {
-			u32(0)
+			h.u32(0)
 		}
 	}
 	flag(f.SessionAffinity)
-	u32(f.AffinityTimeout)
+	h.u32(f.AffinityTimeout)
 	flag(f.NodePort())
 	flag(f.Local)
 	flag(f.TwoScopes)
 	for _, scope := range [][]lb.L4Addr{f.Backends, f.IntBackends} {
-		u32(uint32(len(scope)))
+		h.u32(uint32(len(scope)))
 		for _, a := range scope {
-			h.Write([]byte(a.String()))
+			h.addr(a.Addr)
+			h.u32(uint32(a.Port)<<8 | uint32(a.Proto))
 		}
 	}
 	for _, ids := range [][]uint32{f.BackendIDs, f.IntBackendIDs} {
-		u32(uint32(len(ids)))
+		h.u32(uint32(len(ids)))
 		for _, id := range ids {
-			u32(id)
+			h.u32(id)
 		}
 	}
-	u32(uint32(len(f.SourceRanges)))
+	h.u32(uint32(len(f.SourceRanges)))
 	for _, p := range f.SourceRanges {
-		h.Write([]byte(p.String()))
+		h.addr(p.Addr())
+		h.u32(uint32(p.Bits()))
 	}
-	return h.Sum64()
+	return uint64(h)
+}
+
+// fnv64a is FNV-1a over the fingerprint's fields, inline so that the full
+// pass hashes its 100,000s of backends without an allocation each.
+type fnv64a uint64
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+func (h *fnv64a) byte(c byte) { *h = (*h ^ fnv64a(c)) * fnvPrime64 }
+
+func (h *fnv64a) u32(v uint32) {
+	for i := range 4 {
+		h.byte(byte(v >> (8 * i)))
+	}
+}
+
+// addr hashes the address's bit length (0 for the zero Addr, so an IPv4
+// and its IPv4-mapped IPv6 form differ) and its 16-byte form.
+func (h *fnv64a) addr(a netip.Addr) {
+	h.byte(byte(a.BitLen()))
+	for _, c := range a.As16() {
+		h.byte(c)
+	}
 }
 
 // update writes f into the maps (Update without the fingerprint).
