@@ -83,5 +83,11 @@ type NamedPortJSON struct {
 // EndpointMetadata is the Metadata Cilium writes for an endpoint:
 // "cilium-global:default:<node>:<endpoint ID>".
 func EndpointMetadata(node string, id uint16) string {
-	return strings.Join([]string{"cilium-global", IPAddressSpace, node, strconv.Itoa(int(id))}, ":")
+	return NodeMetadataPrefix(node) + strconv.Itoa(int(id))
+}
+
+// NodeMetadataPrefix is what every EndpointMetadata of node starts with:
+// "cilium-global:default:<node>:".
+func NodeMetadataPrefix(node string) string {
+	return strings.Join([]string{"cilium-global", IPAddressSpace, node, ""}, ":")
 }

@@ -178,8 +178,7 @@ func (w *writer) sync(ctx context.Context, rtxn statedb.ReadTxn, lease clientv3.
 		// longer exist (their old lease has not expired yet); only once
 		// the endpoints are restored, so that a restored endpoint's key
 		// stays.
-		prefix := kvstore.EndpointMetadata(w.node, 0)
-		prefix = prefix[:len(prefix)-1]
+		prefix := kvstore.NodeMetadataPrefix(w.node)
 		for row := range w.mirrored.All(rtxn) {
 			key := kvstore.IPKeysPrefix + keyName(row.Prefix)
 			if !strings.HasPrefix(row.Metadata, prefix) || addrs[row.Prefix.Addr()] || want[key] != nil {
