@@ -174,9 +174,9 @@ type Cluster struct {
 	etcdURL, apiURL string
 	// etcdAddressURL is etcd's client URL on Options.EtcdAddress ("" without).
 	etcdAddressURL string
-	restConfig      *rest.Config
-	httpClient      *http.Client
-	clientset       *kubernetes.Clientset
+	restConfig     *rest.Config
+	httpClient     *http.Client
+	clientset      *kubernetes.Clientset
 
 	apiMu     sync.Mutex // serialises StopAPIServer and StartAPIServer
 	procMu    sync.Mutex
