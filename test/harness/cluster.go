@@ -172,11 +172,11 @@ type Cluster struct {
 	pki    *pki
 
 	etcdURL, apiURL string
+	restConfig      *rest.Config
+	httpClient      *http.Client
+	clientset       *kubernetes.Clientset
 	// etcdAddressURL is etcd's client URL on Options.EtcdAddress ("" without).
 	etcdAddressURL string
-	restConfig     *rest.Config
-	httpClient     *http.Client
-	clientset      *kubernetes.Clientset
 
 	apiMu     sync.Mutex // serialises StopAPIServer and StartAPIServer
 	procMu    sync.Mutex
