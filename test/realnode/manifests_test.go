@@ -219,8 +219,9 @@ func TestDevValues(t *testing.T) {
 // nodes' bridge): agent and operator run in the node's network namespace
 // (hostNetwork, where the bridge address is reachable) with kvstore
 // identities and --kvstore=etcd, and read the etcd client file of the
-// ConfigMap cilium-config, which names the one endpoint given (not the
-// chart's placeholder) and which the agent's kvstore options accept.
+// ConfigMap cilium-config (the non-root operator through its fsGroup),
+// which names the one endpoint given (not the chart's placeholder) and
+// which the agent's kvstore options accept.
 func TestKVStoreValues(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds or runs helm")
@@ -290,6 +291,12 @@ func TestKVStoreValues(t *testing.T) {
 		}
 		if !mounted {
 			t.Errorf("%s does not mount cilium-config's etcd-config at /var/lib/etcd-config/etcd.config", name)
+		}
+		// The non-root operator reads the 0400 file through its group.
+		if sc := c.SecurityContext; name == "operator" && sc != nil && sc.RunAsUser != nil && *sc.RunAsUser != 0 {
+			if psc := spec.SecurityContext; psc == nil || psc.FSGroup == nil || sc.RunAsGroup == nil || *psc.FSGroup != *sc.RunAsGroup {
+				t.Errorf("the operator runs as user %d without its group as fsGroup: it cannot read etcd.config", *sc.RunAsUser)
+			}
 		}
 	}
 	if file == "" {
