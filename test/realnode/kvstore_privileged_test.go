@@ -210,3 +210,31 @@ func checkKVStore(t *testing.T, c *Cluster, space string, names []string, ips ma
 		t.Errorf("CiliumIdentity objects %v exist in kvstore mode", ids)
 	}
 }
+
+// dumpKVStore logs, for a failed test in kvstore mode, every key under
+// cilium/ in the cluster's etcd with the start of its value.
+func dumpKVStore(t *testing.T, c *Cluster) {
+	t.Helper()
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Control.EtcdURL()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Logf("--- etcd: %v", err)
+		return
+	}
+	defer etcd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := etcd.Get(ctx, "cilium/", clientv3.WithPrefix())
+	if err != nil {
+		t.Logf("--- etcd: %v", err)
+		return
+	}
+	var b strings.Builder
+	for _, kv := range resp.Kvs {
+		v := string(kv.Value)
+		if len(v) > 200 {
+			v = v[:200] + "..."
+		}
+		fmt.Fprintf(&b, "%s (lease %x) = %s\n", kv.Key, kv.Lease, v)
+	}
+	t.Logf("--- etcd: %d keys under cilium/ ---\n%s", len(resp.Kvs), b.String())
+}

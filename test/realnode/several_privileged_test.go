@@ -124,6 +124,9 @@ func testTwoNodes(t *testing.T, mode string, kpr bool, values []string, opts ...
 	t.Cleanup(func() {
 		if t.Failed() && !stopped {
 			dumpNodes(t, c)
+			if o.kvstore {
+				dumpKVStore(t, c)
+			}
 		}
 	})
 	if len(c.Nodes) != 2 || c.Node != c.Nodes[0] {
