@@ -134,3 +134,44 @@ func TestChartEtcdSSL(t *testing.T) {
 		}
 	}
 }
+
+// The operator runs as a non-root user, and the etcd client files are
+// mounted with mode 0400 (Cilium's): with etcd.enabled its pod's fsGroup
+// is the operator's group, so that the kubelet hands the files to that
+// group (0440) and the operator can read them (it could not on a real
+// node: "open /var/lib/etcd-config/etcd.config: permission denied").
+// Without etcd, or without a group to give, there is no fsGroup.
+func TestChartEtcdOperatorReadsClientFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want int64 // 0: no fsGroup
+	}{
+		{"default", nil, 0},
+		{"etcd", []string{"etcd.enabled=true"}, 65532},
+		{"etcd+ssl", []string{"etcd.enabled=true", "etcd.ssl=true"}, 65532},
+		{"etcd, other group", []string{"etcd.enabled=true", "operator.securityContext.runAsGroup=100000"}, 100000},
+		{"etcd, no securityContext", []string{"etcd.enabled=true", "operator.securityContext=null"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dep appsv1.Deployment
+			if !find(t, renderObjects(t, tc.set...), "Deployment", "cellium-operator", &dep) {
+				t.Fatal("no operator Deployment")
+			}
+			spec := dep.Spec.Template.Spec
+			var got int64
+			if sc := spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+				got = *sc.FSGroup
+			}
+			if got != tc.want {
+				t.Fatalf("operator fsGroup %d, want %d (0: none)", got, tc.want)
+			}
+			if tc.want == 0 {
+				return
+			}
+			if sc := spec.Containers[0].SecurityContext; sc == nil || sc.RunAsGroup == nil || *sc.RunAsGroup != got || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+				t.Errorf("operator container securityContext %+v: want a non-root user in group %d", sc, got)
+			}
+		})
+	}
+}

@@ -103,6 +103,15 @@ type Options struct {
 	// It must exist on the machine when the API server starts.
 	BindAddress netip.Addr
 
+	// EtcdAddress, if valid, is an address etcd also serves its clients
+	// on, with the port it has on 127.0.0.1 ([Cluster.EtcdAddressURL]):
+	// for cellium's kvstore mode in network namespaces on a bridge
+	// (test/realnode's nodes reach the host on the bridge's address). It
+	// must exist on the machine when etcd starts; an unspecified address
+	// (0.0.0.0, ::) is refused. The API server still reaches etcd on
+	// 127.0.0.1.
+	EtcdAddress netip.Addr
+
 	// NodeAuthorizer runs the API server with the Node authorizer before
 	// RBAC and the NodeRestriction admission plugin, as a real cluster
 	// does: a kubelet with a certificate for system:node:<name> in
@@ -166,6 +175,8 @@ type Cluster struct {
 	restConfig      *rest.Config
 	httpClient      *http.Client
 	clientset       *kubernetes.Clientset
+	// etcdAddressURL is etcd's client URL on Options.EtcdAddress ("" without).
+	etcdAddressURL string
 
 	apiMu     sync.Mutex // serialises StopAPIServer and StartAPIServer
 	procMu    sync.Mutex
@@ -212,6 +223,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if a := opts.EtcdAddress; a.IsValid() && a.IsUnspecified() {
+		return nil, fmt.Errorf("start cluster: EtcdAddress %s: etcd serves no wildcard address", a)
 	}
 	svcRange, err := netip.ParsePrefix(opts.ServiceClusterIPRange)
 	if err != nil {
@@ -314,6 +328,10 @@ func (c *Cluster) APIServerURL() string { return c.apiURL }
 // authentication). Kubernetes keeps its objects under /registry; the etcd can
 // serve cellium's kvstore mode too.
 func (c *Cluster) EtcdURL() string { return c.etcdURL }
+
+// EtcdAddressURL is the etcd client address on Options.EtcdAddress,
+// http://<address>:<port> (the port of EtcdURL), or "" without one.
+func (c *Cluster) EtcdAddressURL() string { return c.etcdAddressURL }
 
 // CACert is the PEM of the CA that signed the API server's certificate.
 func (c *Cluster) CACert() []byte { return c.pki.caCert }
@@ -419,6 +437,12 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		}
 		client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+		clients := client
+		c.etcdAddressURL = ""
+		if a := c.opts.EtcdAddress; a.IsValid() {
+			c.etcdAddressURL = "http://" + net.JoinHostPort(a.String(), strconv.Itoa(ports[0]))
+			clients += "," + c.etcdAddressURL
+		}
 		data := filepath.Join(c.dir, "etcd")
 		if err := os.RemoveAll(data); err != nil { // leftovers of a failed try
 			return fmt.Errorf("start etcd: %w", err)
@@ -426,8 +450,8 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		p := c.process(Etcd, c.bins.Etcd, []string{
 			"--name=cellium",
 			"--data-dir=" + data,
-			"--listen-client-urls=" + client,
-			"--advertise-client-urls=" + client,
+			"--listen-client-urls=" + clients,
+			"--advertise-client-urls=" + clients,
 			"--listen-peer-urls=" + peer,
 			"--initial-advertise-peer-urls=" + peer,
 			"--initial-cluster=cellium=" + peer,

@@ -78,6 +78,13 @@ type ClusterOptions struct {
 	// cellium with the chart's kubeProxyReplacement=true: cellium's
 	// datapath serves every Service type (make up KPR=true).
 	KubeProxyReplacement bool
+	// KVStore installs cellium in the etcd kvstore mode
+	// (Documentation/operations/kvstore.md): identities, nodes and ipcache
+	// entries go through the control plane's etcd ([KVStoreValues] before
+	// Values), which agents and operator reach on 127.0.0.1 (one node, in
+	// the host's namespaces) or, with several nodes, on BridgeAddr, where
+	// etcd then listens too (harness.Options.EtcdAddress).
+	KVStore bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -283,7 +290,7 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, HubbleRelay: opts.HubbleRelay, Logger: log}); err != nil {
+	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: c.installValues(), HubbleRelay: opts.HubbleRelay, Logger: log}); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*opts.StartTimeout)
@@ -310,6 +317,30 @@ func Up(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	}
 	log.Info("real cluster ready", "kubeconfig", c.Kubeconfig(), "node", c.Node.Name)
 	return c, nil
+}
+
+// KVStoreValues are the chart values (helm --set) that install cellium in
+// the etcd kvstore mode with the etcd at etcdURL (no TLS): identities as
+// etcd keys (identityAllocationMode=kvstore), and agents and operator
+// connected to etcd (etcd.enabled, etcd.endpoints: the ConfigMap
+// cilium-config's etcd-config, --kvstore=etcd), through which the agents
+// also exchange their nodes and ipcache entries.
+func KVStoreValues(etcdURL string) []string {
+	return []string{"identityAllocationMode=kvstore", "etcd.enabled=true", "etcd.endpoints[0]=" + etcdURL}
+}
+
+// installValues are the chart values Up installs with after the defaults:
+// KVStoreValues with the etcd the nodes reach (ClusterOptions.KVStore),
+// then the caller's, which win.
+func (c *Cluster) installValues() []string {
+	if !c.opts.KVStore {
+		return c.opts.Values
+	}
+	url := c.Control.EtcdURL()
+	if u := c.Control.EtcdAddressURL(); u != "" {
+		url = u
+	}
+	return append(KVStoreValues(url), c.opts.Values...)
 }
 
 // packImages packs the cluster's images into dir (cellium's from

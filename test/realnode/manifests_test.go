@@ -1,7 +1,9 @@
 package realnode
 
 import (
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/cli"
 	"github.com/cellium/cellium/install"
 	"github.com/cellium/cellium/test/harness"
@@ -208,5 +211,106 @@ func TestDevValues(t *testing.T) {
 	}
 	if workloads != 2 || !relay {
 		t.Fatalf("%d workloads and relay %v rendered, want the DaemonSet, the operator's Deployment and hubble-relay's", workloads, relay)
+	}
+}
+
+// TestKVStoreValues renders the chart as a several-node cluster in kvstore
+// mode installs it (ClusterValues, then KVStoreValues with the etcd on the
+// nodes' bridge): agent and operator run in the node's network namespace
+// (hostNetwork, where the bridge address is reachable) with kvstore
+// identities and --kvstore=etcd, and read the etcd client file of the
+// ConfigMap cilium-config (the non-root operator through its fsGroup),
+// which names the one endpoint given (not the chart's placeholder) and
+// which the agent's kvstore options accept.
+func TestKVStoreValues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds or runs helm")
+	}
+	helm, err := harness.EnsureHelm(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdURL := "http://" + BridgeAddr.String() + ":23790"
+	out, err := install.RenderWith(t.Context(), helm, root, append(ClusterValues(BridgeAddr.String(), 6443, 9999, DefaultPodCIDR), KVStoreValues(etcdURL)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := install.Objects(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file string
+	specs := map[string]*corev1.PodSpec{}
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ConfigMap" && o.GetName() == "cilium-config":
+			var cm corev1.ConfigMap
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &cm); err != nil {
+				t.Fatal(err)
+			}
+			file = cm.Data["etcd-config"]
+		case o.GetKind() == "DaemonSet" && o.GetName() == AgentDaemonSet:
+			var ds appsv1.DaemonSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &ds); err != nil {
+				t.Fatal(err)
+			}
+			specs["agent"] = &ds.Spec.Template.Spec
+		case o.GetKind() == "Deployment" && o.GetName() == OperatorDeployment:
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			specs["operator"] = &d.Spec.Template.Spec
+		}
+	}
+	if len(specs) != 2 {
+		t.Fatalf("rendered %d of the agent's DaemonSet and the operator's Deployment", len(specs))
+	}
+	for name, spec := range specs {
+		if !spec.HostNetwork {
+			t.Errorf("%s is not in the node's network namespace: it would not reach etcd at %s", name, etcdURL)
+		}
+		c := spec.Containers[0]
+		for _, want := range []string{"--identity-allocation-mode=kvstore", "--kvstore=etcd", "--kvstore-opt=etcd.config=/var/lib/etcd-config/etcd.config"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("%s args lack %s: %v", name, want, c.Args)
+			}
+		}
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			for _, v := range spec.Volumes {
+				if m.Name == v.Name && m.MountPath == "/var/lib/etcd-config" && v.ConfigMap != nil && v.ConfigMap.Name == "cilium-config" &&
+					len(v.ConfigMap.Items) == 1 && v.ConfigMap.Items[0].Key == "etcd-config" && v.ConfigMap.Items[0].Path == "etcd.config" {
+					mounted = true
+				}
+			}
+		}
+		if !mounted {
+			t.Errorf("%s does not mount cilium-config's etcd-config at /var/lib/etcd-config/etcd.config", name)
+		}
+		// The non-root operator reads the 0400 file through its group.
+		if sc := c.SecurityContext; name == "operator" && sc != nil && sc.RunAsUser != nil && *sc.RunAsUser != 0 {
+			if psc := spec.SecurityContext; psc == nil || psc.FSGroup == nil || sc.RunAsGroup == nil || *psc.FSGroup != *sc.RunAsGroup {
+				t.Errorf("the operator runs as user %d without its group as fsGroup: it cannot read etcd.config", *sc.RunAsUser)
+			}
+		}
+	}
+	if file == "" {
+		t.Fatal("no etcd-config in a ConfigMap cilium-config")
+	}
+	path := filepath.Join(t.TempDir(), "etcd.config")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kvstore.EtcdConfig(map[string]string{kvstore.OptConfig: path})
+	if err != nil {
+		t.Fatalf("the agent refuses the rendered etcd-config:\n%s\n%v", file, err)
+	}
+	if !slices.Equal(cfg.Endpoints, []string{etcdURL}) || cfg.TLS != nil {
+		t.Errorf("etcd-config endpoints %v (TLS %v), want only %s over plain http:\n%s", cfg.Endpoints, cfg.TLS != nil, etcdURL, file)
 	}
 }

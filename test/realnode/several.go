@@ -99,6 +99,12 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// In kvstore mode the agents and the operator, in the nodes'
+	// namespaces, reach etcd where they reach the API server.
+	var etcdAddr netip.Addr
+	if opts.KVStore {
+		etcdAddr = BridgeAddr
+	}
 	c.Control, err = harness.Start(ctx, harness.Options{
 		Dir:                   c.Dir,
 		Detach:                opts.Detach,
@@ -107,6 +113,7 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 		APIServerArgs:         []string{"--kubelet-preferred-address-types=InternalIP"},
 		ServiceClusterIPRange: opts.ServiceCIDR,
 		BindAddress:           BridgeAddr,
+		EtcdAddress:           etcdAddr,
 		StartTimeout:          opts.StartTimeout,
 		Logger:                log,
 	})
@@ -162,7 +169,7 @@ func (c *Cluster) upSeveral(ctx context.Context) error {
 			c.Node = n
 		}
 	}
-	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: opts.Values, DefaultPaths: true, HubbleRelay: opts.HubbleRelay, Logger: log}); err != nil {
+	if err := Install(ctx, c.Control, c.Node, InstallOptions{PodCIDR: opts.PodCIDR, Values: c.installValues(), DefaultPaths: true, HubbleRelay: opts.HubbleRelay, Logger: log}); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*opts.StartTimeout)

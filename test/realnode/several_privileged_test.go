@@ -53,10 +53,42 @@ func TestPrivilegedRealClusterTwoNodesNative(t *testing.T) {
 		"ipv4NativeRoutingCIDR=" + DefaultPodCIDR, "ciliumEndpointSlice.enabled=true"})
 }
 
+// TestPrivilegedRealClusterTwoNodesKVStore is TestPrivilegedRealClusterTwoNodes
+// (tunnel mode, CiliumEndpoints) installed in the etcd kvstore mode
+// (ClusterOptions.KVStore: identityAllocationMode=kvstore, etcd.enabled,
+// etcd.endpoints the control plane's etcd on the nodes' bridge): the same
+// checks pass, and etcd holds what the agents exchanged through it
+// (checkKVStore): both nodes' keys, each pod's ipcache key with its node
+// and identity, each pod's identity, which is no CiliumIdentity object;
+// each node's ipcache has the other node's pod from its key. The agents'
+// kvstore lease lasts 30 s (--kvstore-lease-ttl, 15 minutes by default):
+// the key of the removed node, whose agent is killed with the node and
+// leaves its lease, expires within the removal check's minute (cellium's
+// operator does not delete the keys of deleted nodes, as Cilium's does
+// with --synchronize-k8s-nodes).
+func TestPrivilegedRealClusterTwoNodesKVStore(t *testing.T) {
+	testTwoNodes(t, "tunnel", false, []string{"agent.extraArgs={--kvstore-lease-ttl=30s}"}, twoNodesOptions{kvstore: true})
+}
+
+// twoNodesOptions vary testTwoNodes beyond routing mode, kube-proxy
+// replacement and chart values.
+type twoNodesOptions struct {
+	// kvstore installs cellium in the etcd kvstore mode
+	// (ClusterOptions.KVStore) and, once the pods run, checks that the
+	// nodes, the pods' identities and their ipcache entries went through
+	// etcd (checkKVStore).
+	kvstore bool
+}
+
 // testTwoNodes runs the two-node checks in routing mode mode, installed
-// with values, with kube-proxy or (kpr) cellium's kube-proxy replacement.
-func testTwoNodes(t *testing.T, mode string, kpr bool, values []string) {
+// with values, with kube-proxy or (kpr) cellium's kube-proxy replacement,
+// varied by opts (at most one).
+func testTwoNodes(t *testing.T, mode string, kpr bool, values []string, opts ...twoNodesOptions) {
 	privileged.Require(t)
+	var o twoNodesOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	bins := nodeBinaries(t)
 	ctx := t.Context()
 	var logged bytes.Buffer
@@ -84,7 +116,7 @@ func testTwoNodes(t *testing.T, mode string, kpr bool, values []string) {
 		_ = os.RemoveAll(dir)
 	})
 	began := time.Now()
-	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Values: values, KubeProxyReplacement: kpr, Logger: logger})
+	c, err = Up(ctx, ClusterOptions{Dir: dir, Nodes: 2, NodeBinaries: bins, Values: values, KubeProxyReplacement: kpr, KVStore: o.kvstore, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +124,9 @@ func testTwoNodes(t *testing.T, mode string, kpr bool, values []string) {
 	t.Cleanup(func() {
 		if t.Failed() && !stopped {
 			dumpNodes(t, c)
+			if o.kvstore {
+				dumpKVStore(t, c)
+			}
 		}
 	})
 	if len(c.Nodes) != 2 || c.Node != c.Nodes[0] {
@@ -168,6 +203,10 @@ func testTwoNodes(t *testing.T, mode string, kpr bool, values []string) {
 	// CiliumEndpoint or, with ciliumEndpointSlice.enabled, from the
 	// operator's slice: the same ipcache row either way.
 	checkRemoteEndpoints(t, c, space, names, slices.Contains(values, "ciliumEndpointSlice.enabled=true"))
+	if o.kvstore {
+		// In kvstore mode, through etcd.
+		checkKVStore(t, c, space, names, ips)
+	}
 
 	netnsOf := map[string]ns.NetNS{}
 	for i, name := range names {
