@@ -188,7 +188,7 @@ type runner struct {
 	etcd    *clientv3.Client // in kvstore mode
 	// leases are the simulated nodes' session leases (kvstore mode),
 	// by node.
-	leases []clientv3.LeaseID
+	leases  []clientv3.LeaseID
 	scraper *http.Client
 
 	pool  *addressPool
