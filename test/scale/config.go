@@ -5,7 +5,8 @@
 // NetworkPolicies) with the admin client, churns the pods at a given rate
 // and measures what the agent and the API server pay for it: the agent's
 // memory per remote endpoint, its CPU per 1,000 remote endpoint changes,
-// the latency from a CiliumEndpoint's write to the agent's ipcache entry,
+// the latency from a CiliumEndpoint's write (in kvstore mode: its
+// ipcache key's) to the agent's ipcache entry,
 // the latency from a policy change to the agent's desired policy map
 // state, the API server's watch events and cellium's writes per second,
 // and etcd's database size. test/cmd/scale (`make scale`) runs it;
