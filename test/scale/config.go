@@ -153,8 +153,8 @@ func (c Config) Setup() string {
 		c.Mode, c.Nodes, c.Pods, c.Identities, c.Services, c.Policies, c.Churn, c.ChurnDuration)
 	switch c.Mode {
 	case ModeCES:
-		if slices.ContainsFunc(c.OperatorArgs, func(a string) bool { return strings.HasPrefix(a, "--"+cesbatcher.FlagRateLimits) }) {
-			s += "; operator --" + cesbatcher.FlagRateLimits + " as given (-operator-arg)"
+		if c.operatorSetsCESRate() {
+			s += "; operator's CES write rate as given (-operator-arg)"
 		} else {
 			// The agent's own CiliumNode counts too.
 			st := chartStep(c.Nodes + 1)
@@ -165,4 +165,20 @@ func (c Config) Setup() string {
 		s += "; identities, node keys and ipcache keys in etcd (leased), CiliumNodes and CiliumEndpoints written too"
 	}
 	return s
+}
+
+// operatorSetsCESRate reports whether OperatorArgs set the operator's
+// slice write rate (--ces-rate-limits, or the deprecated
+// --ces-write-qps-limit or --ces-write-qps-burst, which the operator
+// refuses beside --ces-rate-limits): then CES mode does not pass the
+// chart's steps.
+func (c Config) operatorSetsCESRate() bool {
+	return slices.ContainsFunc(c.OperatorArgs, func(a string) bool {
+		for _, f := range []string{cesbatcher.FlagRateLimits, cesbatcher.FlagWriteQPS, cesbatcher.FlagWriteBurst} {
+			if a == "--"+f || strings.HasPrefix(a, "--"+f+"=") {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -15,7 +15,9 @@ func TestSetupLine(t *testing.T) {
 	}{
 		{CIConfig(ModeCES), "rateLimits (10 slice writes/s and bursts of 20 below 100 CiliumNodes, 50/s and 100 from 100 on): 50/s and 100 here"},
 		{Config{Mode: ModeCES, Nodes: 5}, "): 10/s and 20 here"},
-		{Config{Mode: ModeCES, Nodes: 5, OperatorArgs: []string{`--ces-rate-limits=[{"nodes":0,"limit":5,"burst":5}]`}}, "--ces-rate-limits as given (-operator-arg)"},
+		{Config{Mode: ModeCES, Nodes: 5, OperatorArgs: []string{`--ces-rate-limits=[{"nodes":0,"limit":5,"burst":5}]`}}, "CES write rate as given (-operator-arg)"},
+		{Config{Mode: ModeCES, Nodes: 5, OperatorArgs: []string{"--ces-write-qps-limit=5"}}, "CES write rate as given (-operator-arg)"},
+		{Config{Mode: ModeCES, Nodes: 5, OperatorArgs: []string{"--ces-max-ciliumendpoints-per-ces=50"}}, "): 10/s and 20 here"},
 		{CIConfig(ModeKVStore), "node keys and ipcache keys in etcd (leased), CiliumNodes and CiliumEndpoints written too"},
 	} {
 		if got := tc.cfg.Setup(); !strings.Contains(got, tc.want) {

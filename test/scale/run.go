@@ -344,12 +344,12 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	sliceArg := fmt.Sprintf("--enable-cilium-endpoint-slice=%t", r.cfg.Mode == ModeCES)
 	var cesArgs []string
-	if r.cfg.Mode == ModeCES {
+	if r.cfg.Mode == ModeCES && !r.cfg.operatorSetsCESRate() {
 		// What a Helm install runs: the chart's default
 		// ciliumEndpointSlice.rateLimits (10 writes a second and bursts
 		// of 20 below 100 CiliumNodes, 50 and 100 from 100 on), not the
-		// flag's default (10 and 20 at any size). -operator-arg
-		// overrides it (the last occurrence wins).
+		// flag's default (10 and 20 at any size). A rate given with
+		// -operator-arg replaces it.
 		cesArgs = []string{"--" + cesbatcher.FlagRateLimits + "=" + cesbatcher.ChartRateLimits}
 	}
 	var kvArgs []string
