@@ -3,6 +3,8 @@ package scale
 import (
 	"fmt"
 	"time"
+
+	"github.com/cellium/cellium/cells/cesbatcher"
 )
 
 // Budget is the regression check of TestScale: the most each figure may
@@ -47,13 +49,41 @@ func CIBudget(mode Mode) Budget {
 		EtcdDBSize:      64 << 20,
 	}
 	if mode == ModeCES {
-		// The operator writes the slices at --ces-write-qps-limit (10 a
-		// second, Cilium's default): under churn a change waits for its
-		// slice's turn behind the others'.
-		b.IPCacheP99 = 60 * time.Second
-		b.WritesPerSecond = 15
+		// The operator writes the slices at the Helm chart's
+		// --ces-rate-limits steps, as the run passes them: at the CI size
+		// (100 simulated CiliumNodes and the agent's own) the step from
+		// 100 nodes on, 50 writes a second with bursts of 100, where the
+		// flag's default (and this budget before) allowed 10 and 20.
+		step := chartStep(CIConfig(ModeCES).Nodes + 1)
+		// Under churn a change waits for its slice's turn behind the
+		// others'. At 10 writes a second the p99 was 13-14 s, the queue
+		// growing through the churn (50 changes a second); at 50 a
+		// second the operator keeps up with the churn, so the p99 can
+		// only be lower. 30 s keeps twice the 10/s figure as headroom
+		// for a loaded machine, and still fails an operator that stalls.
+		b.IPCacheP99 = 30 * time.Second
+		// The limiter lets through at most its rate over the churn window
+		// (at least ChurnDuration) plus one burst: 50 + 100/10 s = 60
+		// writes a second at the CI size. The operator's Lease renewals
+		// (about 1 a second) and the agent's own CiliumEndpoint patches
+		// come on top: 5 a second of headroom for them. More means slice
+		// writes past the limiter (or a new writer). At the 10/s step the
+		// figure was 10.5; it may now be anything up to the limit, as the
+		// operator writes each dirty slice as soon as a token allows.
+		b.WritesPerSecond = step.Limit + float64(step.Burst)/CIConfig(ModeCES).ChurnDuration.Seconds() + 5
 	}
 	return b
+}
+
+// chartStep is the step of the Helm chart's default
+// ciliumEndpointSlice.rateLimits (the operator's --ces-rate-limits in
+// CES mode) for a cluster of nodes CiliumNodes.
+func chartStep(nodes int) cesbatcher.RateLimit {
+	steps, err := cesbatcher.ParseRateLimits(cesbatcher.ChartRateLimits)
+	if err != nil {
+		panic(err) // a constant of cesbatcher; its tests parse it
+	}
+	return steps.For(nodes)
 }
 
 // Check returns the figures of r over the budget, each as a sentence.

@@ -5,7 +5,8 @@
 // NetworkPolicies) with the admin client, churns the pods at a given rate
 // and measures what the agent and the API server pay for it: the agent's
 // memory per remote endpoint, its CPU per 1,000 remote endpoint changes,
-// the latency from a CiliumEndpoint's write to the agent's ipcache entry,
+// the latency from a CiliumEndpoint's write (in kvstore mode: its
+// ipcache key's) to the agent's ipcache entry,
 // the latency from a policy change to the agent's desired policy map
 // state, the API server's watch events and cellium's writes per second,
 // and etcd's database size. test/cmd/scale (`make scale`) runs it;
@@ -15,7 +16,11 @@ package scale
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/cellium/cellium/cells/cesbatcher"
 )
 
 // Mode is how the agent learns other nodes' endpoints.
@@ -27,14 +32,19 @@ const (
 	ModeCEP Mode = "cep"
 	// ModeCES: the agent watches the CiliumEndpointSlices the real
 	// operator batches the CiliumEndpoints into
-	// (--enable-cilium-endpoint-slice on both).
+	// (--enable-cilium-endpoint-slice on both), the operator at the Helm
+	// chart's default --ces-rate-limits.
 	ModeCES Mode = "ces"
-	// ModeKVStore: identities in Cilium's etcd kvstore
+	// ModeKVStore: Cilium's etcd kvstore mode
 	// (--identity-allocation-mode=kvstore --kvstore=etcd on both, the
-	// harness's etcd): the simulation writes them as keys under
-	// cilium/state/identities/v1/ instead of CiliumIdentities. Endpoints
-	// and nodes stay CRDs (CEP mode): the agent watches every
-	// CiliumEndpoint.
+	// harness's etcd): the simulation writes what the other nodes'
+	// agents write to etcd, each node's keys with its session lease:
+	// the identities under cilium/state/identities/v1/ instead of
+	// CiliumIdentities, each node's key under cilium/state/nodes/v1/ and
+	// each remote pod's ipcache key under cilium/state/ip/v1/default/.
+	// The CiliumNodes and CiliumEndpoints are written too, as Cilium's
+	// agents write them in kvstore mode (cellium's agent watches them
+	// too; the keys win).
 	ModeKVStore Mode = "kvstore"
 )
 
@@ -43,7 +53,7 @@ var Modes = []Mode{ModeCEP, ModeCES, ModeKVStore}
 
 // Config is one simulation.
 type Config struct {
-	// Mode is cep or ces.
+	// Mode is cep, ces or kvstore.
 	Mode Mode
 	// Nodes is the number of other nodes (CiliumNodes).
 	Nodes int
@@ -75,7 +85,8 @@ type Config struct {
 	// built into a temporary directory.
 	BinDir string
 	// AgentArgs and OperatorArgs are appended to the daemons' flags (the
-	// last occurrence of a flag wins), e.g. `--ces-rate-limits=[{"nodes":0,"limit":50,"burst":100}]`.
+	// last occurrence of a flag wins), e.g. `--ces-rate-limits=[{"nodes":0,"limit":50,"burst":100}]`
+	// instead of the chart's steps CES mode passes.
 	AgentArgs, OperatorArgs []string
 	// HeapProfile, if set, is where the agent's heap profile (pprof's
 	// protobuf format, taken after a GC through the agent's --pprof
@@ -138,6 +149,36 @@ func (c Config) Validate() error {
 
 // Setup is the line that says what was simulated.
 func (c Config) Setup() string {
-	return fmt.Sprintf("%s mode: 1 agent + 1 operator, %d other nodes, %d remote pods, %d identities, %d Services, %d NetworkPolicies, churn %.0f changes/s for %s",
+	s := fmt.Sprintf("%s mode: 1 agent + 1 operator, %d other nodes, %d remote pods, %d identities, %d Services, %d NetworkPolicies, churn %.0f changes/s for %s",
 		c.Mode, c.Nodes, c.Pods, c.Identities, c.Services, c.Policies, c.Churn, c.ChurnDuration)
+	switch c.Mode {
+	case ModeCES:
+		if c.operatorSetsCESRate() {
+			s += "; operator's CES write rate as given (-operator-arg)"
+		} else {
+			// The agent's own CiliumNode counts too.
+			st := chartStep(c.Nodes + 1)
+			s += fmt.Sprintf("; operator at the Helm chart's default ciliumEndpointSlice.rateLimits (10 slice writes/s and bursts of 20 "+
+				"below 100 CiliumNodes, 50/s and 100 from 100 on): %.0f/s and %d here", st.Limit, st.Burst)
+		}
+	case ModeKVStore:
+		s += "; identities, node keys and ipcache keys in etcd (leased), CiliumNodes and CiliumEndpoints written too"
+	}
+	return s
+}
+
+// operatorSetsCESRate reports whether OperatorArgs set the operator's
+// slice write rate (--ces-rate-limits, or the deprecated
+// --ces-write-qps-limit or --ces-write-qps-burst, which the operator
+// refuses beside --ces-rate-limits): then CES mode does not pass the
+// chart's steps.
+func (c Config) operatorSetsCESRate() bool {
+	return slices.ContainsFunc(c.OperatorArgs, func(a string) bool {
+		for _, f := range []string{cesbatcher.FlagRateLimits, cesbatcher.FlagWriteQPS, cesbatcher.FlagWriteBurst} {
+			if a == "--"+f || strings.HasPrefix(a, "--"+f+"=") {
+				return true
+			}
+		}
+		return false
+	})
 }

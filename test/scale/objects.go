@@ -154,6 +154,10 @@ type remotePod struct {
 	ip       netip.Addr
 }
 
+// endpointID is the pod's endpoint ID on its node (its CiliumEndpoint's
+// status.id, its ipcache key's Metadata).
+func (p remotePod) endpointID() uint16 { return uint16(1 + int(p.ip.As4()[3])) }
+
 // namespace is the pod's namespace (its identity's).
 func (p remotePod) namespace() string { return identityNamespace(p.identity) }
 
@@ -166,7 +170,7 @@ func (p remotePod) ciliumEndpoint() *ciliumv2.CiliumEndpoint {
 	return &ciliumv2.CiliumEndpoint{
 		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.namespace()},
 		Status: ciliumv2.EndpointStatus{
-			ID:       int64(1 + int(p.ip.As4()[3])),
+			ID:       int64(p.endpointID()),
 			Identity: &ciliumv2.EndpointIdentity{ID: identityID(p.identity), Labels: labels},
 			Networking: &ciliumv2.EndpointNetworking{
 				Addressing: ciliumv2.AddressPairList{{IPV4: p.ip.String()}},

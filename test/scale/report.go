@@ -54,7 +54,11 @@ func Table(results ...*Result) string {
 	row("Agent CPU per 1,000 remote endpoint changes (idle subtracted)", "", "", func(r *Result) string {
 		return fmt.Sprintf("%.0f ms (%d changes; idle %.1f%% of a core)", r.CPUPer1000()*1000, r.Changes, r.IdleCPU*100)
 	})
-	row("Remote pod's CEP write → agent's ipcache entry, p50 / p99 / max", "", "", func(r *Result) string {
+	latency := "Remote pod's CEP write → agent's ipcache entry, p50 / p99 / max"
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.Config.Mode == ModeKVStore }) {
+		latency = "Remote pod's CEP write (kvstore mode: its ipcache key's etcd put) → agent's ipcache entry (kvstore mode: of source kvstore), p50 / p99 / max"
+	}
+	row(latency, "", "", func(r *Result) string {
 		s := fmt.Sprintf("%s / %s / %s (%d samples)", ms(r.IPCache.P50), ms(r.IPCache.P99), ms(r.IPCache.Max), r.IPCache.N)
 		if r.IPCacheMissed > 0 {
 			s += fmt.Sprintf(", %d missed", r.IPCacheMissed)

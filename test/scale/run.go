@@ -29,7 +29,9 @@ import (
 	"github.com/cellium/cellium/api/client/clientset/versioned"
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/cells/cesbatcher"
 	"github.com/cellium/cellium/install"
+	"github.com/cellium/cellium/statedb/ipcache"
 	"github.com/cellium/cellium/test/harness"
 )
 
@@ -184,6 +186,9 @@ type runner struct {
 	metrics string           // the agent's /metrics URL
 	pprof   string           // the agent's pprof server (--pprof)
 	etcd    *clientv3.Client // in kvstore mode
+	// leases are the simulated nodes' session leases (kvstore mode),
+	// by node.
+	leases  []clientv3.LeaseID
 	scraper *http.Client
 
 	pool  *addressPool
@@ -242,7 +247,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 	}
-	iw, err := watchIPCache(ctx, r.api)
+	iw, err := watchIPCache(ctx, r.api, r.ipcacheSource())
 	if err != nil {
 		return nil, err
 	}
@@ -254,8 +259,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	res.Setup = time.Since(t0)
 	r.log("objects created", "took", res.Setup.Round(time.Millisecond))
 	t1 := time.Now()
-	// In CES mode the operator writes 10 slices a second, several times
-	// each while their pods arrive: allow 30 ms a pod.
+	// In CES mode the operator writes 10 slices a second below 100
+	// CiliumNodes (the chart's first step), several times each while
+	// their pods arrive: allow 30 ms a pod.
 	if err := r.waitIPCache(ctx, iw, r.pods, 2*time.Minute+time.Duration(r.cfg.Pods)*30*time.Millisecond); err != nil {
 		return nil, err
 	}
@@ -336,7 +342,16 @@ func (r *runner) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	slices := fmt.Sprintf("--enable-cilium-endpoint-slice=%t", r.cfg.Mode == ModeCES)
+	sliceArg := fmt.Sprintf("--enable-cilium-endpoint-slice=%t", r.cfg.Mode == ModeCES)
+	var cesArgs []string
+	if r.cfg.Mode == ModeCES && !r.cfg.operatorSetsCESRate() {
+		// What a Helm install runs: the chart's default
+		// ciliumEndpointSlice.rateLimits (10 writes a second and bursts
+		// of 20 below 100 CiliumNodes, 50 and 100 from 100 on), not the
+		// flag's default (10 and 20 at any size). A rate given with
+		// -operator-arg replaces it.
+		cesArgs = []string{"--" + cesbatcher.FlagRateLimits + "=" + cesbatcher.ChartRateLimits}
+	}
 	var kvArgs []string
 	if r.cfg.Mode == ModeKVStore {
 		// Both on the harness's etcd (the API server's too; the
@@ -352,10 +367,10 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	opArgs := append([]string{"--k8s-kubeconfig-path=" + opKube, "--operator-api-serve-addr=" + opAddr,
-		"--leader-election-namespace=" + install.Namespace, slices,
+		"--leader-election-namespace=" + install.Namespace, sliceArg,
 		// The simulated pods have no Pod objects, and their identities
 		// must outlive the run.
-		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, append(kvArgs, r.cfg.OperatorArgs...)...)
+		"--cilium-endpoint-gc-interval=0", "--identity-gc-interval=24h"}, slices.Concat(cesArgs, kvArgs, r.cfg.OperatorArgs)...)
 	if err := r.startProc("cellium-operator", filepath.Join(bin, "cellium-operator"), nil, opArgs...); err != nil {
 		return err
 	}
@@ -392,7 +407,7 @@ func (r *runner) start(ctx context.Context) error {
 	pprofArgs := []string{"--pprof", "--pprof-address=" + host, "--pprof-port=" + port}
 	agentArgs := append([]string{"--k8s-kubeconfig-path=" + agentKube, "--socket-path=" + socket,
 		"--prometheus-serve-addr=" + promAddr, "--state-dir=" + state, "--write-cni-conf-when-ready=",
-		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", slices},
+		"--enable-endpoint-routes=false", "--enable-bpf-datapath=false", "--enable-endpoint-health-checking=false", sliceArg},
 		append(append(append([]string{}, kvArgs...), pprofArgs...), r.cfg.AgentArgs...)...)
 	agentEnv := []string{"K8S_NODE_NAME=" + agentNode}
 	if r.cfg.HeapProfile != "" {
@@ -639,7 +654,8 @@ func (r *runner) parallel(ctx context.Context, n int, f func(ctx context.Context
 }
 
 // populate creates the namespaces, identities, nodes, pods' CEPs,
-// Services and NetworkPolicies.
+// Services and NetworkPolicies; in kvstore mode also the nodes' session
+// leases, node keys and the pods' ipcache keys.
 func (r *runner) populate(ctx context.Context) error {
 	cfg := r.cfg
 	r.log("creating namespaces and identities", "identities", cfg.Identities)
@@ -648,6 +664,11 @@ func (r *runner) populate(ctx context.Context) error {
 		return wrap(err, "create namespace")
 	}); err != nil {
 		return err
+	}
+	if cfg.Mode == ModeKVStore {
+		if err := r.grantLeases(ctx); err != nil {
+			return err
+		}
 	}
 	if err := r.parallel(ctx, cfg.Identities, func(ctx context.Context, i int) error {
 		if cfg.Mode == ModeKVStore {
@@ -660,6 +681,13 @@ func (r *runner) populate(ctx context.Context) error {
 	}
 	r.log("creating CiliumNodes", "nodes", cfg.Nodes)
 	if err := r.parallel(ctx, cfg.Nodes, func(ctx context.Context, n int) error {
+		// In kvstore mode a node's agent writes both its CiliumNode and
+		// its node key, as Cilium's does.
+		if cfg.Mode == ModeKVStore {
+			if err := r.putNodeKey(ctx, n); err != nil {
+				return err
+			}
+		}
 		_, err := r.cilium.CiliumV2().CiliumNodes().Create(ctx, ciliumNode(n), metav1.CreateOptions{})
 		return wrap(err, "create CiliumNode")
 	}); err != nil {
@@ -676,11 +704,9 @@ func (r *runner) populate(ctx context.Context) error {
 		}
 		r.pods[j] = remotePod{name: r.podName(), node: n, identity: j % podIdentities, ip: ip}
 	}
-	r.log("creating CiliumEndpoints", "pods", cfg.Pods)
+	r.log("creating the remote pods' endpoints", "pods", cfg.Pods)
 	if err := r.parallel(ctx, cfg.Pods, func(ctx context.Context, j int) error {
-		p := r.pods[j]
-		_, err := r.cilium.CiliumV2().CiliumEndpoints(p.namespace()).Create(ctx, p.ciliumEndpoint(), metav1.CreateOptions{})
-		return wrap(err, "create CiliumEndpoint")
+		return r.addPod(ctx, r.pods[j])
 	}); err != nil {
 		return err
 	}
@@ -707,6 +733,47 @@ func (r *runner) populate(ctx context.Context) error {
 }
 
 func (r *runner) podName() string { return fmt.Sprintf("pod-%07d", r.names.Add(1)) }
+
+// addPod writes what a new remote pod's agent writes: its CiliumEndpoint
+// and, in kvstore mode, first its ipcache key (the write the latency is
+// measured from in that mode). A Cilium agent in kvstore mode still
+// writes CiliumEndpoints (only --disable-endpoint-crd stops that), though
+// it watches none.
+func (r *runner) addPod(ctx context.Context, p remotePod) error {
+	if r.cfg.Mode == ModeKVStore {
+		if err := r.putIPCacheKey(ctx, p); err != nil {
+			return err
+		}
+	}
+	_, err := r.cilium.CiliumV2().CiliumEndpoints(p.namespace()).Create(ctx, p.ciliumEndpoint(), metav1.CreateOptions{})
+	return wrap(err, "create CiliumEndpoint")
+}
+
+// removePod deletes what a deleted remote pod's agent deletes: in
+// kvstore mode its ipcache key, then its CiliumEndpoint (one already gone
+// is no error).
+func (r *runner) removePod(ctx context.Context, p remotePod) error {
+	if r.cfg.Mode == ModeKVStore {
+		if err := r.deleteIPCacheKey(ctx, p); err != nil {
+			return err
+		}
+	}
+	err := r.cilium.CiliumV2().CiliumEndpoints(p.namespace()).Delete(ctx, p.name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return wrap(err, "delete CiliumEndpoint")
+}
+
+// ipcacheSource is the source of the agent's ipcache rows the remote
+// pods' writes make: their ipcache keys in kvstore mode (they win over
+// the CiliumEndpoints), else their CiliumEndpoints (or slices).
+func (r *runner) ipcacheSource() ipcache.Source {
+	if r.cfg.Mode == ModeKVStore {
+		return ipcache.SourceKVStore
+	}
+	return ipcache.SourceCiliumEndpoint
+}
 
 func wrap(err error, what string) error {
 	if err != nil {
@@ -740,7 +807,10 @@ func watchEnded(err error) error { return fmt.Errorf("the ipcache watch ended: %
 
 // churn replaces pods at cfg.Churn/2 per second for cfg.ChurnDuration
 // (each replacement: the old pod's CEP deleted, a new pod's CEP with a
-// new address created), samples the new pods' ipcache latency, and
+// new address created; in kvstore mode the old pod's ipcache key deleted
+// before its CEP and the new one's put before its CEP), samples the new
+// pods' ipcache latency (from the CEP's create, in kvstore mode from the
+// ipcache key's put), and
 // measures the agent's CPU, the watch events and cellium's writes over
 // the window.
 func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error {
@@ -804,12 +874,12 @@ func (r *runner) churn(ctx context.Context, res *Result, w *ipcacheWatch) error 
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := r.cilium.CiliumV2().CiliumEndpoints(old.namespace()).Delete(ctx, old.name, metav1.DeleteOptions{})
-			if err == nil || apierrors.IsNotFound(err) {
+			err := r.removePod(ctx, old)
+			if err == nil {
 				if sample {
 					w.expect(nu.ip, identityID(nu.identity), time.Now())
 				}
-				_, err = r.cilium.CiliumV2().CiliumEndpoints(nu.namespace()).Create(ctx, nu.ciliumEndpoint(), metav1.CreateOptions{})
+				err = r.addPod(ctx, nu)
 			}
 			if err != nil {
 				errMu.Lock()

@@ -16,18 +16,22 @@ import (
 
 // ipcacheWatch follows the agent's ipcache table through its changes
 // stream (GET /v1/statedb/ipcache/changes): it knows which address has
-// which identity from a CiliumEndpoint, and when each awaited address
-// first appeared with its identity, as the stream delivered it.
+// which identity from the remote pods' writes (rows of one source: a
+// CiliumEndpoint's, or in kvstore mode an ipcache key's), and when each
+// awaited address first appeared with its identity from that source, as
+// the stream delivered it.
 type ipcacheWatch struct {
 	mu      sync.Mutex
-	present map[netip.Addr]int64 // cilium-endpoint entries: address -> identity
+	source  ipcache.Source
+	present map[netip.Addr]int64 // the source's entries: address -> identity
 	waits   map[netip.Addr]*await
 	err     error
 	done    chan struct{}
 }
 
-// await is one sampled address: since is when its CiliumEndpoint was
-// written, seen when the ipcache first had it with identity id.
+// await is one sampled address: since is when its CiliumEndpoint (in
+// kvstore mode its ipcache key) was written, seen when the ipcache first
+// had it with identity id from the watched source.
 type await struct {
 	id    int64
 	since time.Time
@@ -41,13 +45,14 @@ type entryJSON struct {
 	Source   ipcache.Source `json:"source"`
 }
 
-// watchIPCache opens the stream and follows it until ctx ends.
-func watchIPCache(ctx context.Context, api *client.Client) (*ipcacheWatch, error) {
+// watchIPCache opens the stream and follows the rows of source until ctx
+// ends.
+func watchIPCache(ctx context.Context, api *client.Client, source ipcache.Source) (*ipcacheWatch, error) {
 	s, err := api.WatchStatedbTable(ctx, ipcache.TableName)
 	if err != nil {
 		return nil, fmt.Errorf("watch the agent's ipcache: %w", err)
 	}
-	w := &ipcacheWatch{present: map[netip.Addr]int64{}, waits: map[netip.Addr]*await{}, done: make(chan struct{})}
+	w := &ipcacheWatch{source: source, present: map[netip.Addr]int64{}, waits: map[netip.Addr]*await{}, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer s.Close()
@@ -66,22 +71,28 @@ func watchIPCache(ctx context.Context, api *client.Client) (*ipcacheWatch, error
 			if err := json.Unmarshal(ch.Object, &e); err != nil || !e.Prefix.IsSingleIP() {
 				continue
 			}
-			addr := e.Prefix.Addr()
 			w.mu.Lock()
-			switch {
-			case e.Source != ipcache.SourceCiliumEndpoint:
-			case ch.Deleted:
-				delete(w.present, addr)
-			default:
-				w.present[addr] = e.Identity
-				if a := w.waits[addr]; a != nil && a.seen.IsZero() && a.id == e.Identity {
-					a.seen = now
-				}
-			}
+			w.apply(e, ch.Deleted, now)
 			w.mu.Unlock()
 		}
 	}()
 	return w, nil
+}
+
+// apply takes one change of the table (one row per prefix: the winning
+// claim's). A row of another source, or none, means the watched source
+// has no entry for the address that counts (in kvstore mode: the pod's
+// key was deleted and its CiliumEndpoint's claim took over).
+func (w *ipcacheWatch) apply(e entryJSON, deleted bool, now time.Time) {
+	addr := e.Prefix.Addr()
+	if deleted || e.Source != w.source {
+		delete(w.present, addr)
+		return
+	}
+	w.present[addr] = e.Identity
+	if a := w.waits[addr]; a != nil && a.seen.IsZero() && a.id == e.Identity {
+		a.seen = now
+	}
 }
 
 // expect registers a sampled address about to be written with identity

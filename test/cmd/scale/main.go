@@ -1,7 +1,7 @@
 // Command scale runs the scale simulation (test/scale): one real
 // cellium-agent and cellium-operator among the objects of a large
 // simulated cluster, against a real kube-apiserver and etcd, in
-// CiliumEndpoint mode, CiliumEndpointSlice mode or both, and prints the
+// CiliumEndpoint mode, CiliumEndpointSlice mode, kvstore mode or several, and prints the
 // figures as one markdown table. `make scale` runs it;
 // Documentation/operations/scale.md explains it.
 package main
@@ -33,7 +33,7 @@ func run() error {
 	def := scale.CIConfig(scale.ModeCEP)
 	var (
 		cfg  = def
-		mode = flag.String("mode", "both", "cep, ces, kvstore (CEP mode with identities in etcd), both (cep and ces), all, or a comma-separated list")
+		mode = flag.String("mode", "both", "cep, ces (the operator at the Helm chart's --ces-rate-limits steps), kvstore (Cilium's kvstore mode: identities, node keys and ipcache keys in etcd, CEPs and CiliumNodes too), both (cep and ces), all, or a comma-separated list")
 		out  = flag.String("out", "", "also write the table to this file")
 		to   = flag.Duration("timeout", 2*time.Hour, "bound on the whole run")
 	)
@@ -54,7 +54,7 @@ func run() error {
 		cfg.AgentArgs = append(cfg.AgentArgs, v)
 		return nil
 	})
-	flag.Func("operator-arg", "a flag for cellium-operator (repeatable), e.g. -operator-arg=--ces-rate-limits=[{\"nodes\":0,\"limit\":50,\"burst\":100}]", func(v string) error {
+	flag.Func("operator-arg", "a flag for cellium-operator (repeatable), e.g. -operator-arg=--ces-rate-limits=[{\"nodes\":0,\"limit\":10,\"burst\":20}] (the flag's default instead of the chart's steps)", func(v string) error {
 		cfg.OperatorArgs = append(cfg.OperatorArgs, v)
 		return nil
 	})
