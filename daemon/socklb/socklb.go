@@ -385,11 +385,21 @@ func (l lazyServices) Lookup(k maps.ServiceSlot) (maps.ServiceValue, bool, error
 }
 func (l lazyServices) Dump() (map[maps.ServiceSlot]maps.ServiceValue, error) { return l.get().Dump() }
 
+// Batches lists the map in batches (the prune's rounds), when it can.
+func (l lazyServices) Batches() *maps.Batches[maps.ServiceSlot, maps.ServiceValue] {
+	return lbsync.ServiceBatches(l.get())
+}
+
 type lazyBackends struct{ get func() lbsync.BackendsMap }
 
 func (l lazyBackends) Update(ids []uint32, a []lb.L4Addr) error { return l.get().Update(ids, a) }
 func (l lazyBackends) Delete(ids []uint32) error                { return l.get().Delete(ids) }
 func (l lazyBackends) Dump() (map[uint32]lb.L4Addr, error)      { return l.get().Dump() }
+
+// Batches lists the map in batches (the prune's rounds), when it can.
+func (l lazyBackends) Batches() *maps.Batches[uint32, lb.L4Addr] {
+	return lbsync.BackendBatches(l.get())
+}
 
 type lazyMatch struct {
 	get func() lbsync.AffinityMatchMap
@@ -398,6 +408,11 @@ type lazyMatch struct {
 func (l lazyMatch) Update(k []maps.AffinityMatch) error { return l.get().Update(k) }
 func (l lazyMatch) Delete(k []maps.AffinityMatch) error { return l.get().Delete(k) }
 func (l lazyMatch) Dump() ([]maps.AffinityMatch, error) { return l.get().Dump() }
+
+// Batches lists the map in batches (the prune's rounds), when it can.
+func (l lazyMatch) Batches() *maps.Batches[maps.AffinityMatch, struct{}] {
+	return lbsync.AffinityMatchBatches(l.get())
+}
 
 // lazyRanges forwards to the source range map once the start hook has
 // opened it; without one (an opener that gives none) it holds nothing.

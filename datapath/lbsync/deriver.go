@@ -90,6 +90,10 @@ type Deriver struct {
 	ids  map[lb.L4Addr]uint32
 	used map[uint32]bool
 	next uint32
+	// idle are the backends that hold an ID but no reference (until the
+	// step releases them), kept with refs (addRef) so that check counts
+	// the IDs it could free without a walk over every backend.
+	idle map[lb.L4Addr]struct{}
 	// restored are IDs the backends map held when the agent started:
 	// a backend gets its old ID back, so that the services map's slots
 	// stay right while they are rewritten.
@@ -121,6 +125,7 @@ type bookkeeping struct {
 	refs map[lb.L4Addr]int
 	ids  map[lb.L4Addr]uint32
 	used map[uint32]bool
+	idle map[lb.L4Addr]struct{}
 	next uint32
 
 	entries map[string]int
@@ -129,12 +134,12 @@ type bookkeeping struct {
 }
 
 func (d *Deriver) save() bookkeeping {
-	return bookkeeping{refs: maps.Clone(d.refs), ids: maps.Clone(d.ids), used: maps.Clone(d.used), next: d.next,
+	return bookkeeping{refs: maps.Clone(d.refs), ids: maps.Clone(d.ids), used: maps.Clone(d.used), idle: maps.Clone(d.idle), next: d.next,
 		entries: maps.Clone(d.entries), total: d.total, refused: maps.Clone(d.refused)}
 }
 
 func (d *Deriver) restoreState(b bookkeeping) {
-	d.refs, d.ids, d.used, d.next = b.refs, b.ids, b.used, b.next
+	d.refs, d.ids, d.used, d.idle, d.next = b.refs, b.ids, b.used, b.idle, b.next
 	d.entries, d.total, d.refused = b.entries, b.total, b.refused
 }
 
@@ -156,7 +161,7 @@ func NewDeriver(t Tables, restore func() (map[lb.L4Addr]uint32, error)) *Deriver
 		t.Frontends.RegisterInitializer(wtxn, "k8s-services"),
 		t.Backends.RegisterInitializer(wtxn, "k8s-services"),
 	), sliceSvc: map[string]string{}, refs: map[lb.L4Addr]int{}, ids: map[lb.L4Addr]uint32{},
-		used: map[uint32]bool{}, next: 1, maxID: MaxBackendID,
+		used: map[uint32]bool{}, idle: map[lb.L4Addr]struct{}{}, next: 1, maxID: MaxBackendID,
 		entries: map[string]int{}, refused: map[string]bool{}, maxEntries: lbmaps.DefaultLBMapMax}
 	if t.MaxBackendID != 0 {
 		d.maxID = t.MaxBackendID
@@ -433,7 +438,7 @@ func (d *Deriver) syncService(rtxn statedb.ReadTxn, wtxn statedb.WriteTxn, name 
 	for _, f := range cur {
 		all, _ := f.AllBackends()
 		for _, b := range all {
-			d.refs[b]--
+			d.addRef(b, -1)
 			released = append(released, b)
 		}
 		if !wanted[f.Address] {
@@ -555,9 +560,17 @@ func (d *Deriver) check(wtxn statedb.WriteTxn, name string, want, cur []*lb.Fron
 	if fresh == 0 {
 		return nil
 	}
+	// The IDs held by backends nobody else references (those only this
+	// Service's current frontends do, or none) and the Service no longer
+	// wants: the idle ones and some of own.
 	free := int(d.maxID) - len(d.used)
-	for b := range d.ids {
-		if d.refs[b]-own[b] <= 0 && !wantB[b] {
+	for b := range d.idle {
+		if !wantB[b] {
+			free++
+		}
+	}
+	for b, n := range own {
+		if _, ok := d.ids[b]; ok && d.refs[b] > 0 && d.refs[b]-n <= 0 && !wantB[b] {
 			free++
 		}
 	}
@@ -662,7 +675,7 @@ func (d *Deriver) acquireAll(wtxn statedb.WriteTxn, bs []lb.L4Addr) ([]uint32, e
 // acquire takes a reference on backend b, giving it an ID and a row if
 // it has none.
 func (d *Deriver) acquire(wtxn statedb.WriteTxn, b lb.L4Addr) (uint32, error) {
-	d.refs[b]++
+	d.addRef(b, 1)
 	if id, ok := d.ids[b]; ok {
 		return id, nil
 	}
@@ -674,10 +687,11 @@ func (d *Deriver) acquire(wtxn statedb.WriteTxn, b lb.L4Addr) (uint32, error) {
 		}
 	}
 	if err != nil {
-		d.refs[b]--
+		d.addRef(b, -1)
 		return 0, err
 	}
 	d.ids[b], d.used[id] = id, true
+	d.syncIdle(b)
 	if _, _, err := d.t.Backends.Insert(wtxn, &lb.Backend{Address: b, ID: id, Status: reconciler.Pending()}); err != nil {
 		return 0, err
 	}
@@ -700,6 +714,7 @@ func (d *Deriver) reclaim(wtxn statedb.WriteTxn) error {
 // release forgets backend b and deletes its row.
 func (d *Deriver) release(wtxn statedb.WriteTxn, b lb.L4Addr) error {
 	delete(d.refs, b)
+	delete(d.idle, b)
 	if cur, _, ok := d.t.Backends.Get(wtxn, lb.BackendAddressIndex.Query(b)); ok && cur.Status.Kind != reconciler.StatusPendingDelete {
 		if _, _, err := d.t.Backends.Delete(wtxn, cur); err != nil {
 			return err
@@ -710,6 +725,22 @@ func (d *Deriver) release(wtxn statedb.WriteTxn, b lb.L4Addr) error {
 		delete(d.ids, b)
 	}
 	return nil
+}
+
+// addRef adds delta to b's references.
+func (d *Deriver) addRef(b lb.L4Addr, delta int) {
+	d.refs[b] += delta
+	d.syncIdle(b)
+}
+
+// syncIdle puts b in idle when it holds an ID without a reference, takes
+// it out otherwise.
+func (d *Deriver) syncIdle(b lb.L4Addr) {
+	if _, ok := d.ids[b]; ok && d.refs[b] <= 0 {
+		d.idle[b] = struct{}{}
+	} else {
+		delete(d.idle, b)
+	}
 }
 
 func (d *Deriver) allocate(b lb.L4Addr) (uint32, error) {

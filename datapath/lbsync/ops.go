@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"net/netip"
 	"slices"
 	"time"
@@ -86,9 +85,14 @@ type FrontendOps struct {
 	// frontends that differ. The reconciler calls the operations
 	// serially.
 	written map[lb.L4Addr]uint64
+	// prune is the prune under way (PruneRound), nil when none is.
+	prune *frontendPrune
 }
 
-var _ reconciler.Operations[*lb.Frontend] = (*FrontendOps)(nil)
+var (
+	_ reconciler.Operations[*lb.Frontend]  = (*FrontendOps)(nil)
+	_ reconciler.RoundPruner[*lb.Frontend] = (*FrontendOps)(nil)
+)
 
 // NewFrontendOps reconciles into m and match; backends is the lb-backends
 // table, whose statuses say which backends are in the backends map.
@@ -297,6 +301,7 @@ func (o *FrontendOps) Update(_ context.Context, txn statedb.ReadTxn, f *lb.Front
 		return nil
 	}
 	delete(o.written, f.Address)
+	o.touch(f.Address)
 	if err := o.update(txn, f); err != nil {
 		return err
 	}
@@ -448,6 +453,7 @@ func (o *FrontendOps) update(txn statedb.ReadTxn, f *lb.Frontend) error {
 // internal scope, the affinity matches and the source ranges.
 func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Frontend) error {
 	delete(o.written, f.Address)
+	o.touch(f.Address)
 	_, allIDs := f.AllBackends()
 	var ids []uint32
 	for _, scope := range []uint8{maps.ScopeExt, maps.ScopeInt} {
@@ -493,117 +499,6 @@ func (o *FrontendOps) Delete(_ context.Context, _ statedb.ReadTxn, f *lb.Fronten
 	return nil
 }
 
-// scopeKey is a frontend's scope.
-type scopeKey struct {
-	fe    lb.L4Addr
-	scope uint8
-}
-
-// Prune implements reconciler.Operations: it lists the maps, then
-// deletes the frontends no row wants (slot 0 of the external scope
-// first), the slots above each desired scope's count, the scopes no row
-// has and the affinity matches no row has; then the source ranges no row
-// has, except those of a frontend whose slot 0 still carries
-// LB4_SVC_SOURCE_RANGE (its Update removes them after clearing it).
-// Last, a frontend whose Update was skipped as unchanged but whose
-// entries the maps do not hold as written (changed behind the agent's
-// back) is written again.
-func (o *FrontendOps) Prune(ctx context.Context, txn statedb.ReadTxn, desired iter.Seq2[*lb.Frontend, statedb.Revision]) error {
-	have, err := o.m.Dump()
-	if err != nil {
-		return fmt.Errorf("list services map: %w", err)
-	}
-	haveMatch, err := o.match.Dump()
-	if err != nil {
-		return fmt.Errorf("list affinity match map: %w", err)
-	}
-	want := map[scopeKey]int{}
-	wantMatch := map[maps.AffinityMatch]bool{}
-	wantRange := map[maps.SourceRange]bool{}
-	for f := range desired {
-		for _, r := range rangeKeys(f.Address, f.SourceRanges) {
-			wantRange[r] = true
-		}
-		want[scopeKey{f.Address, maps.ScopeExt}] = len(f.BackendIDs)
-		if f.TwoScopes {
-			want[scopeKey{f.Address, maps.ScopeInt}] = len(f.IntBackendIDs)
-		}
-		_, ids := f.AllBackends()
-		for _, id := range ids {
-			wantMatch[maps.AffinityMatch{Frontend: f.Address, BackendID: id}] = true
-		}
-	}
-	var strayMatch []maps.AffinityMatch
-	present := make(map[maps.AffinityMatch]bool, len(haveMatch))
-	for _, k := range haveMatch {
-		present[k] = true
-		if !wantMatch[k] {
-			strayMatch = append(strayMatch, k)
-		}
-	}
-	var zero, rest []maps.ServiceSlot
-	for k := range have {
-		n, ok := want[scopeKey{k.Frontend, k.Scope}]
-		// A slot of the bank its slot 0 does not name (an update that
-		// stopped half way), or without a slot 0, is stray.
-		v0, has0 := have[maps.ServiceSlot{Frontend: k.Frontend, Scope: k.Scope}]
-		switch {
-		case !ok && k.Slot == 0 && k.Bank == 0 && k.Scope == maps.ScopeExt:
-			zero = append(zero, k)
-		case !ok || int(k.Slot) > n || (k.Slot == 0 && k.Bank != 0) ||
-			(k.Slot > 0 && (!has0 || k.Bank != bankOf(v0))):
-			rest = append(rest, k)
-		}
-	}
-	if err := o.m.Delete(zero); err != nil {
-		return fmt.Errorf("prune %d frontends: %w", len(zero), err)
-	}
-	if err := o.m.Delete(rest); err != nil {
-		return fmt.Errorf("prune %d slots: %w", len(rest), err)
-	}
-	if err := o.match.Delete(strayMatch); err != nil {
-		return fmt.Errorf("prune %d affinity matches: %w", len(strayMatch), err)
-	}
-	if o.maglev != nil {
-		if err := o.maglev.prune(desired); err != nil {
-			return err
-		}
-	}
-	var missingRanges map[lb.L4Addr]bool
-	if o.ranges != nil {
-		if missingRanges, err = o.pruneRanges(have, zero, wantRange); err != nil {
-			return err
-		}
-	}
-	// The frontends skipped as written whose entries differ from the
-	// row: services map, affinity matches, a Maglev table prune found
-	// gone, source ranges.
-	var drifted []*lb.Frontend
-	for f := range desired {
-		// Only rows as last written: a row changed since waits for its
-		// own Update (its backends may not be ready yet).
-		if fp, ok := o.written[f.Address]; !ok || fp != writtenFingerprint(f) {
-			continue
-		}
-		lostTable := false
-		if o.maglev != nil {
-			_, ok := o.maglev.written[f.Address]
-			lostTable = !ok && o.maglev.wants(f)
-		}
-		if lostTable || missingRanges[f.Address] || !o.holds(have, present, f) {
-			drifted = append(drifted, f)
-		}
-	}
-	var errs []error
-	for _, f := range drifted {
-		delete(o.written, f.Address)
-		if err := o.Update(ctx, txn, f); err != nil {
-			errs = append(errs, fmt.Errorf("rewrite frontend %v the maps lost: %w", f.Address, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // holds reports whether the services map have and the affinity matches
 // present hold f as Update writes it: both scopes' slot 0 and slots in
 // the bank slot 0 names, and a match per backend.
@@ -642,50 +537,18 @@ func (o *FrontendOps) holds(have map[maps.ServiceSlot]maps.ServiceValue, present
 	return true
 }
 
-// pruneRanges deletes the source ranges no row wants (wantRange), except
-// those of a frontend whose slot 0 in have still carries
-// LB4_SVC_SOURCE_RANGE and is not among the deleted zero, and returns
-// the frontends a wanted range is missing from.
-func (o *FrontendOps) pruneRanges(have map[maps.ServiceSlot]maps.ServiceValue, zero []maps.ServiceSlot, wantRange map[maps.SourceRange]bool) (map[lb.L4Addr]bool, error) {
-	haveRange, err := o.ranges.Dump()
-	if err != nil {
-		return nil, fmt.Errorf("list source range map: %w", err)
-	}
-	var strayRange []maps.SourceRange
-	kept := map[lb.L4Addr][]netip.Prefix{}
-	found := make(map[maps.SourceRange]bool, len(haveRange))
-	for _, r := range haveRange {
-		found[r] = true
-		// A slot 0 still flagged (not pruned above) keeps its ranges.
-		zeroKey := maps.ServiceSlot{Frontend: r.Frontend, Scope: maps.ScopeExt}
-		v, ok := have[zeroKey]
-		flagged := ok && v.SourceRange && !slices.Contains(zero, zeroKey)
-		if wantRange[r] || flagged {
-			kept[r.Frontend] = append(kept[r.Frontend], r.Prefix)
-			continue
-		}
-		strayRange = append(strayRange, r)
-	}
-	if err := o.ranges.Delete(strayRange); err != nil {
-		return nil, fmt.Errorf("prune %d source ranges: %w", len(strayRange), err)
-	}
-	o.haveRanges, o.rangesLoaded = kept, true
-	missing := map[lb.L4Addr]bool{}
-	for r := range wantRange {
-		if !found[r] {
-			missing[r.Frontend] = true
-		}
-	}
-	return missing, nil
-}
-
 // BackendOps reconciles the lb-backends table into the backends map.
 type BackendOps struct {
 	m        BackendsMap
 	backends statedb.Table[*lb.Backend]
+	// prune is the prune under way (PruneRound), nil when none is.
+	prune *backendPrune
 }
 
-var _ reconciler.Operations[*lb.Backend] = (*BackendOps)(nil)
+var (
+	_ reconciler.Operations[*lb.Backend]  = (*BackendOps)(nil)
+	_ reconciler.RoundPruner[*lb.Backend] = (*BackendOps)(nil)
+)
 
 // NewBackendOps reconciles the table backends into m.
 func NewBackendOps(m BackendsMap, backends statedb.Table[*lb.Backend]) *BackendOps {
@@ -694,6 +557,7 @@ func NewBackendOps(m BackendsMap, backends statedb.Table[*lb.Backend]) *BackendO
 
 // Update implements reconciler.Operations.
 func (o *BackendOps) Update(_ context.Context, _ statedb.ReadTxn, b *lb.Backend) error {
+	o.touch(b.ID)
 	if err := o.m.Update([]uint32{b.ID}, []lb.L4Addr{b.Address}); err != nil {
 		return fmt.Errorf("backend %d (%v): %w", b.ID, b.Address, err)
 	}
@@ -707,30 +571,9 @@ func (o *BackendOps) Delete(_ context.Context, txn statedb.ReadTxn, b *lb.Backen
 	if cur, _, ok := o.backends.Get(txn, lb.BackendIDIndex.Query(b.ID)); ok && cur.Address != b.Address {
 		return nil
 	}
+	o.touch(b.ID)
 	if err := o.m.Delete([]uint32{b.ID}); err != nil {
 		return fmt.Errorf("delete backend %d (%v): %w", b.ID, b.Address, err)
-	}
-	return nil
-}
-
-// Prune implements reconciler.Operations: it lists the map, then deletes
-// the IDs no row has.
-func (o *BackendOps) Prune(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*lb.Backend, statedb.Revision]) error {
-	have, err := o.m.Dump()
-	if err != nil {
-		return fmt.Errorf("list backends map: %w", err)
-	}
-	for b := range desired {
-		if a, ok := have[b.ID]; ok && a == b.Address {
-			delete(have, b.ID)
-		}
-	}
-	var stray []uint32
-	for id := range have {
-		stray = append(stray, id)
-	}
-	if err := o.m.Delete(stray); err != nil {
-		return fmt.Errorf("prune %d backends: %w", len(stray), err)
 	}
 	return nil
 }

@@ -9,7 +9,11 @@
 // and Operations.Prune removes what exists but is not desired. The full
 // pass goes in rounds (RoundLimit objects or 10 ms, whichever comes first)
 // with the changes that came meanwhile applied between them, so a change
-// never waits for the whole pass of a large table.
+// never waits for the whole pass of a large table. A target whose prune is
+// long (a BPF map of 100,000s of entries) implements RoundPruner: its
+// prune then goes in rounds of about 10 ms too, with the changes applied
+// between them; such a target lists first and leaves alone what the
+// changes between its rounds wrote.
 //
 // A deletion that fails is not only remembered in memory: the object goes
 // back into the table with status PendingDelete and the error, so that

@@ -20,6 +20,7 @@ type Reconciler[Obj any] struct {
 	db      *statedb.DB
 	changes statedb.ChangeIterator[Obj]
 	batch   BatchOperations[Obj]
+	pruner  RoundPruner[Obj]
 
 	retries   map[string]*retryItem[Obj]
 	lastErr   error
@@ -30,6 +31,20 @@ type Reconciler[Obj any] struct {
 	// between incremental rounds (so that a change waits for one round of
 	// it, not all of it); nil when none is under way.
 	pass []Obj
+	// pruning is set while a RoundPruner's prune is under way (after the
+	// pass); pruneTime is the time its rounds took so far, and
+	// pruneDeletes the failed deletions retried when it began: only
+	// those can the prune have done.
+	pruning      bool
+	pruneTime    time.Duration
+	pruneDeletes map[string]pruneDelete[Obj]
+}
+
+// pruneDelete is a failed deletion retried when a prune began, and its
+// attempts then.
+type pruneDelete[Obj any] struct {
+	item     *retryItem[Obj]
+	attempts int
 }
 
 type retryItem[Obj any] struct {
@@ -47,6 +62,7 @@ func New[Obj any](db *statedb.DB, cfg Config[Obj]) (*Reconciler[Obj], error) {
 	}
 	r := &Reconciler[Obj]{cfg: cfg, db: db, retries: map[string]*retryItem[Obj]{}}
 	r.batch, _ = cfg.Operations.(BatchOperations[Obj])
+	r.pruner, _ = cfg.Operations.(RoundPruner[Obj])
 	return r, nil
 }
 
@@ -116,7 +132,7 @@ func (r *Reconciler[Obj]) Run(ctx context.Context, health Health) {
 		r.retry(ctx)
 		r.report(health)
 
-		if r.pass != nil {
+		if r.pass != nil || r.pruning {
 			// The full pass goes on after the changes that came meanwhile.
 			closed := make(chan struct{})
 			close(closed)
@@ -250,9 +266,13 @@ const fullRoundBudget = 10 * time.Millisecond
 
 // full reconciles every object again and then prunes the target, one
 // round of at most RoundLimit objects or fullRoundBudget per call (each
-// object at its current version); it reports whether the pass is over.
+// object at its current version); a RoundPruner prunes in rounds of
+// fullRoundBudget too. It reports whether the pass is over.
 func (r *Reconciler[Obj]) full(ctx context.Context) bool {
 	txn := r.db.ReadTxn()
+	if r.pruning {
+		return r.pruneRound(ctx, txn)
+	}
 	if r.pass == nil {
 		r.pass = []Obj{}
 		for obj := range r.cfg.Table.All(txn) {
@@ -283,30 +303,64 @@ func (r *Reconciler[Obj]) full(ctx context.Context) bool {
 			updates = append(updates, statusUpdate[Obj]{obj, rev, Done()})
 		}
 	}
+	r.writeStatuses(updates)
 	if len(r.pass) > 0 {
-		r.writeStatuses(updates)
 		return false
 	}
 	r.pass = nil
+	r.pruning, r.pruneTime = true, 0
+	r.pruneDeletes = map[string]pruneDelete[Obj]{}
+	for key, item := range r.retries {
+		if item.delete {
+			r.pruneDeletes[key] = pruneDelete[Obj]{item, item.attempts}
+		}
+	}
+	if r.pruner != nil {
+		// The first round (the listing) after the changes that came
+		// during the pass's last round.
+		return false
+	}
+	return r.pruneRound(ctx, txn)
+}
+
+// pruneRound runs Prune, or a round of a RoundPruner's prune, and when
+// the prune is over ends the full reconciliation; it reports whether it
+// is over.
+func (r *Reconciler[Obj]) pruneRound(ctx context.Context, txn statedb.ReadTxn) bool {
 	t0 := time.Now()
-	err := r.cfg.Operations.Prune(ctx, txn, r.desired(txn))
-	r.observe("prune", time.Since(t0), err)
+	done, err := true, error(nil)
+	if r.pruner != nil {
+		done, err = r.pruner.PruneRound(ctx, txn, r.desired(txn), fullRoundBudget)
+		r.observe("prune-round", time.Since(t0), err)
+	} else {
+		err = r.cfg.Operations.Prune(ctx, txn, r.desired(txn))
+	}
+	r.pruneTime += time.Since(t0)
+	if err == nil && !done {
+		return false
+	}
+	r.observe("prune", r.pruneTime, err)
+	r.pruning = false
+	deletes := r.pruneDeletes
+	r.pruneDeletes = nil
 	if err != nil {
 		r.lastErr = fmt.Errorf("prune: %w", err)
 		r.fullFails++
 		r.fullAfter = time.Now().Add(r.backoff(r.fullFails))
-	} else {
-		r.fullFails, r.fullAfter = 0, time.Time{}
-		var pruned []BatchEntry[Obj]
-		for key, item := range r.retries {
-			if item.delete {
-				delete(r.retries, key) // pruning removed it
-				pruned = append(pruned, BatchEntry[Obj]{Object: item.obj})
-			}
-		}
-		defer r.writePendingDeletes(nil, pruned)
+		return true
 	}
-	r.writeStatuses(updates)
+	r.fullFails, r.fullAfter = 0, time.Time{}
+	var pruned []BatchEntry[Obj]
+	for key, d := range deletes {
+		// Pruning removed it, unless it was tried again while a
+		// RoundPruner's prune went on (that target leaves alone what
+		// changed since its listing).
+		if r.retries[key] == d.item && d.item.attempts == d.attempts {
+			delete(r.retries, key)
+			pruned = append(pruned, BatchEntry[Obj]{Object: d.item.obj})
+		}
+	}
+	r.writePendingDeletes(nil, pruned)
 	return true
 }
 

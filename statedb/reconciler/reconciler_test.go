@@ -516,3 +516,142 @@ func TestChangeDuringFullPassWaitsOneRound(t *testing.T) {
 		t.Errorf("the change waited for %d updates of the full pass, want at most one round (%d)", waited, roundLimit)
 	}
 }
+
+// roundPruner is a target whose prune takes many rounds (each a little
+// time, as a batch of a map listing does): the first lists the state, the
+// last deletes what the then current desired does not have. Its Prune
+// runs all the rounds in one go.
+type roundPruner struct {
+	*fakeTarget
+	rounds int
+	mu     sync.Mutex
+	// round counts the rounds of the prune under way (0: none); log
+	// records "update <name> <round>" and "prune-done".
+	round  int
+	listed []string
+	log    []string
+	onRound func(round int)
+}
+
+func (p *roundPruner) Update(ctx context.Context, txn statedb.ReadTxn, r *route) error {
+	p.mu.Lock()
+	p.log = append(p.log, fmt.Sprintf("update %s %d", r.Name, p.round))
+	p.mu.Unlock()
+	return p.fakeTarget.Update(ctx, txn, r)
+}
+
+func (p *roundPruner) PruneRound(_ context.Context, _ statedb.ReadTxn, desired iter.Seq2[*route, statedb.Revision], _ time.Duration) (bool, error) {
+	p.mu.Lock()
+	p.round++
+	round := p.round
+	if round == 1 {
+		p.listed = slices.Collect(maps.Keys(p.snapshot()))
+	}
+	p.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	if p.onRound != nil {
+		p.onRound(round)
+	}
+	if round < p.rounds {
+		return false, nil
+	}
+	want := map[string]bool{}
+	for r := range desired {
+		want[r.Name] = true
+	}
+	p.fakeTarget.mu.Lock()
+	for _, name := range p.listed {
+		if !want[name] {
+			delete(p.fakeTarget.state, name)
+			p.fakeTarget.pruned = append(p.fakeTarget.pruned, name)
+		}
+	}
+	p.fakeTarget.mu.Unlock()
+	p.mu.Lock()
+	p.round = 0
+	p.log = append(p.log, "prune-done")
+	p.mu.Unlock()
+	return true, nil
+}
+
+func (p *roundPruner) Prune(ctx context.Context, txn statedb.ReadTxn, desired iter.Seq2[*route, statedb.Revision]) error {
+	for {
+		done, err := p.PruneRound(ctx, txn, desired, time.Hour)
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// A change that comes while a RoundPruner's prune is under way is applied
+// between two of its rounds, not after the whole prune (the prune of the
+// services map at 10,000 Services lists 110,000 entries), and the prune
+// still removes the stray state and leaves the new object.
+func TestChangeDuringPruneWaitsOneRound(t *testing.T) {
+	const rounds = 50
+	db := statedb.New()
+	tbl, err := statedb.NewTable(db, "routes", routeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &roundPruner{fakeTarget: newFakeTarget(), rounds: rounds}
+	target.set("stray", 9)
+	insertedAt := make(chan int, 1)
+	var once sync.Once
+	target.onRound = func(round int) {
+		if round == 5 {
+			once.Do(func() {
+				insert(db, tbl, &route{Name: "new", Value: 1})
+				insertedAt <- round
+			})
+		}
+	}
+	r, err := reconciler.New(db, reconciler.Config[*route]{
+		Name:         "routes",
+		Table:        tbl,
+		GetStatus:    func(r *route) reconciler.Status { return r.Status },
+		SetStatus:    func(r *route, s reconciler.Status) *route { c := *r; c.Status = s; return &c },
+		Operations:   target,
+		FullInterval: time.Hour, // the one at start
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert(db, tbl, &route{Name: "a", Value: 1})
+	wtxn := db.WriteTxn(tbl)
+	tbl.RegisterInitializer(wtxn, "test")(wtxn)
+	wtxn.Commit()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, nopHealth{}) }()
+	defer func() { cancel(); <-done }()
+	at := <-insertedAt
+	waitFor(t, "the prune done", func() bool {
+		target.mu.Lock()
+		defer target.mu.Unlock()
+		return slices.Contains(target.log, "prune-done")
+	})
+	target.mu.Lock()
+	log := slices.Clone(target.log)
+	target.mu.Unlock()
+	applied := -1
+	for _, l := range log {
+		var round int
+		if _, err := fmt.Sscanf(l, "update new %d", &round); err == nil {
+			applied = round
+			break
+		}
+		if l == "prune-done" {
+			break
+		}
+	}
+	if applied < 0 {
+		t.Fatalf("the new route was applied after the prune's %d rounds, not between them: %v", rounds, log)
+	}
+	if applied-at > 1 {
+		t.Errorf("the new route inserted in round %d was applied after round %d, want the next", at, applied)
+	}
+	if got := target.snapshot(); !maps.Equal(got, map[string]int{"a": 1, "new": 1}) {
+		t.Errorf("target after the prune: %v, want a and new only", got)
+	}
+}

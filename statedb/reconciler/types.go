@@ -74,6 +74,21 @@ type Operations[Obj any] interface {
 	Prune(ctx context.Context, txn statedb.ReadTxn, desired iter.Seq2[Obj, statedb.Revision]) error
 }
 
+// RoundPruner is implemented by targets whose Prune takes long (listing a
+// map of 100,000s of entries): the reconciler then prunes with PruneRound
+// instead of Prune, a round at a time, and applies the changes that came
+// meanwhile (Update, Delete) between the rounds, so that a change waits for
+// one round, not the whole prune.
+type RoundPruner[Obj any] interface {
+	// PruneRound does the next part of a prune in about budget and
+	// reports whether the prune is over; the first call after one that
+	// reported it over (or failed) starts a new prune, which lists the
+	// target first. txn and desired are current at each call: a round
+	// must not delete what desired or the Updates since the listing
+	// wrote still want. An error ends the prune.
+	PruneRound(ctx context.Context, txn statedb.ReadTxn, desired iter.Seq2[Obj, statedb.Revision], budget time.Duration) (done bool, err error)
+}
+
 // BatchEntry is one object of a batch and, after the call, its outcome.
 type BatchEntry[Obj any] struct {
 	Object Obj
