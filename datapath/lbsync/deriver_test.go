@@ -427,3 +427,60 @@ func TestDeriverKPRWaitsForLocalNode(t *testing.T) {
 		t.Errorf("frontends %q, want %q", got, want)
 	}
 }
+
+// A step's bookkeeping changes are put back whole by rollback (a failed
+// step), without copying the bookkeeping first: after random Services are
+// derived again (backends taken and dropped, IDs handed out and freed,
+// Services refused), rollback leaves every map as it was.
+func TestDeriverRollback(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tt := newTables(t)
+	tt.Tables.MaxBackendID = 12
+	d := NewDeriver(tt.Tables, nil)
+	if err := d.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	churn := func() {
+		wtxn := tt.DB.WriteTxn(tt.svcs, tt.slices)
+		for range 4 {
+			i := 1 + rng.IntN(5)
+			ready := map[int]bool{}
+			for range rng.IntN(6) {
+				ready[1+rng.IntN(10)] = true
+			}
+			_, _, _ = tt.svcs.Insert(wtxn, service(i, "http TCP 80"))
+			_, _, _ = tt.slices.Insert(wtxn, slice(fmt.Sprintf("s%d", i), i, ready, "http TCP 8080"))
+		}
+		wtxn.Commit()
+	}
+	for range 20 {
+		churn()
+		if _, _, _, err := d.Step(); err != nil {
+			t.Fatal(err)
+		}
+		before := fmt.Sprint(d.refs, d.ids, d.used, d.idle, d.next, d.entries, d.total, d.refused)
+		churn()
+		d.begin()
+		rtxn := tt.DB.ReadTxn()
+		wtxn := tt.DB.WriteTxn(tt.Frontends, tt.Backends)
+		for i := 1; i <= 5; i++ {
+			rel, err := d.syncService(rtxn, wtxn, fmt.Sprintf("ns/svc%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range rel {
+				if d.refs[b] <= 0 {
+					if err := d.release(wtxn, b); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		wtxn.Abort()
+		d.rollback()
+		if after := fmt.Sprint(d.refs, d.ids, d.used, d.idle, d.next, d.entries, d.total, d.refused); after != before {
+			t.Fatalf("after rollback:\n%s\nwant\n%s", after, before)
+		}
+	}
+}
