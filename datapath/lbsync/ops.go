@@ -85,8 +85,11 @@ type FrontendOps struct {
 	// frontends that differ. The reconciler calls the operations
 	// serially.
 	written map[lb.L4Addr]uint64
-	// prune is the prune under way (PruneRound), nil when none is.
-	prune *frontendPrune
+	// prune is the prune under way (PruneRound), nil when none is;
+	// listed are the entries of the services and affinity match maps the
+	// last one listed.
+	prune  *frontendPrune
+	listed [2]int
 }
 
 var (
@@ -541,8 +544,10 @@ func (o *FrontendOps) holds(have map[maps.ServiceSlot]maps.ServiceValue, present
 type BackendOps struct {
 	m        BackendsMap
 	backends statedb.Table[*lb.Backend]
-	// prune is the prune under way (PruneRound), nil when none is.
-	prune *backendPrune
+	// prune is the prune under way (PruneRound), nil when none is;
+	// listed are the entries the last one listed.
+	prune  *backendPrune
+	listed int
 }
 
 var (
