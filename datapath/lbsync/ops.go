@@ -601,8 +601,15 @@ func FrontendsConfigWithRanges(t Tables, m ServicesMap, match AffinityMatchMap, 
 		Name: FrontendsReconciler, Table: t.Frontends, Operations: ops,
 		GetStatus: func(f *lb.Frontend) reconciler.Status { return f.Status },
 		SetStatus: (*lb.Frontend).WithStatus,
-		// A frontend waits for its backends: retry soon.
+		// A frontend waits for its backends: retry soon, and at once when
+		// the backends' rows change (a status written after the backends
+		// map was), instead of after a backoff that doubled meanwhile.
 		RetryMin: 5 * time.Millisecond, RetryMax: 5 * time.Second,
+		Wake: func(txn statedb.ReadTxn) <-chan struct{} {
+			_, w := t.Backends.AllWatch(txn)
+			return w
+		},
+		Waits: func(err error) bool { return errors.Is(err, ErrBackendNotReady) },
 	}
 }
 

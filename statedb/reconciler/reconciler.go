@@ -118,6 +118,10 @@ func (r *Reconciler[Obj]) Run(ctx context.Context, health Health) {
 	needFull := true
 	retryTimer := time.NewTimer(time.Hour)
 	defer retryTimer.Stop()
+	var wake <-chan struct{}
+	if r.cfg.Wake != nil {
+		wake = r.cfg.Wake(r.db.ReadTxn())
+	}
 
 	for {
 		watch := r.incremental(ctx)
@@ -155,6 +159,14 @@ func (r *Reconciler[Obj]) Run(ctx context.Context, health Health) {
 			needFull = true
 		case <-initWatch:
 			initialized, initWatch = true, nil
+		case <-wake:
+			wake = r.cfg.Wake(r.db.ReadTxn())
+			now := time.Now()
+			for _, item := range r.retries {
+				if !item.delete && r.cfg.Waits(item.err) {
+					item.at = now
+				}
+			}
 		}
 	}
 }

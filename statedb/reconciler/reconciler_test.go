@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -653,5 +654,74 @@ func TestChangeDuringPruneWaitsOneRound(t *testing.T) {
 	}
 	if got := target.snapshot(); !maps.Equal(got, map[string]int{"a": 1, "new": 1}) {
 		t.Errorf("target after the prune: %v, want a and new only", got)
+	}
+}
+
+// errWaiting is what waitingTarget's Update returns until ready is set.
+var errWaiting = errors.New("waiting for the other table")
+
+// waitingTarget fails an Update with errWaiting until ready.
+type waitingTarget struct {
+	*fakeTarget
+	ready atomic.Bool
+}
+
+func (w *waitingTarget) Update(ctx context.Context, txn statedb.ReadTxn, r *route) error {
+	if !w.ready.Load() {
+		return fmt.Errorf("route %s: %w", r.Name, errWaiting)
+	}
+	return w.fakeTarget.Update(ctx, txn, r)
+}
+
+// An object that waits for another table (a frontend for its backends) is
+// retried as soon as that table changes (Wake), not after its backoff, which
+// has grown meanwhile; other failures keep their backoff.
+func TestWakeRetriesWaitingObject(t *testing.T) {
+	db := statedb.New()
+	tbl, err := statedb.NewTable(db, "routes", routeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := statedb.NewTable(db, "other", routeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &waitingTarget{fakeTarget: newFakeTarget()}
+	r, err := reconciler.New(db, reconciler.Config[*route]{
+		Name:      "routes",
+		Table:     tbl,
+		GetStatus: func(r *route) reconciler.Status { return r.Status },
+		SetStatus: func(r *route, s reconciler.Status) *route { c := *r; c.Status = s; return &c },
+		Operations: target,
+		// Without the wake the retry after the first failure comes only
+		// after a minute.
+		RetryMin: time.Minute, RetryMax: time.Hour,
+		Wake: func(txn statedb.ReadTxn) <-chan struct{} {
+			_, w := other.AllWatch(txn)
+			return w
+		},
+		Waits: func(err error) bool { return errors.Is(err, errWaiting) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, nopHealth{}) }()
+	defer func() { cancel(); <-done }()
+	insert(db, tbl, &route{Name: "a", Value: 1})
+	waitFor(t, "a failing", func() bool {
+		o, _, ok := tbl.Get(db.ReadTxn(), routeName.Query("a"))
+		return ok && o.Status.Kind == reconciler.StatusError
+	})
+	target.ready.Store(true)
+	began := time.Now()
+	insert(db, other, &route{Name: "x"})
+	waitFor(t, "a done after the other table changed", func() bool {
+		o, _, ok := tbl.Get(db.ReadTxn(), routeName.Query("a"))
+		return ok && o.Status.Kind == reconciler.StatusDone
+	})
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("a retried %s after the wake", d)
 	}
 }

@@ -136,6 +136,14 @@ type Config[Obj any] struct {
 	// RetryMin and RetryMax bound the exponential retry backoff.
 	// Defaults: 10ms and 30s.
 	RetryMin, RetryMax time.Duration
+	// Wake and Waits are for objects that wait for something another
+	// writer does (a frontend for its backends to be in the backends map):
+	// Wake returns a channel that closes when that may have happened (the
+	// other table changed); then the objects whose last error Waits
+	// reports are retried at once, not after their backoff. Both or
+	// neither.
+	Wake  func(txn statedb.ReadTxn) <-chan struct{}
+	Waits func(err error) bool
 	// RoundLimit caps the changes processed per incremental round
 	// (default 1000), so status writes are batched and bounded.
 	RoundLimit int
@@ -153,6 +161,8 @@ func (c *Config[Obj]) validate() error {
 		return fmt.Errorf("reconciler %s: GetStatus and SetStatus are required", c.Name)
 	case c.Operations == nil:
 		return fmt.Errorf("reconciler %s: Operations is required", c.Name)
+	case (c.Wake == nil) != (c.Waits == nil):
+		return fmt.Errorf("reconciler %s: Wake and Waits go together", c.Name)
 	}
 	if c.RetryMin <= 0 {
 		c.RetryMin = 10 * time.Millisecond
