@@ -25,7 +25,9 @@ func TestPruneRoundsKeepWhatChangesWrote(t *testing.T) {
 	fops := NewFrontendOps(fakeServices{f}, fakeMatch{f}, tt.Backends)
 	bops := NewBackendOps(fakeBackends{f}, tt.Backends)
 	ctx := context.Background()
-	fe := func(i int) lb.L4Addr { return lb.L4Addr{Addr: mustAddr(fmt.Sprintf("10.96.0.%d", i)), Port: 80, Proto: lb.TCP} }
+	fe := func(i int) lb.L4Addr {
+		return lb.L4Addr{Addr: mustAddr(fmt.Sprintf("10.96.0.%d", i)), Port: 80, Proto: lb.TCP}
+	}
 	be := func(i uint32) lb.L4Addr {
 		return lb.L4Addr{Addr: mustAddr(fmt.Sprintf("10.0.0.%d", i)), Port: 8080, Proto: lb.TCP}
 	}

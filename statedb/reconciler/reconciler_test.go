@@ -528,9 +528,9 @@ type roundPruner struct {
 	mu     sync.Mutex
 	// round counts the rounds of the prune under way (0: none); log
 	// records "update <name> <round>" and "prune-done".
-	round  int
-	listed []string
-	log    []string
+	round   int
+	listed  []string
+	log     []string
 	onRound func(round int)
 }
 
@@ -688,10 +688,10 @@ func TestWakeRetriesWaitingObject(t *testing.T) {
 	}
 	target := &waitingTarget{fakeTarget: newFakeTarget()}
 	r, err := reconciler.New(db, reconciler.Config[*route]{
-		Name:      "routes",
-		Table:     tbl,
-		GetStatus: func(r *route) reconciler.Status { return r.Status },
-		SetStatus: func(r *route, s reconciler.Status) *route { c := *r; c.Status = s; return &c },
+		Name:       "routes",
+		Table:      tbl,
+		GetStatus:  func(r *route) reconciler.Status { return r.Status },
+		SetStatus:  func(r *route, s reconciler.Status) *route { c := *r; c.Status = s; return &c },
 		Operations: target,
 		// Without the wake the retry after the first failure comes only
 		// after a minute.
