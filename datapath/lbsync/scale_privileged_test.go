@@ -122,7 +122,8 @@ func scaleSlice(i, n int) *discoveryv1.EndpointSlice {
 // of one Service takes to reach the services map while they run. It
 // prints the prune and full-pass round durations and the change latency
 // (p50, p99, max) and fails if the maps end up not matching the tables.
-// At the kube-proxy replacement target (a few minutes, 2 cores):
+// At the kube-proxy replacement target (about 10 s; figures in
+// Documentation/operations/kube-proxy-replacement.md):
 //
 //	sudo CELLIUM_REQUIRE_PRIVILEGED=1 CELLIUM_LBSCALE_SERVICES=10000 \
 //	  go test ./datapath/lbsync -run TestPrivilegedChangeLatencyAtScale -v -count=1
