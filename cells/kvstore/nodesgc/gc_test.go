@@ -279,6 +279,22 @@ func TestIntegrationNodesGC(t *testing.T) {
 			t.Errorf("%s was deleted", k)
 		}
 	}
+
+	// etcd restarts: the collector watches (or lists) again and collects
+	// a key written afterwards; the others stay.
+	if err := etcd.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	put(key("after-restart"), nodeJSON(t, cluster, "after-restart"))
+	waitFor(t, "the key written after an etcd restart to be deleted", func() bool { return !exists(key("after-restart")) })
+	for _, k := range []string{key("flip2"), key("junk"), key("alias"), kvstore.NodeKey("other", "gone")} {
+		if !exists(k) {
+			t.Errorf("after the etcd restart: %s was deleted", k)
+		}
+	}
 	if l, msg, err := health.Last(); l != hive.LevelOK {
 		t.Errorf("health: %s %q %v, want OK", l, msg, err)
 	}
