@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -75,9 +76,13 @@ func (g *GC) Run(ctx context.Context) error {
 	t := newTracker(g.Grace)
 	backoff := minRetry
 	for {
+		started := time.Now()
 		err := g.watch(ctx, t)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if time.Since(started) > maxRetry {
+			backoff = minRetry // it had worked for a while
 		}
 		g.log.Warn("kvstore nodes GC: watching node keys failed; listing them again", "prefix", g.prefix, "error", err, "retry-in", backoff)
 		g.health.Degraded("watch node keys", err)
@@ -102,11 +107,12 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 	now := time.Now()
 	listed := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		if g.observe(t, string(kv.Key), kv.Value, kv.ModRevision, now) {
-			listed[string(kv.Key)] = true
-		}
+		listed[string(kv.Key)] = true
+		g.observe(t, string(kv.Key), kv.Value, kv.ModRevision, now)
 	}
+	// Keys deleted while not watched.
 	t.retain(func(k string) bool { return listed[k] })
+	maps.DeleteFunc(g.invalid, func(k string, _ int64) bool { return !listed[k] })
 	g.health.OK(fmt.Sprintf("watching the node keys of cluster %s (%d)", g.cluster, len(t.keys)))
 
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -151,8 +157,8 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 
 // observe feeds a written key to the tracker if it is a node key of the
 // cluster whose value is that node; anything else is left alone, with a
-// warning once per revision. It reports whether the key is tracked.
-func (g *GC) observe(t *tracker, key string, value []byte, rev int64, now time.Time) bool {
+// warning once per revision.
+func (g *GC) observe(t *tracker, key string, value []byte, rev int64, now time.Time) {
 	node, err := g.parse(key, value)
 	if err != nil {
 		t.forget(key)
@@ -160,11 +166,10 @@ func (g *GC) observe(t *tracker, key string, value []byte, rev int64, now time.T
 			g.invalid[key] = rev
 			g.log.Warn("Ignoring invalid kvstore node key; the nodes GC leaves it alone", "key", key, "revision", rev, "error", err)
 		}
-		return false
+		return
 	}
 	delete(g.invalid, key)
 	t.put(key, node, rev, now)
-	return true
 }
 
 // parse returns the node a key of the cluster's prefix names, if its value
