@@ -105,10 +105,11 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 		return fmt.Errorf("list %s: %w", g.prefix, err)
 	}
 	now := time.Now()
+	l := g.lookups()
 	listed := map[string]bool{}
 	for _, kv := range resp.Kvs {
 		listed[string(kv.Key)] = true
-		g.observe(t, string(kv.Key), kv.Value, kv.ModRevision, now)
+		g.observe(t, string(kv.Key), kv.Value, kv.ModRevision, l, now)
 	}
 	// Keys deleted while not watched.
 	t.retain(func(k string) bool { return listed[k] })
@@ -120,8 +121,16 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 	wch := g.cli.Watch(wctx, g.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var cnRev statedb.Revision // of the CiliumNodes table last looked at
 	for {
-		_, cnWatch := g.tables.CiliumNodes.AllWatch(g.tables.DB.ReadTxn())
+		// The revision and the watch come from one snapshot: no change
+		// falls between them.
+		txn := g.tables.DB.ReadTxn()
+		if rev := g.tables.CiliumNodes.Revision(txn); rev != cnRev {
+			t.ciliumNodesChanged(g.lookupsAt(txn), time.Now())
+			cnRev = rev
+		}
+		_, cnWatch := g.tables.CiliumNodes.AllWatch(txn)
 		g.collect(ctx, t)
 		wait := time.Hour
 		if next := t.next(); !next.IsZero() {
@@ -133,7 +142,6 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 			return ctx.Err()
 		case <-timer.C:
 		case <-cnWatch:
-			t.ciliumNodesChanged(g.lookups(), time.Now())
 		case w, ok := <-wch:
 			if !ok {
 				return errors.New("watch closed")
@@ -141,7 +149,7 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 			if err := w.Err(); err != nil {
 				return fmt.Errorf("watch %s: %w", g.prefix, err)
 			}
-			now := time.Now()
+			now, l := time.Now(), g.lookups()
 			for _, ev := range w.Events {
 				key := string(ev.Kv.Key)
 				if ev.Type == clientv3.EventTypeDelete {
@@ -149,7 +157,7 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 					delete(g.invalid, key)
 					continue
 				}
-				g.observe(t, key, ev.Kv.Value, ev.Kv.ModRevision, now)
+				g.observe(t, key, ev.Kv.Value, ev.Kv.ModRevision, l, now)
 			}
 		}
 	}
@@ -158,7 +166,7 @@ func (g *GC) watch(ctx context.Context, t *tracker) error {
 // observe feeds a written key to the tracker if it is a node key of the
 // cluster whose value is that node; anything else is left alone, with a
 // warning once per revision.
-func (g *GC) observe(t *tracker, key string, value []byte, rev int64, now time.Time) {
+func (g *GC) observe(t *tracker, key string, value []byte, rev int64, l lookups, now time.Time) {
 	node, err := g.parse(key, value)
 	if err != nil {
 		t.forget(key)
@@ -169,7 +177,7 @@ func (g *GC) observe(t *tracker, key string, value []byte, rev int64, now time.T
 		return
 	}
 	delete(g.invalid, key)
-	t.put(key, node, rev, now)
+	t.put(key, node, rev, l, now)
 }
 
 // parse returns the node a key of the cluster's prefix names, if its value
@@ -236,8 +244,11 @@ func (g *GC) delete(ctx context.Context, key string, rev int64) (bool, error) {
 }
 
 // lookups reads the tables at the current revision.
-func (g *GC) lookups() lookups {
-	return tableLookups{txn: g.tables.DB.ReadTxn(), tables: g.tables, agents: g.agents}
+func (g *GC) lookups() lookups { return g.lookupsAt(g.tables.DB.ReadTxn()) }
+
+// lookupsAt reads the tables at txn.
+func (g *GC) lookupsAt(txn statedb.ReadTxn) lookups {
+	return tableLookups{txn: txn, tables: g.tables, agents: g.agents}
 }
 
 type tableLookups struct {

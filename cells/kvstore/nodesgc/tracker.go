@@ -32,6 +32,10 @@ type candidate struct {
 	// (it is checked again when the CiliumNode goes).
 	due   time.Time
 	retry time.Duration // the next backoff
+	// hadCN is true once its CiliumNode was seen: its deletion makes the
+	// key due at once, grace period or not (Cilium's reaction to a
+	// deleted CiliumNode).
+	hadCN bool
 }
 
 // verdict is what check decided about a key.
@@ -59,11 +63,11 @@ func newTracker(grace time.Duration) *tracker {
 // put records that key (node's) was written at rev, or seen when listed;
 // it is checked one grace period later. A key seen again at the same
 // revision (a new listing) keeps its schedule.
-func (t *tracker) put(key, node string, rev int64, now time.Time) {
+func (t *tracker) put(key, node string, rev int64, l lookups, now time.Time) {
 	if c, ok := t.keys[key]; ok && c.rev == rev {
 		return
 	}
-	t.keys[key] = &candidate{node: node, rev: rev, due: now.Add(t.grace), retry: minRetry}
+	t.keys[key] = &candidate{node: node, rev: rev, due: now.Add(t.grace), retry: minRetry, hadCN: l.ciliumNodeExists(node)}
 }
 
 // forget drops key (deleted, or no longer a node key it understands).
@@ -78,12 +82,16 @@ func (t *tracker) retain(keep func(key string) bool) {
 	}
 }
 
-// ciliumNodesChanged makes every key waiting for its CiliumNode to go due
-// now if that CiliumNode is gone.
+// ciliumNodesChanged makes every key whose CiliumNode was seen and is
+// gone due now. A key whose CiliumNode never was seen keeps its schedule:
+// a new node's CiliumNode may not exist yet.
 func (t *tracker) ciliumNodesChanged(l lookups, now time.Time) {
 	for _, c := range t.keys {
-		if c.due.IsZero() && !l.ciliumNodeExists(c.node) {
-			c.due = now
+		switch exists := l.ciliumNodeExists(c.node); {
+		case exists:
+			c.hadCN = true
+		case c.hadCN:
+			c.hadCN, c.due, c.retry = false, now, minRetry
 		}
 	}
 }
@@ -95,7 +103,7 @@ func (t *tracker) check(key string, l lookups, now time.Time) verdict {
 		return notDue
 	}
 	if l.ciliumNodeExists(c.node) {
-		c.due, c.retry = time.Time{}, minRetry
+		c.due, c.retry, c.hadCN = time.Time{}, minRetry, true
 		return keep
 	}
 	if l.agentRunning(c.node) {

@@ -18,8 +18,8 @@ func TestTrackerGraceThenRemove(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tr := newTracker(time.Minute)
 	l := fakeLookups{ciliumNodes: map[string]bool{"kept": true}}
-	tr.put("k/gone", "gone", 5, t0)
-	tr.put("k/kept", "kept", 6, t0)
+	tr.put("k/gone", "gone", 5, l, t0)
+	tr.put("k/kept", "kept", 6, l, t0)
 
 	if v := tr.check("k/gone", l, t0.Add(59*time.Second)); v != notDue {
 		t.Fatalf("within the grace period: %v, want notDue", v)
@@ -57,16 +57,42 @@ func TestTrackerGraceThenRemove(t *testing.T) {
 	}
 }
 
+// A CiliumNode seen and then deleted makes its key due at once, even
+// within the grace period; a CiliumNodes change does not hurry a key whose
+// CiliumNode never was seen (a joining node's may be on its way).
+func TestTrackerCiliumNodeDeletedInGrace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := newTracker(time.Minute)
+	l := fakeLookups{ciliumNodes: map[string]bool{"had": true}}
+	tr.put("k/had", "had", 1, l, t0)
+	tr.put("k/new", "new", 2, l, t0)
+	tr.put("k/later", "later", 3, l, t0)
+	l.ciliumNodes["later"] = true
+	tr.ciliumNodesChanged(l, t0.Add(time.Second)) // later's appears
+	delete(l.ciliumNodes, "had")
+	delete(l.ciliumNodes, "later")
+	at := t0.Add(2 * time.Second)
+	tr.ciliumNodesChanged(l, at)
+	got := tr.dueKeys(at)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"k/had", "k/later"}) {
+		t.Errorf("due after their CiliumNodes went: %v, want k/had and k/later (not k/new)", got)
+	}
+	if v := tr.check("k/new", l, at); v != notDue {
+		t.Errorf("k/new within its grace period: %v", v)
+	}
+}
+
 func TestTrackerRewriteRestartsGrace(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tr := newTracker(time.Minute)
 	l := fakeLookups{}
-	tr.put("k/n", "n", 5, t0)
-	tr.put("k/n", "n", 5, t0.Add(50*time.Second)) // listed again, same revision
+	tr.put("k/n", "n", 5, l, t0)
+	tr.put("k/n", "n", 5, l, t0.Add(50*time.Second)) // listed again, same revision
 	if v := tr.check("k/n", l, t0.Add(time.Minute)); v != remove {
 		t.Fatalf("same revision listed again moved the schedule: %v", v)
 	}
-	tr.put("k/n", "n", 7, t0.Add(time.Minute)) // written again
+	tr.put("k/n", "n", 7, l, t0.Add(time.Minute)) // written again
 	if v := tr.check("k/n", l, t0.Add(90*time.Second)); v != notDue {
 		t.Fatalf("rewritten key checked before a new grace period: %v", v)
 	}
@@ -80,7 +106,7 @@ func TestTrackerAgentRunningBacksOff(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tr := newTracker(0)
 	l := fakeLookups{agents: map[string]bool{"n": true}}
-	tr.put("k/n", "n", 5, t0)
+	tr.put("k/n", "n", 5, l, t0)
 	now := t0
 	var waits []time.Duration
 	for range 10 {
@@ -111,8 +137,9 @@ func TestTrackerAgentRunningBacksOff(t *testing.T) {
 func TestTrackerRetain(t *testing.T) {
 	tr := newTracker(time.Minute)
 	now := time.Unix(1000, 0)
-	tr.put("a", "a", 1, now)
-	tr.put("b", "b", 1, now)
+	l := fakeLookups{}
+	tr.put("a", "a", 1, l, now)
+	tr.put("b", "b", 1, l, now)
 	tr.retain(func(k string) bool { return k == "b" })
 	if _, ok := tr.keys["a"]; ok || len(tr.keys) != 1 {
 		t.Errorf("after retain: %v", tr.keys)
