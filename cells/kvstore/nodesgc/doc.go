@@ -12,11 +12,12 @@
 //   - there is no CiliumNode of that name,
 //   - no agent pod (--cilium-pod-labels) runs on that node (it would write
 //     the key again), and
-//   - the key was written at least a grace period (a minute) ago, so that a
-//     new node's CiliumNode has time to appear.
+//   - its CiliumNode was seen and deleted, or else the key was written at
+//     least a grace period (a minute) ago, so that a new node's CiliumNode
+//     has time to appear.
 //
 // A key is checked a grace period after it is (re)written or first seen,
-// and again at once when its CiliumNode is deleted. While an agent pod
+// and at once when its CiliumNode is deleted. While an agent pod
 // still runs on the node the check is retried with a backoff (1 s doubling
 // to 2 minutes). The deletion is a transaction that fails if the key was
 // rewritten meanwhile. Keys of other clusters, and keys whose value is not
