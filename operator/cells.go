@@ -12,6 +12,7 @@ import (
 	"github.com/cellium/cellium/cells/k8s"
 	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/cells/kvstore/heartbeat"
+	"github.com/cellium/cellium/cells/kvstore/nodesgc"
 	"github.com/cellium/cellium/cells/lbipam"
 	"github.com/cellium/cellium/cells/leaderelection"
 	"github.com/cellium/cellium/cells/metrics"
@@ -24,7 +25,8 @@ import (
 // Infrastructure is the operator's client, metrics, health API and CRDs.
 var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
 	k8s.ClientCell,
-	// The etcd client with --kvstore=etcd (the kvstore identity GC).
+	// The etcd client with --kvstore=etcd (the heartbeat, the kvstore
+	// identity and node GCs).
 	kvstore.Cell,
 	metrics.Cell,
 	// Go runtime profiles over HTTP with --operator-pprof (off by default).
@@ -49,6 +51,9 @@ var ControlPlane = hive.Module("operator-controlplane", "Operator control plane"
 	// Writes cilium/.heartbeat every minute with --kvstore=etcd (leader
 	// only); agents report their kvstore session stale without it.
 	heartbeat.Cell,
+	// Deletes the kvstore node keys of nodes without a CiliumNode with
+	// --kvstore=etcd (leader only; --synchronize-k8s-nodes).
+	nodesgc.Cell,
 	// CiliumEndpoints batched into CiliumEndpointSlices (leader only;
 	// --enable-cilium-endpoint-slice).
 	cesbatcher.Cell,

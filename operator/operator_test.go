@@ -121,3 +121,27 @@ func TestCiliumEndpointSliceFlags(t *testing.T) {
 		t.Errorf("--ces-write-qps-limit with --ces-rate-limits: err = %v, want one asking for --ces-rate-limits only", err)
 	}
 }
+
+// The kvstore nodes GC is in the operator graph with Cilium's flags, and
+// a bad --cluster-name or --cilium-pod-labels stops the start naming the flag.
+func TestKVStoreNodesGCFlags(t *testing.T) {
+	out, err := run(t, "hive", "--leader-election=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Ⓜ️ kvstore-nodes-gc (GC of stale KVStore node entries):",
+		"--synchronize-k8s-nodes=true (default true)",
+		"--cluster-name=default (default default)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("operator hive output lacks %q", want)
+		}
+	}
+	for _, arg := range []string{"--cluster-name=a/b", "--cilium-pod-labels=a=(b"} {
+		flag := strings.TrimPrefix(strings.SplitN(arg, "=", 2)[0], "--")
+		if _, err := run(t, "hive", "--leader-election=false", arg); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: err = %v, want one naming --%s", arg, err, flag)
+		}
+	}
+}

@@ -7,18 +7,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/test/harness"
 )
-
-type nopHealth struct{}
-
-func (nopHealth) OK(string)                  {}
-func (nopHealth) Degraded(string, error)     {}
-func (nopHealth) Stopped(string)             {}
-func (h nopHealth) Scope(string) hive.Health { return h }
 
 // TestIntegrationKVStoreGC runs passes of the kvstore collector against a
 // real etcd: a master key is deleted only after two consecutive passes
@@ -56,7 +48,7 @@ func TestIntegrationKVStoreGC(t *testing.T) {
 	put(kvstore.IdentityIDPrefix+"1004", rewritten)
 	put(kvstore.IdentityIDPrefix+"not-a-number", unused)
 
-	gc := NewKVStoreGC(DefaultConfig, cli, hivetest.Logger(t), nopHealth{})
+	gc := NewKVStoreGC(DefaultConfig, cli, hivetest.Logger(t), hivetest.NopHealth{})
 	exists := func(k string) bool {
 		t.Helper()
 		resp, err := cli.Get(ctx, kvstore.IdentityIDPrefix+k)

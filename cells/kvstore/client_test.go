@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -34,7 +33,7 @@ func startClient(t *testing.T, url string, ttl time.Duration) *Client {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { c.RunSession(ctx, nopHealth{}); close(done) }()
+	go func() { c.RunSession(ctx, hivetest.NopHealth{}); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; _ = c.Close() })
 	return c
 }
@@ -135,11 +134,3 @@ func TestIntegrationLeaseLostAndRegranted(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
-// nopHealth discards health reports.
-type nopHealth struct{}
-
-func (nopHealth) OK(string)                  {}
-func (nopHealth) Degraded(string, error)     {}
-func (nopHealth) Stopped(string)             {}
-func (h nopHealth) Scope(string) hive.Health { return h }

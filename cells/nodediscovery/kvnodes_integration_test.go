@@ -82,9 +82,9 @@ func TestIntegrationRemoteNodesFromEtcd(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
-	go func() { akv.RunSession(ctx, nopHealth{}); done <- struct{}{} }()
+	go func() { akv.RunSession(ctx, hivetest.NopHealth{}); done <- struct{}{} }()
 	pub := &kvNodePublisher{kv: akv, db: adb, table: aTable, name: "node-a", cluster: "default", log: hivetest.Logger(t)}
-	go func() { pub.run(ctx, nopHealth{}); done <- struct{}{} }()
+	go func() { pub.run(ctx, hivetest.NopHealth{}); done <- struct{}{} }()
 	aStopped := false
 	stopA := func() {
 		if !aStopped {

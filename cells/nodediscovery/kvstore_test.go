@@ -11,19 +11,11 @@ import (
 	"github.com/cilium/statedb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/kvstore"
 	"github.com/cellium/cellium/statedb/nodes"
 	"github.com/cellium/cellium/test/harness"
 )
-
-type nopHealth struct{}
-
-func (nopHealth) OK(string)                  {}
-func (nopHealth) Degraded(string, error)     {}
-func (nopHealth) Stopped(string)             {}
-func (h nopHealth) Scope(string) hive.Health { return h }
 
 // TestIntegrationKVStoreNode publishes the local-node row to a real etcd:
 // the key and JSON field names are Cilium's, a change of the row is
@@ -50,9 +42,9 @@ func TestIntegrationKVStoreNode(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
-	go func() { kv.RunSession(ctx, nopHealth{}); done <- struct{}{} }()
+	go func() { kv.RunSession(ctx, hivetest.NopHealth{}); done <- struct{}{} }()
 	pub := &kvNodePublisher{kv: kv, db: db, table: table, name: "node-a", cluster: "default", log: hivetest.Logger(t)}
-	go func() { pub.run(ctx, nopHealth{}); done <- struct{}{} }()
+	go func() { pub.run(ctx, hivetest.NopHealth{}); done <- struct{}{} }()
 	stopped := false
 	stop := func() {
 		if !stopped {

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/cellium/cellium/cells/kvstore"
@@ -115,6 +116,30 @@ func TestManifestsRunInCelliumImage(t *testing.T) {
 	}
 }
 
+// renderChart renders the chart with helm (built into the cache if
+// missing) and the values given (key=value, as --set), and parses the
+// objects.
+func renderChart(t *testing.T, values ...string) []*unstructured.Unstructured {
+	t.Helper()
+	helm, err := harness.EnsureHelm(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := install.RenderWith(t.Context(), helm, root, values...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := install.Objects(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 // TestDevValues renders the chart with DevValues for a node in a long
 // directory, hubble-relay enabled as make up has it: the workloads run the
 // packed images (cellium's, the relay's) without pulling, reach the
@@ -125,27 +150,12 @@ func TestDevValues(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds or runs helm")
 	}
-	helm, err := harness.EnsureHelm(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := &Node{Dir: "/work/some/long/checkout/.cellium-dev/node", host: hostState{LinkName: "crn0a0b"}}
 	n.agentCfg.Dir = n.Dir + "/agent"
 	if d := n.shimSocketDir(); len(d) > maxShimSocketDir || !strings.HasPrefix(d, "/run/cellium-crn0a0b") {
 		t.Errorf("shim socket dir %s (%d bytes)", d, len(d))
 	}
-	out, err := install.RenderWith(t.Context(), helm, root, append(DevValues(n, 6443, 9999, DefaultPodCIDR), "hubble.relay.enabled=true")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := install.Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderChart(t, append(DevValues(n, 6443, 9999, DefaultPodCIDR), "hubble.relay.enabled=true")...)
 	workloads, relay := 0, false
 	for _, o := range objs {
 		var spec corev1.PodSpec
@@ -221,28 +231,15 @@ func TestDevValues(t *testing.T) {
 // identities and --kvstore=etcd, and read the etcd client file of the
 // ConfigMap cilium-config (the non-root operator through its fsGroup),
 // which names the one endpoint given (not the chart's placeholder) and
-// which the agent's kvstore options accept.
+// which the agent's kvstore options accept. Agent and operator have the same
+// --cluster-name (the operator's kvstore nodes GC collects that cluster's
+// node keys).
 func TestKVStoreValues(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds or runs helm")
 	}
-	helm, err := harness.EnsureHelm(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	etcdURL := "http://" + BridgeAddr.String() + ":23790"
-	out, err := install.RenderWith(t.Context(), helm, root, append(ClusterValues(BridgeAddr.String(), 6443, 9999, DefaultPodCIDR), KVStoreValues(etcdURL)...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := install.Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderChart(t, append(ClusterValues(BridgeAddr.String(), 6443, 9999, DefaultPodCIDR), KVStoreValues(etcdURL)...)...)
 	var file string
 	specs := map[string]*corev1.PodSpec{}
 	for _, o := range objs {
@@ -298,6 +295,18 @@ func TestKVStoreValues(t *testing.T) {
 				t.Errorf("the operator runs as user %d without its group as fsGroup: it cannot read etcd.config", *sc.RunAsUser)
 			}
 		}
+	}
+	// The operator's kvstore nodes GC collects the agents' cluster's keys.
+	clusterName := func(name string) string {
+		for _, a := range specs[name].Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--cluster-name="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	if a, o := clusterName("agent"), clusterName("operator"); a == "" || a != o {
+		t.Errorf("agent --cluster-name=%q, operator --cluster-name=%q: want the same", a, o)
 	}
 	if file == "" {
 		t.Fatal("no etcd-config in a ConfigMap cilium-config")

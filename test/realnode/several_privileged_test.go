@@ -62,10 +62,11 @@ func TestPrivilegedRealClusterTwoNodesNative(t *testing.T) {
 // and identity, each pod's identity, which is no CiliumIdentity object;
 // each node's ipcache has the other node's pod from its key. The agents'
 // kvstore lease lasts 30 s (--kvstore-lease-ttl, 15 minutes by default):
-// the key of the removed node, whose agent is killed with the node and
-// leaves its lease, expires within the removal check's minute (cellium's
-// operator does not delete the keys of deleted nodes, as Cilium's does
-// with --synchronize-k8s-nodes).
+// the removed node's agent is killed with the node and leaves its lease,
+// and its pods' ipcache keys expire with it within the removal check's
+// minute. (Its node key may go sooner: the operator's kvstore nodes GC,
+// like Cilium's --synchronize-k8s-nodes, deletes it once the CiliumNode
+// and the agent pod are gone; the ipcache keys it leaves, as Cilium's.)
 func TestPrivilegedRealClusterTwoNodesKVStore(t *testing.T) {
 	testTwoNodes(t, "tunnel", false, []string{"agent.extraArgs={--kvstore-lease-ttl=30s}"}, twoNodesOptions{kvstore: true})
 }

@@ -119,3 +119,21 @@ func callerPackageDir() string {
 	}
 	return dir
 }
+
+// NopHealth is a hive.Health that discards every report, for a job run
+// by hand in a test that does not look at its health.
+type NopHealth struct{}
+
+var _ hive.Health = NopHealth{}
+
+// OK discards the report.
+func (NopHealth) OK(string) {}
+
+// Degraded discards the report.
+func (NopHealth) Degraded(string, error) {}
+
+// Stopped discards the report.
+func (NopHealth) Stopped(string) {}
+
+// Scope returns h: the sub-parts' reports are discarded too.
+func (h NopHealth) Scope(string) hive.Health { return h }
