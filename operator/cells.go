@@ -23,7 +23,7 @@ import (
 
 // Infrastructure is the operator's client, metrics, health API and CRDs.
 var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
-	k8s.ClientCell,
+	k8s.OperatorClientCell,
 	// The etcd client with --kvstore=etcd (the kvstore identity GC).
 	kvstore.Cell,
 	metrics.Cell,
