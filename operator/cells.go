@@ -24,7 +24,7 @@ import (
 
 // Infrastructure is the operator's client, metrics, health API and CRDs.
 var Infrastructure = hive.Module("operator-infra", "Operator infrastructure",
-	k8s.ClientCell,
+	k8s.OperatorClientCell,
 	// The etcd client with --kvstore=etcd (the heartbeat, the kvstore
 	// identity and node GCs).
 	kvstore.Cell,

@@ -13,6 +13,14 @@ var ClientCell = hive.Module("k8s-client", "Kubernetes client",
 	hive.Provide(NewClientset),
 )
 
+// OperatorClientCell provides the operator's Clientset: ClientCell's
+// client with the operator's rate limit flags (OperatorConfig).
+var OperatorClientCell = hive.Module("k8s-client", "Kubernetes client",
+	hive.Config(DefaultOperatorConfig),
+	hive.Provide(OperatorConfig.ClientConfig),
+	hive.Provide(NewClientset),
+)
+
 // AgentResourcesCell mirrors what an agent watches: its own node's pods,
 // and cluster-wide namespaces, nodes, policies, Services, EndpointSlices
 // and Cilium objects.

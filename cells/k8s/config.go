@@ -60,3 +60,64 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// OperatorConfig is the operator's client configuration. Cilium's
+// operator has its own rate limit flags, --operator-k8s-client-qps and
+// --operator-k8s-client-burst (100 and 200: it writes for the whole
+// cluster, the CiliumEndpointSlices among it), and the agent's names for
+// the rest.
+type OperatorConfig struct {
+	K8sAPIServer                 string
+	K8sKubeconfigPath            string
+	OperatorK8sClientQPS         float32
+	OperatorK8sClientBurst       int
+	K8sClientConnectionTimeout   time.Duration
+	K8sClientConnectionKeepAlive time.Duration
+	K8sClientRequestTimeout      time.Duration
+}
+
+// DefaultOperatorConfig has Cilium's operator client rate limits and the
+// agent's connection timeouts.
+var DefaultOperatorConfig = OperatorConfig{
+	OperatorK8sClientQPS: 100, OperatorK8sClientBurst: 200,
+	K8sClientConnectionTimeout:   DefaultConfig.K8sClientConnectionTimeout,
+	K8sClientConnectionKeepAlive: DefaultConfig.K8sClientConnectionKeepAlive,
+	K8sClientRequestTimeout:      DefaultConfig.K8sClientRequestTimeout,
+}
+
+// Flags registers the operator's client flags.
+func (def OperatorConfig) Flags(fs *pflag.FlagSet) {
+	own := pflag.NewFlagSet("", pflag.ContinueOnError)
+	def.ClientConfig().Flags(own)
+	own.VisitAll(func(f *pflag.Flag) {
+		switch f.Name {
+		case "k8s-client-qps", "k8s-client-burst":
+		default:
+			fs.AddFlag(f)
+		}
+	})
+	fs.Float32("operator-k8s-client-qps", def.OperatorK8sClientQPS, "Queries per second limit for the operator's Kubernetes client")
+	fs.Int("operator-k8s-client-burst", def.OperatorK8sClientBurst, "Burst value allowed for the operator's Kubernetes client")
+}
+
+// Validate checks the rate limits and timeouts.
+func (c OperatorConfig) Validate() error {
+	if c.OperatorK8sClientQPS <= 0 {
+		return fmt.Errorf("invalid value %v for --operator-k8s-client-qps: must be greater than 0", c.OperatorK8sClientQPS)
+	}
+	if c.OperatorK8sClientBurst <= 0 {
+		return fmt.Errorf("invalid value %d for --operator-k8s-client-burst: must be greater than 0", c.OperatorK8sClientBurst)
+	}
+	return c.ClientConfig().Validate()
+}
+
+// ClientConfig is c as the client takes it.
+func (c OperatorConfig) ClientConfig() Config {
+	return Config{
+		K8sAPIServer: c.K8sAPIServer, K8sKubeconfigPath: c.K8sKubeconfigPath,
+		K8sClientQPS: c.OperatorK8sClientQPS, K8sClientBurst: c.OperatorK8sClientBurst,
+		K8sClientConnectionTimeout:   c.K8sClientConnectionTimeout,
+		K8sClientConnectionKeepAlive: c.K8sClientConnectionKeepAlive,
+		K8sClientRequestTimeout:      c.K8sClientRequestTimeout,
+	}
+}
