@@ -16,6 +16,7 @@ import (
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
 	ciliumclient "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2alpha1"
+	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s/k8stest"
 )
 
@@ -31,6 +32,15 @@ type slowClient struct {
 	// written, if set, is called with each slice written and when its
 	// write returned.
 	written func(*v2alpha1.CiliumEndpointSlice, time.Time)
+
+	mu    sync.Mutex
+	calls []call
+}
+
+// call is one write: its verb, and when it began and returned.
+type call struct {
+	verb       string
+	begin, end time.Time
 }
 
 func newSlowClient(cs *k8stest.Clientset, latency time.Duration) *slowClient {
@@ -41,12 +51,26 @@ func (c *slowClient) CiliumEndpointSlices() ciliumclient.CiliumEndpointSliceInte
 
 // begin counts a write in flight and waits out the latency; the returned
 // func ends the write.
-func (c *slowClient) begin() func() {
+func (c *slowClient) begin(verb string) func() {
+	began := time.Now()
 	n := c.inFlight.Add(1)
 	for m := c.maxInFlight.Load(); n > m && !c.maxInFlight.CompareAndSwap(m, n); m = c.maxInFlight.Load() {
 	}
 	time.Sleep(c.latency)
-	return func() { c.inFlight.Add(-1); c.writes.Add(1) }
+	return func() {
+		c.mu.Lock()
+		c.calls = append(c.calls, call{verb: verb, begin: began, end: time.Now()})
+		c.mu.Unlock()
+		c.inFlight.Add(-1)
+		c.writes.Add(1)
+	}
+}
+
+// log returns the writes made so far.
+func (c *slowClient) log() []call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.calls)
 }
 
 func (c *slowClient) done(ces *v2alpha1.CiliumEndpointSlice, err error) {
@@ -56,7 +80,7 @@ func (c *slowClient) done(ces *v2alpha1.CiliumEndpointSlice, err error) {
 }
 
 func (c *slowClient) Create(ctx context.Context, ces *v2alpha1.CiliumEndpointSlice, opts metav1.CreateOptions) (*v2alpha1.CiliumEndpointSlice, error) {
-	end := c.begin()
+	end := c.begin("create")
 	defer end()
 	got, err := c.CiliumEndpointSliceInterface.Create(ctx, ces, opts)
 	c.done(got, err)
@@ -64,7 +88,7 @@ func (c *slowClient) Create(ctx context.Context, ces *v2alpha1.CiliumEndpointSli
 }
 
 func (c *slowClient) Update(ctx context.Context, ces *v2alpha1.CiliumEndpointSlice, opts metav1.UpdateOptions) (*v2alpha1.CiliumEndpointSlice, error) {
-	end := c.begin()
+	end := c.begin("update")
 	defer end()
 	got, err := c.CiliumEndpointSliceInterface.Update(ctx, ces, opts)
 	c.done(got, err)
@@ -72,7 +96,7 @@ func (c *slowClient) Update(ctx context.Context, ces *v2alpha1.CiliumEndpointSli
 }
 
 func (c *slowClient) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	end := c.begin()
+	end := c.begin("delete")
 	defer end()
 	return c.CiliumEndpointSliceInterface.Delete(ctx, name, opts)
 }
@@ -212,5 +236,167 @@ func TestSyncerChurnLatency(t *testing.T) {
 			f := churnLatency(t, latency, 200, 10, 50, 10*time.Second)
 			t.Logf("writes taking %v: %s", latency, f)
 		})
+	}
+}
+
+// TestSyncerWritesConcurrently: with writes that take 50 ms, a round's
+// writes are in flight several at once (one at a time, 50 ms each, the
+// latency and not the rate limit would bound the rate: 20 writes a
+// second), but never more than writeWorkers.
+func TestSyncerWritesConcurrently(t *testing.T) {
+	cs := k8stest.NewClientset()
+	e := newSyncEnv(t, cs)
+	slow := newSlowClient(cs, 50*time.Millisecond)
+	e.client = slow
+	var want []string
+	for i := range 24 {
+		e.set(cep("a", fmt.Sprintf("x%02d", i), int64(1000+i), fmt.Sprintf("10.0.0.%d", i+1)))
+		want = append(want, fmt.Sprintf("a: x%02d=%d", i, 1000+i))
+	}
+	e.initCEPs()
+	e.run(10)
+	e.waitShape("24 slices", want...)
+	if got := slow.maxInFlight.Load(); got < writeWorkers/2 || got > writeWorkers {
+		t.Errorf("at most %d writes in flight at once, want %d to %d", got, writeWorkers/2, writeWorkers)
+	}
+	t.Logf("24 creates, at most %d in flight", slow.maxInFlight.Load())
+}
+
+// TestSyncerConcurrentWritesKeepTheRate: writes in flight together still
+// pass the limiter one token each: in any span of time the writes that
+// began number at most the burst plus the rate times the span.
+func TestSyncerConcurrentWritesKeepTheRate(t *testing.T) {
+	cs := k8stest.NewClientset()
+	e := newSyncEnv(t, cs)
+	e.rateLimits = `[{"nodes":0,"limit":20,"burst":5}]`
+	slow := newSlowClient(cs, 20*time.Millisecond)
+	e.client = slow
+	var want []string
+	for i := range 30 {
+		e.set(cep("a", fmt.Sprintf("x%02d", i), int64(1000+i), fmt.Sprintf("10.0.0.%d", i+1)))
+		want = append(want, fmt.Sprintf("a: x%02d=%d", i, 1000+i))
+	}
+	e.initCEPs()
+	e.run(10)
+	e.waitShape("30 slices", want...)
+	calls := slow.log()
+	slices.SortFunc(calls, func(x, y call) int { return x.begin.Compare(y.begin) })
+	for i := range calls {
+		for j := i; j < len(calls); j++ {
+			span := calls[j].begin.Sub(calls[i].begin)
+			if n, allowed := j-i+1, 5+int(20*span.Seconds())+1; n > allowed {
+				t.Fatalf("%d writes began within %v, want at most %d (burst 5, 20/s)", n, span, allowed)
+			}
+		}
+	}
+	if got := slow.maxInFlight.Load(); got < 2 {
+		t.Errorf("at most %d writes in flight, want several", got)
+	}
+}
+
+// TestSyncerMovesAddBeforeRemove: endpoints that all change identity at
+// once are written into their new slices before any write takes them out
+// of the old ones, though the writes of each kind go several at once.
+func TestSyncerMovesAddBeforeRemove(t *testing.T) {
+	cs := k8stest.NewClientset()
+	e := newSyncEnv(t, cs)
+	slow := newSlowClient(cs, 20*time.Millisecond)
+	e.client = slow
+	var old, moved, want []string
+	// Two endpoints a slice: each old slice keeps one endpoint (an update
+	// that only removes) or loses both (a delete).
+	for i := range 24 {
+		e.set(cep("a", fmt.Sprintf("x%02d", i), 1000, fmt.Sprintf("10.0.0.%d", i+1)))
+		old = append(old, fmt.Sprintf("x%02d=1000", i))
+	}
+	e.initCEPs()
+	e.run(2)
+	var shape []string
+	for i := 0; i < len(old); i += 2 {
+		shape = append(shape, "a: "+old[i]+","+old[i+1])
+	}
+	e.waitShape("12 slices", shape...)
+	before := len(slow.log())
+	var changed []*ciliumv2.CiliumEndpoint
+	for i := range 24 {
+		if i%4 == 3 {
+			want = append(want, "a: "+old[i]) // stays; its partner leaves
+			continue
+		}
+		changed = append(changed, cep("a", fmt.Sprintf("x%02d", i), 2000, fmt.Sprintf("10.0.0.%d", i+1)))
+		moved = append(moved, fmt.Sprintf("x%02d=2000", i))
+	}
+	e.set(changed...)
+	for i := 0; i < len(moved); i += 2 {
+		want = append(want, "a: "+moved[i]+","+moved[i+1])
+	}
+	slices.Sort(want)
+	e.waitShape("the endpoints moved", want...)
+	calls := slow.log()[before:]
+	var lastAdd, firstRemove time.Time
+	adds := 0
+	for _, c := range calls {
+		switch c.verb {
+		case "create":
+			adds++
+			if c.end.After(lastAdd) {
+				lastAdd = c.end
+			}
+		default:
+			if firstRemove.IsZero() || c.begin.Before(firstRemove) {
+				firstRemove = c.begin
+			}
+		}
+	}
+	if adds != 9 || len(calls) != 9+12 {
+		t.Fatalf("writes %+v: want 9 creates, 6 updates and 6 deletes", calls)
+	}
+	if !firstRemove.After(lastAdd) {
+		t.Errorf("a write that removes entries began %v before the last create returned", lastAdd.Sub(firstRemove))
+	}
+	if got := slow.maxInFlight.Load(); got < 2 {
+		t.Errorf("at most %d writes in flight, want several", got)
+	}
+}
+
+// TestCoalesceCountsFromTheChange: the wait for quiet endpoints ends
+// MaxDelay after since (the first change waited for, which may have come
+// during the last round's writes), not MaxDelay after the wait began: a
+// round that took longer than MaxDelay is followed by the next at once,
+// even while the endpoints keep changing.
+func TestCoalesceCountsFromTheChange(t *testing.T) {
+	e := newSyncEnv(t, k8stest.NewClientset())
+	e.initCEPs()
+	s, err := NewSyncer(DefaultConfig, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices, Nodes: e.nodes},
+		e.cs.Cilium().CiliumV2alpha1(), hivetest.Logger(t), &k8stest.HealthRecorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Delay, s.MaxDelay = time.Second, 2*time.Second
+	// Endpoints change every 100 ms: never quiet for Delay.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			e.set(cep("a", "x", int64(1000+i%2), "10.0.0.1"))
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	began := time.Now()
+	if !s.coalesce(ctx, began.Add(-5*time.Second)) {
+		t.Fatal("coalesce ended early")
+	}
+	if took := time.Since(began); took > s.Delay/2 {
+		t.Errorf("coalesce waited %v for a change 5 s before, want no wait (MaxDelay %v)", took, s.MaxDelay)
+	}
+	// From a change now: MaxDelay.
+	began = time.Now()
+	if !s.coalesce(ctx, began) {
+		t.Fatal("coalesce ended early")
+	}
+	if took := time.Since(began); took < s.MaxDelay {
+		t.Errorf("coalesce waited %v under churn, want MaxDelay %v", took, s.MaxDelay)
 	}
 }
