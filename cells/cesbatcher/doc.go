@@ -9,11 +9,13 @@
 // truth: a slice entry that disagrees with its CiliumEndpoint is
 // rewritten. Changes are coalesced into rounds of writes (a round once
 // the CiliumEndpoints are quiet for half a second, at most two seconds
-// after a change: a burst of pods costs a few slice writes, not one per
-// pod), and writes to the API server pass a token bucket whose rate and
-// burst follow the number of CiliumNodes (--ces-rate-limits, Cilium
-// v1.20's steps by cluster size; the deprecated --ces-write-qps-limit and
-// --ces-write-qps-burst make one step).
+// after a change or the start of the round it came during: a burst of
+// pods costs a few slice writes, not one per pod). A round's writes go
+// several at once, each through a token bucket whose rate and burst
+// follow the number of CiliumNodes (--ces-rate-limits, Cilium v1.20's
+// steps by cluster size; the deprecated --ces-write-qps-limit and
+// --ces-write-qps-burst make one step), on a client of the batcher's own
+// whose rate is above the bucket's.
 //
 // On start (and on gaining leadership) it adopts the slices that exist:
 // each endpoint found in a slice of its namespace and identity stays

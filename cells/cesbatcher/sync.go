@@ -42,6 +42,8 @@ type Syncer struct {
 	limiter *writeLimiter
 	log     *slog.Logger
 	health  hive.Health
+	// workers is how many writes are in flight at once (writeWorkers).
+	workers int
 
 	// Delay and MaxDelay coalesce the changes of a burst into few rounds
 	// of writes: a round starts once the CiliumEndpoints have been quiet
@@ -71,8 +73,8 @@ func NewSyncer(cfg Config, t Tables, client ciliumclient.CiliumEndpointSlicesGet
 		return nil, err
 	}
 	return &Syncer{cfg: cfg, tables: t, client: client, log: log, health: health,
-		limiter: newWriteLimiter(steps, log),
-		Delay:   DefaultDelay, MaxDelay: DefaultMaxDelay, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}, nil
+		limiter: newWriteLimiter(steps, log), workers: writeWorkers,
+		Delay: DefaultDelay, MaxDelay: DefaultMaxDelay, EchoTimeout: 10 * time.Second, RetryDelay: time.Second}, nil
 }
 
 // WriteLimit returns the step of the write rate in force.
@@ -96,6 +98,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 	}
 	b := NewBatcher(s.cfg.CESMaxCiliumendpointsPerCES, s.NewName)
 	for {
+		planned := time.Now()
 		rtxn := s.tables.DB.ReadTxn()
 		cepIter, cepW := s.tables.CEPs.AllWatch(rtxn)
 		cesIter, cesW := s.tables.Slices.AllWatch(rtxn)
@@ -117,16 +120,28 @@ func (s *Syncer) Run(ctx context.Context) error {
 			s.health.OK(fmt.Sprintf("%d endpoints in %d slices", len(ceps), len(b.slices)))
 		}
 		// Our own writes (n > 0) changed the slice table: Round waited
-		// until it shows them, so the next plan starts from them; the
+		// until it shows them, so the next plan starts from them. The
 		// endpoints that changed meanwhile wait for the next round like
-		// any others.
+		// any others, but their wait counts from the plan, not from the
+		// round's end: under churn a round starts every MaxDelay (or
+		// when the one before ends, if it took longer), however long the
+		// writes took.
+		since := planned
+		select {
+		case <-cepW:
+		default:
+			since = time.Time{} // no change during the round: from the next one
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-cepW:
 		case <-cesW:
 		}
-		if !s.coalesce(ctx) {
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if !s.coalesce(ctx, since) {
 			return nil
 		}
 	}
@@ -151,10 +166,10 @@ func (s *Syncer) followNodes(ctx context.Context) {
 }
 
 // coalesce waits until the CiliumEndpoints have not changed for Delay,
-// but no longer than MaxDelay (at least Delay). It returns false when ctx
-// ends.
-func (s *Syncer) coalesce(ctx context.Context) bool {
-	deadline := time.Now().Add(max(s.MaxDelay, s.Delay))
+// but no longer than until MaxDelay (at least Delay) after since, the
+// first change it waits for. It returns false when ctx ends.
+func (s *Syncer) coalesce(ctx context.Context, since time.Time) bool {
+	deadline := since.Add(max(s.MaxDelay, s.Delay))
 	for {
 		wait := min(s.Delay, time.Until(deadline))
 		if wait <= 0 {
@@ -204,60 +219,35 @@ const (
 )
 
 // Round writes what differs between the batcher's desired slices and
-// cur, the slices in the cluster: creates and updates that add entries
-// first, then updates that only remove entries, then deletions of slices
-// no longer desired. Each write waits for the rate limiter. It then waits
-// (up to EchoTimeout) until the slice table shows the writes, and returns
-// how many it made.
+// cur, the slices in the cluster, in three phases: creates and updates
+// that add entries, then updates that only remove entries, then
+// deletions of slices no longer desired. A phase starts once every write
+// of the one before has returned, so that a moving endpoint is in its
+// new slice before it leaves the old one. Within a phase up to
+// writeWorkers writes are in flight at once (a write's latency does not
+// bound the rate); each waits for the rate limiter first. Round then
+// waits (up to EchoTimeout) until the slice table shows the writes, and
+// returns how many it made.
 func (s *Syncer) Round(ctx context.Context, b *Batcher, cur []*v2alpha1.CiliumEndpointSlice) (int, error) {
 	ws := plan(b.Desired(), cur)
-	var errs []error
-	type echo struct {
-		name    string
-		rv      string
-		deleted bool
-	}
-	var echoes []echo
-	for _, w := range ws {
-		if err := s.limiter.lim.Wait(ctx); err != nil {
-			return len(echoes), err
+	r := &round{}
+	for len(ws) > 0 {
+		n := 1
+		for n < len(ws) && rank(ws[n]) == rank(ws[0]) {
+			n++
 		}
-		api := s.client.CiliumEndpointSlices()
-		switch w.op {
-		case opCreate:
-			got, err := api.Create(ctx, w.want, metav1.CreateOptions{})
-			if k8serrors.IsAlreadyExists(err) {
-				// Someone else's object took the name: ours gets another.
-				b.Rename(w.want.Name)
-				errs = append(errs, fmt.Errorf("create CiliumEndpointSlice %s: %w (renamed)", w.want.Name, err))
-				continue
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("create CiliumEndpointSlice %s: %w", w.want.Name, err))
-				continue
-			}
-			echoes = append(echoes, echo{name: got.Name, rv: got.ResourceVersion})
-		case opUpdate:
-			obj := w.cur.DeepCopy()
-			obj.Namespace, obj.Endpoints = w.want.Namespace, w.want.Endpoints
-			got, err := api.Update(ctx, obj, metav1.UpdateOptions{})
-			if err != nil {
-				errs = append(errs, fmt.Errorf("update CiliumEndpointSlice %s: %w", w.want.Name, err))
-				continue
-			}
-			echoes = append(echoes, echo{name: got.Name, rv: got.ResourceVersion})
-		case opDelete:
-			err := api.Delete(ctx, w.cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &w.cur.UID}})
-			if err != nil && !k8serrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete CiliumEndpointSlice %s: %w", w.cur.Name, err))
-				continue
-			}
-			echoes = append(echoes, echo{name: w.cur.Name, deleted: true})
+		if err := s.writePhase(ctx, ws[:n], r); err != nil {
+			return len(r.echoes), err
 		}
+		ws = ws[n:]
 	}
-	if len(echoes) > 0 {
+	// Someone else's objects took these names: ours get others.
+	for _, name := range r.renames {
+		b.Rename(name)
+	}
+	if len(r.echoes) > 0 {
 		s.waitEcho(ctx, func(txn statedb.ReadTxn) bool {
-			for _, e := range echoes {
+			for _, e := range r.echoes {
 				got, _, ok := s.tables.Slices.Get(txn, sliceName(e.name))
 				if e.deleted && ok || !e.deleted && (!ok || olderRV(got.ResourceVersion, e.rv)) {
 					return false
@@ -266,7 +256,101 @@ func (s *Syncer) Round(ctx context.Context, b *Batcher, cur []*v2alpha1.CiliumEn
 			return true
 		})
 	}
-	return len(echoes), errors.Join(errs...)
+	return len(r.echoes), errors.Join(r.errs...)
+}
+
+// writeWorkers is how many slice writes are in flight at once: enough
+// for the largest write rate (MaxWriteQPS) with writes that take up to
+// 160 ms each. The rate limiter, not this, paces the writes.
+const writeWorkers = 8
+
+// round is what a round's writes returned.
+type round struct {
+	mu      sync.Mutex
+	echoes  []echo
+	errs    []error
+	renames []string
+}
+
+// echo is a write the slice table should show.
+type echo struct {
+	name    string
+	rv      string
+	deleted bool
+}
+
+func (r *round) add(e *echo, rename string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e != nil {
+		r.echoes = append(r.echoes, *e)
+	}
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+	if rename != "" {
+		r.renames = append(r.renames, rename)
+	}
+}
+
+// writePhase makes the writes ws, up to s.workers at once, each after a
+// token of the rate limiter, and returns once all have returned. The
+// writes' results go into r; the error is the rate limiter's (ctx
+// ended).
+func (s *Syncer) writePhase(ctx context.Context, ws []write, r *round) error {
+	next := make(chan write)
+	var wg sync.WaitGroup
+	for range min(s.workers, len(ws)) {
+		wg.Go(func() {
+			for w := range next {
+				r.add(s.write(ctx, w))
+			}
+		})
+	}
+	var err error
+	for _, w := range ws {
+		// The token is taken here, in order: a write waits for its
+		// turn, not for a free worker's.
+		if err = s.limiter.lim.Wait(ctx); err != nil {
+			break
+		}
+		next <- w
+	}
+	close(next)
+	wg.Wait()
+	return err
+}
+
+// write makes one API write. It returns what the slice table should then
+// show (nil if the write failed), the name of a slice to rename (its
+// create found the name taken) and the error.
+func (s *Syncer) write(ctx context.Context, w write) (*echo, string, error) {
+	api := s.client.CiliumEndpointSlices()
+	switch w.op {
+	case opCreate:
+		got, err := api.Create(ctx, w.want, metav1.CreateOptions{})
+		if k8serrors.IsAlreadyExists(err) {
+			return nil, w.want.Name, fmt.Errorf("create CiliumEndpointSlice %s: %w (renamed)", w.want.Name, err)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("create CiliumEndpointSlice %s: %w", w.want.Name, err)
+		}
+		return &echo{name: got.Name, rv: got.ResourceVersion}, "", nil
+	case opUpdate:
+		obj := w.cur.DeepCopy()
+		obj.Namespace, obj.Endpoints = w.want.Namespace, w.want.Endpoints
+		got, err := api.Update(ctx, obj, metav1.UpdateOptions{})
+		if err != nil {
+			return nil, "", fmt.Errorf("update CiliumEndpointSlice %s: %w", w.want.Name, err)
+		}
+		return &echo{name: got.Name, rv: got.ResourceVersion}, "", nil
+	default: // opDelete
+		err := api.Delete(ctx, w.cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &w.cur.UID}})
+		if err != nil && !k8serrors.IsNotFound(err) {
+			return nil, "", fmt.Errorf("delete CiliumEndpointSlice %s: %w", w.cur.Name, err)
+		}
+		return &echo{name: w.cur.Name, deleted: true}, "", nil
+	}
 }
 
 // waitEcho waits until shown is true of the slice table, EchoTimeout

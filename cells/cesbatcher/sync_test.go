@@ -18,6 +18,7 @@ import (
 
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/api/cilium.io/v2alpha1"
+	ciliumclient "github.com/cellium/cellium/api/client/clientset/versioned/typed/cilium.io/v2alpha1"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/k8s/k8stest"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
@@ -43,6 +44,9 @@ type syncEnv struct {
 	runs       int
 	// delay and maxDelay, if set, replace the syncer's 10ms and 2s.
 	delay, maxDelay time.Duration
+	// client, if set, is what the syncer writes through instead of the
+	// fake clientset's own client (a slowClient around it).
+	client ciliumclient.CiliumEndpointSlicesGetter
 }
 
 func newSyncEnv(t *testing.T, cs *k8stest.Clientset) *syncEnv {
@@ -72,7 +76,11 @@ func (e *syncEnv) run(max int) (stop func()) {
 	if e.rateLimits != "" {
 		cfg.CESRateLimits = e.rateLimits
 	}
-	s, err := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices, Nodes: e.nodes}, e.cs.Cilium().CiliumV2alpha1(),
+	var client ciliumclient.CiliumEndpointSlicesGetter = e.cs.Cilium().CiliumV2alpha1()
+	if e.client != nil {
+		client = e.client
+	}
+	s, err := NewSyncer(cfg, Tables{DB: e.db, CEPs: e.ceps, Slices: e.slices, Nodes: e.nodes}, client,
 		hivetest.Logger(e.t), &k8stest.HealthRecorder{})
 	if err != nil {
 		e.t.Fatal(err)
