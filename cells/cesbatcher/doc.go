@@ -14,8 +14,9 @@
 // several at once, each through a token bucket whose rate and burst
 // follow the number of CiliumNodes (--ces-rate-limits, Cilium v1.20's
 // steps by cluster size; the deprecated --ces-write-qps-limit and
-// --ces-write-qps-burst make one step), on a client of the batcher's own
-// whose rate is above the bucket's.
+// --ces-write-qps-burst make one step), on the operator's client, whose
+// own rate (--operator-k8s-client-qps, 100 by default) is above the
+// bucket's.
 //
 // On start (and on gaining leadership) it adopts the slices that exist:
 // each endpoint found in a slice of its namespace and identity stays
