@@ -409,13 +409,16 @@ func (b *bench) startWatcher(ctx context.Context, i int) (*watcher, error) {
 // wait returns the time of the first event at or after since with the
 // answer up, waiting at most timeout.
 func (w *watcher) wait(since time.Time, up bool, timeout time.Duration) (time.Time, error) {
+	// end before the timer: the timer's Broadcast may come before this
+	// goroutine waits (it is lost then), but never before end, so the
+	// check below sees the deadline passed instead of waiting forever.
+	end := time.Now().Add(timeout)
 	deadline := time.AfterFunc(timeout, func() {
 		w.mu.Lock()
 		w.cond.Broadcast()
 		w.mu.Unlock()
 	})
 	defer deadline.Stop()
-	end := time.Now().Add(timeout)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -427,7 +430,7 @@ func (w *watcher) wait(since time.Time, up bool, timeout time.Duration) (time.Ti
 		if w.done {
 			return time.Time{}, errors.New("the watch probe exited")
 		}
-		if time.Now().After(end) {
+		if !time.Now().Before(end) {
 			return time.Time{}, fmt.Errorf("no %v answer within %s", map[bool]string{true: "up", false: "down"}[up], timeout)
 		}
 		w.cond.Wait()
