@@ -46,6 +46,13 @@ func (m *Manager) requestIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 	if old, _, found := m.requests.Get(txn, identity.RequestEndpointIndex.Query(ep.ID)); found {
 		c := *old
 		req = &c
+		// The restored number belongs to the saved labels: other labels
+		// must not be handed it (the allocator would refuse them as a
+		// conflict with the number's own labels, and the endpoint would
+		// be stuck until the cluster's identities are listed).
+		if !c.Labels.Equal(ep.Labels) {
+			req.Restored = identity.InvalidIdentity
+		}
 	}
 	req.Labels, req.Attempt = ep.Labels, attempt
 	if _, _, err := m.requests.Insert(txn, req); err != nil {

@@ -275,11 +275,13 @@ func validate(req *models.EndpointChangeRequest) (netip.Addr, error) {
 func (m *Manager) lookupPod(ctx context.Context, ns, name, uid string) (*corev1.Pod, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, PodsSyncWait)
 	defer cancel()
-	if err := tables.WaitInitialized(waitCtx, m.db, m.pods); err != nil {
+	// The namespaces too: their labels are part of the pod's identity,
+	// and a pod labelled without them would take a wrong identity first.
+	if err := tables.WaitInitialized(waitCtx, m.db, m.pods, m.namespaces); err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: the pods table is not synced yet: %v", ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("%w: the pods and namespaces tables are not synced yet: %v", ErrUnavailable, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: the pods of this node are not listed yet (is the Kubernetes API server reachable? see `cellium status`); retry later", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the pods of this node and the namespaces are not listed yet (is the Kubernetes API server reachable? see `cellium status`); retry later", ErrUnavailable)
 	}
 	pod, _, found := m.pods.Get(m.db.ReadTxn(), k8stables.NameIndex[*corev1.Pod]().Query(ns+"/"+name))
 	if found && (uid == "" || string(pod.UID) == uid) {
@@ -298,6 +300,15 @@ func (m *Manager) lookupPod(ctx context.Context, ns, name, uid string) (*corev1.
 		return nil, fmt.Errorf("%w: pod %s/%s has UID %s, the request is for UID %s (the pod was re-created)", ErrConflict, ns, name, fresh.UID, uid)
 	}
 	return fresh, nil
+}
+
+// labelSourcesSynced reports whether the pods and namespaces tables hold
+// their first list: a pod's labels are complete only with its
+// namespace's (io.cilium.k8s.namespace.labels.*).
+func (m *Manager) labelSourcesSynced(txn statedb.ReadTxn) bool {
+	pods, _ := m.pods.Initialized(txn)
+	nss, _ := m.namespaces.Initialized(txn)
+	return pods && nss
 }
 
 // podLabels computes the identity-relevant and informational labels.
@@ -624,8 +635,12 @@ func (m *Manager) relabel(ctx context.Context, ep *endpoints.Endpoint, lbls *lab
 	if lbls != nil {
 		next = *lbls
 	} else if ep.PodName != "" && !ep.Health {
+		// Until both are listed the endpoint keeps the labels it has:
+		// without its namespace's labels a pod would move to another
+		// identity and back.
 		txn := m.db.ReadTxn()
-		if pod, _, ok := m.pods.Get(txn, k8stables.NameIndex[*corev1.Pod]().Query(ep.PodKey())); ok && string(pod.UID) == ep.PodUID {
+		pod, _, ok := m.pods.Get(txn, k8stables.NameIndex[*corev1.Pod]().Query(ep.PodKey()))
+		if ok && string(pod.UID) == ep.PodUID && m.labelSourcesSynced(txn) {
 			next, info = m.podLabels(txn, pod, ep.PodNamespace)
 		}
 	}

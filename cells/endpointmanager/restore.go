@@ -264,13 +264,13 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 	// yet wants no ipcache entry and no programs.
 	markDone()
 
-	if ok, _ := m.pods.Initialized(m.db.ReadTxn()); !ok {
-		m.log.Info("restored endpoints serve with their saved labels until the pods of this node are listed", "count", len(local))
-		if err := tables.WaitInitialized(ctx, m.db, m.pods); err != nil {
+	if !m.labelSourcesSynced(m.db.ReadTxn()) {
+		m.log.Info("restored endpoints serve with their saved labels until the pods of this node and the namespaces are listed", "count", len(local))
+		if err := tables.WaitInitialized(ctx, m.db, m.pods, m.namespaces); err != nil {
 			return err
 		}
 	}
-	kept := 0
+	kept, stuck := 0, 0
 	for _, ep := range restored {
 		if isPlaceholder(ep) {
 			if ep = m.rebuildPlaceholder(ep); ep == nil {
@@ -301,11 +301,12 @@ func (m *Manager) validateRestored(ctx context.Context, restored []*endpoints.En
 		// resolved yet.
 		if _, err := m.relabel(ctx, cur, nil, !cur.InService()); err != nil {
 			m.log.Warn("restored endpoint's identity not resolved yet; it stays restoring", "endpoint", ep.ID, "error", err)
+			stuck++
 			continue
 		}
 		kept++
 	}
-	m.log.Info("endpoint restore done", "restored", kept, "discarded", len(restored)-kept)
+	m.log.Info("endpoint restore done", "restored", kept, "stuck", stuck, "discarded", len(restored)-kept-stuck)
 	return nil
 }
 
