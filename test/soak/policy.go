@@ -290,6 +290,10 @@ type flow struct {
 	srv  *echoServer
 	conn net.Conn
 	seq  int
+	ends flowEnds
+	// metrics is the datapath's counters after the last good exchange,
+	// the baseline of the drops a failure reports.
+	metrics map[dpmaps.MetricsKey]dpmaps.MetricsValue
 }
 
 // startFlow starts the echo server in the pinned server and connects to
@@ -319,7 +323,8 @@ func (s *Soak) startFlow() error {
 		e.Close()
 		return fmt.Errorf("connect %s -> %s (%s): %w", pinnedClient, pinnedServer, dst, nsErr)
 	}
-	s.flow = &flow{srv: e, conn: c}
+	local, _ := netip.ParseAddrPort(c.LocalAddr().String())
+	s.flow = &flow{srv: e, conn: c, ends: flowEnds{cli: local, srv: dst}, metrics: s.readMetrics()}
 	s.tl.Addf("flow", "pinned connection %s -> %s (%s) established from %s", pinnedClient, pinnedServer, dst, c.LocalAddr())
 	return nil
 }
@@ -338,11 +343,13 @@ func (s *Soak) checkFlow(why string) *Violation {
 	s.count("flow-exchanges", 1)
 	if err == nil {
 		s.tl.Addf("flow", "message %d echoed in %s (%s)", f.seq, time.Since(began).Truncate(time.Microsecond), why)
+		f.metrics = s.readMetrics()
 		return nil
 	}
+	diag := s.flowDiagnosis(f.ends, f.metrics)
 	s.closeFlow()
 	return &Violation{Invariant: "flow-broken", Object: "connection " + pinnedClient + "->" + pinnedServer,
-		Message: fmt.Sprintf("message %d (%s): %v; the established connection did not survive", f.seq, why, err)}
+		Message: fmt.Sprintf("message %d (%s): %v; the established connection did not survive (datapath: %s)", f.seq, why, err, diag)}
 }
 
 // closeFlow closes the pinned connection and its server.
