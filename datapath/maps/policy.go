@@ -64,6 +64,19 @@ func OpenPolicyMap(dir string, epID uint16) (*PolicyMap, error) {
 	return &PolicyMap{m: m, path: filepath.Join(dir, ms.Name)}, nil
 }
 
+// LoadPinnedPolicyMap opens endpoint epID's policy map pinned in dir
+// read-only, without ever creating it: for readers (tests, diagnostics)
+// that must not pin a map of an endpoint that is gone. A missing pin is
+// an error wrapping os.ErrNotExist.
+func LoadPinnedPolicyMap(dir string, epID uint16) (*PolicyMap, error) {
+	path := filepath.Join(dir, PolicyMapPinName(epID))
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("load the pinned policy map of endpoint %d (%s): %w", epID, path, err)
+	}
+	return &PolicyMap{m: m, path: path}, nil
+}
+
 // RemovePolicyMap removes the pin of endpoint epID's policy map; a missing
 // pin is not an error. Programs still attached keep the map until they go.
 func RemovePolicyMap(dir string, epID uint16) error {

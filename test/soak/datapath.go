@@ -16,8 +16,10 @@ import (
 	"github.com/cellium/cellium/api/v1/models"
 	"github.com/cellium/cellium/datapath/loader"
 	"github.com/cellium/cellium/datapath/maps"
+	"github.com/cellium/cellium/datapath/mapsync"
 	"github.com/cellium/cellium/statedb/ipcache"
 	"github.com/cellium/cellium/statedb/mapstate"
+	"github.com/cellium/cellium/statedb/policy"
 )
 
 // Datapath is what the agent's pinned eBPF state and the tables it is
@@ -38,6 +40,12 @@ type Datapath struct {
 	// its directory under endpoints/): program name -> the ifindex the
 	// tcx link attaches it to (0: the pin is not an attached tcx link).
 	Links map[int64]map[string]uint32
+	// Policies are the agent's endpoint-policies rows by endpoint ID:
+	// the policy computed for each endpoint.
+	Policies map[int64]*policy.EndpointPolicyRow
+	// PolicyContent is what each pinned policy map holds, by endpoint ID:
+	// entry key -> deny.
+	PolicyContent map[int64]map[policy.Key]bool
 }
 
 // LXCEntry is one endpoint of cellium_lxc or of the lxc-map table.
@@ -67,6 +75,7 @@ func readDatapath(ctx context.Context, agent *client.Client, root string) (*Data
 		LXC: map[string]LXCEntry{}, LXCTable: map[string]LXCEntry{},
 		IPCache: map[string]int64{}, IPCacheTable: map[string]IPCacheRow{},
 		PolicyMaps: map[int64]bool{}, Links: map[int64]map[string]uint32{},
+		Policies: map[int64]*policy.EndpointPolicyRow{}, PolicyContent: map[int64]map[policy.Key]bool{},
 	}
 	var lxcRows []mapstate.Endpoint
 	if err := getTable(ctx, agent, mapstate.EndpointsTableName, &lxcRows); err != nil {
@@ -81,6 +90,13 @@ func readDatapath(ctx context.Context, agent *client.Client, root string) (*Data
 	}
 	for _, r := range ipcRows {
 		d.IPCacheTable[r.Prefix.String()] = IPCacheRow{Identity: int64(r.Identity), Owner: r.Owner}
+	}
+	var polRows []*policy.EndpointPolicyRow
+	if err := getTable(ctx, agent, policy.TableName, &polRows); err != nil {
+		return nil, err
+	}
+	for _, r := range polRows {
+		d.Policies[int64(r.EndpointID)] = r
 	}
 
 	layout := loader.Layout{Root: root}
@@ -110,6 +126,10 @@ func readDatapath(ctx context.Context, agent *client.Client, root string) (*Data
 		if rest, ok := strings.CutPrefix(n, maps.PolicyMapName+"_"); ok {
 			if id, err := strconv.ParseInt(rest, 10, 64); err == nil {
 				d.PolicyMaps[id] = true
+				// Gone meanwhile: the map is reported missing or stale.
+				if content, err := readPolicyMap(layout.Dir(), uint16(id)); err == nil {
+					d.PolicyContent[id] = content
+				}
 			}
 		}
 	}
@@ -132,6 +152,21 @@ func readDatapath(ctx context.Context, agent *client.Client, root string) (*Data
 		}
 	}
 	return d, nil
+}
+
+// readPolicyMap reads endpoint id's pinned policy map, never creating it.
+func readPolicyMap(dir string, id uint16) (map[policy.Key]bool, error) {
+	pm, err := maps.LoadPinnedPolicyMap(dir, id)
+	if err != nil {
+		return nil, err
+	}
+	defer pm.Close()
+	out := map[policy.Key]bool{}
+	err = pm.Iterate(func(e policy.Entry) bool {
+		out[e.Key] = e.Deny
+		return true
+	})
+	return out, err
 }
 
 // getTable reads one of the agent's tables into out; a table the agent
@@ -169,7 +204,7 @@ func tcxIfindex(path string) uint32 {
 
 // DatapathChecks is how many datapath invariants checkDatapath
 // evaluates.
-const DatapathChecks = 4
+const DatapathChecks = 5
 
 // checkDatapath compares the pinned eBPF state with the agent's tables
 // and endpoints:
@@ -183,7 +218,12 @@ const DatapathChecks = 4
 //  4. nothing is left of deleted endpoints: no cellium_lxc entry for an
 //     address no endpoint has, no ipcache row an endpoint or CEP that is
 //     gone claimed, no policy map or link directory of an ID no endpoint
-//     has.
+//     has;
+//  5. every live pod's endpoint has a policy computed for its identity,
+//     and its policy map holds exactly that policy's entries (an agent
+//     restarted without the API server keeps the previous run's maps
+//     until it can compute: at a quiescent point the API server is back,
+//     so the policy must be this run's).
 func (c *checker) checkDatapath(s *Snapshot, live map[string]Pod) {
 	d := s.Datapath
 	if d == nil {
@@ -284,6 +324,8 @@ func (c *checker) checkEndpointDatapath(d *Datapath, ep *models.Endpoint) {
 	}
 	if !d.PolicyMaps[ep.ID] {
 		c.addf("bpf-policy-map-missing", who, "no pinned policy map %s_%05d", maps.PolicyMapName, ep.ID)
+	} else {
+		c.checkPolicyMap(d, ep.ID, idn, who)
 	}
 	links := d.Links[ep.ID]
 	for _, prog := range datapathProgs {
@@ -296,6 +338,51 @@ func (c *checker) checkEndpointDatapath(d *Datapath, ep *models.Endpoint) {
 		case ep.Spec.InterfaceIndex != 0 && int(ifindex) != ep.Spec.InterfaceIndex:
 			c.addf("bpf-prog-detached", who, "%s is attached to ifindex %d, the host veth %s is %d", prog, ifindex, ep.Spec.InterfaceName, ep.Spec.InterfaceIndex)
 		}
+	}
+}
+
+// checkPolicyMap checks that endpoint id has a policy computed for its
+// identity idn and that its pinned policy map holds exactly its entries.
+func (c *checker) checkPolicyMap(d *Datapath, id, idn int64, who string) {
+	row, ok := d.Policies[id]
+	switch {
+	case !ok || row.Policy == nil:
+		c.addf("bpf-policy-not-computed", who, "no policy computed for the endpoint (no %s row)", policy.TableName)
+		return
+	case int64(row.Identity) != idn:
+		c.addf("bpf-policy-identity", who, "its policy was computed for identity %d, the endpoint has %d", row.Identity, idn)
+		return
+	case row.PendingRevision != 0:
+		c.addf("bpf-policy-not-computed", who, "its policy waits for a recomputation at revision %d", row.PendingRevision)
+		return
+	}
+	have, ok := d.PolicyContent[id]
+	if !ok {
+		c.addf("bpf-policy-map-content", who, "its pinned policy map could not be read")
+		return
+	}
+	want := mapsync.Entries(row.Policy)
+	var diffs []string
+	for _, k := range slices.SortedFunc(mapKeys(want), policy.Key.Compare) {
+		deny, in := have[k]
+		switch {
+		case !in:
+			diffs = append(diffs, fmt.Sprintf("missing %s", k))
+		case deny != want[k].Deny:
+			diffs = append(diffs, fmt.Sprintf("%s deny=%v, want %v", k, deny, want[k].Deny))
+		}
+	}
+	for _, k := range slices.SortedFunc(mapKeys(have), policy.Key.Compare) {
+		if _, in := want[k]; !in {
+			diffs = append(diffs, fmt.Sprintf("extra %s", k))
+		}
+	}
+	if len(diffs) > 0 {
+		if len(diffs) > 4 {
+			diffs = append(diffs[:4], fmt.Sprintf("and %d more", len(diffs)-4))
+		}
+		c.addf("bpf-policy-map-content", who, "its policy map differs from its policy at revision %d (identity %d): %s",
+			row.Policy.Revision, row.Identity, strings.Join(diffs, "; "))
 	}
 }
 

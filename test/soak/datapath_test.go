@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellium/cellium/statedb/identity"
+	"github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/test/devkubelet"
 )
 
@@ -17,6 +19,7 @@ func withDatapath(s *Snapshot) *Snapshot {
 		LXC: map[string]LXCEntry{}, LXCTable: map[string]LXCEntry{},
 		IPCache: map[string]int64{}, IPCacheTable: map[string]IPCacheRow{},
 		PolicyMaps: map[int64]bool{}, Links: map[int64]map[string]uint32{},
+		Policies: map[int64]*policy.EndpointPolicyRow{}, PolicyContent: map[int64]map[policy.Key]bool{},
 	}
 	for _, ep := range s.Endpoints {
 		ip := endpointIP(&ep)
@@ -28,6 +31,20 @@ func withDatapath(s *Snapshot) *Snapshot {
 		d.IPCache[ip+"/32"] = e.Identity
 		d.IPCacheTable[ip+"/32"] = IPCacheRow{Identity: e.Identity, Owner: "endpoint " + itoa(ep.ID)}
 		d.PolicyMaps[ep.ID] = true
+		// Each endpoint's policy: ingress from identity 1001 on tcp/80
+		// and a deny of identity 1002, egress allow-all.
+		pol := &policy.EndpointPolicy{Revision: 7,
+			Ingress: policy.DirectionPolicy{Enforcing: true, Entries: []policy.Entry{
+				{Key: policy.NewKey(1001, policy.Ingress, 6, 80, 16)},
+				{Key: policy.NewKey(1002, policy.Ingress, 0, 0, 0), Deny: true},
+			}},
+			Egress: policy.DirectionPolicy{Entries: []policy.Entry{{Key: policy.NewKey(0, policy.Egress, 0, 0, 0)}}},
+		}
+		d.Policies[ep.ID] = &policy.EndpointPolicyRow{EndpointID: uint16(ep.ID), Identity: identity.NumericIdentity(e.Identity), Policy: pol}
+		d.PolicyContent[ep.ID] = map[policy.Key]bool{}
+		for _, en := range append(slices.Clone(pol.Ingress.Entries), pol.Egress.Entries...) {
+			d.PolicyContent[ep.ID][en.Key] = en.Deny
+		}
 		d.Links[ep.ID] = map[string]uint32{"cil_from_container": e.IfIndex, "cil_to_container": e.IfIndex}
 	}
 	// The router and the world: rows of no endpoint.
@@ -75,6 +92,17 @@ func TestCheckDatapathFindsFaults(t *testing.T) {
 		}, "bpf-ipcache-identity"},
 		{"endpoint not in cellium_ipcache", func(d *Datapath) { delete(d.IPCache, a+"/32"); delete(d.IPCacheTable, a+"/32") }, "bpf-ipcache-missing"},
 		{"policy map not pinned", func(d *Datapath) { delete(d.PolicyMaps, 10) }, "bpf-policy-map-missing"},
+		{"no policy computed", func(d *Datapath) { delete(d.Policies, 10) }, "bpf-policy-not-computed"},
+		{"policy waiting for a recomputation", func(d *Datapath) { d.Policies[10] = d.Policies[10].WithPending(8) }, "bpf-policy-not-computed"},
+		{"policy of another identity (relabel not computed)", func(d *Datapath) {
+			r := *d.Policies[11]
+			r.Identity = 1999
+			d.Policies[11] = &r
+		}, "bpf-policy-identity"},
+		{"policy map lacks an allow", func(d *Datapath) { delete(d.PolicyContent[10], policy.NewKey(1001, policy.Ingress, 6, 80, 16)) }, "bpf-policy-map-content"},
+		{"policy map has an extra allow", func(d *Datapath) { d.PolicyContent[10][policy.NewKey(1003, policy.Ingress, 0, 0, 0)] = false }, "bpf-policy-map-content"},
+		{"policy map allows what the policy denies", func(d *Datapath) { d.PolicyContent[11][policy.NewKey(1002, policy.Ingress, 0, 0, 0)] = false }, "bpf-policy-map-content"},
+		{"policy map unreadable", func(d *Datapath) { delete(d.PolicyContent, 10) }, "bpf-policy-map-content"},
 		{"program link gone", func(d *Datapath) { delete(d.Links[10], "cil_to_container") }, "bpf-prog-detached"},
 		{"program on another veth", func(d *Datapath) { d.Links[11]["cil_from_container"] = 100 }, "bpf-prog-detached"},
 		{"pin that is no attached link", func(d *Datapath) { d.Links[11]["cil_from_container"] = 0 }, "bpf-prog-detached"},

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -120,20 +118,15 @@ func (s *Soak) flowDiagnosis(ends flowEnds, before map[dpmaps.MetricsKey]dpmaps.
 	}
 
 	if srvEP != 0 {
-		cli, err := m.Endpoints.Lookup(ends.cli.Addr())
-		pin := filepath.Join(dir, dpmaps.PolicyMapPinName(srvEP))
-		if _, serr := os.Stat(pin); serr != nil {
-			add("%s's policy map %s: %v", pinnedServer, pin, serr)
-		} else if err == nil {
-			pm, perr := dpmaps.OpenPolicyMap(dir, srvEP)
+		if cli, err := m.Endpoints.Lookup(ends.cli.Addr()); err == nil {
+			pm, perr := dpmaps.LoadPinnedPolicyMap(dir, srvEP)
 			if perr != nil {
 				add("%s's policy map: %v", pinnedServer, perr)
 			} else {
 				v, lerr := pm.Lookup(policy.NewKey(cli.Identity, policy.Ingress, 6, ends.srv.Port(), 16))
-				switch {
-				case lerr != nil:
+				if lerr != nil {
 					add("%s's policy map has no ingress entry for identity %d tcp/%d", pinnedServer, cli.Identity, ends.srv.Port())
-				default:
+				} else {
 					add("%s's policy map: ingress from identity %d tcp/%d deny=%v", pinnedServer, cli.Identity, ends.srv.Port(), v.Deny)
 				}
 				pm.Close()
