@@ -236,7 +236,13 @@ func (s *Syncer) Round(ctx context.Context, b *Batcher, cur []*v2alpha1.CiliumEn
 		for n < len(ws) && rank(ws[n]) == rank(ws[0]) {
 			n++
 		}
-		if err := s.writePhase(ctx, ws[:n], r); err != nil {
+		phase := ws[:n]
+		if rank(phase[0]) > 0 {
+			// Endpoints whose new slice was not written stay in their
+			// old one until the retry: never in no slice.
+			phase = keepUnplaced(phase, r.unplaced())
+		}
+		if err := s.writePhase(ctx, phase, r); err != nil {
 			return len(r.echoes), err
 		}
 		ws = ws[n:]
@@ -270,6 +276,69 @@ type round struct {
 	echoes  []echo
 	errs    []error
 	renames []string
+	// failedAdds are the writes that would have added or changed
+	// entries and failed.
+	failedAdds []write
+}
+
+// unplaced returns the endpoints (namespace/name) that a failed write of
+// the round should have added to a slice or changed in it.
+func (r *round) unplaced() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for _, w := range r.failedAdds {
+		have := map[string]v2alpha1.CoreCiliumEndpoint{}
+		if w.cur != nil && w.cur.Namespace == w.want.Namespace {
+			for _, e := range w.cur.Endpoints {
+				have[e.Name] = e
+			}
+		}
+		for _, e := range w.want.Endpoints {
+			if h, ok := have[e.Name]; !ok || !equality.Semantic.DeepEqual(e, h) {
+				out[w.want.Namespace+"/"+e.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+// keepUnplaced changes the writes that remove entries so that they keep
+// the entries of the unplaced endpoints: an update keeps them (and is
+// dropped if it then changes nothing), a delete of a slice that holds one
+// is left for the next round. Without this an endpoint moving to another
+// slice was in none from its removal until the retry of the failed add,
+// and other nodes dropped its address from their ipcaches meanwhile.
+func keepUnplaced(ws []write, unplaced map[string]bool) []write {
+	if len(unplaced) == 0 {
+		return ws
+	}
+	out := make([]write, 0, len(ws))
+	for _, w := range ws {
+		var keep []v2alpha1.CoreCiliumEndpoint
+		for _, e := range w.cur.Endpoints {
+			if unplaced[w.cur.Namespace+"/"+e.Name] {
+				keep = append(keep, e)
+			}
+		}
+		switch {
+		case len(keep) == 0:
+			out = append(out, w)
+		case w.op == opDelete:
+			// the slice stays until the next round
+		default:
+			want := w.want.DeepCopy()
+			for _, e := range keep {
+				if !slices.ContainsFunc(want.Endpoints, func(x v2alpha1.CoreCiliumEndpoint) bool { return x.Name == e.Name }) {
+					want.Endpoints = append(want.Endpoints, e)
+				}
+			}
+			if !SameContent(want, w.cur) {
+				out = append(out, write{op: w.op, want: want, cur: w.cur})
+			}
+		}
+	}
+	return out
 }
 
 // echo is a write the slice table should show.
@@ -303,7 +372,13 @@ func (s *Syncer) writePhase(ctx context.Context, ws []write, r *round) error {
 	for range min(s.workers, len(ws)) {
 		wg.Go(func() {
 			for w := range next {
-				r.add(s.write(ctx, w))
+				e, rename, err := s.write(ctx, w)
+				r.add(e, rename, err)
+				if err != nil && w.adds {
+					r.mu.Lock()
+					r.failedAdds = append(r.failedAdds, w)
+					r.mu.Unlock()
+				}
 			}
 		})
 	}

@@ -318,3 +318,75 @@ func TestSyncerRetriesFailedWrites(t *testing.T) {
 	e.run(10)
 	e.waitShape("the slice created after two failures", "a: x=1000")
 }
+
+// TestSyncerFailedAddKeepsTheOldEntry: an endpoint moving to another
+// slice (its identity changed) whose new slice cannot be written stays in
+// its old slice until a retry has written the new one: it is never in no
+// slice, so other nodes never drop its address. Before, the round went on
+// to its removals after the failed create and took the endpoint out of
+// its old slice; it was in none until the retry.
+func TestSyncerFailedAddKeepsTheOldEntry(t *testing.T) {
+	cs := k8stest.NewClientset()
+	var mu sync.Mutex
+	failing := false
+	fails := 0
+	cs.CiliumFake.PrependReactor("create", "ciliumendpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing && fails < 3 {
+			fails++
+			return true, nil, fmt.Errorf("injected failure")
+		}
+		return false, nil, nil
+	})
+	e := newSyncEnv(t, cs)
+	// x and y share a slice; z is alone in another.
+	e.set(cep("a", "x", 1000, "10.0.0.1"), cep("a", "y", 1000, "10.0.0.2"), cep("a", "z", 3000, "10.0.0.3"))
+	e.initCEPs()
+	e.run(10)
+	e.waitShape("two slices", "a: x=1000,y=1000", "a: z=3000")
+
+	// Every state of the cluster from now on must hold x, y and z.
+	var violations []string
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		for watchCtx.Err() == nil {
+			in := map[string]bool{}
+			for _, l := range e.cluster() {
+				_, eps, _ := strings.Cut(l, ": ")
+				for _, ep := range strings.Split(eps, ",") {
+					name, _, _ := strings.Cut(ep, "=")
+					in[name] = true
+				}
+			}
+			for _, n := range []string{"x", "y", "z"} {
+				if !in[n] {
+					mu.Lock()
+					violations = append(violations, fmt.Sprintf("%s in no slice: %q", n, e.cluster()))
+					mu.Unlock()
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	mu.Lock()
+	failing = true
+	mu.Unlock()
+	// x moves to identity 2000 (a new slice, whose create fails three
+	// times); z moves to 2000 too (its old slice goes).
+	e.set(cep("a", "x", 2000, "10.0.0.1"), cep("a", "z", 2000, "10.0.0.3"))
+	e.waitShape("x and z moved once the create went through", "a: x=2000,z=2000", "a: y=1000")
+	stopWatch()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if fails != 3 {
+		t.Fatalf("%d creates failed, want 3", fails)
+	}
+	if len(violations) > 0 {
+		t.Errorf("an endpoint was in no slice (%d times), first: %s", len(violations), violations[0])
+	}
+}
