@@ -260,7 +260,8 @@ func TestPrivilegedPolicyMapOps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Reopening keeps the entries; removing drops the pin.
+	// Reopening keeps the entries; so does loading the pin read-only,
+	// which cannot write.
 	pm, err = maps.OpenPolicyMap(dir, 42)
 	if err != nil {
 		t.Fatal(err)
@@ -269,6 +270,25 @@ func TestPrivilegedPolicyMapOps(t *testing.T) {
 		t.Errorf("after reopen: %v", err)
 	}
 	pm.Close()
+	ro, err := maps.LoadPinnedPolicyMap(dir, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ro.Lookup(entries[2].Key); err != nil {
+		t.Errorf("read-only load: %v", err)
+	}
+	if err := ro.Update(entries[1]); err == nil {
+		t.Error("a read-only policy map took a write")
+	}
+	ro.Close()
+	// Loading never pins a map that is not there.
+	if _, err := maps.LoadPinnedPolicyMap(dir, 43); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("load of a missing pin: %v, want os.ErrNotExist", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, maps.PolicyMapPinName(43))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("loading a missing pin created it: %v", err)
+	}
+	// Removing drops the pin.
 	for range 2 {
 		if err := maps.RemovePolicyMap(dir, 42); err != nil {
 			t.Fatal(err)
