@@ -93,10 +93,7 @@ func TestRestoreWaitsForNamespaces(t *testing.T) {
 		cur, _, ok := e.eps.Get(e.db.ReadTxn(), endpoints.IDIndex.Query(uint16(live.ID)))
 		return ok && cur.Labels.Has(blueLabel) && cur.Identity == restored.Identity && !cur.IdentityPending && cur.Failure() == ""
 	})
-	e.ids.mu.Lock()
-	n := len(e.ids.ids)
-	e.ids.mu.Unlock()
-	if n != 1 {
+	if n := e.ids.labelSets(); n != 1 {
 		t.Errorf("%d label sets were allocated an identity, want 1 (the endpoint's, with its namespace labels)", n)
 	}
 }
@@ -118,12 +115,16 @@ func TestCreateWaitsForNamespaces(t *testing.T) {
 	if !ok || !cur.Labels.Has(blueLabel) {
 		t.Fatalf("endpoint created without its namespace's labels: %+v", cur)
 	}
-	e.ids.mu.Lock()
-	n := len(e.ids.ids)
-	e.ids.mu.Unlock()
-	if n != 1 {
+	if n := e.ids.labelSets(); n != 1 {
 		t.Errorf("%d label sets were allocated an identity, want 1", n)
 	}
+}
+
+// labelSets is how many distinct label sets were allocated an identity.
+func (f *fakeIdentities) labelSets() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.ids)
 }
 
 // TestRelabelDropsRestoredNumber: the identity number an endpoint had
