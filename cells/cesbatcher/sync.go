@@ -222,8 +222,9 @@ const (
 // cur, the slices in the cluster, in three phases: creates and updates
 // that add entries, then updates that only remove entries, then
 // deletions of slices no longer desired. A phase starts once every write
-// of the one before has returned, so that a moving endpoint is in its
-// new slice before it leaves the old one. Within a phase up to
+// of the one before has returned without error, so that a moving
+// endpoint is in its new slice before it leaves the old one (a failed
+// write ends the round; the retry plans again). Within a phase up to
 // writeWorkers writes are in flight at once (a write's latency does not
 // bound the rate); each waits for the rate limiter first. Round then
 // waits (up to EchoTimeout) until the slice table shows the writes, and
@@ -238,6 +239,12 @@ func (s *Syncer) Round(ctx context.Context, b *Batcher, cur []*v2alpha1.CiliumEn
 		}
 		if err := s.writePhase(ctx, ws[:n], r); err != nil {
 			return len(r.echoes), err
+		}
+		// A failed write holds back the later phases: were it an add,
+		// the remove that follows would leave its endpoint in no slice
+		// until the retry.
+		if r.failed() {
+			break
 		}
 		ws = ws[n:]
 	}
@@ -277,6 +284,13 @@ type echo struct {
 	name    string
 	rv      string
 	deleted bool
+}
+
+// failed reports whether a write of the round failed.
+func (r *round) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.errs) > 0
 }
 
 func (r *round) add(e *echo, rename string, err error) {
