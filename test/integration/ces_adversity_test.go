@@ -227,14 +227,38 @@ func TestCESBatcherStoppedMidRound(t *testing.T) {
 	mk("ces-crash-halfmove-"+suffix, v2alpha1.CoreFromCiliumEndpoint(cur))
 	ghost := advCEP(ns, 900, base)
 	mk("ces-crash-ghost-"+suffix, v2alpha1.CoreFromCiliumEndpoint(ghost))
+	// Over the limit, with the written entries of one identity (now in
+	// two slices) and others of that identity.
 	var dup []v2alpha1.CoreCiliumEndpoint
+	inDup := map[string]bool{mover: true}
 	for _, ces := range written {
 		for _, e := range ces.Endpoints {
-			if e.IdentityID == base && e.Name != mover && len(dup) < advMax+2 {
-				dup = append(dup, e)
+			if e.IdentityID == base && !inDup[e.Name] && len(dup) < advMax+2 {
+				dup, inDup[e.Name] = append(dup, e), true
 			}
 		}
 	}
+	all, err := api.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range all.Items {
+		if c := &all.Items[i]; c.Status.Identity.ID == base && !inDup[c.Name] && len(dup) < advMax+2 {
+			dup, inDup[c.Name] = append(dup, v2alpha1.CoreFromCiliumEndpoint(c)), true
+		}
+	}
+	if len(dup) != advMax+2 {
+		t.Fatalf("%d entries for the over-full slice", len(dup))
+	}
+	twice := 0
+	for _, ces := range written {
+		for _, e := range ces.Endpoints {
+			if inDup[e.Name] && e.Name != mover {
+				twice++
+			}
+		}
+	}
+	t.Logf("crash artifacts: %s half-moved, %d entries in an over-full slice (%d of them in another slice too)", mover, len(dup), twice)
 	mk("ces-crash-dup-"+suffix, dup...)
 	churn(t, ctx, admin, ns, base)
 
