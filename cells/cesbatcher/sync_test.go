@@ -390,3 +390,54 @@ func TestSyncerFailedAddKeepsTheOldEntry(t *testing.T) {
 		t.Errorf("an endpoint was in no slice (%d times), first: %s", len(violations), violations[0])
 	}
 }
+
+// TestSyncerFailedAddHoldsRemove: while the write that puts a moving
+// endpoint into its new slice fails, the write that takes it out of its
+// old slice is not made (the endpoint would be in no slice until the
+// retry); once the add succeeds, the remove follows.
+func TestSyncerFailedAddHoldsRemove(t *testing.T) {
+	cs := k8stest.NewClientset()
+	var (
+		mu              sync.Mutex
+		armed, created  bool
+		fail            = 3
+		early, attempts int
+	)
+	cs.CiliumFake.PrependReactor("create", "ciliumendpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if armed && fail > 0 {
+			fail--
+			attempts++
+			return true, nil, fmt.Errorf("injected failure")
+		}
+		created = created || armed
+		return false, nil, nil
+	})
+	cs.CiliumFake.PrependReactor("update", "ciliumendpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if armed && !created {
+			early++
+		}
+		return false, nil, nil
+	})
+	e := newSyncEnv(t, cs)
+	e.set(cep("a", "x", 1000, "10.0.0.1"), cep("a", "y", 1000, "10.0.0.2"))
+	e.initCEPs()
+	e.run(10)
+	e.waitShape("one slice", "a: x=1000,y=1000")
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	e.set(cep("a", "x", 2000, "10.0.0.1"))
+	e.waitShape("x moved after three failed creates", "a: x=2000", "a: y=1000")
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts != 3 {
+		t.Fatalf("%d failed creates, want 3", attempts)
+	}
+	if early > 0 {
+		t.Errorf("the old slice was updated %d times while x's new slice was not created: x was in no slice", early)
+	}
+}
