@@ -282,16 +282,25 @@ func (m *Manager) stateInputs(txn statedb.ReadTxn, ep *endpoints.Endpoint) state
 
 // notReadyReason says why endpoint ep is not ready, for errors.
 func (m *Manager) notReadyReason(txn statedb.ReadTxn, ep *endpoints.Endpoint) string {
+	if ep.IdentityPending {
+		return "its labels changed and their identity is being resolved"
+	}
 	in := m.stateInputs(txn, ep)
-	if in.Policy != nil && in.Policy.Computed(ep.Identity) {
-		if r := in.datapathReason(in.Policy.Policy.Revision); r != "" {
+	row := in.Policy
+	switch {
+	case row.Computed(ep.Identity):
+		if r := in.datapathReason(row.Policy.Revision); r != "" {
 			return r
 		}
+		return fmt.Sprintf("its policy (revision %d) is computed, but its state was not derived from it", row.Policy.Revision)
+	case m.policies == nil:
+		return "its datapath is not programmed yet"
+	case row == nil || row.Policy == nil:
+		return "the policy engine has written no policy for it (it writes none until the policies and identities are listed: see the endpoint-policy module in `cellium status`)"
+	case row.Identity != ep.Identity:
+		return fmt.Sprintf("its policy row is for identity %s, not its own: the policy engine has not recomputed it", row.Identity.StringID())
 	}
-	if m.policies != nil {
-		return "its policy was not computed (does `cellium status` show the policy module waiting for the policy tables?)"
-	}
-	return "its datapath is not programmed yet"
+	return fmt.Sprintf("its policy (revision %d) is being recomputed for revision %d", row.Policy.Revision, row.PendingRevision)
 }
 
 // inServiceState is the state of endpoint ep whose identity has just been

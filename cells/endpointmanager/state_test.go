@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/statedb"
+
 	ciliumv2 "github.com/cellium/cellium/api/cilium.io/v2"
 	"github.com/cellium/cellium/statedb/bpfprog"
 	"github.com/cellium/cellium/statedb/endpoints"
@@ -204,5 +206,49 @@ func TestNextStatePolicyMapFailed(t *testing.T) {
 	}
 	if !ep(notReady).InService() {
 		t.Error("a not-ready endpoint is not in service: its labels and policy would not follow its pod")
+	}
+}
+
+// TestNotReadyReason: the error of a create that timed out names what of
+// its policy the endpoint still waits for.
+func TestNotReadyReason(t *testing.T) {
+	db := statedb.New()
+	pols, err := statepolicy.NewTable(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{db: db, policies: pols}
+	ep := &endpoints.Endpoint{ID: 1, Identity: 1000, State: ciliumv2.EndpointStateWaitingToRegenerate}
+	row := func(id identity.NumericIdentity, pending uint64) *statepolicy.EndpointPolicyRow {
+		return &statepolicy.EndpointPolicyRow{EndpointID: 1, Identity: id, Policy: &statepolicy.EndpointPolicy{Revision: 3}, PendingRevision: pending}
+	}
+	tests := []struct {
+		name string
+		ep   *endpoints.Endpoint
+		row  *statepolicy.EndpointPolicyRow
+		want string
+	}{
+		{"no row", ep, nil, "the policy engine has written no policy for it"},
+		{"row of another identity", ep, row(999, 0), "its policy row is for identity 999, not its own"},
+		{"pending row", ep, row(1000, 4), "is being recomputed for revision 4"},
+		{"computed row", ep, row(1000, 0), "its policy (revision 3) is computed, but its state was not derived from it"},
+		{"labels changed", &endpoints.Endpoint{ID: 1, Identity: 1000, IdentityPending: true}, row(1000, 0), "identity is being resolved"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			txn := db.WriteTxn(pols)
+			if err := pols.DeleteAll(txn); err != nil {
+				t.Fatal(err)
+			}
+			if tt.row != nil {
+				if _, _, err := pols.Insert(txn, tt.row); err != nil {
+					t.Fatal(err)
+				}
+			}
+			txn.Commit()
+			if got := m.notReadyReason(db.ReadTxn(), tt.ep); !strings.Contains(got, tt.want) {
+				t.Errorf("notReadyReason = %q, want it to say %q", got, tt.want)
+			}
+		})
 	}
 }
