@@ -184,6 +184,9 @@ type deriveStates struct {
 	m        *Manager
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	policies statedb.ChangeIterator[*statepolicy.EndpointPolicyRow]
+	// beforeRead (tests) runs at the start of each round, before its
+	// snapshot is taken.
+	beforeRead func()
 }
 
 func (d *deriveStates) subscribe() error {
@@ -200,9 +203,19 @@ func (d *deriveStates) subscribe() error {
 func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 	defer d.eps.Close()
 	defer d.policies.Close()
-	datapathChanged := false
+	// The datapath tables' watch channels of the previous round's
+	// snapshot: closed once either changed after it.
+	var progWatch, mapWatch <-chan struct{}
 	for {
+		if d.beforeRead != nil {
+			d.beforeRead()
+		}
 		rtxn := d.m.db.ReadTxn()
+		// Looked at only now, after the snapshot: a change committed
+		// between the wake-up and the snapshot is in the snapshot, and
+		// its endpoints must be looked at again in this round, since
+		// the watch channels taken below will not close for it.
+		datapathChanged := closed(progWatch) || closed(mapWatch)
 		ids := map[uint16]struct{}{}
 		epChanges, epWatch := d.eps.Next(rtxn)
 		for c := range epChanges {
@@ -217,7 +230,7 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 		// The datapath's tables (programs attached, policy maps written)
 		// gate regenerating endpoints: look at those again when either
 		// changes.
-		var progWatch, mapWatch <-chan struct{}
+		progWatch, mapWatch = nil, nil
 		if d.m.programs != nil {
 			_, progWatch = d.m.programs.AllWatch(rtxn)
 		}
@@ -235,7 +248,6 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 			d.m.stepState(id)
 		}
 		h.OK("in sync")
-		datapathChanged = false
 		select {
 		case <-ctx.Done():
 			return
@@ -244,8 +256,6 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 		case <-progWatch:
 		case <-mapWatch:
 		}
-		// Whichever woke the loop, a datapath table may have changed too.
-		datapathChanged = closed(progWatch) || closed(mapWatch)
 	}
 }
 
