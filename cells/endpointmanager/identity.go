@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/statedb"
 
@@ -60,6 +61,7 @@ func (m *Manager) requestIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 		return 0, fmt.Errorf("request the identity of endpoint %d: %w", ep.ID, err)
 	}
 	txn.Commit()
+	asked := time.Now()
 
 	for {
 		row, _, watch, found := m.requests.GetWatch(m.db.ReadTxn(), identity.RequestEndpointIndex.Query(ep.ID))
@@ -74,7 +76,8 @@ func (m *Manager) requestIdentity(ctx context.Context, ep *endpoints.Endpoint) (
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("allocate identity for %s: %w", ep.Labels, ctx.Err())
+			return 0, fmt.Errorf("no answer from the identity allocator to the request for labels %s (attempt %d) after %v (see the identity module in `cellium status`): %w",
+				ep.Labels, attempt, time.Since(asked).Round(time.Millisecond), context.Cause(ctx))
 		case <-watch:
 		}
 	}

@@ -106,6 +106,11 @@ func (m *Manager) Create(ctx context.Context, req *models.EndpointChangeRequest)
 	if err != nil {
 		return nil, err
 	}
+	// One bound for all the create waits for (the pod, the address, the
+	// identity, the first regeneration), so that the caller gets the
+	// reason before its own timeout.
+	ctx, cancel := context.WithTimeoutCause(ctx, RegenerationWait, errCreateTimeout)
+	defer cancel()
 	if old, _, ok := m.table.Get(m.db.ReadTxn(), endpoints.ContainerIndex.Query(req.ContainerID)); ok {
 		if sameAttachment(old, req, ip) && old.InService() {
 			if req.SyncBuildEndpoint {
@@ -212,12 +217,29 @@ func (m *Manager) waitReady(ctx context.Context, ep *endpoints.Endpoint) (*endpo
 		case <-watch:
 		case <-progWatch:
 		case <-ctx.Done():
+			if errors.Is(context.Cause(ctx), errCreateTimeout) {
+				return nil, m.notReadyError(ep)
+			}
 			return nil, fmt.Errorf("%w: endpoint %d of %s is %s: %v", ErrUnavailable, ep.ID, ep.PodKey(), cur.State, ctx.Err())
 		case <-timer.C:
-			return nil, fmt.Errorf("%w: endpoint %d of %s is still %s after %v: %s; retry later",
-				ErrUnavailable, ep.ID, ep.PodKey(), cur.State, RegenerationWait, m.notReadyReason(m.db.ReadTxn(), cur))
+			return nil, m.notReadyError(ep)
 		}
 	}
+}
+
+// errCreateTimeout ends the wait of a create that took RegenerationWait.
+var errCreateTimeout = fmt.Errorf("the endpoint was not ready within %v", RegenerationWait)
+
+// notReadyError is the error of a wait for ep that took RegenerationWait:
+// the state of the endpoint and what it waits for.
+func (m *Manager) notReadyError(ep *endpoints.Endpoint) error {
+	txn := m.db.ReadTxn()
+	cur, _, ok := m.table.Get(txn, endpoints.IDIndex.Query(ep.ID))
+	if !ok || !sameEndpoint(cur, ep) {
+		return fmt.Errorf("%w: endpoint %d was deleted while it regenerated", ErrNotFound, ep.ID)
+	}
+	return fmt.Errorf("%w: endpoint %d of %s (identity %s) is still %s after %v: %s; retry later",
+		ErrUnavailable, ep.ID, ep.PodKey(), cur.Identity.StringID(), cur.State, RegenerationWait, m.notReadyReason(txn, cur))
 }
 
 // lastMessage is the message of the endpoint's last log entry.

@@ -184,6 +184,9 @@ type deriveStates struct {
 	m        *Manager
 	eps      statedb.ChangeIterator[*endpoints.Endpoint]
 	policies statedb.ChangeIterator[*statepolicy.EndpointPolicyRow]
+	// beforeRead (tests) runs at the start of each round, before its
+	// snapshot is taken.
+	beforeRead func()
 }
 
 func (d *deriveStates) subscribe() error {
@@ -200,9 +203,19 @@ func (d *deriveStates) subscribe() error {
 func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 	defer d.eps.Close()
 	defer d.policies.Close()
-	datapathChanged := false
+	// The datapath tables' watch channels of the previous round's
+	// snapshot: closed once either changed after it.
+	var progWatch, mapWatch <-chan struct{}
 	for {
+		if d.beforeRead != nil {
+			d.beforeRead()
+		}
 		rtxn := d.m.db.ReadTxn()
+		// Looked at only now, after the snapshot: a change committed
+		// between the wake-up and the snapshot is in the snapshot, and
+		// its endpoints must be looked at again in this round, since
+		// the watch channels taken below will not close for it.
+		datapathChanged := closed(progWatch) || closed(mapWatch)
 		ids := map[uint16]struct{}{}
 		epChanges, epWatch := d.eps.Next(rtxn)
 		for c := range epChanges {
@@ -217,7 +230,7 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 		// The datapath's tables (programs attached, policy maps written)
 		// gate regenerating endpoints: look at those again when either
 		// changes.
-		var progWatch, mapWatch <-chan struct{}
+		progWatch, mapWatch = nil, nil
 		if d.m.programs != nil {
 			_, progWatch = d.m.programs.AllWatch(rtxn)
 		}
@@ -235,7 +248,6 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 			d.m.stepState(id)
 		}
 		h.OK("in sync")
-		datapathChanged = false
 		select {
 		case <-ctx.Done():
 			return
@@ -244,8 +256,6 @@ func (d *deriveStates) run(ctx context.Context, h hive.Health) {
 		case <-progWatch:
 		case <-mapWatch:
 		}
-		// Whichever woke the loop, a datapath table may have changed too.
-		datapathChanged = closed(progWatch) || closed(mapWatch)
 	}
 }
 
@@ -282,16 +292,25 @@ func (m *Manager) stateInputs(txn statedb.ReadTxn, ep *endpoints.Endpoint) state
 
 // notReadyReason says why endpoint ep is not ready, for errors.
 func (m *Manager) notReadyReason(txn statedb.ReadTxn, ep *endpoints.Endpoint) string {
+	if ep.IdentityPending {
+		return "its labels changed and their identity is being resolved"
+	}
 	in := m.stateInputs(txn, ep)
-	if in.Policy != nil && in.Policy.Computed(ep.Identity) {
-		if r := in.datapathReason(in.Policy.Policy.Revision); r != "" {
+	row := in.Policy
+	switch {
+	case row.Computed(ep.Identity):
+		if r := in.datapathReason(row.Policy.Revision); r != "" {
 			return r
 		}
+		return fmt.Sprintf("its policy (revision %d) is computed, but its state was not derived from it", row.Policy.Revision)
+	case m.policies == nil:
+		return "its datapath is not programmed yet"
+	case row == nil || row.Policy == nil:
+		return "the policy engine has written no policy for it (it writes none until the policies and identities are listed: see the endpoint-policy module in `cellium status`)"
+	case row.Identity != ep.Identity:
+		return fmt.Sprintf("its policy row is for identity %s, not its own: the policy engine has not recomputed it", row.Identity.StringID())
 	}
-	if m.policies != nil {
-		return "its policy was not computed (does `cellium status` show the policy module waiting for the policy tables?)"
-	}
-	return "its datapath is not programmed yet"
+	return fmt.Sprintf("its policy (revision %d) is being recomputed for revision %d", row.Policy.Revision, row.PendingRevision)
 }
 
 // inServiceState is the state of endpoint ep whose identity has just been

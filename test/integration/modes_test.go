@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,12 +21,16 @@ import (
 	"github.com/cellium/cellium/api/client/clientset/versioned"
 	"github.com/cellium/cellium/api/v1/client"
 	"github.com/cellium/cellium/api/v1/models"
+	"github.com/cellium/cellium/cells/endpointmanager"
 	"github.com/cellium/cellium/cells/hive"
 	"github.com/cellium/cellium/cells/hive/hivetest"
 	"github.com/cellium/cellium/cells/identity"
 	"github.com/cellium/cellium/daemon"
 	"github.com/cellium/cellium/operator"
+	"github.com/cellium/cellium/statedb/endpoints"
+	identitytables "github.com/cellium/cellium/statedb/identity"
 	k8stables "github.com/cellium/cellium/statedb/k8s"
+	statepolicy "github.com/cellium/cellium/statedb/policy"
 	"github.com/cellium/cellium/test/controlplane"
 	"github.com/cellium/cellium/test/harness"
 )
@@ -271,7 +277,11 @@ func (mc *modeCluster) addPod(t *testing.T, a *modeAgent, name string, labels ma
 	if err != nil {
 		t.Fatalf("allocate an IP for %s on %s: %v", name, a.node, err)
 	}
-	ep, err := a.api.PutEndpoint(ctx, &models.EndpointChangeRequest{
+	// The agent bounds a create by endpointmanager.RegenerationWait and
+	// then says what the endpoint waits for: give it the time to answer.
+	putCtx, putCancel := context.WithTimeout(t.Context(), endpointmanager.RegenerationWait+30*time.Second)
+	defer putCancel()
+	ep, err := a.api.PutEndpoint(putCtx, &models.EndpointChangeRequest{
 		ContainerID: cid, ContainerInterfaceName: "eth0",
 		K8sNamespace: mc.ns, K8sPodName: name,
 		InterfaceName: "lxc-" + name, InterfaceIndex: 100 + len(name),
@@ -279,9 +289,42 @@ func (mc *modeCluster) addPod(t *testing.T, a *modeAgent, name string, labels ma
 		Addressing: models.AddressPair{IPV4: alloc.IPv4.IP}, SyncBuildEndpoint: true,
 	})
 	if err != nil {
+		a.dump(t)
 		t.Fatalf("create the endpoint of %s on %s: %v", name, a.node, err)
 	}
 	return &podEndpoint{name: name, id: ep.ID, ip: alloc.IPv4.IP, on: a}
+}
+
+// dump logs what agent a's endpoint creates wait for: its modules'
+// health, which tables are initialized, and the rows of the endpoints,
+// their identity requests and their policies. The agent's own log is in
+// the test's log (hivetest.New).
+func (a *modeAgent) dump(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h, err := a.api.GetHealthz(ctx); err != nil {
+		t.Logf("%s: healthz: %v", a.node, err)
+	} else if b, err := json.MarshalIndent(h, "", "  "); err == nil {
+		t.Logf("%s: healthz:\n%s", a.node, b)
+	}
+	var tables []models.TableInfo
+	if err := a.api.Do(ctx, http.MethodGet, "/v1/statedb", nil, &tables); err != nil {
+		t.Logf("%s: statedb tables: %v", a.node, err)
+	}
+	for _, ti := range tables {
+		if !ti.Initialized {
+			t.Logf("%s: table %s is not initialized (pending %v)", a.node, ti.Name, ti.Pending)
+		}
+	}
+	for _, name := range []string{endpoints.TableName, identitytables.RequestsTable, statepolicy.TableName} {
+		rows, err := a.api.GetStatedbTable(ctx, name)
+		if err != nil {
+			t.Logf("%s: table %s: %v", a.node, name, err)
+			continue
+		}
+		t.Logf("%s: table %s: %s", a.node, name, rows)
+	}
 }
 
 // deletePod deletes p's endpoint as the CNI plugin's DEL does, then the pod.
